@@ -1,0 +1,119 @@
+use candle_core::{Device, Result, Tensor, Var};
+
+use crate::{Params, Role};
+
+/// PyTorch's BatchNorm2d: eps 1e-5, momentum 0.1, biased variance to normalise, unbiased
+/// variance in the running estimate.
+#[derive(Debug, Clone)]
+pub struct BatchNorm2d {
+    weight: Tensor,
+    bias: Tensor,
+    running_mean: Var,
+    running_var: Var,
+    channels: usize,
+}
+
+const EPS: f64 = 1e-5;
+const MOMENTUM: f64 = 0.1;
+
+impl BatchNorm2d {
+    pub(crate) fn new(
+        params: &mut Params,
+        name: &str,
+        c: usize,
+        dev: &Device,
+    ) -> crate::Result<Self> {
+        let ones = Tensor::ones(c, candle_core::DType::F32, dev)?;
+        let zeros = Tensor::zeros(c, candle_core::DType::F32, dev)?;
+        Ok(Self {
+            weight: params
+                .add(format!("{name}.weight"), ones.clone(), Role::Weight)?
+                .as_tensor()
+                .clone(),
+            bias: params
+                .add(format!("{name}.bias"), zeros.clone(), Role::Weight)?
+                .as_tensor()
+                .clone(),
+            running_mean: params.add(format!("{name}.running_mean"), zeros, Role::Buffer)?,
+            running_var: params.add(format!("{name}.running_var"), ones, Role::Buffer)?,
+            channels: c,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        let c = self.channels;
+        let (mean, var) = if train {
+            let mean = x.mean_keepdim((0, 2, 3))?;
+            let centred = x.broadcast_sub(&mean)?;
+            let var = centred.sqr()?.mean_keepdim((0, 2, 3))?;
+            let n = (x.elem_count() / c) as f64;
+            let unbiased = if n > 1.0 { n / (n - 1.0) } else { 1.0 };
+            let m = mean.detach().flatten_all()?;
+            let v = var.detach().flatten_all()?;
+            let rm = ((self.running_mean.as_tensor() * (1.0 - MOMENTUM))? + (m * MOMENTUM)?)?;
+            let rv = ((self.running_var.as_tensor() * (1.0 - MOMENTUM))?
+                + (v * (MOMENTUM * unbiased))?)?;
+            self.running_mean.set(&rm)?;
+            self.running_var.set(&rv)?;
+            (mean, var)
+        } else {
+            (
+                self.running_mean.as_tensor().reshape((1, c, 1, 1))?,
+                self.running_var.as_tensor().reshape((1, c, 1, 1))?,
+            )
+        };
+        let inv_std = (var + EPS)?.sqrt()?.recip()?;
+        let scale = self.weight.reshape((1, c, 1, 1))?.broadcast_mul(&inv_std)?;
+        let shift = self
+            .bias
+            .reshape((1, c, 1, 1))?
+            .broadcast_sub(&mean.broadcast_mul(&scale)?)?;
+        x.broadcast_mul(&scale)?.broadcast_add(&shift)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn train_mode_normalises_and_updates_running_stats() -> crate::Result<()> {
+        let dev = Device::Cpu;
+        let mut params = Params::new(&dev);
+        let bn = BatchNorm2d::new(&mut params, "bn", 2, &dev)?;
+        // channel 0: values 1..=8, channel 1: constant 3
+        let mut v = Vec::new();
+        for n in 0..2 {
+            for c in 0..2 {
+                for i in 0..4 {
+                    v.push(if c == 0 { (n * 4 + i + 1) as f32 } else { 3.0 });
+                }
+            }
+        }
+        let x = Tensor::from_vec(v, (2, 2, 2, 2), &dev)?;
+        let y = bn.forward(&x, true)?;
+        let ch0 = y.narrow(1, 0, 1)?.flatten_all()?.to_vec1::<f32>()?;
+        let mean: f32 = ch0.iter().sum::<f32>() / 8.0;
+        let var: f32 = ch0.iter().map(|a| (a - mean) * (a - mean)).sum::<f32>() / 8.0;
+        assert!(
+            mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3,
+            "{mean} {var}"
+        );
+        let rm = params
+            .get("bn.running_mean")
+            .unwrap()
+            .var
+            .to_vec1::<f32>()?;
+        let rv = params.get("bn.running_var").unwrap().var.to_vec1::<f32>()?;
+        // mean 4.5, unbiased var of 1..=8 = 6; momentum 0.1 from (0, 1).
+        assert!(
+            (rm[0] - 0.45).abs() < 1e-6 && (rm[1] - 0.3).abs() < 1e-6,
+            "{rm:?}"
+        );
+        assert!(
+            (rv[0] - (0.9 + 0.6)).abs() < 1e-5 && (rv[1] - 0.9).abs() < 1e-6,
+            "{rv:?}"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,27 @@
+use candle_core::Shape;
+
+/// Errors of model construction and weight loading. Each names the tensor at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("unknown model '{0}': expected one of lenet, resnet18")]
+    UnknownModel(String),
+    #[error("tensor '{name}' is missing from the checkpoint")]
+    MissingTensor { name: String },
+    #[error(
+        "tensor '{name}' has shape {found:?} in the checkpoint, the model expects {expected:?}"
+    )]
+    ShapeMismatch {
+        name: String,
+        expected: Shape,
+        found: Shape,
+    },
+    #[error("tensor '{name}': {source}")]
+    Tensor {
+        name: String,
+        source: candle_core::Error,
+    },
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T> = std::result::Result<T, ModelError>;

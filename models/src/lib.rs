@@ -1,0 +1,51 @@
+//! LeNet and ResNet-18 (CIFAR variant) as candle modules.
+//!
+//! Every tensor is named as in the PyTorch `state_dict` of the lab code, so a checkpoint saved
+//! by PyTorch loads here and one saved here loads in PyTorch. Parameters live in [`Params`],
+//! which tells trained weights from buffers (batch-norm running statistics).
+
+mod batch_norm;
+mod conv;
+mod error;
+mod init;
+mod kind;
+mod lenet;
+mod linear;
+mod params;
+mod resnet;
+
+pub use batch_norm::BatchNorm2d;
+pub use conv::Conv2d;
+pub use error::{ModelError, Result};
+pub use kind::ModelKind;
+pub use lenet::LeNet;
+pub use linear::Linear;
+pub use params::{Param, Params, Role};
+pub use resnet::ResNet18;
+
+use candle_core::{Device, Tensor};
+
+/// A network that octet trains, evaluates and exports.
+pub trait Network: Send {
+    /// Logits for a batch of normalised images `(n, c, h, w)`. `train` selects batch-norm's
+    /// batch statistics (and updates its running statistics) instead of the running ones.
+    fn forward(&self, x: &Tensor, train: bool) -> candle_core::Result<Tensor>;
+    /// Every named tensor of the model: weights and buffers.
+    fn params(&self) -> &Params;
+}
+
+/// Builds `kind` with freshly initialised weights (PyTorch's default initialisation, drawn
+/// from a seeded generator so the same seed gives the same model on any device).
+pub fn build(
+    kind: ModelKind,
+    in_channels: usize,
+    classes: usize,
+    seed: u64,
+    device: &Device,
+) -> Result<Box<dyn Network>> {
+    let mut init = init::Init::new(seed);
+    Ok(match kind {
+        ModelKind::LeNet => Box::new(LeNet::new(in_channels, classes, &mut init, device)?),
+        ModelKind::ResNet18 => Box::new(ResNet18::new(in_channels, classes, &mut init, device)?),
+    })
+}

@@ -1,0 +1,39 @@
+use candle_core::{Device, Result, Tensor};
+
+use crate::init::Init;
+use crate::{Params, Role};
+
+/// Fully connected layer, weight `(out, in)` as in PyTorch.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl Linear {
+    pub(crate) fn new(
+        params: &mut Params,
+        name: &str,
+        fan_in: usize,
+        out: usize,
+        init: &mut Init,
+        dev: &Device,
+    ) -> crate::Result<Self> {
+        let w = init.uniform_fan_in(&[out, fan_in], fan_in, dev)?;
+        let b = init.uniform_fan_in(&[out], fan_in, dev)?;
+        Ok(Self {
+            weight: params
+                .add(format!("{name}.weight"), w, Role::Weight)?
+                .as_tensor()
+                .clone(),
+            bias: params
+                .add(format!("{name}.bias"), b, Role::Weight)?
+                .as_tensor()
+                .clone(),
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)
+    }
+}

@@ -1,0 +1,147 @@
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use octet_models::ModelKind;
+use octet_trainer::atomic::write_atomic;
+use octet_trainer::data::{self, DataSource};
+use octet_trainer::device::parse_device;
+use octet_trainer::optim::Schedule;
+use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+use octet_trainer::TrainError;
+use serde::Serialize;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Epoch time per batch size on synthetic CIFAR-shaped data: epoch 1 warms up, epoch 2
+    /// is timed (host-to-device copy, forward, backward and update; no augmentation).
+    Train(TrainBench),
+}
+
+#[derive(Args)]
+pub struct TrainBench {
+    /// Models to time, comma-separated.
+    #[arg(long, default_value = "lenet,resnet18", value_delimiter = ',')]
+    models: Vec<String>,
+    #[arg(long, default_value = "32,128,512,2048", value_delimiter = ',')]
+    batch_sizes: Vec<usize>,
+    /// Images per epoch (the lab uses CIFAR-10's 50,000).
+    #[arg(long, default_value_t = 50_000)]
+    images: usize,
+    #[arg(long, default_value = "cuda")]
+    device: String,
+    /// Also write the rows as JSON to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// One JSON line per measurement on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    model: String,
+    batch: usize,
+    images: usize,
+    epoch1_s: Option<f64>,
+    epoch2_s: Option<f64>,
+    img_per_s: Option<f64>,
+    data_s: Option<f64>,
+    h2d_s: Option<f64>,
+    compute_s: Option<f64>,
+    oom: bool,
+    error: Option<String>,
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    let BenchCommand::Train(a) = cmd;
+    let device = parse_device(&a.device)?;
+    let split = data::load(&DataSource::Synthetic {
+        train: a.images,
+        test: 0,
+        seed: 0,
+    })?;
+    let mut rows = Vec::new();
+    if !a.json {
+        println!(
+            "{:<9} {:>6} {:>9} {:>9} {:>10} {:>7} {:>7} {:>9}",
+            "model", "batch", "epoch1 s", "epoch2 s", "img/s", "data s", "h2d s", "compute s"
+        );
+    }
+    for m in &a.models {
+        let kind: ModelKind = m.parse()?;
+        for &batch in &a.batch_sizes {
+            let mut cfg = TrainConfig::new(kind, "synthetic");
+            cfg.epochs = 2;
+            cfg.batch_size = batch;
+            cfg.schedule = Schedule::Constant;
+            cfg.augment = false;
+            cfg.eval_every_epoch = false;
+            let result = Trainer::new(cfg, split.clone(), &device, None)
+                .and_then(|mut t| t.run(&RunOptions::new(device.clone()), &mut |_| {}));
+            let mut row = Row {
+                model: kind.to_string(),
+                batch,
+                images: a.images,
+                epoch1_s: None,
+                epoch2_s: None,
+                img_per_s: None,
+                data_s: None,
+                h2d_s: None,
+                compute_s: None,
+                oom: false,
+                error: None,
+            };
+            let stop = match result {
+                Ok(s) => {
+                    let (e1, e2) = (&s.records[0], &s.records[1]);
+                    row.epoch1_s = Some(e1.times.train_s);
+                    row.epoch2_s = Some(e2.times.train_s);
+                    row.img_per_s = Some(e2.images_per_s);
+                    row.data_s = Some(e2.times.data_s);
+                    row.h2d_s = Some(e2.times.h2d_s);
+                    row.compute_s = Some(e2.times.compute_s);
+                    false
+                }
+                Err(TrainError::OutOfMemory { detail, .. }) => {
+                    row.oom = true;
+                    row.error = Some(detail);
+                    true
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if a.json {
+                println!("{}", serde_json::to_string(&row)?);
+            } else {
+                let f =
+                    |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "OOM".into());
+                println!(
+                    "{:<9} {:>6} {:>9} {:>9} {:>10} {:>7} {:>7} {:>9}",
+                    row.model,
+                    batch,
+                    f(row.epoch1_s),
+                    f(row.epoch2_s),
+                    row.img_per_s
+                        .map(|v| format!("{v:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                    f(row.data_s),
+                    f(row.h2d_s),
+                    f(row.compute_s)
+                );
+            }
+            rows.push(row);
+            if stop {
+                break;
+            }
+        }
+    }
+    if let Some(path) = &a.out {
+        let v = serde_json::json!({
+            "bench": "train", "commit": super::COMMIT, "device": a.device,
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "protocol": "synthetic CIFAR-shaped data, epoch 1 warm-up, epoch 2 timed, fp32, no augmentation",
+            "rows": rows,
+        });
+        write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+mod bench;
+mod demo;
+mod eval;
+mod inspect;
+mod train;
+
+use clap::{Parser, Subcommand};
+
+pub const COMMIT: &str = env!("OCTET_COMMIT");
+
+/// Train small CNNs (LeNet, ResNet-18) on CPUs and GPUs, export them to int8 and run them.
+///
+/// Start with `octet demo`: it trains LeNet on the bundled Fashion-MNIST subset.
+#[derive(Parser)]
+#[command(name = "octet", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model and write checkpoints (safetensors) and metrics.csv.
+    Train(train::TrainArgs),
+    /// Test accuracy and loss of a checkpoint on a data set.
+    Eval(eval::EvalArgs),
+    /// Show what a checkpoint holds: model, tensors, shapes, training metadata.
+    Inspect(inspect::InspectArgs),
+    /// The main job on the bundled data: train LeNet, evaluate it.
+    Demo(demo::DemoArgs),
+    /// Measure training speed (the lab's timing protocol).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Train(a) => train::run(a),
+        Command::Eval(a) => eval::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(b) => bench::run(b),
+    }
+}

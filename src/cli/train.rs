@@ -1,0 +1,224 @@
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use octet_models::ModelKind;
+use octet_trainer::checkpoint;
+use octet_trainer::data::{self, DataSource};
+use octet_trainer::device::parse_device;
+use octet_trainer::metrics::EpochRecord;
+use octet_trainer::optim::Schedule;
+use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// Architecture: lenet or resnet18.
+    #[arg(long, short)]
+    model: Option<String>,
+    /// Data: auto (full Fashion-MNIST if installed, else the bundled subset), bundled,
+    /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST]].
+    #[arg(long, short)]
+    data: Option<String>,
+    /// Epochs in the whole run (a resumed run counts the epochs already done).
+    #[arg(long, short)]
+    epochs: Option<usize>,
+    /// Images per optimiser step.
+    #[arg(long, short)]
+    batch_size: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    lr: Option<f64>,
+    #[arg(long)]
+    momentum: Option<f64>,
+    /// L2 penalty added to the gradient, as PyTorch's SGD does.
+    #[arg(long)]
+    weight_decay: Option<f64>,
+    /// constant, step, cosine or onecycle.
+    #[arg(long)]
+    schedule: Option<String>,
+    /// With --schedule step: multiply the rate by --gamma every this many epochs.
+    #[arg(long, default_value_t = 30)]
+    step_every: usize,
+    #[arg(long, default_value_t = 0.1)]
+    gamma: f64,
+    /// Linear warm-up from lr/steps to lr over this many epochs (fractions allowed).
+    #[arg(long)]
+    warmup_epochs: Option<f64>,
+    /// Seeds weights, shuffling and augmentation: the same seed gives the same run on CPU.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Train without random crop and flip.
+    #[arg(long)]
+    no_augment: bool,
+    #[arg(long)]
+    eval_batch_size: Option<usize>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Directory for last.safetensors and metrics.csv [default: runs/<model>-<data>].
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Continue the run of this checkpoint; flags given here override its settings.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Stop after this many epochs of this invocation (continue later with --resume).
+    #[arg(long)]
+    stop_after: Option<usize>,
+    /// One JSON line per epoch on stdout instead of text and a progress bar.
+    #[arg(long)]
+    json: bool,
+}
+
+impl TrainArgs {
+    /// Built-in defaults, or the resumed run's settings, overridden by what the user gave.
+    fn config(&self, base: Option<TrainConfig>) -> anyhow::Result<TrainConfig> {
+        let mut c = match base {
+            Some(c) => c,
+            None => {
+                let kind: ModelKind = self.model.as_deref().unwrap_or("lenet").parse()?;
+                let mut c = TrainConfig::new(kind, "auto");
+                if kind == ModelKind::ResNet18 {
+                    c.epochs = 10;
+                }
+                c
+            }
+        };
+        if let Some(m) = &self.model {
+            let kind: ModelKind = m.parse()?;
+            anyhow::ensure!(
+                kind.to_string() == c.model,
+                "--model {kind} differs from the resumed checkpoint's {}",
+                c.model
+            );
+        }
+        if let Some(d) = &self.data {
+            c.data = d.parse::<DataSource>()?.to_string();
+        }
+        macro_rules! set {
+            ($($f:ident),*) => { $(if let Some(v) = self.$f { c.$f = v; })* };
+        }
+        set!(
+            epochs,
+            batch_size,
+            lr,
+            momentum,
+            weight_decay,
+            warmup_epochs,
+            seed,
+            eval_batch_size
+        );
+        if let Some(s) = &self.schedule {
+            c.schedule = match s.parse::<Schedule>().map_err(anyhow::Error::msg)? {
+                Schedule::Step { .. } => Schedule::Step {
+                    every: self.step_every,
+                    gamma: self.gamma,
+                },
+                other => other,
+            };
+        }
+        if self.no_augment {
+            c.augment = false;
+        }
+        Ok(c)
+    }
+}
+
+pub fn run(a: TrainArgs) -> anyhow::Result<()> {
+    let resume = match &a.resume {
+        Some(p) => Some(checkpoint::load(p)?),
+        None => None,
+    };
+    let base = match &resume {
+        Some(ck) => Some(
+            ck.meta
+                .as_ref()
+                .map(|m| m.config.clone())
+                .with_context(|| {
+                    format!(
+                        "{} has no octet metadata: it cannot be resumed",
+                        ck.path.display()
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let cfg = a.config(base)?;
+    let source: DataSource = cfg.data.parse()?;
+    let split = data::load(&source)?;
+    let out = a.out.clone().unwrap_or_else(|| match &a.resume {
+        Some(p) => p.parent().map(PathBuf::from).unwrap_or_default(),
+        None => PathBuf::from("runs").join(format!("{}-{}", cfg.model, split.name)),
+    });
+    let device = parse_device(&a.device)?;
+    if !a.json {
+        eprintln!(
+            "octet train: {} on {} ({} train / {} test images from {}), {} epochs, batch {}, lr {} {}, device {}",
+            cfg.model,
+            split.name,
+            split.train.len(),
+            split.test.len(),
+            split.origin,
+            cfg.epochs,
+            cfg.batch_size,
+            cfg.lr,
+            cfg.schedule,
+            a.device
+        );
+    }
+    let mut trainer = Trainer::new(cfg.clone(), split, &device, resume.as_ref())?;
+    if resume.is_some() && !a.json {
+        eprintln!("resuming after epoch {}", trainer.epochs_done());
+    }
+    let opts = RunOptions {
+        out: Some(out.clone()),
+        stop_after: a.stop_after,
+        progress: !a.json,
+        commit: super::COMMIT.into(),
+        ..RunOptions::new(device)
+    };
+    let json = a.json;
+    let epochs = cfg.epochs;
+    let summary = trainer.run(&opts, &mut |r| print_epoch(r, epochs, json))?;
+    if json {
+        let done = serde_json::json!({
+            "event": "done",
+            "epochs_done": summary.epochs_done,
+            "checkpoint": summary.checkpoint,
+            "metrics_csv": out.join("metrics.csv"),
+        });
+        println!("{done}");
+    } else if let Some(p) = &summary.checkpoint {
+        eprintln!(
+            "checkpoint: {}  metrics: {}",
+            p.display(),
+            out.join("metrics.csv").display()
+        );
+    }
+    Ok(())
+}
+
+pub fn print_epoch(r: &EpochRecord, epochs: usize, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        v["event"] = "epoch".into();
+        println!("{v}");
+        return;
+    }
+    let test = r
+        .test_accuracy
+        .map(|a| format!("test {:.2}%", 100.0 * a))
+        .unwrap_or_else(|| "test -".into());
+    let t = &r.times;
+    println!(
+        "epoch {:>3}/{epochs}  loss {:.4}  train {:.2}%  {test}  {:.1} s (data {:.2}, h2d {:.2}, compute {:.2}, eval {:.2})  {:.0} img/s",
+        r.epoch,
+        r.train_loss,
+        100.0 * r.train_accuracy,
+        t.train_s,
+        t.data_s,
+        t.h2d_s,
+        t.compute_s,
+        t.eval_s,
+        r.images_per_s
+    );
+}

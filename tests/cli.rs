@@ -1,0 +1,182 @@
+//! End-to-end: the `octet` binary as a user runs it.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn octet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_octet"))
+        .args(args)
+        .output()
+        .expect("run octet")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn demo_trains_then_inspect_and_eval_read_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let o = octet(&["demo", "--epochs", "1", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = text(&o);
+    assert!(s.contains("LeNet float test accuracy"), "{s}");
+
+    let ck = out.join("last.safetensors");
+    let o = octet(&["inspect", ck.to_str().unwrap()]);
+    let s = text(&o);
+    assert!(
+        o.status.success()
+            && s.contains("model lenet")
+            && s.contains("conv1.weight")
+            && s.contains("optim.momentum.fc3.bias"),
+        "{s}"
+    );
+
+    let o = octet(&["eval", ck.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["images"], 2000);
+    let acc = v["accuracy"].as_f64().unwrap();
+    assert!(acc > 0.3, "{v}");
+    // The CSV holds the same test accuracy as the checkpoint evaluates to.
+    let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    let csv_acc: f64 = row[6].parse().unwrap();
+    assert!((csv_acc - acc).abs() < 1e-6, "{csv_acc} vs {acc}");
+}
+
+#[test]
+fn train_json_emits_one_line_per_epoch_on_synthetic_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = octet(&[
+        "train",
+        "--model",
+        "lenet",
+        "--data",
+        "synthetic:512:128",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--json",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["event"], "epoch");
+    assert_eq!(lines[1]["epoch"], 2);
+    assert_eq!(lines[1]["images"], 512);
+    assert!(lines[1]["times"]["compute_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(lines[2]["event"], "done");
+    assert!(Path::new(lines[2]["checkpoint"].as_str().unwrap()).exists());
+}
+
+#[test]
+fn resume_continues_where_the_run_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let common = [
+        "--model",
+        "lenet",
+        "--data",
+        "synthetic:256:64",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "64",
+        "--json",
+    ];
+    let o = octet(&[&["train", "--out", d, "--stop-after", "1"][..], &common[..]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let ck = dir.path().join("last.safetensors");
+    let o = octet(&["train", "--resume", ck.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let epochs: Vec<i64> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["epoch"].as_i64())
+        .collect();
+    assert_eq!(epochs, [2, 3]);
+}
+
+#[test]
+fn user_errors_are_clear() {
+    let o = octet(&["train", "--model", "vgg16", "--data", "synthetic:64:0"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("unknown model 'vgg16'"), "{}", text(&o));
+
+    let dir = tempfile::tempdir().unwrap();
+    let spec = format!("cifar10:{}", dir.path().display());
+    let o = octet(&["train", "--data", &spec]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("data_batch_1.bin"), "{}", text(&o));
+
+    let o = octet(&["train", "--data", "synthetic:64:0", "--device", "tpu"]);
+    assert!(
+        !o.status.success() && text(&o).contains("cpu, cuda or cuda:N"),
+        "{}",
+        text(&o)
+    );
+
+    let o = octet(&["eval", "/nonexistent/x.safetensors"]);
+    assert!(
+        !o.status.success() && text(&o).contains("/nonexistent/x.safetensors"),
+        "{}",
+        text(&o)
+    );
+
+    let o = octet(&["--help"]);
+    let s = text(&o);
+    assert!(
+        s.contains("demo") && s.contains("train") && s.contains("inspect"),
+        "{s}"
+    );
+}
+
+/// A PyTorch `save_file(model.state_dict())` of LeNet: lab names, `num_batches_tracked`-free
+/// LeNet has no BN, so add an unused int64 tensor as PyTorch files of BN models carry.
+#[test]
+fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
+    use candle_core::{DType, Device, Tensor};
+    let dir = tempfile::tempdir().unwrap();
+    let m = octet_models::build(octet_models::ModelKind::LeNet, 1, 10, 5, &Device::Cpu).unwrap();
+    let mut list: Vec<(String, Tensor)> = m
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
+        .collect();
+    list.push((
+        "bn.num_batches_tracked".into(),
+        Tensor::zeros((), DType::I64, &Device::Cpu).unwrap(),
+    ));
+    let p = dir.path().join("torch.safetensors");
+    safetensors::serialize_to_file(list.iter().map(|(n, t)| (n.as_str(), t)), None, &p).unwrap();
+    let o = octet(&["eval", p.to_str().unwrap(), "--data", "bundled"]);
+    assert!(
+        !o.status.success() && text(&o).contains("--model"),
+        "{}",
+        text(&o)
+    );
+    let o = octet(&[
+        "eval",
+        p.to_str().unwrap(),
+        "--data",
+        "bundled",
+        "--model",
+        "lenet",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["images"], 2000);
+}

@@ -1,0 +1,159 @@
+//! Float checkpoints: safetensors with the PyTorch `state_dict` names, the optimizer's momentum
+//! under `optim.momentum.*`, and JSON metadata under the `octet` metadata key.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use octet_models::{ModelKind, Params};
+use serde::{Deserialize, Serialize};
+
+use crate::atomic::write_atomic;
+use crate::data::Normalization;
+use crate::metrics::EpochRecord;
+use crate::optim::Sgd;
+use crate::train::TrainConfig;
+use crate::{Result, TrainError};
+
+pub const FORMAT: &str = "octet-checkpoint/1";
+const META_KEY: &str = "octet";
+
+/// What a checkpoint says about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    pub format: String,
+    pub model: String,
+    pub in_channels: usize,
+    pub classes: usize,
+    pub dataset: String,
+    pub normalization: Normalization,
+    /// Epochs completed.
+    pub epoch: usize,
+    /// Optimiser steps completed.
+    pub step: usize,
+    pub config: TrainConfig,
+    pub commit: String,
+    pub history: Vec<EpochRecord>,
+}
+
+/// A loaded checkpoint: every tensor on the CPU, and the metadata if octet wrote it.
+pub struct Checkpoint {
+    pub path: PathBuf,
+    pub tensors: HashMap<String, Tensor>,
+    pub meta: Option<CheckpointMeta>,
+}
+
+/// Writes model tensors (weights and buffers), optional momentum and metadata atomically.
+pub fn save(path: &Path, params: &Params, opt: Option<&Sgd>, meta: &CheckpointMeta) -> Result<()> {
+    let mut tensors: Vec<(String, Tensor)> = Vec::new();
+    for p in params.iter() {
+        tensors.push((p.name.clone(), p.var.as_tensor().to_device(&Device::Cpu)?));
+    }
+    if let Some(opt) = opt {
+        for (name, t) in opt.state() {
+            tensors.push((name, t.to_device(&Device::Cpu)?));
+        }
+    }
+    let json = serde_json::to_string(meta).map_err(|e| TrainError::Config(e.to_string()))?;
+    let info = HashMap::from([(META_KEY.to_string(), json)]);
+    let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(info))
+        .map_err(|e| TrainError::Checkpoint {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    write_atomic(path, &bytes)
+}
+
+/// Reads a checkpoint written by octet or a PyTorch `save_file(model.state_dict())`.
+pub fn load(path: &Path) -> Result<Checkpoint> {
+    let bad = |reason: String| TrainError::Checkpoint {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|source| TrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| {
+        bad(format!(
+            "not a readable safetensors file ({e}); is it truncated?"
+        ))
+    })?;
+    let meta = match header.metadata().as_ref().and_then(|m| m.get(META_KEY)) {
+        Some(json) => Some(
+            serde_json::from_str::<CheckpointMeta>(json)
+                .map_err(|e| bad(format!("bad octet metadata: {e}")))?,
+        ),
+        None => None,
+    };
+    let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
+        .map_err(|e| bad(format!("cannot read tensors: {e}")))?;
+    Ok(Checkpoint {
+        path: path.to_path_buf(),
+        tensors,
+        meta,
+    })
+}
+
+impl Checkpoint {
+    /// The architecture: from the metadata, or else from `hint` (for PyTorch files).
+    pub fn model_kind(&self, hint: Option<ModelKind>) -> Result<ModelKind> {
+        match (&self.meta, hint) {
+            (Some(m), _) => Ok(m.model.parse()?),
+            (None, Some(k)) => Ok(k),
+            (None, None) => Err(TrainError::Checkpoint {
+                path: self.path.clone(),
+                reason:
+                    "has no octet metadata (a PyTorch file?): name the architecture with --model"
+                        .into(),
+            }),
+        }
+    }
+
+    /// Input channels and classes, read off the first and last layer's weights.
+    pub fn io_shape(&self, kind: ModelKind) -> Result<(usize, usize)> {
+        let last = match kind {
+            ModelKind::LeNet => "fc3.weight",
+            ModelKind::ResNet18 => "linear.weight",
+        };
+        let dim = |name: &str, d: usize| -> Result<usize> {
+            let t = self
+                .tensors
+                .get(name)
+                .ok_or_else(|| TrainError::Checkpoint {
+                    path: self.path.clone(),
+                    reason: format!("tensor '{name}' is missing (is this a {kind} checkpoint?)"),
+                })?;
+            t.dims()
+                .get(d)
+                .copied()
+                .ok_or_else(|| TrainError::Checkpoint {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "tensor '{name}' has shape {:?}, expected rank {}",
+                        t.dims(),
+                        d + 1
+                    ),
+                })
+        };
+        Ok((dim("conv1.weight", 1)?, dim(last, 0)?))
+    }
+
+    /// Copies the model tensors into `params`; names the first missing or mis-shaped one.
+    pub fn restore_model(&self, params: &Params) -> Result<()> {
+        params
+            .load(|n| self.tensors.get(n).cloned())
+            .map_err(|e| TrainError::Checkpoint {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    pub fn restore_optimizer(&self, opt: &Sgd) -> Result<()> {
+        opt.load_state(|n| self.tensors.get(n).cloned())
+            .map_err(|reason| TrainError::Checkpoint {
+                path: self.path.clone(),
+                reason,
+            })
+    }
+}

@@ -1,0 +1,64 @@
+use std::path::PathBuf;
+
+/// Everything training, evaluation and checkpointing can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    #[error(transparent)]
+    Model(#[from] octet_models::ModelError),
+    #[error(
+        "the loss became {value} at epoch {epoch}, step {step}: training stopped. The last \
+         checkpoint of a finished epoch is intact; lower --lr or add --warmup-epochs and resume"
+    )]
+    NonFiniteLoss {
+        epoch: usize,
+        step: usize,
+        value: f32,
+    },
+    #[error(
+        "batch size {batch} does not fit in GPU memory ({detail}): try --batch-size {}",
+        (batch / 2).max(1)
+    )]
+    OutOfMemory { batch: usize, detail: String },
+    #[error("device '{0}': expected cpu, cuda or cuda:N")]
+    BadDevice(String),
+    #[error(
+        "this octet was built without CUDA support, so --device {0} is unavailable: rebuild with \
+         `cargo build --release --features cuda`, or use --device cpu"
+    )]
+    NoCuda(String),
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Config(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for TrainError {
+    fn from(e: candle_core::Error) -> Self {
+        TrainError::Candle(e)
+    }
+}
+
+impl TrainError {
+    /// Maps a device error raised while running a batch of `batch` images: an allocation
+    /// failure becomes [`TrainError::OutOfMemory`] with advice, anything else stays as it is.
+    pub fn from_step(e: candle_core::Error, batch: usize) -> Self {
+        let text = e.to_string();
+        if text.to_ascii_lowercase().contains("out of memory") || text.contains("OUT_OF_MEMORY") {
+            let detail = text.lines().next().unwrap_or("").to_string();
+            TrainError::OutOfMemory { batch, detail }
+        } else {
+            TrainError::Candle(e)
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, TrainError>;

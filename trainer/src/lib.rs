@@ -1,0 +1,16 @@
+//! Training for octet: data sets and augmentation, SGD and schedules, checkpoints, timing and
+//! the training loop (one device here; data parallelism builds on the same loop).
+
+pub mod atomic;
+pub mod checkpoint;
+pub mod data;
+pub mod device;
+mod error;
+pub mod eval;
+pub mod metrics;
+mod normalize;
+pub mod optim;
+pub mod train;
+
+pub use error::{Result, TrainError};
+pub use normalize::Normalizer;

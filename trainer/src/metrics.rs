@@ -1,0 +1,72 @@
+//! Per-epoch measurements: what `--json` prints and `metrics.csv` holds.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::atomic::write_atomic;
+use crate::Result;
+
+/// Where an epoch's wall time went, in seconds. Device work is synchronised before each clock
+/// is read, so `compute_s` is device time, not launch time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpochTimes {
+    /// Waiting for the loader (augmentation and batching run ahead on a thread).
+    pub data_s: f64,
+    /// Copying the batch to the device.
+    pub h2d_s: f64,
+    /// Forward, backward and optimiser step.
+    pub compute_s: f64,
+    /// Evaluating the test set.
+    pub eval_s: f64,
+    /// The whole training epoch, evaluation excluded.
+    pub train_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochRecord {
+    /// 1-based.
+    pub epoch: usize,
+    /// Optimiser steps taken so far.
+    pub step: usize,
+    pub lr: f64,
+    pub train_loss: f64,
+    pub train_accuracy: f64,
+    pub test_loss: Option<f64>,
+    pub test_accuracy: Option<f64>,
+    pub images: usize,
+    pub images_per_s: f64,
+    pub times: EpochTimes,
+}
+
+const HEADER: &str = "epoch,step,lr,train_loss,train_accuracy,test_loss,test_accuracy,images,images_per_s,data_s,h2d_s,compute_s,eval_s,train_s";
+
+/// Rewrites the CSV with every record (atomically, so it is never half-written).
+pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
+    let mut s = String::from(HEADER);
+    s.push('\n');
+    let opt = |v: Option<f64>| v.map(|v| format!("{v:.6}")).unwrap_or_default();
+    for r in records {
+        let t = &r.times;
+        let _ = writeln!(
+            s,
+            "{},{},{:.6e},{:.6},{:.6},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4}",
+            r.epoch,
+            r.step,
+            r.lr,
+            r.train_loss,
+            r.train_accuracy,
+            opt(r.test_loss),
+            opt(r.test_accuracy),
+            r.images,
+            r.images_per_s,
+            t.data_s,
+            t.h2d_s,
+            t.compute_s,
+            t.eval_s,
+            t.train_s
+        );
+    }
+    write_atomic(path, s.as_bytes())
+}

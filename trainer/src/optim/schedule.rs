@@ -1,0 +1,170 @@
+use std::f64::consts::PI;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The shape of the learning rate over training, as a factor of the base rate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Schedule {
+    Constant,
+    /// × gamma every `every` epochs (PyTorch StepLR).
+    Step {
+        every: usize,
+        gamma: f64,
+    },
+    /// Cosine from the base rate to 0 (CosineAnnealingLR over the whole run).
+    Cosine,
+    /// PyTorch OneCycleLR (cosine): base/25 → base over the first 30%, then → base/25e4.
+    OneCycle,
+}
+
+impl FromStr for Schedule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "constant" => Ok(Schedule::Constant),
+            "step" => Ok(Schedule::Step {
+                every: 30,
+                gamma: 0.1,
+            }),
+            "cosine" => Ok(Schedule::Cosine),
+            "onecycle" | "one-cycle" => Ok(Schedule::OneCycle),
+            _ => Err(format!(
+                "unknown schedule '{s}': expected constant, step, cosine or onecycle"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Constant => f.write_str("constant"),
+            Schedule::Step { every, gamma } => {
+                write!(f, "step(every {every} epochs, gamma {gamma})")
+            }
+            Schedule::Cosine => f.write_str("cosine"),
+            Schedule::OneCycle => f.write_str("onecycle"),
+        }
+    }
+}
+
+/// A schedule laid over a run: the learning rate of every optimiser step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LrPlan {
+    pub base_lr: f64,
+    pub schedule: Schedule,
+    pub warmup_steps: usize,
+    pub steps_per_epoch: usize,
+    pub total_steps: usize,
+}
+
+impl LrPlan {
+    pub fn new(
+        base_lr: f64,
+        schedule: Schedule,
+        warmup_epochs: f64,
+        steps_per_epoch: usize,
+        epochs: usize,
+    ) -> Self {
+        let total_steps = (steps_per_epoch * epochs).max(1);
+        let warmup_steps =
+            ((warmup_epochs * steps_per_epoch as f64).round() as usize).min(total_steps);
+        Self {
+            base_lr,
+            schedule,
+            warmup_steps,
+            steps_per_epoch: steps_per_epoch.max(1),
+            total_steps,
+        }
+    }
+
+    /// Learning rate of step `step` (0-based). Linear warm-up from base/warmup to base, then
+    /// the schedule over the remaining steps.
+    pub fn lr(&self, step: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.base_lr * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        let span = (self.total_steps - self.warmup_steps).max(1) as f64;
+        let t = ((step - self.warmup_steps) as f64 / span).min(1.0);
+        let factor = match self.schedule {
+            Schedule::Constant => 1.0,
+            Schedule::Step { every, gamma } => {
+                gamma.powi((step / self.steps_per_epoch / every.max(1)) as i32)
+            }
+            Schedule::Cosine => 0.5 * (1.0 + (PI * t).cos()),
+            Schedule::OneCycle => {
+                let (start, low) = (1.0 / 25.0, 1.0 / 25.0 / 1e4);
+                let anneal =
+                    |from: f64, to: f64, x: f64| to + (from - to) * 0.5 * (1.0 + (PI * x).cos());
+                if t < 0.3 {
+                    anneal(start, 1.0, t / 0.3)
+                } else {
+                    anneal(1.0, low, (t - 0.3) / 0.7)
+                }
+            }
+        };
+        self.base_lr * factor
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn shapes() {
+        let p = LrPlan::new(0.1, Schedule::Constant, 0.0, 10, 5);
+        assert_eq!(p.lr(0), 0.1);
+        assert_eq!(p.lr(49), 0.1);
+        let p = LrPlan::new(
+            0.1,
+            Schedule::Step {
+                every: 2,
+                gamma: 0.1,
+            },
+            0.0,
+            10,
+            6,
+        );
+        assert!(
+            (p.lr(19) - 0.1).abs() < 1e-12
+                && (p.lr(20) - 0.01).abs() < 1e-12
+                && (p.lr(45) - 0.001).abs() < 1e-12
+        );
+        let p = LrPlan::new(0.1, Schedule::Cosine, 0.0, 10, 10);
+        assert_eq!(p.lr(0), 0.1);
+        assert!((p.lr(50) - 0.05).abs() < 1e-12);
+        assert!(p.lr(99) < 1e-4);
+        let p = LrPlan::new(0.1, Schedule::OneCycle, 0.0, 10, 10);
+        assert!((p.lr(0) - 0.004).abs() < 1e-12);
+        assert!((p.lr(30) - 0.1).abs() < 1e-12);
+        assert!(p.lr(99) < 1e-5);
+        let p = LrPlan::new(0.1, Schedule::Cosine, 1.0, 10, 10);
+        assert!(
+            (p.lr(0) - 0.01).abs() < 1e-12
+                && (p.lr(9) - 0.1).abs() < 1e-12
+                && (p.lr(10) - 0.1).abs() < 1e-12
+        );
+    }
+
+    #[test]
+    fn parse_rejects_unknown() {
+        assert_eq!("cosine".parse::<Schedule>().unwrap(), Schedule::Cosine);
+        assert!("exp".parse::<Schedule>().unwrap_err().contains("onecycle"));
+    }
+
+    proptest! {
+        #[test]
+        fn rate_stays_within_base(kind in 0usize..4, warm in 0.0f64..3.0, spe in 1usize..50, ep in 1usize..20, step in 0usize..2000) {
+            let s = [Schedule::Constant, Schedule::Step { every: 2, gamma: 0.5 }, Schedule::Cosine, Schedule::OneCycle][kind];
+            let p = LrPlan::new(0.1, s, warm, spe, ep);
+            let lr = p.lr(step);
+            prop_assert!(lr.is_finite() && (0.0..=0.1 + 1e-12).contains(&lr));
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The training loop on one device.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use indicatif::{ProgressBar, ProgressStyle};
+use octet_models::{ModelKind, Network};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
+use crate::data::{Augment, DataSplit, Loader, Sampler};
+use crate::device::sync;
+use crate::eval::evaluate;
+use crate::metrics::{write_csv, EpochRecord, EpochTimes};
+use crate::optim::{LrPlan, Schedule, Sgd};
+use crate::{Normalizer, Result, TrainError};
+
+/// Everything that decides the result of a run. Stored in every checkpoint, so `--resume`
+/// continues exactly the run that was interrupted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub model: String,
+    pub data: String,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub eval_batch_size: usize,
+    pub lr: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    pub schedule: Schedule,
+    pub warmup_epochs: f64,
+    pub seed: u64,
+    pub augment: bool,
+    /// Evaluate the test set after every epoch (otherwise after the last only).
+    pub eval_every_epoch: bool,
+}
+
+impl TrainConfig {
+    /// The lab recipe: SGD lr 0.1, momentum 0.9, weight decay 5e-4, cosine, augmentation on.
+    pub fn new(model: ModelKind, data: &str) -> Self {
+        Self {
+            model: model.to_string(),
+            data: data.to_string(),
+            epochs: 15,
+            batch_size: 128,
+            eval_batch_size: 1000,
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 5e-4,
+            schedule: Schedule::Cosine,
+            warmup_epochs: 0.0,
+            seed: 0,
+            augment: true,
+            eval_every_epoch: true,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(TrainError::Config(m));
+        if self.epochs == 0 {
+            return bad("--epochs must be at least 1".into());
+        }
+        if self.batch_size == 0 || self.eval_batch_size == 0 {
+            return bad("batch sizes must be at least 1".into());
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("--lr must be a positive number, got {}", self.lr));
+        }
+        let non_negative = |v: f64| v.is_finite() && v >= 0.0;
+        if !(0.0..1.0).contains(&self.momentum)
+            || !non_negative(self.weight_decay)
+            || !non_negative(self.warmup_epochs)
+        {
+            return bad("momentum must be in [0, 1); weight decay and warm-up must be ≥ 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// How to run, as opposed to what to compute.
+pub struct RunOptions {
+    pub device: Device,
+    /// Directory for `last.safetensors` and `metrics.csv`; `None` writes nothing (benchmarks).
+    pub out: Option<PathBuf>,
+    /// Stop after this many epochs of this invocation (resume later with `--resume`).
+    pub stop_after: Option<usize>,
+    pub progress: bool,
+    /// Commit recorded in checkpoints.
+    pub commit: String,
+    /// Batches the loader thread prepares ahead.
+    pub prefetch: usize,
+}
+
+impl RunOptions {
+    pub fn new(device: Device) -> Self {
+        Self {
+            device,
+            out: None,
+            stop_after: None,
+            progress: false,
+            commit: "unknown".into(),
+            prefetch: 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub records: Vec<EpochRecord>,
+    pub checkpoint: Option<PathBuf>,
+    /// Epochs completed in total (this run and the ones it resumed).
+    pub epochs_done: usize,
+}
+
+/// A model, its optimiser and its data on one device.
+pub struct Trainer {
+    cfg: TrainConfig,
+    kind: ModelKind,
+    model: Box<dyn Network>,
+    opt: Sgd,
+    plan: LrPlan,
+    data: DataSplit,
+    train: Arc<crate::data::Dataset>,
+    norm: Normalizer,
+    dev: Device,
+    epoch: usize,
+    step: usize,
+    history: Vec<EpochRecord>,
+}
+
+impl Trainer {
+    /// A fresh model, or the state of `resume` (model, buffers, momentum, epoch and step).
+    pub fn new(
+        cfg: TrainConfig,
+        data: DataSplit,
+        dev: &Device,
+        resume: Option<&Checkpoint>,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        let kind: ModelKind = cfg.model.parse()?;
+        let ds = &data.train;
+        if ds.is_empty() {
+            return Err(TrainError::Config("the training set is empty".into()));
+        }
+        let model = octet_models::build(kind, ds.channels, ds.classes, cfg.seed, dev)?;
+        let opt = Sgd::new(model.params(), cfg.momentum, cfg.weight_decay)?;
+        let steps_per_epoch = ds.len().div_ceil(cfg.batch_size);
+        let plan = LrPlan::new(
+            cfg.lr,
+            cfg.schedule,
+            cfg.warmup_epochs,
+            steps_per_epoch,
+            cfg.epochs,
+        );
+        let (mut epoch, mut step, mut history) = (0, 0, Vec::new());
+        if let Some(ck) = resume {
+            ck.restore_model(model.params())?;
+            ck.restore_optimizer(&opt)?;
+            if let Some(m) = &ck.meta {
+                (epoch, step, history) = (m.epoch, m.step, m.history.clone());
+            }
+        }
+        Ok(Self {
+            norm: Normalizer::new(&data.norm, dev)?,
+            train: Arc::new(data.train.clone()),
+            cfg,
+            kind,
+            model,
+            opt,
+            plan,
+            data,
+            dev: dev.clone(),
+            epoch,
+            step,
+            history,
+        })
+    }
+
+    pub fn model(&self) -> &dyn Network {
+        self.model.as_ref()
+    }
+
+    pub fn epochs_done(&self) -> usize {
+        self.epoch
+    }
+
+    /// Runs the remaining epochs, calling `on_epoch` after each one.
+    pub fn run(
+        &mut self,
+        opts: &RunOptions,
+        on_epoch: &mut dyn FnMut(&EpochRecord),
+    ) -> Result<Summary> {
+        let mut records = Vec::new();
+        let mut ckpt = None;
+        let mut ran = 0;
+        while self.epoch < self.cfg.epochs && opts.stop_after.is_none_or(|n| ran < n) {
+            let rec = self.train_epoch(opts)?;
+            self.epoch += 1;
+            ran += 1;
+            self.history.push(rec.clone());
+            if let Some(dir) = &opts.out {
+                let path = dir.join("last.safetensors");
+                checkpoint::save(
+                    &path,
+                    self.model.params(),
+                    Some(&self.opt),
+                    &self.meta(&opts.commit),
+                )?;
+                write_csv(&dir.join("metrics.csv"), &self.history)?;
+                ckpt = Some(path);
+            }
+            on_epoch(&rec);
+            records.push(rec);
+        }
+        Ok(Summary {
+            records,
+            checkpoint: ckpt,
+            epochs_done: self.epoch,
+        })
+    }
+
+    fn meta(&self, commit: &str) -> CheckpointMeta {
+        CheckpointMeta {
+            format: checkpoint::FORMAT.into(),
+            model: self.kind.to_string(),
+            in_channels: self.train.channels,
+            classes: self.train.classes,
+            dataset: self.data.name.clone(),
+            normalization: self.data.norm.clone(),
+            epoch: self.epoch,
+            step: self.step,
+            config: self.cfg.clone(),
+            commit: commit.into(),
+            history: self.history.clone(),
+        }
+    }
+
+    fn train_epoch(&mut self, opts: &RunOptions) -> Result<EpochRecord> {
+        let cfg = &self.cfg;
+        let ds = &self.train;
+        let sampler = Sampler::new(ds.len(), true, cfg.seed);
+        let augment = cfg.augment.then(Augment::standard);
+        let mut loader = Loader::new(
+            ds.clone(),
+            cfg.batch_size,
+            &sampler,
+            self.epoch as u64,
+            augment,
+            cfg.seed,
+            opts.prefetch,
+        );
+        let bar = progress_bar(
+            opts.progress,
+            loader.num_batches() as u64,
+            self.epoch + 1,
+            cfg.epochs,
+        );
+        let mut times = EpochTimes::default();
+        let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
+        let mut lr = self.plan.lr(self.step);
+        let start = Instant::now();
+        loop {
+            let t = Instant::now();
+            let Some(batch) = loader.next() else { break };
+            times.data_s += t.elapsed().as_secs_f64();
+
+            let t = Instant::now();
+            let n = batch.len;
+            let shape = (n, ds.channels, ds.height, ds.width);
+            let upload = || -> candle_core::Result<(Tensor, Tensor)> {
+                let x = Tensor::from_vec(batch.images, shape, &self.dev)?;
+                let y = Tensor::from_vec(batch.labels, n, &self.dev)?.to_dtype(DType::U32)?;
+                Ok((x, y))
+            };
+            let (x, y) = upload().map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
+            sync(&self.dev)?;
+            times.h2d_s += t.elapsed().as_secs_f64();
+
+            let t = Instant::now();
+            lr = self.plan.lr(self.step);
+            let (loss, ok) = step(self.model.as_ref(), &mut self.opt, &self.norm, &x, &y, lr)
+                .map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
+            times.compute_s += t.elapsed().as_secs_f64();
+            if !loss.is_finite() {
+                bar.abandon();
+                return Err(TrainError::NonFiniteLoss {
+                    epoch: self.epoch + 1,
+                    step: self.step,
+                    value: loss,
+                });
+            }
+            self.step += 1;
+            loss_sum += loss as f64 * n as f64;
+            correct += ok;
+            seen += n;
+            bar.inc(1);
+            bar.set_message(format!(
+                "loss {:.4} acc {:.2}%",
+                loss_sum / seen as f64,
+                100.0 * correct as f64 / seen as f64
+            ));
+        }
+        times.train_s = start.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+
+        let last = self.epoch + 1 == cfg.epochs;
+        let test = if (cfg.eval_every_epoch || last) && !self.data.test.is_empty() {
+            let t = Instant::now();
+            let r = evaluate(
+                self.model.as_ref(),
+                &self.data.test,
+                &self.norm,
+                cfg.eval_batch_size,
+                &self.dev,
+            )?;
+            times.eval_s = t.elapsed().as_secs_f64();
+            Some(r)
+        } else {
+            None
+        };
+        Ok(EpochRecord {
+            epoch: self.epoch + 1,
+            step: self.step,
+            lr,
+            train_loss: loss_sum / seen.max(1) as f64,
+            train_accuracy: correct as f64 / seen.max(1) as f64,
+            test_loss: test.map(|r| r.loss),
+            test_accuracy: test.map(|r| r.accuracy),
+            images: seen,
+            images_per_s: seen as f64 / times.train_s.max(1e-9),
+            times,
+        })
+    }
+}
+
+/// One optimiser step; returns the batch's mean loss and correct count (reading them back
+/// also synchronises the device, so the caller's clock measures the work).
+fn step(
+    model: &dyn Network,
+    opt: &mut Sgd,
+    norm: &Normalizer,
+    x: &Tensor,
+    y: &Tensor,
+    lr: f64,
+) -> candle_core::Result<(f32, usize)> {
+    let logits = model.forward(&norm.apply(x)?, true)?;
+    let loss = candle_nn::loss::cross_entropy(&logits, y)?;
+    let grads = loss.backward()?;
+    opt.step(&grads, lr)?;
+    let ok = logits
+        .argmax(1)?
+        .eq(y)?
+        .to_dtype(DType::U32)?
+        .sum_all()?
+        .to_scalar::<u32>()?;
+    Ok((loss.to_scalar::<f32>()?, ok as usize))
+}
+
+fn progress_bar(enabled: bool, len: u64, epoch: usize, epochs: usize) -> ProgressBar {
+    if !enabled || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "epoch {prefix} [{bar:30}] {pos}/{len} {per_sec} eta {eta} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("{epoch}/{epochs}"));
+    bar
+}
