@@ -62,3 +62,17 @@ impl TrainError {
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_allocation_failure_becomes_advice() {
+        let e = candle_core::Error::Msg("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into());
+        let t = TrainError::from_step(e, 4096).to_string();
+        assert!(t.contains("batch size 4096 does not fit") && t.contains("--batch-size 2048"), "{t}");
+        let other = TrainError::from_step(candle_core::Error::Msg("shape mismatch".into()), 8);
+        assert!(matches!(other, TrainError::Candle(_)));
+    }
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU training benchmark and acceptance runs, in one command on the GPU machine.
+#
+#   bash bench/gpu_train.sh bench [IMAGES]   # octet bench train + PyTorch peer, same machine, same command
+#   bash bench/gpu_train.sh lenet            # LeNet on full Fashion-MNIST, 15 epochs
+#   bash bench/gpu_train.sh resnet [EPOCHS]  # ResNet-18 on full Fashion-MNIST, 10 epochs (resumes runs/gpu-resnet18)
+#   bash bench/gpu_train.sh oom              # a batch too large for the GPU: expect a clear error
+#
+# Expects, in the ignored folder .carry/: octet.tar.gz (the release binary built with
+# --features cuda), peer_torch.py (from shared/peers), fashion-mnist/*.gz. Writes to $OUT
+# (or bench/out). Merge bench results here afterwards with bench/merge_train.py.
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+C=.carry
+BIN=/tmp/octet-bin/octet
+if [ ! -x "$BIN" ]; then
+  mkdir -p /tmp/octet-bin && tar xzf "$C/octet.tar.gz" -C /tmp/octet-bin || exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+stage=${1:-bench}
+case "$stage" in
+  bench)
+    images=${2:-50000}
+    quick=""; [ "$images" = 10000 ] && quick="--quick"
+    "$BIN" bench train --models lenet,resnet18 --batch-sizes 32,128,512,2048 --images "$images" \
+      --device cuda --out "$OUT/octet_train.json" 2>&1 | tee "$OUT/octet_train.txt"
+    PYTHONUNBUFFERED=1 python3 "$C/peer_torch.py" $quick --out "$OUT" 2>&1 | tee "$OUT/peer.txt"
+    ;;
+  lenet)
+    "$BIN" train --model lenet --data "fashion-mnist:$C/fashion-mnist" --device cuda --epochs 15 \
+      --no-augment --out "$OUT/lenet" --json 2>&1 | tee "$OUT/lenet.jsonl"
+    rm -f "$OUT/lenet/last.safetensors"
+    ;;
+  resnet)
+    run=runs/gpu-resnet18
+    args=(--stop-after "${2:-10}" --device cuda --json)
+    if [ -f "$run/last.safetensors" ]; then
+      "$BIN" train --resume "$run/last.safetensors" "${args[@]}" 2>&1 | tee -a "$OUT/resnet.jsonl"
+    else
+      "$BIN" train --model resnet18 --data "fashion-mnist:$C/fashion-mnist" --epochs 10 --out "$run" \
+        "${args[@]}" 2>&1 | tee "$OUT/resnet.jsonl"
+    fi
+    cp "$run/metrics.csv" "$OUT/resnet_metrics.csv"
+    ;;
+  oom)
+    "$BIN" train --model resnet18 --data synthetic:70000:0 --batch-size 65536 --epochs 1 --device cuda \
+      --out /tmp/oom 2>&1 | tee "$OUT/oom.txt"
+    grep -q "does not fit in GPU memory" "$OUT/oom.txt" && echo "OOM: clear error, as expected"
+    ;;
+  *) echo "unknown stage $stage" >&2; exit 2 ;;
+esac
