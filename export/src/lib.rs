@@ -1,1 +1,379 @@
-//! Float checkpoint → int8 `.o8` model. Filled by the int8 issue; the workspace keeps its place.
+//! Float checkpoint → int8 `.o8` model.
+//!
+//! [`export`] lowers LeNet or ResNet-18 to a folded float graph (batch norm and the input
+//! normalisation folded into the convs, ReLU fused), calibrates every activation on sample
+//! images, quantizes per the int8 contract of DESIGN.md, plans the arena and writes the bytes of
+//! runtime/FORMAT.md. [`ablation`] measures what each quantization step costs on a labelled
+//! test set, the last row through the runtime itself; [`write_histograms`] plots each layer.
+
+mod calibrate;
+mod error;
+mod fold;
+mod graph;
+mod int8;
+mod lower;
+mod plan;
+mod plot;
+mod qmodel;
+mod quantize;
+mod reference;
+mod report;
+mod write;
+
+pub use calibrate::{choose_range, Calibration, Histogram, Stats, BINS};
+pub use error::{ExportError, Result};
+pub use fold::{fold_batch_norm, fold_input_normalization, BatchNorm, BN_EPS};
+pub use graph::{FloatOp, Graph, OpKind, Shape3, TensorInfo};
+pub use int8::run_int8;
+pub use lower::{lower, Input};
+pub use plan::{op_scratch_bytes, plan, plan_model, ArenaPlan, Buffer, ALIGN};
+pub use plot::write_histograms;
+pub use qmodel::{quantize_model, QModel, QOp, QTensor, MAX_ACCUMULATION};
+pub use quantize::{
+    add_multipliers, multiplier_value, quantize_multiplier, quantize_weight, quantize_weights,
+    requantize, QParams, QuantizedWeights, WeightScheme,
+};
+pub use reference::{argmax_rows, fake_quantize, Executor, FakeQuant};
+pub use report::{Ablation, AblationRow, LayerRow, Report};
+pub use write::{write, HEADER_LEN, MAGIC, OP_RECORD, TENSOR_RECORD, VERSION};
+
+use candle_core::Tensor;
+use serde::Serialize;
+
+/// How to quantize.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportOptions {
+    pub calibration: Calibration,
+    pub weights: WeightScheme,
+    /// Zero point 0 for every activation instead of a fitted one.
+    pub symmetric_activations: bool,
+    /// Calibrate on at most this many of the given images.
+    pub calibration_images: usize,
+    /// Per-layer SQNR is measured on at most this many of the calibration images.
+    pub sqnr_images: usize,
+    /// Images per batch in the float executor.
+    pub batch: usize,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        Self {
+            calibration: Calibration::default(),
+            weights: WeightScheme::PerChannel,
+            symmetric_activations: false,
+            calibration_images: 1024,
+            sqnr_images: 256,
+            batch: 64,
+        }
+    }
+}
+
+/// One activation's calibration: what was seen and the range chosen.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorCalibration {
+    pub stats: Stats,
+    pub histogram: Histogram,
+    /// The clip range the method chose (before widening to contain 0).
+    pub clip: (f32, f32),
+}
+
+/// The result of [`export`].
+#[derive(Debug, Clone)]
+pub struct Exported {
+    /// The `.o8` file.
+    pub bytes: Vec<u8>,
+    pub report: Report,
+    pub graph: Graph,
+    pub model: QModel,
+    pub plan: ArenaPlan,
+    /// Per tensor; `None` for the input (fixed parameters).
+    pub calibration: Vec<Option<TensorCalibration>>,
+    pub classes: usize,
+}
+
+fn check_images(graph: &Graph, pixels: &[u8], what: &str) -> Result<usize> {
+    let len = graph.tensors[graph.input].shape.len();
+    if pixels.is_empty() || pixels.len() / len * len != pixels.len() {
+        return Err(ExportError::BadInput(format!(
+            "{what}: {} bytes is not a whole, non-zero number of {} images",
+            pixels.len(),
+            graph.tensors[graph.input].shape
+        )));
+    }
+    Ok(pixels.len() / len)
+}
+
+fn values(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// Exports the float model `input` to int8, calibrating on `calib_images_u8_nchw` (u8 pixels,
+/// planar, `n × C × H × W`).
+pub fn export(
+    input: &Input,
+    calib_images_u8_nchw: &[u8],
+    opts: &ExportOptions,
+) -> Result<Exported> {
+    let graph = lower(input)?;
+    let avail = check_images(&graph, calib_images_u8_nchw, "calibration images")?;
+    let n = avail.min(opts.calibration_images.max(1));
+    let len = graph.tensors[graph.input].shape.len();
+    let pixels = &calib_images_u8_nchw[..n * len];
+    let batch = opts.batch.max(1);
+    let nt = graph.tensors.len();
+
+    // Pass 1: ranges; pass 2: histograms over them.
+    let float = Executor::new(&graph, &FakeQuant::default())?;
+    let mut stats = vec![Stats::default(); nt];
+    float.run_all(pixels, batch, &mut |t, x| {
+        stats[t].add(&values(x)?);
+        Ok(())
+    })?;
+    let mut hists: Vec<Histogram> = stats
+        .iter()
+        .map(|s| Histogram::for_range(s.range().0, s.range().1))
+        .collect();
+    float.run_all(pixels, batch, &mut |t, x| {
+        hists[t].add(&values(x)?);
+        Ok(())
+    })?;
+    let mut acts = vec![QParams::input(); nt];
+    let mut calibration = Vec::with_capacity(nt);
+    for t in 0..nt {
+        if t == graph.input {
+            calibration.push(None);
+            continue;
+        }
+        let clip = choose_range(
+            opts.calibration,
+            &stats[t],
+            &hists[t],
+            opts.symmetric_activations,
+        );
+        acts[t] = QParams::from_range(clip.0, clip.1, opts.symmetric_activations);
+        calibration.push(Some(TensorCalibration {
+            stats: stats[t],
+            histogram: hists[t].clone(),
+            clip,
+        }));
+    }
+    let model = quantize_model(&graph, &acts, opts.weights)?;
+    let plan = plan_model(&model);
+    let bytes = write(&model, &plan)?;
+
+    // Per-layer SQNR: the fully simulated int8 graph against the float one.
+    let n_sqnr = n.min(opts.sqnr_images.max(1));
+    let sim = Executor::new(
+        &graph,
+        &FakeQuant {
+            weights: Some(model.dequantized_weights(&graph)),
+            biases: Some(model.dequantized_biases()),
+            activations: Some(model.qparams()),
+        },
+    )?;
+    let mut signal = vec![0f64; nt];
+    let mut noise = vec![0f64; nt];
+    let small = batch.min(16);
+    for chunk in pixels[..n_sqnr * len].chunks(small * len) {
+        let m = chunk.len() / len;
+        let mut reference: Vec<Option<Vec<f32>>> = vec![None; nt];
+        float.run_batch(chunk, m, &mut |t, x| {
+            reference[t] = Some(values(x)?);
+            Ok(())
+        })?;
+        sim.run_batch(chunk, m, &mut |t, x| {
+            if let Some(f) = &reference[t] {
+                for (a, b) in f.iter().zip(values(x)?) {
+                    signal[t] += (*a as f64).powi(2);
+                    noise[t] += (*a as f64 - b as f64).powi(2);
+                }
+            }
+            Ok(())
+        })?;
+    }
+    let sqnr = |t: usize| {
+        if noise[t] == 0.0 {
+            f64::INFINITY
+        } else {
+            10.0 * (signal[t] / noise[t]).log10()
+        }
+    };
+
+    let layers = model
+        .ops
+        .iter()
+        .map(|op| {
+            let t = &model.tensors[op.output];
+            let st = &stats[op.output];
+            let minmax = |v: &[f32]| {
+                v.iter().fold(None, |acc: Option<(f32, f32)>, &x| {
+                    Some(acc.map_or((x, x), |(a, b)| (a.min(x), b.max(x))))
+                })
+            };
+            let eff = op
+                .effective
+                .iter()
+                .fold(None, |acc: Option<(f64, f64)>, &x| {
+                    Some(acc.map_or((x, x), |(a, b)| (a.min(x), b.max(x))))
+                });
+            let shift = op.shifts.iter().fold(None, |acc: Option<(i32, i32)>, &x| {
+                Some(acc.map_or((x, x), |(a, b)| (a.min(x), b.max(x))))
+            });
+            LayerRow {
+                name: op.name.clone(),
+                kind: op.kind.name().into(),
+                inputs: op.inputs.iter().map(|&i| model.tensors[i].shape).collect(),
+                output: t.shape,
+                weight_scale: op.weights.as_ref().and_then(|w| minmax(&w.scales)),
+                observed: st.range(),
+                clip: t.qparams.range(),
+                scale: t.qparams.scale,
+                zero_point: t.qparams.zero_point,
+                multiplier: eff,
+                shift,
+                sqnr_db: sqnr(op.output),
+            }
+        })
+        .collect();
+    let report = Report {
+        model: input.kind.name().into(),
+        calibration: opts.calibration,
+        weights: opts.weights,
+        symmetric_activations: opts.symmetric_activations,
+        calibration_images: n,
+        sqnr_images: n_sqnr,
+        file_bytes: bytes.len(),
+        arena_bytes: plan.arena_bytes,
+        activation_bytes: model.tensors.iter().map(|t| t.shape.len()).sum(),
+        weight_bytes: model
+            .ops
+            .iter()
+            .filter_map(|o| o.weights.as_ref())
+            .map(|w| w.q.len())
+            .sum(),
+        layers,
+    };
+    Ok(Exported {
+        bytes,
+        report,
+        graph,
+        model,
+        plan,
+        calibration,
+        classes: input.classes,
+    })
+}
+
+fn score(name: &str, engine: &str, pred: &[usize], labels: &[u8], float: &[usize]) -> AblationRow {
+    let correct = pred
+        .iter()
+        .zip(labels)
+        .filter(|(p, l)| **p == **l as usize)
+        .count();
+    let agree = pred.iter().zip(float).filter(|(a, b)| a == b).count();
+    let total = pred.len();
+    AblationRow {
+        name: name.into(),
+        engine: engine.into(),
+        correct,
+        total,
+        accuracy: correct as f64 / total.max(1) as f64,
+        agreement_with_float: agree as f64 / total.max(1) as f64,
+    }
+}
+
+/// Accuracy on a labelled test set of: the float model; int8 weights only; int8 weights and
+/// activations (both simulated by the float executor); and the int8 model with int32 biases as
+/// the runtime runs it from `exported.bytes`; then each of `others` (name, `.o8` bytes), also
+/// run by the runtime — another weight scheme or calibration beside the chosen one.
+pub fn ablation(
+    exported: &Exported,
+    others: &[(&str, &[u8])],
+    test_images_u8_nchw: &[u8],
+    labels: &[u8],
+    batch: usize,
+) -> Result<Ablation> {
+    let g = &exported.graph;
+    let n = check_images(g, test_images_u8_nchw, "test images")?;
+    if labels.len() != n {
+        return Err(ExportError::BadInput(format!(
+            "{} labels for {n} images",
+            labels.len()
+        )));
+    }
+    let classes = exported.classes;
+    let run = |fq: FakeQuant| -> Result<Vec<usize>> {
+        let logits =
+            Executor::new(g, &fq)?.run_all(test_images_u8_nchw, batch, &mut |_, _| Ok(()))?;
+        Ok(argmax_rows(&logits, classes))
+    };
+    let weights = Some(exported.model.dequantized_weights(g));
+    let float = run(FakeQuant::default())?;
+    let w_only = run(FakeQuant {
+        weights: weights.clone(),
+        ..Default::default()
+    })?;
+    let w_act = run(FakeQuant {
+        weights,
+        biases: None,
+        activations: Some(exported.model.qparams()),
+    })?;
+    let int8 = argmax_rows(
+        &runtime_logits(&exported.bytes, test_images_u8_nchw, batch)?,
+        classes,
+    );
+    let mut extra = Vec::new();
+    for (name, bytes) in others {
+        let pred = argmax_rows(&runtime_logits(bytes, test_images_u8_nchw, batch)?, classes);
+        extra.push(score(name, "runtime", &pred, labels, &float));
+    }
+    Ok(Ablation {
+        rows: [
+            score("float", "reference", &float, labels, &float),
+            score("int8 weights", "reference", &w_only, labels, &float),
+            score(
+                "int8 weights + activations",
+                "reference",
+                &w_act,
+                labels,
+                &float,
+            ),
+            score(
+                "int8 weights + activations + bias",
+                "runtime",
+                &int8,
+                labels,
+                &float,
+            ),
+        ]
+        .into_iter()
+        .chain(extra)
+        .collect(),
+    })
+}
+
+/// The int8 logits of the `.o8` bytes as `octet_runtime` computes them (`n × classes`), on
+/// every core: each thread runs whole images with its own arena, so the bytes are those of the
+/// single-threaded reference.
+pub fn runtime_logits(bytes: &[u8], pixels: &[u8], batch: usize) -> Result<Vec<i8>> {
+    let model = octet_runtime::Model::parse(bytes)
+        .map_err(|e| ExportError::Runtime(format!("parse: {e:?}")))?;
+    let len = model.input_len();
+    if pixels.is_empty() || pixels.len() / len * len != pixels.len() {
+        return Err(ExportError::BadInput(format!(
+            "{} pixel bytes for images of {len}",
+            pixels.len()
+        )));
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let batch = batch.max(threads);
+    let mut arena =
+        vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&model, batch, threads)];
+    let mut out = Vec::with_capacity(pixels.len() / len * model.output_len());
+    for chunk in pixels.chunks(batch * len) {
+        let logits = octet_runtime::parallel::run_parallel(&model, chunk, &mut arena, threads)
+            .map_err(|e| ExportError::Runtime(format!("run: {e}")))?;
+        out.extend_from_slice(logits);
+    }
+    Ok(out)
+}

@@ -1,2 +1,51 @@
-//! Integer-only inference with no heap allocation. Filled by the int8 issue.
-#![no_std]
+//! Integer-only inference of `.o8` models with no heap allocation.
+//!
+//! ```ignore
+//! let model = octet_runtime::Model::parse(&bytes)?;      // validates, borrows bytes
+//! let mut arena = [0u8; N];                               // N ≥ model.arena_bytes()
+//! let logits: &[i8] = model.run(&pixels, &mut arena)?;    // no allocation, integer-only
+//! ```
+//!
+//! The file layout is specified in `runtime/FORMAT.md`. Every kernel has a scalar reference
+//! (`kernels::scalar`); the AVX2 kernels (`kernels::avx2`) and the AVX-512 VNNI conv kernel
+//! (`kernels::vnni`, 256-bit vectors) produce the same bytes. `Model::run` picks the fastest
+//! the CPU supports (detected at run time, with or without `std`); `Model::run_with` forces one.
+//!
+//! The crate is `no_std` and never uses `alloc`. The `std` feature adds run-time CPU feature
+//! detection, `std::error::Error` for [`RuntimeError`] and the multi-threaded
+//! [`parallel`] module.
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod format;
+pub mod kernels;
+pub mod model;
+#[cfg(feature = "std")]
+pub mod parallel;
+pub mod requant;
+
+pub use error::RuntimeError;
+pub use kernels::{scratch_bytes, Kernels};
+pub use model::{Model, OpInfo, OpKind, TensorInfo};
+pub use requant::{quantize_multiplier, requantize};
+
+/// `Result` with [`RuntimeError`].
+pub type Result<T> = core::result::Result<T, RuntimeError>;
+
+/// Rounds `n` up to a multiple of 16.
+pub const fn align16(n: usize) -> usize {
+    (n + 15) & !15
+}
+
+/// Views bytes as `i8` (same size and alignment, every bit pattern valid).
+pub(crate) fn as_i8(b: &[u8]) -> &[i8] {
+    // SAFETY: u8 and i8 have the same size, alignment and validity.
+    unsafe { core::slice::from_raw_parts(b.as_ptr().cast::<i8>(), b.len()) }
+}
+
+/// Views bytes as `i8`, mutably.
+pub(crate) fn as_i8_mut(b: &mut [u8]) -> &mut [i8] {
+    // SAFETY: u8 and i8 have the same size, alignment and validity.
+    unsafe { core::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<i8>(), b.len()) }
+}

@@ -102,7 +102,10 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     row.compute_s = Some(e2.times.compute_s);
                     false
                 }
-                Err(TrainError::OutOfMemory { detail, .. }) => {
+                Err(
+                    TrainError::OutOfMemory { detail, .. }
+                    | TrainError::BatchTooLarge { detail, .. },
+                ) => {
                     row.oom = true;
                     row.error = Some(detail);
                     true

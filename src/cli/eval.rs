@@ -1,12 +1,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use octet_models::ModelKind;
-use octet_trainer::checkpoint;
-use octet_trainer::data::{self, DataSource, Normalization};
 use octet_trainer::device::parse_device;
 use octet_trainer::eval::evaluate;
 use octet_trainer::Normalizer;
+
+use super::common::open_trained;
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -30,44 +29,20 @@ pub struct EvalArgs {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<()> {
-    let ck = checkpoint::load(&a.checkpoint)?;
-    let hint = a
-        .model
-        .as_deref()
-        .map(str::parse::<ModelKind>)
-        .transpose()?;
-    let kind = ck.model_kind(hint)?;
-    let (in_channels, classes) = ck.io_shape(kind)?;
-    let data_str = match (&a.data, &ck.meta) {
-        (Some(d), _) => d.clone(),
-        (None, Some(m)) => m.config.data.clone(),
-        (None, None) => "auto".into(),
-    };
-    let split = data::load(&data_str.parse::<DataSource>()?)?;
+    let t = open_trained(&a.checkpoint, a.model.as_deref(), a.data.as_deref())?;
+    let (kind, split) = (t.kind, &t.split);
     let ds = if a.train_split {
         &split.train
     } else {
         &split.test
     };
-    anyhow::ensure!(
-        ds.channels == in_channels,
-        "the checkpoint's model takes {in_channels}-channel images, {} has {}",
-        split.name,
-        ds.channels
-    );
-    // The normalisation the model was trained with travels in the checkpoint.
-    let norm: Normalization = ck
-        .meta
-        .as_ref()
-        .map(|m| m.normalization.clone())
-        .unwrap_or(split.norm.clone());
     let dev = parse_device(&a.device)?;
-    let model = octet_models::build(kind, in_channels, classes, 0, &dev)?;
-    ck.restore_model(model.params())?;
+    let model = octet_models::build(kind, t.in_channels, t.classes, 0, &dev)?;
+    t.ck.restore_model(model.params())?;
     let r = evaluate(
         model.as_ref(),
         ds,
-        &Normalizer::new(&norm, &dev)?,
+        &Normalizer::new(&t.norm, &dev)?,
         a.batch_size,
         &dev,
     )?;

@@ -4,13 +4,18 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// A checkpoint (.safetensors).
+    /// A checkpoint (.safetensors) or an int8 model (.o8).
     file: PathBuf,
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(a: InspectArgs) -> anyhow::Result<()> {
+    let bytes = super::common::read(&a.file)?;
+    if bytes.starts_with(&octet_runtime::format::MAGIC) {
+        return inspect_o8(&a, &bytes);
+    }
+    drop(bytes);
     let ck = octet_trainer::checkpoint::load(&a.file)?;
     let size = std::fs::metadata(&a.file)?.len();
     let mut names: Vec<&String> = ck.tensors.keys().collect();
@@ -73,6 +78,85 @@ pub fn run(a: InspectArgs) -> anyhow::Result<()> {
     for n in names {
         let t = &ck.tensors[n];
         println!("{n:<44} {:<5} {:?}", format!("{:?}", t.dtype()), t.dims());
+    }
+    Ok(())
+}
+
+/// Layers, shapes, scales, zero points, multipliers, arena and file size of an `.o8` model.
+fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
+    let m = octet_runtime::Model::parse(bytes)
+        .map_err(|e| anyhow::anyhow!("{}: invalid .o8 model: {e}", a.file.display()))?;
+    let tensor = |id: u16| {
+        m.tensor(id)
+            .ok_or_else(|| anyhow::anyhow!("tensor {id} out of range"))
+    };
+    let range = |v: &mut dyn Iterator<Item = i32>| {
+        v.fold(None, |acc: Option<(i32, i32)>, x| {
+            Some(acc.map_or((x, x), |(lo, hi)| (lo.min(x), hi.max(x))))
+        })
+    };
+    let mut ops = Vec::new();
+    for op in m.ops() {
+        let out = tensor(op.output)?;
+        let inp = tensor(op.input0)?;
+        let mults = range(&mut op.multipliers.iter());
+        let shifts = range(&mut op.shifts.iter());
+        ops.push(serde_json::json!({
+            "index": op.index, "kind": format!("{:?}", op.kind),
+            "input": [inp.c, inp.h, inp.w], "input1": op.input1, "output": [out.c, out.h, out.w],
+            "kernel": [op.kernel_h, op.kernel_w], "stride": op.stride, "pad": op.pad,
+            "in_scale": inp.scale, "in_zero_point": inp.zero_point,
+            "out_scale": out.scale, "out_zero_point": out.zero_point,
+            "clamp": [op.act_min, op.act_max], "weights": op.weights.len(),
+            "multiplier_range": mults, "shift_range": shifts,
+            "arena_offset": out.offset, "scratch_bytes": op.scratch_bytes,
+        }));
+    }
+    let (c, h, w) = m.input_shape();
+    if a.json {
+        let v = serde_json::json!({"file": a.file, "bytes": bytes.len(), "arena_bytes": m.arena_bytes(),
+            "input": [c, h, w], "outputs": m.output_len(), "output_scale": m.output_scale(),
+            "output_zero_point": m.output_zero_point(), "ops": ops});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{}: int8 model, {} bytes, arena {} bytes for one image; input {c}×{h}×{w} u8 pixels, {} outputs (scale {:.6}, zero point {})",
+        a.file.display(), bytes.len(), m.arena_bytes(), m.output_len(), m.output_scale(), m.output_zero_point()
+    );
+    println!(
+        "{:>3} {:<15} {:>13} {:>13} {:>6} {:>22} {:>22} {:>9} {:>25}",
+        "#",
+        "op",
+        "input",
+        "output",
+        "k/s/p",
+        "in scale / zp",
+        "out scale / zp",
+        "weights",
+        "M0 range / shift range"
+    );
+    for (op, j) in m.ops().zip(&ops) {
+        let (i, o) = (tensor(op.input0)?, tensor(op.output)?);
+        let ms = match (
+            j["multiplier_range"].as_array(),
+            j["shift_range"].as_array(),
+        ) {
+            (Some(mr), Some(sr)) => format!("{}..{} / {}..{}", mr[0], mr[1], sr[0], sr[1]),
+            _ => "-".into(),
+        };
+        println!(
+            "{:>3} {:<15} {:>13} {:>13} {:>6} {:>22} {:>22} {:>9} {:>25}",
+            op.index,
+            format!("{:?}", op.kind),
+            format!("{}×{}×{}", i.c, i.h, i.w),
+            format!("{}×{}×{}", o.c, o.h, o.w),
+            format!("{}/{}/{}", op.kernel_h, op.stride, op.pad),
+            format!("{:.5} / {}", i.scale, i.zero_point),
+            format!("{:.5} / {}", o.scale, o.zero_point),
+            op.weights.len(),
+            ms
+        );
     }
     Ok(())
 }

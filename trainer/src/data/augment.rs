@@ -94,7 +94,7 @@ fn in_bounds(pad: usize, offset: usize, n: usize) -> (usize, usize) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use rand::SeedableRng;
+    use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
     fn ramp(n: usize) -> Vec<u8> {

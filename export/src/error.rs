@@ -1,0 +1,42 @@
+use candle_core::Shape;
+
+/// Everything that can go wrong while exporting. Each variant names what is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("tensor '{name}' is missing from the checkpoint")]
+    MissingTensor { name: String },
+    #[error("tensor '{name}' has shape {found:?}, expected {expected:?}")]
+    ShapeMismatch {
+        name: String,
+        expected: Shape,
+        found: Shape,
+    },
+    #[error("tensor '{name}': {source}")]
+    Tensor {
+        name: String,
+        source: candle_core::Error,
+    },
+    #[error("bad input: {0}")]
+    BadInput(String),
+    #[error(
+        "layer '{layer}' sums {k} products per output; the int32 accumulator is only safe up to 65536"
+    )]
+    AccumulatorOverflow { layer: String, k: usize },
+    #[error("layer '{layer}': multiplier {value:e} cannot be encoded as M0·2^(shift−31)")]
+    Multiplier { layer: String, value: f64 },
+    #[error("{what} does not fit the .o8 format: {value} > {max}")]
+    TooLarge { what: String, value: u64, max: u64 },
+    #[error("runtime: {0}")]
+    Runtime(String),
+    #[error("plot: {0}")]
+    Plot(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T> = std::result::Result<T, ExportError>;

@@ -1,0 +1,176 @@
+//! A plain scalar interpreter of the int8 model in the exporter's own terms (QModel + arena
+//! plan), following FORMAT.md op by op. It is the exporter's check of its own arithmetic and
+//! plan, and the oracle the runtime's kernels can be compared with byte for byte.
+
+use crate::graph::OpKind;
+use crate::plan::ArenaPlan;
+use crate::qmodel::QModel;
+use crate::quantize::requantize;
+use crate::write::conv_weights_ohwi;
+use crate::{ExportError, Result};
+
+/// Runs `n` images of u8 pixels (NCHW) through the arena; returns the int8 logits, n × classes.
+pub fn run_int8(model: &QModel, plan: &ArenaPlan, pixels: &[u8], n: usize) -> Result<Vec<i8>> {
+    let ins = model.tensors[model.input].shape;
+    if pixels.len() != n * ins.len() {
+        return Err(ExportError::BadInput(format!(
+            "{} pixel bytes for {n} images of {ins}",
+            pixels.len()
+        )));
+    }
+    let weights: Vec<Vec<i8>> = model
+        .ops
+        .iter()
+        .map(|op| match (&op.weights, op.kind) {
+            (Some(w), OpKind::Conv2d { kh, kw, .. }) => conv_weights_ohwi(
+                &w.q,
+                w.scales.len(),
+                model.tensors[op.inputs[0]].shape.c,
+                kh,
+                kw,
+            ),
+            (Some(w), _) => w.q.clone(),
+            (None, _) => Vec::new(),
+        })
+        .collect();
+    let mut arena = vec![0i8; plan.arena_bytes];
+    let slice =
+        |t: usize| plan.tensor_offsets[t]..plan.tensor_offsets[t] + model.tensors[t].shape.len();
+    let out_len = model.tensors[model.output].shape.len();
+    let mut logits = Vec::with_capacity(n * out_len);
+    for img in pixels.chunks(ins.len()) {
+        // Planar u8 → HWC i8, q = pixel − 128.
+        let dst = &mut arena[slice(model.input)];
+        let hw = ins.h * ins.w;
+        for c in 0..ins.c {
+            for p in 0..hw {
+                dst[p * ins.c + c] = (img[c * hw + p] as i16 - 128) as i8;
+            }
+        }
+        for (op, w) in model.ops.iter().zip(&weights) {
+            let x: Vec<i8> = arena[slice(op.inputs[0])].to_vec();
+            let x1: Option<Vec<i8>> = op.inputs.get(1).map(|&t| arena[slice(t)].to_vec());
+            let y = run_op(model, op, w, &x, x1.as_deref());
+            arena[slice(op.output)].copy_from_slice(&y);
+        }
+        logits.extend_from_slice(&arena[slice(model.output)]);
+    }
+    Ok(logits)
+}
+
+fn clamp(v: i64, lo: i32, hi: i32) -> i8 {
+    v.clamp(lo as i64, hi as i64) as i8
+}
+
+fn run_op(
+    model: &QModel,
+    op: &crate::qmodel::QOp,
+    w: &[i8],
+    x: &[i8],
+    x1: Option<&[i8]>,
+) -> Vec<i8> {
+    let si = model.tensors[op.inputs[0]].shape;
+    let so = model.tensors[op.output].shape;
+    let zi = model.tensors[op.inputs[0]].qparams.zero_point;
+    let zo = model.tensors[op.output].qparams.zero_point as i64;
+    let mut y = vec![0i8; so.len()];
+    match op.kind {
+        OpKind::Conv2d {
+            kh,
+            kw,
+            stride,
+            pad,
+        } => {
+            let cin = si.c;
+            let pad_row: Vec<i8> = if op.pad_values.is_empty() {
+                vec![zi as i8; cin]
+            } else {
+                op.pad_values.clone()
+            };
+            for oy in 0..so.h {
+                for ox in 0..so.w {
+                    for o in 0..so.c {
+                        let mut acc = op.bias[o];
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (oy * stride + ky) as isize - pad as isize;
+                                let ix = (ox * stride + kx) as isize - pad as isize;
+                                let row = if iy < 0
+                                    || ix < 0
+                                    || iy >= si.h as isize
+                                    || ix >= si.w as isize
+                                {
+                                    &pad_row[..]
+                                } else {
+                                    let p = (iy as usize * si.w + ix as usize) * cin;
+                                    &x[p..p + cin]
+                                };
+                                let wr = &w[((o * kh + ky) * kw + kx) * cin..][..cin];
+                                acc += row
+                                    .iter()
+                                    .zip(wr)
+                                    .map(|(&a, &b)| a as i32 * b as i32)
+                                    .sum::<i32>();
+                            }
+                        }
+                        let v = requantize(acc, op.multipliers[o], op.shifts[o]) + zo;
+                        y[(oy * so.w + ox) * so.c + o] = clamp(v, op.act_min, op.act_max);
+                    }
+                }
+            }
+        }
+        OpKind::FullyConnected => {
+            let k = x.len();
+            for o in 0..so.c {
+                let acc = op.bias[o]
+                    + x.iter()
+                        .zip(&w[o * k..(o + 1) * k])
+                        .map(|(&a, &b)| a as i32 * b as i32)
+                        .sum::<i32>();
+                let v = requantize(acc, op.multipliers[o], op.shifts[o]) + zo;
+                y[o] = clamp(v, op.act_min, op.act_max);
+            }
+        }
+        OpKind::MaxPool { k, stride } | OpKind::AvgPool { k, stride } => {
+            let max = matches!(op.kind, OpKind::MaxPool { .. });
+            for oy in 0..so.h {
+                for ox in 0..so.w {
+                    for c in 0..so.c {
+                        let (mut m, mut acc) = (i8::MIN, 0i32);
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let q =
+                                    x[((oy * stride + ky) * si.w + ox * stride + kx) * si.c + c];
+                                m = m.max(q);
+                                acc += q as i32 - zi;
+                            }
+                        }
+                        y[(oy * so.w + ox) * so.c + c] = if max {
+                            clamp(m as i64, op.act_min, op.act_max)
+                        } else {
+                            clamp(
+                                requantize(acc, op.multipliers[0], op.shifts[0]) + zo,
+                                op.act_min,
+                                op.act_max,
+                            )
+                        };
+                    }
+                }
+            }
+        }
+        OpKind::Add => {
+            let x1 = x1.unwrap_or(x);
+            let z1 = model.tensors[op.inputs[1]].qparams.zero_point as i64;
+            let (m0, m1, n) = (
+                op.multipliers[0] as i64,
+                op.multipliers[1] as i64,
+                op.shifts[0],
+            );
+            for i in 0..y.len() {
+                let t = (x[i] as i64 - zi as i64) * m0 + (x1[i] as i64 - z1) * m1;
+                y[i] = clamp(((t + (1i64 << (n - 1))) >> n) + zo, op.act_min, op.act_max);
+            }
+        }
+    }
+    y
+}

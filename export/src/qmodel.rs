@@ -1,0 +1,207 @@
+//! The int8 model: the folded graph with every tensor's quantization parameters and every op's
+//! integer constants, exactly what the writer serialises.
+
+use serde::Serialize;
+
+use crate::graph::{Graph, OpKind, Shape3};
+use crate::quantize::{
+    add_multipliers, quantize_multiplier, quantize_weights, QParams, QuantizedWeights, WeightScheme,
+};
+use crate::{ExportError, Result};
+
+/// Largest number of products per output the runtime accepts (FORMAT.md).
+pub const MAX_ACCUMULATION: usize = 65_536;
+
+/// An int8 activation tensor.
+#[derive(Debug, Clone, Serialize)]
+pub struct QTensor {
+    pub name: String,
+    pub shape: Shape3,
+    pub qparams: QParams,
+}
+
+/// One int8 op with its constants.
+#[derive(Debug, Clone)]
+pub struct QOp {
+    pub name: String,
+    pub kind: OpKind,
+    pub inputs: Vec<usize>,
+    pub output: usize,
+    /// Conv `[C_out][C_in][kh][kw]` (the graph's layout), fc `[N][K]`; empty without weights.
+    pub weights: Option<QuantizedWeights>,
+    /// int32, scale s_in·s_w[c], −z_in·Σw folded in.
+    pub bias: Vec<i32>,
+    /// The real bias the int32 bias stands for (before the zero-point fold), for simulation.
+    pub bias_real: Vec<f32>,
+    pub multipliers: Vec<i32>,
+    pub shifts: Vec<i32>,
+    /// The real multipliers the integers encode (report).
+    pub effective: Vec<f64>,
+    pub act_min: i32,
+    pub act_max: i32,
+    /// Per input channel (the first conv); empty: pad with the input zero point.
+    pub pad_values: Vec<i8>,
+}
+
+/// Tensors and ops of the int8 model, in execution order.
+#[derive(Debug, Clone)]
+pub struct QModel {
+    pub tensors: Vec<QTensor>,
+    pub ops: Vec<QOp>,
+    pub input: usize,
+    pub output: usize,
+}
+
+impl QModel {
+    /// Per op, the dequantized weights (fake-quantization of the float graph).
+    pub fn dequantized_weights(&self, graph: &Graph) -> Vec<Vec<f32>> {
+        self.ops
+            .iter()
+            .zip(&graph.ops)
+            .map(|(q, f)| {
+                q.weights
+                    .as_ref()
+                    .map_or_else(|| f.weight.clone(), |w| w.dequantize())
+            })
+            .collect()
+    }
+
+    /// Per op, the real value of the int32 bias.
+    pub fn dequantized_biases(&self) -> Vec<Vec<f32>> {
+        self.ops.iter().map(|q| q.bias_real.clone()).collect()
+    }
+
+    pub fn qparams(&self) -> Vec<QParams> {
+        self.tensors.iter().map(|t| t.qparams).collect()
+    }
+}
+
+/// Quantizes `graph` given each tensor's activation parameters (`acts[graph.input]` is
+/// replaced by the fixed input parameters, max-pool outputs inherit their input's).
+pub fn quantize_model(graph: &Graph, acts: &[QParams], scheme: WeightScheme) -> Result<QModel> {
+    if acts.len() != graph.tensors.len() {
+        return Err(ExportError::BadInput(format!(
+            "{} activation parameters for {} tensors",
+            acts.len(),
+            graph.tensors.len()
+        )));
+    }
+    let mut qp = acts.to_vec();
+    qp[graph.input] = QParams::input();
+    for op in &graph.ops {
+        if let OpKind::MaxPool { .. } = op.kind {
+            qp[op.output] = qp[op.inputs[0]];
+        }
+    }
+    let mut ops = Vec::with_capacity(graph.ops.len());
+    for op in &graph.ops {
+        let (sin, sout) = (qp[op.inputs[0]], qp[op.output]);
+        let relu_min = if op.relu {
+            sout.zero_point.max(-128)
+        } else {
+            -128
+        };
+        let mut q = QOp {
+            name: op.name.clone(),
+            kind: op.kind,
+            inputs: op.inputs.clone(),
+            output: op.output,
+            weights: None,
+            bias: Vec::new(),
+            bias_real: Vec::new(),
+            multipliers: Vec::new(),
+            shifts: Vec::new(),
+            effective: Vec::new(),
+            act_min: relu_min,
+            act_max: 127,
+            pad_values: Vec::new(),
+        };
+        let encode = |m: f64| {
+            quantize_multiplier(m).ok_or_else(|| ExportError::Multiplier {
+                layer: op.name.clone(),
+                value: m,
+            })
+        };
+        match op.kind {
+            OpKind::Conv2d { .. } | OpKind::FullyConnected => {
+                let k = op.k(graph);
+                if k > MAX_ACCUMULATION {
+                    return Err(ExportError::AccumulatorOverflow {
+                        layer: op.name.clone(),
+                        k,
+                    });
+                }
+                let cout = op.out_channels();
+                let (s_in, s_out) = (sin.scale as f64, sout.scale as f64);
+                // Floor each weight scale so m ≥ 2^−20: near-dead channels keep encodable
+                // multipliers and biases that fit in int32.
+                let floor = (s_out / s_in * 2f64.powi(-20)) as f32;
+                let w = quantize_weights(&op.weight, cout, scheme, &vec![floor; cout]);
+                let per = op.weight.len() / cout;
+                // |Σ w·q| ≤ K·127·128 at every partial sum; keep bias + that inside int32.
+                let bias_limit = (i32::MAX as i64 - 2 * (k as i64) * 127 * 128).max(0);
+                for o in 0..cout {
+                    let s_acc = s_in * w.scales[o] as f64;
+                    let b = (op.bias[o] as f64 / s_acc)
+                        .round()
+                        .clamp(-(bias_limit as f64), bias_limit as f64)
+                        as i64;
+                    let sum_w: i64 = w.q[o * per..(o + 1) * per].iter().map(|&x| x as i64).sum();
+                    q.bias.push((b - sin.zero_point as i64 * sum_w) as i32);
+                    q.bias_real.push((b as f64 * s_acc) as f32);
+                    let m = s_acc / s_out;
+                    let (m0, shift) = encode(m)?;
+                    q.multipliers.push(m0);
+                    q.shifts.push(shift);
+                    q.effective.push(m);
+                }
+                if let Some(pv) = &op.pad_values {
+                    q.pad_values = pv.iter().map(|&v| sin.quantize(v)).collect();
+                }
+                q.weights = Some(w);
+            }
+            OpKind::MaxPool { .. } => {
+                q.act_min = -128;
+            }
+            OpKind::AvgPool { k, .. } => {
+                let m = sin.scale as f64 / (sout.scale as f64 * (k * k) as f64);
+                let (m0, shift) = encode(m)?;
+                q.multipliers.push(m0);
+                q.shifts.push(shift);
+                q.effective.push(m);
+                q.act_min = -128;
+            }
+            OpKind::Add => {
+                let s1 = qp[op.inputs[1]].scale as f64;
+                let (m, n) =
+                    add_multipliers(sin.scale as f64, s1, sout.scale as f64).ok_or_else(|| {
+                        ExportError::Multiplier {
+                            layer: op.name.clone(),
+                            value: sin.scale.max(qp[op.inputs[1]].scale) as f64 / sout.scale as f64,
+                        }
+                    })?;
+                q.multipliers.extend(m);
+                q.shifts.push(n);
+                q.effective.push(sin.scale as f64 / sout.scale as f64);
+                q.effective.push(s1 / sout.scale as f64);
+            }
+        }
+        ops.push(q);
+    }
+    let tensors = graph
+        .tensors
+        .iter()
+        .zip(&qp)
+        .map(|(t, &qparams)| QTensor {
+            name: t.name.clone(),
+            shape: t.shape,
+            qparams,
+        })
+        .collect();
+    Ok(QModel {
+        tensors,
+        ops,
+        input: graph.input,
+        output: graph.output,
+    })
+}

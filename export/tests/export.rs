@@ -1,0 +1,464 @@
+//! End-to-end tests of the exporter on random-weight LeNet and ResNet-18 (nothing is trained).
+
+mod common;
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use octet_export::*;
+use octet_models::ModelKind;
+
+fn input<'a>(
+    kind: ModelKind,
+    tensors: &'a HashMap<String, Tensor>,
+    mean: &'a [f32],
+    std: &'a [f32],
+    classes: usize,
+) -> Input<'a> {
+    Input {
+        kind,
+        tensors,
+        mean,
+        std,
+        channels: mean.len(),
+        height: 32,
+        width: 32,
+        classes,
+    }
+}
+
+/// Normalised f32 images, as the trainer feeds the candle model.
+fn normalised(pixels: &[u8], n: usize, mean: &[f32], std: &[f32]) -> Tensor {
+    let c = mean.len();
+    let hw = 32 * 32;
+    let v: Vec<f32> = pixels
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            let ch = (i / hw) % c;
+            (p as f32 / 255.0 - mean[ch]) / std[ch]
+        })
+        .collect();
+    Tensor::from_vec(v, (n, c, 32, 32), &Device::Cpu).unwrap()
+}
+
+fn check_folded_matches_model(kind: ModelKind, mean: &[f32], std: &[f32], n: usize) {
+    let (net, tensors) = random_model(kind, mean.len(), 10, 7);
+    let inp = input(kind, &tensors, mean, std, 10);
+    let graph = lower(&inp).unwrap();
+    let pixels = random_pixels(n, inp.image_len(), 11);
+    let want = net
+        .forward(&normalised(&pixels, n, mean, std), false)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let got = Executor::new(&graph, &FakeQuant::default())
+        .unwrap()
+        .run_all(&pixels, 3, &mut |_, _| Ok(()))
+        .unwrap();
+    assert_eq!(got.len(), want.len());
+    let peak = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let err = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err <= 1e-4 * peak, "{kind}: max error {err} vs peak {peak}");
+}
+
+#[test]
+fn folded_lenet_matches_the_candle_model() {
+    check_folded_matches_model(ModelKind::LeNet, &FASHION_MEAN, &FASHION_STD, 8);
+    check_folded_matches_model(ModelKind::LeNet, &CIFAR_MEAN, &CIFAR_STD, 8);
+}
+
+#[test]
+fn folded_resnet18_matches_the_candle_model() {
+    check_folded_matches_model(ModelKind::ResNet18, &CIFAR_MEAN, &CIFAR_STD, 4);
+}
+
+/// A checkpoint as PyTorch's `save_file(model.state_dict())` writes it, plus octet's extras.
+fn pytorch_checkpoint(
+    kind: ModelKind,
+    cin: usize,
+    dir: &std::path::Path,
+) -> HashMap<String, Tensor> {
+    let (_, tensors) = random_model(kind, cin, 10, 3);
+    let mut all: Vec<(String, Tensor)> = tensors.into_iter().collect();
+    let bns: Vec<String> = all
+        .iter()
+        .filter_map(|(n, _)| n.strip_suffix(".running_mean").map(str::to_string))
+        .collect();
+    for bn in bns {
+        all.push((
+            format!("{bn}.num_batches_tracked"),
+            Tensor::new(391i64, &Device::Cpu).unwrap(),
+        ));
+    }
+    let w = all
+        .iter()
+        .find(|(n, _)| n == "conv1.weight")
+        .unwrap()
+        .1
+        .clone();
+    all.push((
+        "optim.momentum.conv1.weight".into(),
+        w.zeros_like().unwrap(),
+    ));
+    // Half precision on disk: the exporter converts.
+    let all: Vec<(String, Tensor)> = all
+        .into_iter()
+        .map(|(n, t)| {
+            let t = if t.dtype() == DType::F32 && n.ends_with("fc2.weight") {
+                t.to_dtype(DType::BF16).unwrap()
+            } else {
+                t
+            };
+            (n, t)
+        })
+        .collect();
+    let bytes = safetensors::serialize(all.iter().map(|(n, t)| (n.as_str(), t)), None).unwrap();
+    let path = dir.join(format!("{kind}.safetensors"));
+    std::fs::write(&path, bytes).unwrap();
+    candle_core::safetensors::load(&path, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn pytorch_layout_checkpoints_export_to_valid_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, mean, std) in [
+        (ModelKind::LeNet, &FASHION_MEAN[..], &FASHION_STD[..]),
+        (ModelKind::ResNet18, &CIFAR_MEAN[..], &CIFAR_STD[..]),
+    ] {
+        let tensors = pytorch_checkpoint(kind, mean.len(), dir.path());
+        assert!(
+            tensors.keys().any(|k| k.ends_with("num_batches_tracked")) || kind == ModelKind::LeNet
+        );
+        let inp = input(kind, &tensors, mean, std, 10);
+        let pixels = random_pixels(8, inp.image_len(), 5);
+        let opts = ExportOptions {
+            calibration_images: 8,
+            sqnr_images: 4,
+            ..Default::default()
+        };
+        let ex = export(&inp, &pixels, &opts).unwrap();
+        let p = check_o8(&ex.bytes);
+        assert_eq!(p.input, (mean.len(), 32, 32));
+        assert_eq!(p.arena_bytes, ex.plan.arena_bytes);
+        let sum: usize = p.tensors.iter().map(|t| t.6).sum();
+        assert!(
+            p.arena_bytes < sum,
+            "{kind}: arena {} should reuse memory (sum {sum})",
+            p.arena_bytes
+        );
+        match kind {
+            ModelKind::LeNet => assert_eq!(p.kinds, [1, 3, 1, 3, 2, 2, 2]),
+            ModelKind::ResNet18 => {
+                // stem + 8 blocks × (2 convs + add) + 3 shortcuts + avgpool + linear
+                assert_eq!(p.n_ops, 1 + 8 * 3 + 3 + 2);
+                assert_eq!(p.kinds.iter().filter(|&&k| k == 5).count(), 8);
+            }
+        }
+        assert_eq!(ex.report.layers.len(), p.n_ops);
+        let md = ex.report.to_markdown();
+        assert!(md.contains("conv1") && md.contains("SQNR"), "{md}");
+        serde_json::to_string(&ex.report).unwrap();
+    }
+}
+
+fn sqnr_db(reference: &[f32], test: &[f32]) -> f64 {
+    let s: f64 = reference.iter().map(|&x| (x as f64).powi(2)).sum();
+    let n: f64 = reference
+        .iter()
+        .zip(test)
+        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+        .sum();
+    10.0 * (s / n).log10()
+}
+
+#[test]
+fn lenet_int8_tracks_float_on_fashion_mnist() {
+    let (net_tensors, classes) = (random_model(ModelKind::LeNet, 1, 10, 21).1, 10);
+    let inp = input(
+        ModelKind::LeNet,
+        &net_tensors,
+        &FASHION_MEAN,
+        &FASHION_STD,
+        classes,
+    );
+    let (pixels, labels) = fashion_test(400);
+    let (calib, test) = pixels.split_at(200 * 1024);
+    let ex = export(&inp, calib, &ExportOptions::default()).unwrap();
+    check_o8(&ex.bytes);
+    for l in &ex.report.layers {
+        assert!(
+            l.sqnr_db > 15.0,
+            "{}: {} dB\n{}",
+            l.name,
+            l.sqnr_db,
+            ex.report.to_markdown()
+        );
+    }
+    let n = test.len() / 1024;
+    let float = Executor::new(&ex.graph, &FakeQuant::default())
+        .unwrap()
+        .run_all(test, 64, &mut |_, _| Ok(()))
+        .unwrap();
+    let q = run_int8(&ex.model, &ex.plan, test, n).unwrap();
+    let out = ex.model.tensors[ex.model.output].qparams;
+    let deq: Vec<f32> = q.iter().map(|&x| out.dequantize(x)).collect();
+    let db = sqnr_db(&float, &deq);
+    assert!(db > 20.0, "logit SQNR {db} dB");
+    let agree = argmax_rows(&float, classes)
+        .iter()
+        .zip(argmax_rows(&q, classes))
+        .filter(|(a, b)| **a == *b)
+        .count();
+    assert!(
+        agree as f64 >= 0.85 * n as f64,
+        "{agree}/{n} predictions agree"
+    );
+
+    // The integer interpreter and the fake-quantized float graph compute the same thing up to
+    // rounding: logits within a few output steps.
+    let sim = Executor::new(
+        &ex.graph,
+        &FakeQuant {
+            weights: Some(ex.model.dequantized_weights(&ex.graph)),
+            biases: Some(ex.model.dequantized_biases()),
+            activations: Some(ex.model.qparams()),
+        },
+    )
+    .unwrap()
+    .run_all(test, 64, &mut |_, _| Ok(()))
+    .unwrap();
+    let far = sim
+        .iter()
+        .zip(&deq)
+        .filter(|(a, b)| (*a - *b).abs() > 2.5 * out.scale)
+        .count();
+    assert!(
+        far * 100 <= sim.len(),
+        "{far} of {} logits differ by more than 2 steps",
+        sim.len()
+    );
+
+    let ab = ablation(&ex, &[], test, &labels[200..], 64).unwrap();
+    assert_eq!(ab.rows.len(), 4);
+    assert_eq!(ab.rows[0].agreement_with_float, 1.0);
+    assert!(ab
+        .rows
+        .iter()
+        .all(|r| r.total == n && (0.0..=1.0).contains(&r.accuracy)));
+    assert!(
+        ab.rows[3].agreement_with_float >= 0.85,
+        "{}",
+        ab.to_markdown()
+    );
+    eprintln!(
+        "{}\n{}\nlogit SQNR {db:.1} dB",
+        ex.report.to_markdown(),
+        ab.to_markdown()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let pngs = write_histograms(&ex, dir.path()).unwrap();
+    // 5 weighted layers + 7 op outputs.
+    assert_eq!(pngs.len(), 12, "{pngs:?}");
+    for p in &pngs {
+        let b = std::fs::read(p).unwrap();
+        assert!(
+            b.starts_with(b"\x89PNG\r\n\x1a\n") && b.len() > 5000,
+            "{}",
+            p.display()
+        );
+    }
+    if let Ok(keep) = std::env::var("OCTET_KEEP_PLOTS") {
+        for p in &pngs {
+            std::fs::copy(p, std::path::Path::new(&keep).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn resnet18_int8_tracks_float() {
+    let (_, tensors) = random_model(ModelKind::ResNet18, 3, 10, 5);
+    let inp = input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
+    let calib = random_pixels(32, inp.image_len(), 1);
+    let ex = export(
+        &inp,
+        &calib,
+        &ExportOptions {
+            sqnr_images: 8,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    check_o8(&ex.bytes);
+    let test = random_pixels(3, inp.image_len(), 2);
+    let float = Executor::new(&ex.graph, &FakeQuant::default())
+        .unwrap()
+        .run_all(&test, 3, &mut |_, _| Ok(()))
+        .unwrap();
+    let q = run_int8(&ex.model, &ex.plan, &test, 3).unwrap();
+    let out = ex.model.tensors[ex.model.output].qparams;
+    let deq: Vec<f32> = q.iter().map(|&x| out.dequantize(x)).collect();
+    let db = sqnr_db(&float, &deq);
+    assert!(db > 10.0, "logit SQNR {db} dB\n{}", ex.report.to_markdown());
+    eprintln!("{}\nlogit SQNR {db:.1} dB", ex.report.to_markdown());
+}
+
+#[test]
+fn every_option_exports_a_valid_file() {
+    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 9);
+    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (pixels, _) = fashion_test(64);
+    for calibration in [
+        Calibration::MinMax,
+        Calibration::Percentile(99.9),
+        Calibration::Mse,
+        Calibration::Entropy,
+    ] {
+        for weights in [WeightScheme::PerChannel, WeightScheme::PerTensor] {
+            for symmetric_activations in [false, true] {
+                let opts = ExportOptions {
+                    calibration,
+                    weights,
+                    symmetric_activations,
+                    ..Default::default()
+                };
+                let ex = export(&inp, &pixels, &opts).unwrap();
+                let p = check_o8(&ex.bytes);
+                if symmetric_activations {
+                    assert!(p.tensors.iter().skip(1).all(|t| t.4 == 0));
+                }
+                for l in &ex.report.layers {
+                    assert!(
+                        l.sqnr_db > 8.0,
+                        "{calibration} {weights:?} {symmetric_activations}: {} {} dB",
+                        l.name,
+                        l.sqnr_db
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors_that_name_the_culprit() {
+    let (_, mut tensors) = random_model(ModelKind::ResNet18, 3, 10, 1);
+    let pixels = random_pixels(2, 3 * 32 * 32, 1);
+    let opts = ExportOptions::default();
+    tensors.remove("layer2.0.shortcut.1.running_var");
+    let err = export(
+        &input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10),
+        &pixels,
+        &opts,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ExportError::MissingTensor { name } if name == "layer2.0.shortcut.1.running_var"),
+        "{err}"
+    );
+
+    let (_, mut tensors) = random_model(ModelKind::LeNet, 1, 10, 1);
+    tensors.insert(
+        "fc1.weight".into(),
+        Tensor::zeros((120, 401), DType::F32, &Device::Cpu).unwrap(),
+    );
+    let err = lower(&input(
+        ModelKind::LeNet,
+        &tensors,
+        &FASHION_MEAN,
+        &FASHION_STD,
+        10,
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("fc1.weight"), "{err}");
+
+    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 1);
+    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    assert!(matches!(
+        export(&inp, &[0u8; 1000], &opts),
+        Err(ExportError::BadInput(_))
+    ));
+    assert!(matches!(
+        export(&inp, &[], &opts),
+        Err(ExportError::BadInput(_))
+    ));
+    // Wrong channel count for the checkpoint: a shape error, not a panic.
+    let err = lower(&input(
+        ModelKind::LeNet,
+        &tensors,
+        &CIFAR_MEAN,
+        &CIFAR_STD,
+        10,
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("conv1.weight"), "{err}");
+    // Bad normalisation.
+    let err = lower(&input(
+        ModelKind::LeNet,
+        &tensors,
+        &FASHION_MEAN,
+        &[0.0],
+        10,
+    ))
+    .unwrap_err();
+    assert!(matches!(err, ExportError::BadInput(_)));
+    // Mismatched labels in the ablation.
+    let (px, _) = fashion_test(8);
+    let ex = export(&inp, &px, &opts).unwrap();
+    assert!(ablation(&ex, &[], &px, &[0u8; 3], 4).is_err());
+}
+
+/// Throughput of the float executor on ResNet-18 (run by hand: `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn resnet18_reference_throughput() {
+    let (_, tensors) = random_model(ModelKind::ResNet18, 3, 10, 5);
+    let inp = input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
+    let graph = lower(&inp).unwrap();
+    let px = random_pixels(256, inp.image_len(), 1);
+    let t = std::time::Instant::now();
+    Executor::new(&graph, &FakeQuant::default())
+        .unwrap()
+        .run_all(&px, 64, &mut |_, _| Ok(()))
+        .unwrap();
+    let s = t.elapsed().as_secs_f64();
+    eprintln!("256 images in {s:.2} s: {:.0} images/s", 256.0 / s);
+}
+
+/// The runtime and the exporter's own integer interpreter both follow FORMAT.md: the same
+/// bytes, for LeNet on Fashion-MNIST and ResNet-18 on random pixels.
+#[test]
+fn runtime_matches_the_exporters_integer_interpreter() {
+    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 21);
+    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (pixels, _) = fashion_test(300);
+    let (calib, test) = pixels.split_at(200 * 1024);
+    let ex = export(&inp, calib, &ExportOptions::default()).unwrap();
+    let ours = run_int8(&ex.model, &ex.plan, test, test.len() / 1024).unwrap();
+    let theirs = runtime_logits(&ex.bytes, test, 16).unwrap();
+    assert_eq!(ours, theirs, "LeNet");
+
+    let (_, tensors) = random_model(ModelKind::ResNet18, 3, 10, 5);
+    let inp = input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
+    let calib = random_pixels(16, inp.image_len(), 1);
+    let ex = export(
+        &inp,
+        &calib,
+        &ExportOptions {
+            sqnr_images: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let test = random_pixels(2, inp.image_len(), 2);
+    let ours = run_int8(&ex.model, &ex.plan, &test, 2).unwrap();
+    let theirs = runtime_logits(&ex.bytes, &test, 2).unwrap();
+    assert_eq!(ours, theirs, "ResNet-18");
+}

@@ -1,0 +1,130 @@
+//! fully_connected, AVX2: 4 output rows per pass sharing each widened input vector.
+
+use core::arch::x86_64::*;
+
+use super::{hsum4, load16_i8_as_i16};
+use crate::kernels::{scalar, FcParams};
+
+/// Same bytes as [`scalar::fully_connected`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
+    let (k, n) = (p.k, p.n);
+    if input.len() < k || output.len() < n || p.weights.len() < n * k {
+        return scalar::fully_connected(p, input, output);
+    }
+    let x = &input[..k];
+    let kfull = k & !15;
+    let xtail = load16_i8_as_i16(x, kfull);
+    let mut j = 0;
+    while j + 4 <= n {
+        let rows = [
+            &p.weights[j * k..][..k],
+            &p.weights[(j + 1) * k..][..k],
+            &p.weights[(j + 2) * k..][..k],
+            &p.weights[(j + 3) * k..][..k],
+        ];
+        let mut a = [_mm256_setzero_si256(); 4];
+        let mut kk = 0;
+        while kk < kfull {
+            let xv = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.as_ptr().add(kk) as *const __m128i));
+            for (ar, row) in a.iter_mut().zip(rows) {
+                let wv =
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(kk) as *const __m128i));
+                *ar = _mm256_add_epi32(*ar, _mm256_madd_epi16(xv, wv));
+            }
+            kk += 16;
+        }
+        if kfull < k {
+            for (ar, row) in a.iter_mut().zip(rows) {
+                let wv = load16_i8_as_i16(row, kfull);
+                *ar = _mm256_add_epi32(*ar, _mm256_madd_epi16(xtail, wv));
+            }
+        }
+        let s = hsum4(a);
+        for (i, &si) in s.iter().enumerate() {
+            let acc = si.wrapping_add(p.bias.get(j + i));
+            output[j + i] = p
+                .out
+                .requantize(acc, p.multiplier.get(j + i), p.shift.get(j + i));
+        }
+        j += 4;
+    }
+    while j < n {
+        let row = &p.weights[j * k..][..k];
+        let mut a = _mm256_setzero_si256();
+        let mut kk = 0;
+        while kk < k {
+            let xv = load16_i8_as_i16(x, kk);
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(xv, load16_i8_as_i16(row, kk)));
+            kk += 16;
+        }
+        let z = _mm256_setzero_si256();
+        let s = hsum4([a, z, z, z]);
+        let acc = s[0].wrapping_add(p.bias.get(j));
+        output[j] = p.out.requantize(acc, p.multiplier.get(j), p.shift.get(j));
+        j += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::avx2::test_util::Rng;
+    use crate::kernels::{I32Array, Kernels, OutputQuant};
+    use proptest::prelude::*;
+
+    fn check(k: usize, n: usize, seed: u64) {
+        if !Kernels::avx2_available() {
+            return;
+        }
+        let mut rng = Rng(seed | 1);
+        let x = rng.i8s(k, -128, 127);
+        let weights = rng.i8s(n * k, -127, 127);
+        let bias = rng.i32s(n, -(1 << 20), 1 << 20);
+        let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
+        let shift = rng.i32s(n, -18, -2);
+        let p = FcParams {
+            k,
+            n,
+            weights: &weights,
+            bias: I32Array::new(&bias),
+            multiplier: I32Array::new(&mult),
+            shift: I32Array::new(&shift),
+            out: OutputQuant {
+                zero_point: rng.range(-128, 127) as i32,
+                act_min: -128,
+                act_max: 127,
+            },
+        };
+        let mut want = vec![0i8; n];
+        let mut got = vec![0i8; n];
+        scalar::fully_connected(&p, &x, &mut want);
+        unsafe { fully_connected(&p, &x, &mut got) };
+        assert_eq!(want, got);
+    }
+
+    #[test]
+    fn fixed_shapes() {
+        for &(k, n) in &[
+            (400, 120),
+            (120, 84),
+            (84, 10),
+            (512, 10),
+            (1, 1),
+            (17, 5),
+            (65_536, 3),
+        ] {
+            check(k, n, k as u64);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn avx2_equals_scalar(k in 1usize..300, n in 1usize..20, seed in any::<u64>()) {
+            check(k, n, seed);
+        }
+    }
+}

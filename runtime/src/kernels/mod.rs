@@ -1,0 +1,424 @@
+//! Integer kernels and their dispatch.
+//!
+//! `scalar` holds the reference loops; `avx2` holds AVX2 versions of the hot kernels
+//! (conv2d, fully_connected) and `vnni` an AVX-512 VNNI conv2d, all producing the same bytes.
+//! Pools and add always run scalar.
+
+pub mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+
+#[cfg(target_arch = "x86_64")]
+pub mod vnni;
+
+use crate::format::{OP_CONV2D, OP_FULLY_CONNECTED};
+pub use crate::requant::{AddRequant, OutputQuant};
+
+/// Which kernels `Model::run_with` uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kernels {
+    /// The scalar reference kernels.
+    Scalar,
+    /// AVX2 kernels (error if the CPU lacks AVX2).
+    Avx2,
+    /// AVX-512 VNNI on 256-bit vectors for conv2d, AVX2 for fully_connected (error if the CPU
+    /// lacks AVX2, AVX-512 VNNI or AVX-512 VL).
+    Avx512Vnni,
+    /// The fastest available (AVX-512 VNNI, then AVX2, then scalar).
+    #[default]
+    Auto,
+}
+
+/// AVX2 detection without `std`: CPUID leaf 7 (AVX2), leaf 1 (OSXSAVE, AVX) and XCR0 (the OS
+/// saves the YMM state). The answer is cached in an atomic.
+#[cfg(all(
+    target_arch = "x86_64",
+    not(target_feature = "avx2"),
+    not(feature = "std")
+))]
+mod cpuid {
+    use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
+    use core::sync::atomic::{AtomicU8, Ordering};
+
+    // Bit 0: known; bit 1: AVX2; bit 2: AVX-512 VNNI + VL.
+    static STATE: AtomicU8 = AtomicU8::new(0);
+
+    fn state() -> u8 {
+        let s = STATE.load(Ordering::Relaxed);
+        if s & 1 != 0 {
+            return s;
+        }
+        let avx2 = detect_avx2();
+        let vnni = avx2 && detect_vnni();
+        let s = 1 | (avx2 as u8) << 1 | (vnni as u8) << 2;
+        STATE.store(s, Ordering::Relaxed);
+        s
+    }
+
+    pub(super) fn avx2() -> bool {
+        state() & 2 != 0
+    }
+
+    pub(super) fn vnni() -> bool {
+        state() & 4 != 0
+    }
+
+    #[allow(unused_unsafe)]
+    fn detect_vnni() -> bool {
+        // SAFETY: called only after detect_avx2 saw OSXSAVE, so XGETBV is available.
+        unsafe {
+            // XCR0: SSE, AVX, opmask, ZMM_Hi256 and Hi16_ZMM state enabled by the OS.
+            if _xgetbv(0) & 0xE6 != 0xE6 {
+                return false;
+            }
+            let l7 = __cpuid_count(7, 0);
+            let f = l7.ebx & (1 << 16) != 0;
+            let vl = l7.ebx & (1 << 31) != 0;
+            let vnni = l7.ecx & (1 << 11) != 0;
+            f && vl && vnni
+        }
+    }
+
+    #[allow(unused_unsafe)]
+    fn detect_avx2() -> bool {
+        // SAFETY: CPUID exists on every x86-64 CPU; XGETBV is executed only when CPUID
+        // reports OSXSAVE.
+        unsafe {
+            let max_leaf = __cpuid(0).eax;
+            if max_leaf < 7 {
+                return false;
+            }
+            let l1 = __cpuid(1);
+            let osxsave = l1.ecx & (1 << 27) != 0;
+            let avx = l1.ecx & (1 << 28) != 0;
+            if !(osxsave && avx) {
+                return false;
+            }
+            if _xgetbv(0) & 0b110 != 0b110 {
+                return false;
+            }
+            __cpuid_count(7, 0).ebx & (1 << 5) != 0
+        }
+    }
+}
+
+/// Kernels resolved against the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resolved {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Vnni,
+}
+
+impl Kernels {
+    /// Whether AVX2 kernels can run here: detected at run time (with `std` through
+    /// `is_x86_feature_detected!`, without it through CPUID and XGETBV, cached), or known at
+    /// compile time (`-C target-feature=+avx2`).
+    pub fn avx2_available() -> bool {
+        #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+        {
+            true
+        }
+        #[cfg(all(target_arch = "x86_64", not(target_feature = "avx2"), feature = "std"))]
+        {
+            std::is_x86_feature_detected!("avx2")
+        }
+        #[cfg(all(
+            target_arch = "x86_64",
+            not(target_feature = "avx2"),
+            not(feature = "std")
+        ))]
+        {
+            cpuid::avx2()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Whether the AVX-512 VNNI kernels can run here (AVX2, AVX-512 F, VL and VNNI, and the
+    /// OS saves the AVX-512 state); detected like [`Kernels::avx2_available`].
+    pub fn vnni_available() -> bool {
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "avx512vl",
+            target_feature = "avx512vnni"
+        ))]
+        {
+            true
+        }
+        #[cfg(all(
+            target_arch = "x86_64",
+            not(all(
+                target_feature = "avx2",
+                target_feature = "avx512vl",
+                target_feature = "avx512vnni"
+            )),
+            feature = "std"
+        ))]
+        {
+            std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512vnni")
+        }
+        #[cfg(all(
+            target_arch = "x86_64",
+            not(all(
+                target_feature = "avx2",
+                target_feature = "avx512vl",
+                target_feature = "avx512vnni"
+            )),
+            not(feature = "std")
+        ))]
+        {
+            cpuid::vnni()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    pub(crate) fn resolve(self) -> crate::Result<Resolved> {
+        match self {
+            Kernels::Scalar => Ok(Resolved::Scalar),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2 if Self::avx2_available() => Ok(Resolved::Avx2),
+            Kernels::Avx2 => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx512Vnni if Self::vnni_available() => Ok(Resolved::Vnni),
+            Kernels::Avx512Vnni => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Auto if Self::vnni_available() => Ok(Resolved::Vnni),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Auto if Self::avx2_available() => Ok(Resolved::Avx2),
+            Kernels::Auto => Ok(Resolved::Scalar),
+        }
+    }
+}
+
+/// With VNNI kernels, convs with K = kh·kw·C_in below this (or fewer than 8 output channels)
+/// run the AVX2 kernel, which is faster for them.
+pub const VNNI_MIN_K: usize = 256;
+
+/// Output pixels a conv processes per pass (rows of the packed patch in scratch).
+pub const CONV_PIXEL_BLOCK: usize = 4;
+
+/// The scratch arena bytes an op needs; the exporter reserves exactly this at the op's
+/// scratch offset (and writes offset 0 when it is 0).
+///
+/// conv2d: `CONV_PIXEL_BLOCK · align16(kernel_h·kernel_w·c_in) · 2` (im2col rows widened to
+/// i16); every other op: 0. `c_in` is the conv's input channel count.
+pub const fn scratch_bytes(kind: u8, kernel_h: u32, kernel_w: u32, c_in: u32) -> usize {
+    match kind {
+        OP_CONV2D => {
+            let k = kernel_h as usize * kernel_w as usize * c_in as usize;
+            CONV_PIXEL_BLOCK * crate::align16(k) * 2
+        }
+        OP_FULLY_CONNECTED => 0,
+        _ => 0,
+    }
+}
+
+/// Activation shape (HWC in memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Channels.
+    pub c: usize,
+    /// Height.
+    pub h: usize,
+    /// Width.
+    pub w: usize,
+}
+
+impl Shape {
+    /// c·h·w.
+    pub const fn len(&self) -> usize {
+        self.c * self.h * self.w
+    }
+    /// Whether c·h·w = 0.
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A little-endian i32 array inside the file (read in place; any alignment).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct I32Array<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> I32Array<'a> {
+    /// View of `bytes` (its length should be a multiple of 4).
+    pub const fn new(bytes: &'a [u8]) -> Self {
+        I32Array { bytes }
+    }
+    /// Number of values.
+    pub const fn len(&self) -> usize {
+        self.bytes.len() / 4
+    }
+    /// Whether empty.
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Value `i` (0 when out of range).
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> i32 {
+        crate::format::le_i32(self.bytes, i.wrapping_mul(4))
+    }
+    /// All values.
+    pub fn iter(&self) -> impl Iterator<Item = i32> + 'a {
+        let b = self.bytes;
+        b.chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    }
+}
+
+/// conv2d parameters (weights OHWI, per-output-channel bias/multiplier/shift).
+#[derive(Clone, Copy, Debug)]
+pub struct ConvParams<'a> {
+    /// Input shape.
+    pub input: Shape,
+    /// Output shape.
+    pub output: Shape,
+    /// Kernel height.
+    pub kernel_h: usize,
+    /// Kernel width.
+    pub kernel_w: usize,
+    /// Stride (both axes).
+    pub stride: usize,
+    /// Padding (all sides).
+    pub pad: usize,
+    /// `[C_out][kh][kw][C_in]`.
+    pub weights: &'a [i8],
+    /// Bias per output channel.
+    pub bias: I32Array<'a>,
+    /// M0 per output channel.
+    pub multiplier: I32Array<'a>,
+    /// Shift per output channel.
+    pub shift: I32Array<'a>,
+    /// Pad value per input channel; empty: the input zero point.
+    pub pad_values: &'a [i8],
+    /// Input zero point.
+    pub input_zero_point: i32,
+    /// Output zero point and clamp.
+    pub out: OutputQuant,
+}
+
+impl ConvParams<'_> {
+    /// kh·kw·C_in.
+    pub const fn k(&self) -> usize {
+        self.kernel_h * self.kernel_w * self.input.c
+    }
+    /// The value a padded tap of input channel `c` reads.
+    #[inline(always)]
+    pub fn pad_value(&self, c: usize) -> i8 {
+        match self.pad_values.get(c) {
+            Some(&v) => v,
+            None => self.input_zero_point.clamp(-128, 127) as i8,
+        }
+    }
+}
+
+/// fully_connected parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct FcParams<'a> {
+    /// Inputs per output (K).
+    pub k: usize,
+    /// Outputs (N).
+    pub n: usize,
+    /// `[N][K]`.
+    pub weights: &'a [i8],
+    /// Bias per output.
+    pub bias: I32Array<'a>,
+    /// M0 per output.
+    pub multiplier: I32Array<'a>,
+    /// Shift per output.
+    pub shift: I32Array<'a>,
+    /// Output zero point and clamp.
+    pub out: OutputQuant,
+}
+
+/// max_pool / avg_pool parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolParams {
+    /// Input shape.
+    pub input: Shape,
+    /// Output shape.
+    pub output: Shape,
+    /// Window height.
+    pub kernel_h: usize,
+    /// Window width.
+    pub kernel_w: usize,
+    /// Stride.
+    pub stride: usize,
+    /// Input zero point (avg_pool).
+    pub input_zero_point: i32,
+    /// M0 (avg_pool).
+    pub multiplier: i32,
+    /// Shift (avg_pool).
+    pub shift: i32,
+    /// Output zero point and clamp (max_pool uses only the clamp).
+    pub out: OutputQuant,
+}
+
+/// conv2d with the chosen kernels.
+pub(crate) fn conv2d(
+    k: Resolved,
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    match k {
+        Resolved::Scalar => scalar::conv2d(p, input, output),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
+        Resolved::Avx2 => unsafe { avx2::conv2d(p, input, output, scratch) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
+        Resolved::Vnni => unsafe {
+            if p.k() >= VNNI_MIN_K && p.output.c >= 8 {
+                vnni::conv2d(p, input, output, scratch)
+            } else {
+                avx2::conv2d(p, input, output, scratch)
+            }
+        },
+    }
+    let _ = scratch;
+}
+
+/// fully_connected with the chosen kernels.
+pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &mut [i8]) {
+    match k {
+        Resolved::Scalar => scalar::fully_connected(p, input, output),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 and Vnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::Vnni => unsafe { avx2::fully_connected(p, input, output) },
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::Kernels;
+
+    #[test]
+    fn detection_agrees_with_std() {
+        assert_eq!(
+            Kernels::avx2_available(),
+            std::is_x86_feature_detected!("avx2")
+        );
+        let vnni = std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni");
+        assert_eq!(Kernels::vnni_available(), vnni);
+        println!("avx2 {} vnni {vnni}", Kernels::avx2_available());
+    }
+}

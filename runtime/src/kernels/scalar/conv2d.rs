@@ -1,0 +1,81 @@
+//! conv2d, scalar reference.
+
+use crate::kernels::ConvParams;
+
+/// `out[oy][ox][co] = clamp(requant(bias[co] + Σ x·w) + z_out)` over HWC input and OHWI
+/// weights; padded taps read `p.pad_value(ci)`. The accumulator is wrapping i32 (validation
+/// guarantees it never wraps). Slices must match the shapes in `p`.
+pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) {
+    let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
+    let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
+    let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride, p.pad as isize);
+    let k = p.k();
+    for oy in 0..ho {
+        for ox in 0..wo {
+            let out = &mut output[(oy * wo + ox) * cout..][..cout];
+            for (co, o) in out.iter_mut().enumerate() {
+                let wrow = &p.weights[co * k..][..k];
+                let mut acc = p.bias.get(co);
+                for ky in 0..kh {
+                    let iy = (oy * s + ky) as isize - pad;
+                    for kx in 0..kw {
+                        let ix = (ox * s + kx) as isize - pad;
+                        let wk = &wrow[(ky * kw + kx) * cin..][..cin];
+                        if iy >= 0 && iy < h && ix >= 0 && ix < w {
+                            let xi = &input[((iy * w + ix) as usize) * cin..][..cin];
+                            for (&x, &wv) in xi.iter().zip(wk) {
+                                acc = acc.wrapping_add(x as i32 * wv as i32);
+                            }
+                        } else {
+                            for (ci, &wv) in wk.iter().enumerate() {
+                                acc = acc.wrapping_add(p.pad_value(ci) as i32 * wv as i32);
+                            }
+                        }
+                    }
+                }
+                *o = p.out.requantize(acc, p.multiplier.get(co), p.shift.get(co));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{I32Array, OutputQuant, Shape};
+
+    #[test]
+    fn hand_computed_3x3_pad1() {
+        // 1 input channel 2×2, 1 output channel, 3×3 kernel of ones, pad 1 with pad value 1,
+        // bias 10, m = 0.5 (M0 = 2^30, shift 0), z_out = 3.
+        let input = [1i8, 2, 3, 4];
+        let weights = [1i8; 9];
+        let bias = 10i32.to_le_bytes();
+        let m0 = (1i32 << 30).to_le_bytes();
+        let sh = 0i32.to_le_bytes();
+        let p = ConvParams {
+            input: Shape { c: 1, h: 2, w: 2 },
+            output: Shape { c: 1, h: 2, w: 2 },
+            kernel_h: 3,
+            kernel_w: 3,
+            stride: 1,
+            pad: 1,
+            weights: &weights,
+            bias: I32Array::new(&bias),
+            multiplier: I32Array::new(&m0),
+            shift: I32Array::new(&sh),
+            pad_values: &[1],
+            input_zero_point: 0,
+            out: OutputQuant {
+                zero_point: 3,
+                act_min: -128,
+                act_max: 127,
+            },
+        };
+        let mut out = [0i8; 4];
+        conv2d(&p, &input, &mut out);
+        // Every output sees all 4 inputs (sum 10) and 5 pad taps (value 1): acc = 10 + 10 + 5 = 25,
+        // requant(25 · 0.5) = 13 (12.5 rounds half up), + 3 = 16.
+        assert_eq!(out, [16; 4]);
+    }
+}

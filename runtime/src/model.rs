@@ -1,0 +1,1024 @@
+//! The validated model: parsing (all checks of FORMAT.md), inspection and the interpreter.
+
+use core::ops::Range;
+
+use crate::format::{
+    self, Header, OpRecord, TensorRecord, CRC_START, DATA_ALIGN, HEADER_LEN, I32_ALIGN, MAGIC,
+    MAX_ACCUMULATION, NO_TENSOR, OP_LEN, TENSOR_LEN, VERSION,
+};
+use crate::kernels::{
+    self, scalar, AddRequant, ConvParams, FcParams, I32Array, Kernels, OutputQuant, PoolParams,
+    Resolved, Shape,
+};
+use crate::requant::{valid_multiplier, valid_right_shift, M0_MIN};
+use crate::{align16, as_i8, as_i8_mut, Result, RuntimeError};
+
+/// Op kinds of format version 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// 2-D convolution (code 1).
+    Conv2d,
+    /// Fully connected (code 2).
+    FullyConnected,
+    /// Max pooling (code 3).
+    MaxPool,
+    /// Average pooling (code 4).
+    AvgPool,
+    /// Requantizing residual add (code 5).
+    Add,
+}
+
+impl OpKind {
+    /// The kind for a code.
+    pub const fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            format::OP_CONV2D => OpKind::Conv2d,
+            format::OP_FULLY_CONNECTED => OpKind::FullyConnected,
+            format::OP_MAX_POOL => OpKind::MaxPool,
+            format::OP_AVG_POOL => OpKind::AvgPool,
+            format::OP_ADD => OpKind::Add,
+            _ => return None,
+        })
+    }
+    /// The code in the file.
+    pub const fn code(self) -> u8 {
+        match self {
+            OpKind::Conv2d => format::OP_CONV2D,
+            OpKind::FullyConnected => format::OP_FULLY_CONNECTED,
+            OpKind::MaxPool => format::OP_MAX_POOL,
+            OpKind::AvgPool => format::OP_AVG_POOL,
+            OpKind::Add => format::OP_ADD,
+        }
+    }
+    /// Lower-case name (`conv2d`, `fully_connected`, `max_pool`, `avg_pool`, `add`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::Conv2d => "conv2d",
+            OpKind::FullyConnected => "fully_connected",
+            OpKind::MaxPool => "max_pool",
+            OpKind::AvgPool => "avg_pool",
+            OpKind::Add => "add",
+        }
+    }
+}
+
+/// A tensor record, decoded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TensorInfo {
+    /// Tensor id.
+    pub id: u16,
+    /// Channels.
+    pub c: u16,
+    /// Height.
+    pub h: u16,
+    /// Width.
+    pub w: u16,
+    /// Scale.
+    pub scale: f32,
+    /// Zero point.
+    pub zero_point: i32,
+    /// Arena offset.
+    pub offset: u32,
+    /// Bytes (c·h·w).
+    pub bytes: u32,
+}
+
+impl TensorInfo {
+    /// Shape as `usize`s.
+    pub const fn shape(&self) -> Shape {
+        Shape {
+            c: self.c as usize,
+            h: self.h as usize,
+            w: self.w as usize,
+        }
+    }
+    /// c·h·w.
+    pub const fn len(&self) -> usize {
+        self.shape().len()
+    }
+    /// Whether c·h·w = 0 (never for a valid model).
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// `[offset, offset + bytes)` in the working arena.
+    pub const fn range(&self) -> Range<usize> {
+        self.offset as usize..self.offset as usize + self.bytes as usize
+    }
+}
+
+/// An op record, decoded, with its constant arrays (borrowed from the file).
+#[derive(Clone, Copy, Debug)]
+pub struct OpInfo<'a> {
+    /// Index in the op table.
+    pub index: u32,
+    /// Kind.
+    pub kind: OpKind,
+    /// Input 0 tensor id.
+    pub input0: u16,
+    /// Input 1 tensor id (add only).
+    pub input1: Option<u16>,
+    /// Output tensor id.
+    pub output: u16,
+    /// Kernel height (conv, pools).
+    pub kernel_h: u8,
+    /// Kernel width.
+    pub kernel_w: u8,
+    /// Stride.
+    pub stride: u8,
+    /// Padding (conv).
+    pub pad: u8,
+    /// Output clamp, lower.
+    pub act_min: i32,
+    /// Output clamp, upper.
+    pub act_max: i32,
+    /// Weights (conv `[C_out][kh][kw][C_in]`, fc `[N][K]`).
+    pub weights: &'a [i8],
+    /// Bias per output channel.
+    pub bias: I32Array<'a>,
+    /// M0 values (add: m0, m1).
+    pub multipliers: I32Array<'a>,
+    /// Shift values (add: the right shift n).
+    pub shifts: I32Array<'a>,
+    /// Pad value per input channel (conv; empty: the input zero point).
+    pub pad_values: &'a [i8],
+    /// Scratch arena offset.
+    pub scratch_offset: u32,
+    /// Scratch bytes the op uses ([`crate::scratch_bytes`]).
+    pub scratch_bytes: usize,
+}
+
+impl OpInfo<'_> {
+    /// `[scratch_offset, scratch_offset + scratch_bytes)`, empty when none.
+    pub const fn scratch_range(&self) -> Range<usize> {
+        if self.scratch_bytes == 0 {
+            0..0
+        } else {
+            self.scratch_offset as usize..self.scratch_offset as usize + self.scratch_bytes
+        }
+    }
+}
+
+/// A parsed and validated `.o8` model, borrowing the file's bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Model<'a> {
+    tensors: &'a [u8],
+    ops: &'a [u8],
+    data: &'a [u8],
+    n_tensors: u32,
+    n_ops: u32,
+    arena_bytes: usize,
+    input: Shape,
+    input_tensor: u16,
+    output_tensor: u16,
+    out_len: usize,
+    output_scale: f32,
+    output_zero_point: i32,
+}
+
+fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
+    !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
+}
+
+impl<'a> Model<'a> {
+    /// Parses and validates a model (every check listed in FORMAT.md, before any run).
+    pub fn parse(bytes: &'a [u8]) -> Result<Model<'a>> {
+        let len = bytes.len();
+        let h = Header::new(bytes).ok_or(RuntimeError::Truncated {
+            needed: HEADER_LEN as u64,
+            len: len as u64,
+        })?;
+        if h.magic() != MAGIC {
+            return Err(RuntimeError::BadMagic);
+        }
+        if h.version() != VERSION {
+            return Err(RuntimeError::UnsupportedVersion(h.version()));
+        }
+        if h.header_len() as usize != HEADER_LEN {
+            return Err(RuntimeError::BadHeader {
+                what: "header length",
+            });
+        }
+        let file_len = h.file_len() as usize;
+        if file_len > len {
+            return Err(RuntimeError::Truncated {
+                needed: file_len as u64,
+                len: len as u64,
+            });
+        }
+        if file_len < len {
+            return Err(RuntimeError::BadHeader { what: "file_len" });
+        }
+        let computed = crc32fast::hash(&bytes[CRC_START..]);
+        if computed != h.crc() {
+            return Err(RuntimeError::CrcMismatch {
+                stored: h.crc(),
+                computed,
+            });
+        }
+        if !h.reserved_zero() {
+            return Err(RuntimeError::BadHeader { what: "reserved" });
+        }
+
+        // Tables and data section.
+        let n_tensors = h.n_tensors();
+        if n_tensors == 0 || n_tensors >= NO_TENSOR as u32 {
+            return Err(RuntimeError::BadHeader { what: "n_tensors" });
+        }
+        if h.tensor_table() as usize != HEADER_LEN {
+            return Err(RuntimeError::BadHeader {
+                what: "tensor table offset",
+            });
+        }
+        let t_end = HEADER_LEN as u64 + n_tensors as u64 * TENSOR_LEN as u64;
+        if t_end > len as u64 {
+            return Err(RuntimeError::Truncated {
+                needed: t_end,
+                len: len as u64,
+            });
+        }
+        let n_ops = h.n_ops();
+        // Each op writes a distinct tensor other than the input: n_ops < n_tensors.
+        if n_ops == 0 || n_ops >= n_tensors {
+            return Err(RuntimeError::BadHeader { what: "n_ops" });
+        }
+        let o_off = h.op_table() as u64;
+        if o_off < t_end {
+            return Err(RuntimeError::BadHeader {
+                what: "op table offset",
+            });
+        }
+        let o_end = o_off + n_ops as u64 * OP_LEN as u64;
+        if o_end > len as u64 {
+            return Err(RuntimeError::Truncated {
+                needed: o_end,
+                len: len as u64,
+            });
+        }
+        let d_off = h.data_offset() as u64;
+        if !d_off.is_multiple_of(DATA_ALIGN as u64) || d_off < o_end {
+            return Err(RuntimeError::BadHeader {
+                what: "data offset",
+            });
+        }
+        let d_end = d_off + h.data_len() as u64;
+        if d_end > len as u64 {
+            return Err(RuntimeError::Truncated {
+                needed: d_end,
+                len: len as u64,
+            });
+        }
+
+        let (c, hh, w) = h.input_chw();
+        if c == 0 || hh == 0 || w == 0 {
+            return Err(RuntimeError::BadHeader {
+                what: "input shape",
+            });
+        }
+        let model = Model {
+            tensors: &bytes[HEADER_LEN..t_end as usize],
+            ops: &bytes[o_off as usize..o_end as usize],
+            data: &bytes[d_off as usize..d_end as usize],
+            n_tensors,
+            n_ops,
+            arena_bytes: h.arena_bytes() as usize,
+            input: Shape {
+                c: c as usize,
+                h: hh as usize,
+                w: w as usize,
+            },
+            input_tensor: h.input_tensor(),
+            output_tensor: h.output_tensor(),
+            out_len: 0,
+            output_scale: h.output_scale(),
+            output_zero_point: h.output_zero_point(),
+        };
+        model.validate(&h)
+    }
+
+    fn validate(mut self, h: &Header) -> Result<Model<'a>> {
+        for id in 0..self.n_tensors {
+            self.validate_tensor(id as u16)?;
+        }
+        let input = self
+            .tensor(self.input_tensor)
+            .ok_or(RuntimeError::OutOfBounds {
+                what: "input tensor",
+                index: self.input_tensor as u32,
+            })?;
+        if input.shape() != self.input {
+            return Err(RuntimeError::BadTensor {
+                index: input.id as u32,
+                what: "input shape",
+            });
+        }
+        if input.zero_point != -128 {
+            return Err(RuntimeError::BadTensor {
+                index: input.id as u32,
+                what: "input zero point",
+            });
+        }
+        let output = self
+            .tensor(self.output_tensor)
+            .ok_or(RuntimeError::OutOfBounds {
+                what: "output tensor",
+                index: self.output_tensor as u32,
+            })?;
+        if output.scale.to_bits() != h.output_scale().to_bits() {
+            return Err(RuntimeError::BadHeader {
+                what: "output scale",
+            });
+        }
+        if output.zero_point != h.output_zero_point() {
+            return Err(RuntimeError::BadHeader {
+                what: "output zero point",
+            });
+        }
+        self.out_len = output.len();
+        for j in 0..self.n_ops {
+            let op = self.decode_op(j)?;
+            self.validate_op(&op)?;
+        }
+        let last = self.decode_op(self.n_ops - 1)?;
+        if last.output != self.output_tensor {
+            return Err(RuntimeError::BadHeader {
+                what: "output tensor (not the last op's output)",
+            });
+        }
+        self.check_data_flow()?;
+        Ok(self)
+    }
+
+    fn validate_tensor(&self, id: u16) -> Result<()> {
+        let index = id as u32;
+        let rec = self.tensor_record(id).ok_or(RuntimeError::OutOfBounds {
+            what: "tensor",
+            index,
+        })?;
+        let bad = |what| Err(RuntimeError::BadTensor { index, what });
+        if !rec.reserved_zero() {
+            return bad("reserved");
+        }
+        let (c, h, w) = rec.chw();
+        if c == 0 || h == 0 || w == 0 {
+            return bad("shape");
+        }
+        let n = c as u64 * h as u64 * w as u64;
+        if rec.bytes() as u64 != n {
+            return bad("bytes");
+        }
+        if rec.offset() as u64 + n > self.arena_bytes as u64 {
+            return Err(RuntimeError::OutOfBounds {
+                what: "tensor in arena",
+                index,
+            });
+        }
+        let s = rec.scale();
+        if !(s.is_finite() && s > 0.0) {
+            return bad("scale");
+        }
+        if !(-128..=127).contains(&rec.zero_point()) {
+            return bad("zero point");
+        }
+        Ok(())
+    }
+
+    fn tensor_record(&self, id: u16) -> Option<TensorRecord<'a>> {
+        if id as u32 >= self.n_tensors {
+            return None;
+        }
+        let at = id as usize * TENSOR_LEN;
+        TensorRecord::new(self.tensors.get(at..at + TENSOR_LEN)?)
+    }
+
+    fn op_record(&self, index: u32) -> Option<OpRecord<'a>> {
+        if index >= self.n_ops {
+            return None;
+        }
+        let at = index as usize * OP_LEN;
+        OpRecord::new(self.ops.get(at..at + OP_LEN)?)
+    }
+
+    /// Tensor `id`, decoded.
+    pub fn tensor(&self, id: u16) -> Option<TensorInfo> {
+        let r = self.tensor_record(id)?;
+        let (c, h, w) = r.chw();
+        Some(TensorInfo {
+            id,
+            c,
+            h,
+            w,
+            scale: r.scale(),
+            zero_point: r.zero_point(),
+            offset: r.offset(),
+            bytes: r.bytes(),
+        })
+    }
+
+    /// All tensors in id order.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorInfo> + '_ {
+        (0..self.n_tensors).filter_map(|i| self.tensor(i as u16))
+    }
+
+    /// Op `index`, decoded.
+    pub fn op(&self, index: u32) -> Option<OpInfo<'a>> {
+        self.decode_op(index).ok()
+    }
+
+    /// All ops in execution order.
+    pub fn ops(&self) -> impl Iterator<Item = OpInfo<'a>> + '_ {
+        (0..self.n_ops).filter_map(|i| self.op(i))
+    }
+
+    fn decode_op(&self, index: u32) -> Result<OpInfo<'a>> {
+        let op = index;
+        let rec = self
+            .op_record(index)
+            .ok_or(RuntimeError::OutOfBounds { what: "op", index })?;
+        let kind =
+            OpKind::from_code(rec.kind()).ok_or(RuntimeError::BadParam { op, what: "kind" })?;
+        if rec.reserved() != 0 {
+            return Err(RuntimeError::BadParam {
+                op,
+                what: "reserved",
+            });
+        }
+        let data = self.data;
+        let array = |(off, len): (u32, u32),
+                     align: usize,
+                     elem: usize,
+                     what: &'static str|
+         -> Result<&'a [u8]> {
+            if len == 0 {
+                return Ok(&[]);
+            }
+            if !(off as usize).is_multiple_of(align) || !(len as usize).is_multiple_of(elem) {
+                return Err(RuntimeError::BadParam { op, what });
+            }
+            let start = off as usize;
+            data.get(start..start + len as usize)
+                .ok_or(RuntimeError::OutOfBounds { what, index: op })
+        };
+        let weights = array(rec.weights(), DATA_ALIGN, 1, "weights")?;
+        let bias = array(rec.bias(), I32_ALIGN, 4, "bias")?;
+        let multipliers = array(rec.multiplier(), I32_ALIGN, 4, "multiplier")?;
+        let shifts = array(rec.shift(), I32_ALIGN, 4, "shift")?;
+        let pad_values = array(rec.pad_values(), DATA_ALIGN, 1, "pad values")?;
+        let (kernel_h, kernel_w, stride, pad) = rec.window();
+        let (act_min, act_max) = rec.act();
+        let input0 = rec.input0();
+        let in1 = rec.input1();
+        let c_in = self
+            .tensor_record(input0)
+            .ok_or(RuntimeError::OutOfBounds {
+                what: "tensor id",
+                index: input0 as u32,
+            })?
+            .chw()
+            .0;
+        Ok(OpInfo {
+            index,
+            kind,
+            input0,
+            input1: (in1 != NO_TENSOR).then_some(in1),
+            output: rec.output(),
+            kernel_h,
+            kernel_w,
+            stride,
+            pad,
+            act_min,
+            act_max,
+            weights: as_i8(weights),
+            bias: I32Array::new(bias),
+            multipliers: I32Array::new(multipliers),
+            shifts: I32Array::new(shifts),
+            pad_values: as_i8(pad_values),
+            scratch_offset: rec.scratch(),
+            scratch_bytes: kernels::scratch_bytes(
+                kind.code(),
+                kernel_h as u32,
+                kernel_w as u32,
+                c_in as u32,
+            ),
+        })
+    }
+
+    fn validate_op(&self, o: &OpInfo<'a>) -> Result<()> {
+        let op = o.index;
+        let param = |what| Err(RuntimeError::BadParam { op, what });
+        let shape = Err(RuntimeError::BadShape { op });
+        let id = |t: u16| {
+            self.tensor(t).ok_or(RuntimeError::OutOfBounds {
+                what: "tensor id",
+                index: t as u32,
+            })
+        };
+        let tin = id(o.input0)?;
+        let tout = id(o.output)?;
+        let tin1 = match (o.kind, o.input1) {
+            (OpKind::Add, Some(t)) => Some(id(t)?),
+            (OpKind::Add, None) => return param("input 1"),
+            (_, Some(_)) => return param("input 1"),
+            (_, None) => None,
+        };
+        if o.output == o.input0 || Some(o.output) == o.input1 {
+            return Err(RuntimeError::Aliasing {
+                op,
+                tensor: o.output as u32,
+            });
+        }
+        if !(-128 <= o.act_min && o.act_min <= o.act_max && o.act_max <= 127) {
+            return param("activation range");
+        }
+        let (si, so) = (tin.shape(), tout.shape());
+        let (kh, kw, s, pad) = (
+            o.kernel_h as usize,
+            o.kernel_w as usize,
+            o.stride as usize,
+            o.pad as usize,
+        );
+        let no_window = o.kernel_h == 0 && o.kernel_w == 0 && o.stride == 0 && o.pad == 0;
+        match o.kind {
+            OpKind::Conv2d => {
+                if kh == 0 || kw == 0 || s == 0 {
+                    return param("window");
+                }
+                if si.h + 2 * pad < kh || si.w + 2 * pad < kw {
+                    return shape;
+                }
+                if so.h != (si.h + 2 * pad - kh) / s + 1 || so.w != (si.w + 2 * pad - kw) / s + 1 {
+                    return shape;
+                }
+                let k = kh * kw * si.c;
+                if k > MAX_ACCUMULATION as usize {
+                    return Err(RuntimeError::AccumulatorOverflow { op, k: k as u32 });
+                }
+                self.check_dense(o, so.c, k)?;
+                if !(o.pad_values.is_empty() || o.pad_values.len() == si.c) {
+                    return param("pad values length");
+                }
+            }
+            OpKind::FullyConnected => {
+                if !no_window {
+                    return param("window");
+                }
+                if so.h != 1 || so.w != 1 {
+                    return shape;
+                }
+                let k = si.len();
+                if k > MAX_ACCUMULATION as usize {
+                    return Err(RuntimeError::AccumulatorOverflow { op, k: k as u32 });
+                }
+                self.check_dense(o, so.c, k)?;
+                if !o.pad_values.is_empty() {
+                    return param("pad values length");
+                }
+            }
+            OpKind::MaxPool | OpKind::AvgPool => {
+                if kh == 0 || kw == 0 || s == 0 || pad != 0 {
+                    return param("window");
+                }
+                if si.c != so.c || si.h < kh || si.w < kw {
+                    return shape;
+                }
+                if so.h != (si.h - kh) / s + 1 || so.w != (si.w - kw) / s + 1 {
+                    return shape;
+                }
+                if !o.weights.is_empty() || !o.bias.is_empty() || !o.pad_values.is_empty() {
+                    return param("constants");
+                }
+                if o.kind == OpKind::MaxPool {
+                    if !o.multipliers.is_empty() || !o.shifts.is_empty() {
+                        return param("constants");
+                    }
+                    if tin.scale.to_bits() != tout.scale.to_bits()
+                        || tin.zero_point != tout.zero_point
+                    {
+                        return param("output quantization (must equal the input's)");
+                    }
+                } else {
+                    if o.multipliers.len() != 1 || o.shifts.len() != 1 {
+                        return param("multiplier/shift length");
+                    }
+                    if !valid_multiplier(o.multipliers.get(0), o.shifts.get(0)) {
+                        return param("multiplier/shift range");
+                    }
+                }
+            }
+            OpKind::Add => {
+                if !no_window {
+                    return param("window");
+                }
+                let si1 = tin1.map(|t| t.shape());
+                if si != so || si1 != Some(so) {
+                    return shape;
+                }
+                if !o.weights.is_empty() || !o.bias.is_empty() || !o.pad_values.is_empty() {
+                    return param("constants");
+                }
+                if o.multipliers.len() != 2 || o.shifts.len() != 1 {
+                    return param("multiplier/shift length");
+                }
+                let (m0, m1) = (o.multipliers.get(0), o.multipliers.get(1));
+                if m0 < 0 || m1 < 0 || m0.max(m1) < M0_MIN {
+                    return param("multiplier range");
+                }
+                if !valid_right_shift(o.shifts.get(0)) {
+                    return param("shift range");
+                }
+            }
+        }
+        if o.scratch_bytes == 0 {
+            if o.scratch_offset != 0 {
+                return param("scratch offset");
+            }
+        } else if o.scratch_offset as u64 + o.scratch_bytes as u64 > self.arena_bytes as u64 {
+            return Err(RuntimeError::OutOfBounds {
+                what: "scratch",
+                index: op,
+            });
+        }
+        Ok(())
+    }
+
+    /// conv / fc constants: lengths, M0/shift ranges, weights in [−127, 127], and the exact
+    /// accumulator bound |bias| + 128·Σ|w| < 2^31 per output channel.
+    fn check_dense(&self, o: &OpInfo<'a>, n: usize, k: usize) -> Result<()> {
+        let op = o.index;
+        let param = |what| Err(RuntimeError::BadParam { op, what });
+        if o.weights.len() != n * k {
+            return param("weights length");
+        }
+        if o.bias.len() != n {
+            return param("bias length");
+        }
+        if o.multipliers.len() != n || o.shifts.len() != n {
+            return param("multiplier/shift length");
+        }
+        for c in 0..n {
+            if !valid_multiplier(o.multipliers.get(c), o.shifts.get(c)) {
+                return param("multiplier/shift range");
+            }
+            let mut sum_abs = 0u64;
+            for &w in &o.weights[c * k..(c + 1) * k] {
+                if w == i8::MIN {
+                    return param("weight -128");
+                }
+                sum_abs += w.unsigned_abs() as u64;
+            }
+            if (o.bias.get(c) as i64).unsigned_abs() + 128 * sum_abs > i32::MAX as u64 {
+                return Err(RuntimeError::AccumulatorOverflow { op, k: k as u32 });
+            }
+        }
+        Ok(())
+    }
+
+    /// Scratch range of op `j` (validated ops only).
+    fn regions(&self, j: u32) -> Result<(u16, Range<usize>, Range<usize>)> {
+        let o = self.decode_op(j)?;
+        let out = self.tensor(o.output).ok_or(RuntimeError::OutOfBounds {
+            what: "tensor id",
+            index: o.output as u32,
+        })?;
+        Ok((o.output, out.range(), o.scratch_range()))
+    }
+
+    /// Data flow and memory: every op reads tensors already written (the input or an earlier
+    /// op's output), each tensor is written at most once (never the input), and no op's output
+    /// or scratch overlaps a tensor that is live across it (its own inputs included).
+    fn check_data_flow(&self) -> Result<()> {
+        for t in 0..self.n_tensors {
+            let t16 = t as u16;
+            let mut def: Option<u32> = None; // op index + 1; 0 = the model input
+            if t16 == self.input_tensor {
+                def = Some(0);
+            }
+            let mut last: Option<u32> = None;
+            for j in 0..self.n_ops {
+                let rec = self.op_record(j).ok_or(RuntimeError::OutOfBounds {
+                    what: "op",
+                    index: j,
+                })?;
+                if rec.input0() == t16 || rec.input1() == t16 {
+                    if def.is_none() {
+                        return Err(RuntimeError::Aliasing { op: j, tensor: t });
+                    }
+                    last = Some(j);
+                }
+                if rec.output() == t16 {
+                    if def.is_some() {
+                        return Err(RuntimeError::Aliasing { op: j, tensor: t });
+                    }
+                    def = Some(j + 1);
+                }
+            }
+            if t16 == self.output_tensor {
+                last = Some(self.n_ops - 1);
+            }
+            let (Some(def), Some(last)) = (def, last) else {
+                continue;
+            };
+            let tr = self.tensor(t16).map(|i| i.range()).unwrap_or(0..0);
+            if def > 0 {
+                let (_, _, scratch) = self.regions(def - 1)?;
+                if overlaps(&scratch, &tr) {
+                    return Err(RuntimeError::Aliasing {
+                        op: def - 1,
+                        tensor: t,
+                    });
+                }
+            }
+            for j in def..=last {
+                let (out_id, out, scratch) = self.regions(j)?;
+                if (out_id != t16 && overlaps(&out, &tr)) || overlaps(&scratch, &tr) {
+                    return Err(RuntimeError::Aliasing { op: j, tensor: t });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Working arena for one image (header `arena_bytes`, scratch included).
+    pub fn working_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// Arena `run` needs for one image: `align16(out_len) + working bytes`.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes_for(1)
+    }
+
+    /// Arena `run` needs for `batch` images: `align16(batch·out_len) + working bytes`
+    /// (saturating).
+    pub fn arena_bytes_for(&self, batch: usize) -> usize {
+        align16(batch.saturating_mul(self.out_len).min(usize::MAX - 16))
+            .saturating_add(self.arena_bytes)
+    }
+
+    /// Input (c, h, w) of the raw pixels.
+    pub fn input_shape(&self) -> (usize, usize, usize) {
+        (self.input.c, self.input.h, self.input.w)
+    }
+
+    /// Bytes per image: c·h·w.
+    pub fn input_len(&self) -> usize {
+        self.input.len()
+    }
+
+    /// Logits per image.
+    pub fn output_len(&self) -> usize {
+        self.out_len
+    }
+
+    /// Output scale (real = scale · (q − zero point)).
+    pub fn output_scale(&self) -> f32 {
+        self.output_scale
+    }
+
+    /// Output zero point.
+    pub fn output_zero_point(&self) -> i32 {
+        self.output_zero_point
+    }
+
+    /// Number of ops.
+    pub fn num_ops(&self) -> usize {
+        self.n_ops as usize
+    }
+
+    /// Number of tensors.
+    pub fn num_tensors(&self) -> usize {
+        self.n_tensors as usize
+    }
+
+    /// Input tensor id.
+    pub fn input_tensor(&self) -> u16 {
+        self.input_tensor
+    }
+
+    /// Output tensor id.
+    pub fn output_tensor(&self) -> u16 {
+        self.output_tensor
+    }
+
+    /// Images in `pixels`, or `InputLength`.
+    pub fn batch_of(&self, pixels: usize) -> Result<usize> {
+        let n = self.input_len();
+        if pixels == 0 || !pixels.is_multiple_of(n) {
+            return Err(RuntimeError::InputLength {
+                expected: n,
+                got: pixels,
+            });
+        }
+        Ok(pixels / n)
+    }
+
+    /// Runs the model on `pixels` (a batch of u8 images, planar C×H×W each) with the fastest
+    /// kernels; returns `batch · output_len()` logits at the start of `arena`, which must hold
+    /// at least `arena_bytes_for(batch)` bytes. No allocation.
+    pub fn run<'b>(&self, pixels: &[u8], arena: &'b mut [u8]) -> Result<&'b [i8]> {
+        self.run_with(Kernels::Auto, pixels, arena)
+    }
+
+    /// [`Model::run`] with the chosen kernels (`Scalar` is the reference).
+    pub fn run_with<'b>(
+        &self,
+        kernels: Kernels,
+        pixels: &[u8],
+        arena: &'b mut [u8],
+    ) -> Result<&'b [i8]> {
+        let k = kernels.resolve()?;
+        let batch = self.batch_of(pixels.len())?;
+        let needed = self.arena_bytes_for(batch);
+        if arena.len() < needed {
+            return Err(RuntimeError::ArenaTooSmall {
+                needed,
+                len: arena.len(),
+            });
+        }
+        let n_out = batch * self.out_len;
+        let (outs, work) = arena.split_at_mut(align16(n_out));
+        self.run_images(k, pixels, &mut work[..self.arena_bytes], &mut outs[..n_out])?;
+        let outs: &'b [u8] = outs;
+        Ok(as_i8(&outs[..n_out]))
+    }
+
+    /// Runs every image of `pixels` through `work` (exactly the working bytes), writing each
+    /// image's logits to consecutive `output_len()` chunks of `outs`.
+    pub(crate) fn run_images(
+        &self,
+        k: Resolved,
+        pixels: &[u8],
+        work: &mut [u8],
+        outs: &mut [u8],
+    ) -> Result<()> {
+        let (n_in, n_out) = (self.input_len(), self.out_len);
+        for (img, out) in pixels.chunks_exact(n_in).zip(outs.chunks_exact_mut(n_out)) {
+            self.run_one(k, img, work, out)?;
+        }
+        Ok(())
+    }
+
+    fn run_one(&self, k: Resolved, img: &[u8], work: &mut [u8], out: &mut [u8]) -> Result<()> {
+        let layout = RuntimeError::BadParam {
+            op: u32::MAX,
+            what: "arena layout",
+        };
+        let tin = self.tensor(self.input_tensor).ok_or(layout)?;
+        let dst = work.get_mut(tin.range()).ok_or(layout)?;
+        let (c, hw) = (self.input.c, self.input.h * self.input.w);
+        if c == 1 {
+            for (d, &p) in dst.iter_mut().zip(img) {
+                *d = p ^ 0x80;
+            }
+        } else {
+            for (ch, plane) in img.chunks_exact(hw).enumerate() {
+                for (i, &p) in plane.iter().enumerate() {
+                    dst[i * c + ch] = p ^ 0x80;
+                }
+            }
+        }
+        for j in 0..self.n_ops {
+            self.exec(k, j, work)?;
+        }
+        let tout = self.tensor(self.output_tensor).ok_or(layout)?;
+        out.copy_from_slice(work.get(tout.range()).ok_or(layout)?);
+        Ok(())
+    }
+
+    fn exec(&self, k: Resolved, j: u32, work: &mut [u8]) -> Result<()> {
+        let layout = RuntimeError::BadParam {
+            op: j,
+            what: "arena layout",
+        };
+        let o = self.decode_op(j)?;
+        let tin = self.tensor(o.input0).ok_or(layout)?;
+        let tout = self.tensor(o.output).ok_or(layout)?;
+        let carved = Carved::new(work, tout.range(), o.scratch_range()).ok_or(layout)?;
+        let x = as_i8(carved.input(tin.range()).ok_or(layout)?);
+        let in1 = match o.input1 {
+            Some(t) => {
+                let t1 = self.tensor(t).ok_or(layout)?;
+                Some((t1, as_i8(carved.input(t1.range()).ok_or(layout)?)))
+            }
+            None => None,
+        };
+        let Carved {
+            out: y, scratch, ..
+        } = carved;
+        let y = as_i8_mut(y);
+        let out = OutputQuant {
+            zero_point: tout.zero_point,
+            act_min: o.act_min,
+            act_max: o.act_max,
+        };
+        match o.kind {
+            OpKind::Conv2d => {
+                let p = ConvParams {
+                    input: tin.shape(),
+                    output: tout.shape(),
+                    kernel_h: o.kernel_h as usize,
+                    kernel_w: o.kernel_w as usize,
+                    stride: o.stride as usize,
+                    pad: o.pad as usize,
+                    weights: o.weights,
+                    bias: o.bias,
+                    multiplier: o.multipliers,
+                    shift: o.shifts,
+                    pad_values: o.pad_values,
+                    input_zero_point: tin.zero_point,
+                    out,
+                };
+                kernels::conv2d(k, &p, x, y, scratch);
+            }
+            OpKind::FullyConnected => {
+                let p = FcParams {
+                    k: tin.len(),
+                    n: tout.len(),
+                    weights: o.weights,
+                    bias: o.bias,
+                    multiplier: o.multipliers,
+                    shift: o.shifts,
+                    out,
+                };
+                kernels::fully_connected(k, &p, x, y);
+            }
+            OpKind::MaxPool | OpKind::AvgPool => {
+                let p = PoolParams {
+                    input: tin.shape(),
+                    output: tout.shape(),
+                    kernel_h: o.kernel_h as usize,
+                    kernel_w: o.kernel_w as usize,
+                    stride: o.stride as usize,
+                    input_zero_point: tin.zero_point,
+                    multiplier: o.multipliers.get(0),
+                    shift: o.shifts.get(0),
+                    out,
+                };
+                if o.kind == OpKind::MaxPool {
+                    scalar::max_pool(&p, x, y);
+                } else {
+                    scalar::avg_pool(&p, x, y);
+                }
+            }
+            OpKind::Add => {
+                let (t1, x1) = in1.ok_or(layout)?;
+                let p = AddRequant {
+                    z0: tin.zero_point,
+                    m0: o.multipliers.get(0),
+                    z1: t1.zero_point,
+                    m1: o.multipliers.get(1),
+                    n: o.shifts.get(0),
+                    out,
+                };
+                scalar::add(&p, x, x1, y);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The working arena split into an op's output, its scratch, and the read-only rest.
+struct Carved<'x> {
+    pieces: [(usize, &'x [u8]); 3],
+    out: &'x mut [u8],
+    scratch: &'x mut [u8],
+}
+
+impl<'x> Carved<'x> {
+    fn new(work: &'x mut [u8], out: Range<usize>, scratch: Range<usize>) -> Option<Self> {
+        let scratch = if scratch.is_empty() {
+            out.end..out.end
+        } else {
+            scratch
+        };
+        let out_first = out.start <= scratch.start;
+        let (a, b) = if out_first {
+            (out, scratch)
+        } else {
+            (scratch, out)
+        };
+        if a.start > a.end || a.end > b.start || b.start > b.end || b.end > work.len() {
+            return None;
+        }
+        let (p0, rest) = work.split_at_mut(a.start);
+        let (ma, rest) = rest.split_at_mut(a.end - a.start);
+        let (p1, rest) = rest.split_at_mut(b.start - a.end);
+        let (mb, p2) = rest.split_at_mut(b.end - b.start);
+        let (out, scratch) = if out_first { (ma, mb) } else { (mb, ma) };
+        let (p0, p1, p2): (&'x [u8], &'x [u8], &'x [u8]) = (p0, p1, p2);
+        Some(Carved {
+            pieces: [(0, p0), (a.end, p1), (b.end, p2)],
+            out,
+            scratch,
+        })
+    }
+
+    fn input(&self, r: Range<usize>) -> Option<&'x [u8]> {
+        self.pieces.iter().find_map(|&(base, piece)| {
+            if r.start >= base && r.end <= base + piece.len() {
+                piece.get(r.start - base..r.end - base)
+            } else {
+                None
+            }
+        })
+    }
+}

@@ -1,0 +1,483 @@
+//! Test-only `.o8` writer following FORMAT.md, independent of the runtime's reader.
+#![allow(dead_code)]
+
+use octet_runtime::quantize_multiplier;
+
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % ((hi - lo + 1) as u64)) as i64
+    }
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TensorSpec {
+    pub c: u16,
+    pub h: u16,
+    pub w: u16,
+    pub scale: f32,
+    pub zp: i32,
+    pub offset: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct OpSpec {
+    pub kind: u8,
+    pub in0: u16,
+    pub in1: u16,
+    pub out: u16,
+    pub kh: u8,
+    pub kw: u8,
+    pub stride: u8,
+    pub pad: u8,
+    pub act_min: i32,
+    pub act_max: i32,
+    pub weights: Vec<i8>,
+    pub bias: Vec<i32>,
+    pub mult: Vec<i32>,
+    pub shift: Vec<i32>,
+    pub pad_values: Vec<i8>,
+    pub scratch: u32,
+}
+
+pub struct Builder {
+    pub input: (u16, u16, u16),
+    pub tensors: Vec<TensorSpec>,
+    pub ops: Vec<OpSpec>,
+    pub arena: u32,
+    pub rng: Rng,
+    pub input_tensor: u16,
+    pub output_tensor: Option<u16>,
+}
+
+pub fn align16(n: u32) -> u32 {
+    (n + 15) & !15
+}
+
+impl Builder {
+    /// A model whose input tensor (id 0) holds c×h×w pixels.
+    pub fn new(c: u16, h: u16, w: u16, seed: u64) -> Self {
+        let mut b = Builder {
+            input: (c, h, w),
+            tensors: Vec::new(),
+            ops: Vec::new(),
+            arena: 0,
+            rng: Rng::new(seed),
+            input_tensor: 0,
+            output_tensor: None,
+        };
+        b.tensor_q(c, h, w, 1.0 / 255.0, -128);
+        b
+    }
+
+    pub fn alloc(&mut self, bytes: u32) -> u32 {
+        let off = align16(self.arena);
+        self.arena = off + bytes;
+        off
+    }
+
+    pub fn tensor_q(&mut self, c: u16, h: u16, w: u16, scale: f32, zp: i32) -> u16 {
+        let offset = self.alloc(c as u32 * h as u32 * w as u32);
+        self.tensors.push(TensorSpec {
+            c,
+            h,
+            w,
+            scale,
+            zp,
+            offset,
+        });
+        (self.tensors.len() - 1) as u16
+    }
+
+    /// A tensor with random scale and zero point.
+    pub fn tensor(&mut self, c: u16, h: u16, w: u16) -> u16 {
+        let scale = 0.01 + 0.1 * self.rng.unit() as f32;
+        let zp = self.rng.range(-20, 20) as i32;
+        self.tensor_q(c, h, w, scale, zp)
+    }
+
+    pub fn shape(&self, t: u16) -> (u16, u16, u16) {
+        let s = &self.tensors[t as usize];
+        (s.c, s.h, s.w)
+    }
+
+    /// Pushes an op, reserving its scratch (at a fresh arena offset) when it needs one.
+    pub fn push(&mut self, mut op: OpSpec) -> u16 {
+        let cin = self.tensors[op.in0 as usize].c as u32;
+        let need = octet_runtime::scratch_bytes(op.kind, op.kh as u32, op.kw as u32, cin);
+        if need > 0 {
+            op.scratch = self.alloc(need as u32);
+        }
+        let out = op.out;
+        self.ops.push(op);
+        out
+    }
+
+    fn clamp(&mut self, out: u16, relu: bool) -> (i32, i32) {
+        if relu {
+            (self.tensors[out as usize].zp.max(-128), 127)
+        } else {
+            (-128, 127)
+        }
+    }
+
+    fn dense_params(&mut self, n: usize, k: usize) -> (Vec<i8>, Vec<i32>, Vec<i32>, Vec<i32>) {
+        let weights: Vec<i8> = (0..n * k)
+            .map(|_| self.rng.range(-127, 127) as i8)
+            .collect();
+        let sk = (k as f64).sqrt();
+        let bias = (0..n)
+            .map(|_| self.rng.range(-(2000.0 * sk) as i64, (2000.0 * sk) as i64) as i32)
+            .collect();
+        let mut mult = Vec::new();
+        let mut shift = Vec::new();
+        for _ in 0..n {
+            let m = 0.008 / sk * (0.5 + 1.5 * self.rng.unit());
+            let (m0, s) = quantize_multiplier(m).unwrap();
+            mult.push(m0);
+            shift.push(s);
+        }
+        (weights, bias, mult, shift)
+    }
+
+    pub fn conv(&mut self, x: u16, cout: u16, k: u8, stride: u8, pad: u8, relu: bool) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let ho = (h + 2 * pad as u16 - k as u16) / stride as u16 + 1;
+        let wo = (w + 2 * pad as u16 - k as u16) / stride as u16 + 1;
+        let out = self.tensor(cout, ho, wo);
+        let kk = k as usize * k as usize * c as usize;
+        let (weights, bias, mult, shift) = self.dense_params(cout as usize, kk);
+        let pad_values = if pad > 0 && self.rng.next().is_multiple_of(2) {
+            (0..c).map(|_| self.rng.range(-128, 127) as i8).collect()
+        } else {
+            Vec::new()
+        };
+        let (act_min, act_max) = self.clamp(out, relu);
+        self.push(OpSpec {
+            kind: 1,
+            in0: x,
+            in1: 0xFFFF,
+            out,
+            kh: k,
+            kw: k,
+            stride,
+            pad,
+            act_min,
+            act_max,
+            weights,
+            bias,
+            mult,
+            shift,
+            pad_values,
+            scratch: 0,
+        })
+    }
+
+    pub fn fc(&mut self, x: u16, n: u16, relu: bool) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let k = c as usize * h as usize * w as usize;
+        let out = self.tensor(n, 1, 1);
+        let (weights, bias, mult, shift) = self.dense_params(n as usize, k);
+        let (act_min, act_max) = self.clamp(out, relu);
+        self.push(OpSpec {
+            kind: 2,
+            in0: x,
+            in1: 0xFFFF,
+            out,
+            act_min,
+            act_max,
+            weights,
+            bias,
+            mult,
+            shift,
+            ..Default::default()
+        })
+    }
+
+    pub fn max_pool(&mut self, x: u16, k: u8, stride: u8) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let (scale, zp) = (self.tensors[x as usize].scale, self.tensors[x as usize].zp);
+        let out = self.tensor_q(
+            c,
+            (h - k as u16) / stride as u16 + 1,
+            (w - k as u16) / stride as u16 + 1,
+            scale,
+            zp,
+        );
+        self.push(OpSpec {
+            kind: 3,
+            in0: x,
+            in1: 0xFFFF,
+            out,
+            kh: k,
+            kw: k,
+            stride,
+            act_min: -128,
+            act_max: 127,
+            ..Default::default()
+        })
+    }
+
+    pub fn avg_pool(&mut self, x: u16, k: u8, stride: u8) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let out = self.tensor(
+            c,
+            (h - k as u16) / stride as u16 + 1,
+            (w - k as u16) / stride as u16 + 1,
+        );
+        let m = self.tensors[x as usize].scale as f64
+            / (self.tensors[out as usize].scale as f64 * k as f64 * k as f64);
+        let (m0, s) = quantize_multiplier(m).unwrap();
+        self.push(OpSpec {
+            kind: 4,
+            in0: x,
+            in1: 0xFFFF,
+            out,
+            kh: k,
+            kw: k,
+            stride,
+            act_min: -128,
+            act_max: 127,
+            mult: vec![m0],
+            shift: vec![s],
+            ..Default::default()
+        })
+    }
+
+    pub fn add(&mut self, a: u16, b: u16, relu: bool) -> u16 {
+        let (c, h, w) = self.shape(a);
+        assert_eq!(self.shape(b), (c, h, w));
+        let out = self.tensor(c, h, w);
+        let so = self.tensors[out as usize].scale as f64;
+        let r0 = self.tensors[a as usize].scale as f64 / so;
+        let r1 = self.tensors[b as usize].scale as f64 / so;
+        // n such that max(m0, m1) ∈ [2^30, 2^31).
+        let mx = r0.max(r1);
+        let mut n = 30i32;
+        while mx * 2f64.powi(n) >= 2f64.powi(31) {
+            n -= 1;
+        }
+        while mx * 2f64.powi(n) < 2f64.powi(30) {
+            n += 1;
+        }
+        let m0 = (r0 * 2f64.powi(n)).round().min(i32::MAX as f64) as i32;
+        let m1 = (r1 * 2f64.powi(n)).round().min(i32::MAX as f64) as i32;
+        let (act_min, act_max) = self.clamp(out, relu);
+        self.push(OpSpec {
+            kind: 5,
+            in0: a,
+            in1: b,
+            out,
+            act_min,
+            act_max,
+            mult: vec![m0, m1],
+            shift: vec![n],
+            ..Default::default()
+        })
+    }
+
+    /// Encodes the model (output = the last op's output unless set).
+    pub fn encode(&self) -> Vec<u8> {
+        let n_t = self.tensors.len() as u32;
+        let n_o = self.ops.len() as u32;
+        let op_off = 80 + 32 * n_t;
+        let data_off = align16(op_off + 64 * n_o);
+        let mut data: Vec<u8> = Vec::new();
+        let mut put = |bytes: &[u8], align: usize| -> (u32, u32) {
+            if bytes.is_empty() {
+                return (0, 0);
+            }
+            while !data.len().is_multiple_of(align) {
+                data.push(0);
+            }
+            let off = data.len() as u32;
+            data.extend_from_slice(bytes);
+            (off, bytes.len() as u32)
+        };
+        let i32b = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let i8b = |v: &[i8]| -> Vec<u8> { v.iter().map(|&x| x as u8).collect() };
+        let mut ops = Vec::new();
+        for op in &self.ops {
+            let mut r = vec![0u8; 64];
+            r[0] = op.kind;
+            r[2..4].copy_from_slice(&op.in0.to_le_bytes());
+            r[4..6].copy_from_slice(&op.in1.to_le_bytes());
+            r[6..8].copy_from_slice(&op.out.to_le_bytes());
+            r[8..12].copy_from_slice(&[op.kh, op.kw, op.stride, op.pad]);
+            r[12..16].copy_from_slice(&op.act_min.to_le_bytes());
+            r[16..20].copy_from_slice(&op.act_max.to_le_bytes());
+            let arrays = [
+                put(&i8b(&op.weights), 16),
+                put(&i32b(&op.bias), 4),
+                put(&i32b(&op.mult), 4),
+                put(&i32b(&op.shift), 4),
+                put(&i8b(&op.pad_values), 16),
+            ];
+            for (i, (off, len)) in arrays.iter().enumerate() {
+                r[20 + 8 * i..24 + 8 * i].copy_from_slice(&off.to_le_bytes());
+                r[24 + 8 * i..28 + 8 * i].copy_from_slice(&len.to_le_bytes());
+            }
+            r[60..64].copy_from_slice(&op.scratch.to_le_bytes());
+            ops.extend_from_slice(&r);
+        }
+        let out_t = self
+            .output_tensor
+            .unwrap_or_else(|| self.ops.last().unwrap().out);
+        let out_spec = &self.tensors[out_t as usize];
+        let file_len = data_off + data.len() as u32;
+        let mut f = vec![0u8; 80];
+        f[0..8].copy_from_slice(b"OCTET8\r\n");
+        f[8..10].copy_from_slice(&1u16.to_le_bytes());
+        f[10..12].copy_from_slice(&80u16.to_le_bytes());
+        f[16..20].copy_from_slice(&file_len.to_le_bytes());
+        f[20..24].copy_from_slice(&self.arena.to_le_bytes());
+        f[24..26].copy_from_slice(&self.input.0.to_le_bytes());
+        f[26..28].copy_from_slice(&self.input.1.to_le_bytes());
+        f[28..30].copy_from_slice(&self.input.2.to_le_bytes());
+        f[30..32].copy_from_slice(&self.input_tensor.to_le_bytes());
+        f[32..34].copy_from_slice(&out_t.to_le_bytes());
+        f[36..40].copy_from_slice(&n_t.to_le_bytes());
+        f[40..44].copy_from_slice(&80u32.to_le_bytes());
+        f[44..48].copy_from_slice(&n_o.to_le_bytes());
+        f[48..52].copy_from_slice(&op_off.to_le_bytes());
+        f[52..56].copy_from_slice(&data_off.to_le_bytes());
+        f[56..60].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        f[60..64].copy_from_slice(&out_spec.scale.to_le_bytes());
+        f[64..68].copy_from_slice(&out_spec.zp.to_le_bytes());
+        for t in &self.tensors {
+            let mut r = vec![0u8; 32];
+            r[0..2].copy_from_slice(&t.c.to_le_bytes());
+            r[2..4].copy_from_slice(&t.h.to_le_bytes());
+            r[4..6].copy_from_slice(&t.w.to_le_bytes());
+            r[8..12].copy_from_slice(&t.scale.to_le_bytes());
+            r[12..16].copy_from_slice(&t.zp.to_le_bytes());
+            r[16..20].copy_from_slice(&t.offset.to_le_bytes());
+            let n = t.c as u32 * t.h as u32 * t.w as u32;
+            r[20..24].copy_from_slice(&n.to_le_bytes());
+            f.extend_from_slice(&r);
+        }
+        f.extend_from_slice(&ops);
+        f.resize(data_off as usize, 0);
+        f.extend_from_slice(&data);
+        fix_crc(&mut f);
+        f
+    }
+}
+
+/// Recomputes the header CRC.
+pub fn fix_crc(f: &mut [u8]) {
+    if f.len() >= 16 {
+        let crc = crc32fast::hash(&f[16..]);
+        f[12..16].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// LeNet for 1×32×32: conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2, fc 400→120→84→10.
+pub fn lenet(seed: u64) -> Builder {
+    let mut b = Builder::new(1, 32, 32, seed);
+    let x = b.conv(0, 6, 5, 1, 0, true);
+    let x = b.max_pool(x, 2, 2);
+    let x = b.conv(x, 16, 5, 1, 0, true);
+    let x = b.max_pool(x, 2, 2);
+    let x = b.fc(x, 120, true);
+    let x = b.fc(x, 84, true);
+    b.fc(x, 10, false);
+    b
+}
+
+/// A small ResNet: stem, an identity block, a downsampling block (1×1 shortcut), avg-pool, fc.
+pub fn small_resnet(seed: u64) -> Builder {
+    let mut b = Builder::new(3, 16, 16, seed);
+    let s = b.conv(0, 16, 3, 1, 1, true);
+    let y = b.conv(s, 16, 3, 1, 1, true);
+    let y = b.conv(y, 16, 3, 1, 1, false);
+    let s = b.add(s, y, true);
+    let y = b.conv(s, 32, 3, 2, 1, true);
+    let y = b.conv(y, 32, 3, 1, 1, false);
+    let sc = b.conv(s, 32, 1, 2, 0, false);
+    let s = b.add(sc, y, true);
+    let p = b.avg_pool(s, 8, 8);
+    b.fc(p, 10, false);
+    b
+}
+
+/// The hand-computed model (see `hand_computed_model` in `roundtrip.rs`).
+pub fn hand_model() -> Builder {
+    let mut b = Builder::new(1, 2, 2, 0);
+    let t1 = b.tensor_q(1, 2, 2, 0.1, 0);
+    // conv 3×3 of ones, pad 1 with pad value 5, m = 1/4 (M0 2^30, shift −1).
+    b.push(OpSpec {
+        kind: 1,
+        in0: 0,
+        in1: 0xFFFF,
+        out: t1,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad: 1,
+        act_min: -128,
+        act_max: 127,
+        weights: vec![1; 9],
+        bias: vec![0],
+        mult: vec![1 << 30],
+        shift: vec![-1],
+        pad_values: vec![5],
+        scratch: 0,
+    });
+    let t2 = b.tensor_q(2, 1, 1, 0.5, 0);
+    // fc: rows [1,1,1,1] (m = 1) and [1,0,−1,0] + bias 10 (m = 1/2).
+    b.push(OpSpec {
+        kind: 2,
+        in0: t1,
+        in1: 0xFFFF,
+        out: t2,
+        act_min: -128,
+        act_max: 127,
+        weights: vec![1, 1, 1, 1, 1, 0, -1, 0],
+        bias: vec![0, 10],
+        mult: vec![1 << 30, 1 << 30],
+        shift: vec![1, 0],
+        ..Default::default()
+    });
+    b
+}
+
+/// CIFAR ResNet-18 (3×32×32, 64-128-256-512, two blocks per stage, avg-pool 4, fc 10).
+pub fn resnet18(seed: u64) -> Builder {
+    let mut b = Builder::new(3, 32, 32, seed);
+    let mut x = b.conv(0, 64, 3, 1, 1, true);
+    let mut c = 64u16;
+    for (stage, &width) in [64u16, 128, 256, 512].iter().enumerate() {
+        for block in 0..2 {
+            let stride = if stage > 0 && block == 0 { 2 } else { 1 };
+            let y = b.conv(x, width, 3, stride, 1, true);
+            let y = b.conv(y, width, 3, 1, 1, false);
+            let sc = if stride != 1 || c != width {
+                b.conv(x, width, 1, stride, 0, false)
+            } else {
+                x
+            };
+            x = b.add(sc, y, true);
+            c = width;
+        }
+    }
+    let p = b.avg_pool(x, 4, 4);
+    b.fc(p, 10, false);
+    b
+}

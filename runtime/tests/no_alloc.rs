@@ -1,0 +1,49 @@
+//! `run` performs no heap allocation: a counting global allocator sees no change.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use octet_runtime::{Kernels, Model};
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::SeqCst);
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::SeqCst);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn parse_and_run_do_not_allocate() {
+    for bytes in [common::lenet(1).encode(), common::small_resnet(2).encode()] {
+        let pixels = common::Rng::new(3).bytes(4 * 1024 * 3);
+        let mut arena = vec![0u8; 1 << 20];
+        // Warm up anything lazily initialised (CPU feature detection).
+        let _ = Kernels::avx2_available();
+        let before = ALLOCS.load(Ordering::SeqCst);
+        let m = Model::parse(&bytes).unwrap();
+        let n = 2 * m.input_len();
+        for k in [Kernels::Scalar, Kernels::Auto] {
+            let out = m.run_with(k, &pixels[..n], &mut arena).unwrap();
+            assert_eq!(out.len(), 2 * m.output_len());
+        }
+        let out = m.run(&pixels[..n], &mut arena).unwrap();
+        assert_eq!(out.len(), 2 * m.output_len());
+        assert_eq!(ALLOCS.load(Ordering::SeqCst), before);
+    }
+}

@@ -1,0 +1,34 @@
+//! `run_parallel` gives the same bytes as the single-threaded `run`.
+#![cfg(feature = "std")]
+
+mod common;
+
+use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
+use octet_runtime::{Model, RuntimeError};
+
+#[test]
+fn parallel_equals_single_threaded() {
+    for bytes in [common::lenet(1).encode(), common::small_resnet(2).encode()] {
+        let m = Model::parse(&bytes).unwrap();
+        for batch in [1usize, 2, 5, 7] {
+            let pixels = common::Rng::new(batch as u64).bytes(batch * m.input_len());
+            let mut a1 = vec![0u8; m.arena_bytes_for(batch)];
+            let single = m.run(&pixels, &mut a1).unwrap().to_vec();
+            for threads in [1usize, 2, 3, 8] {
+                let mut a = vec![0u8; arena_bytes_parallel(&m, batch, threads)];
+                let par = run_parallel(&m, &pixels, &mut a, threads).unwrap();
+                assert_eq!(par, &single[..], "batch {batch} threads {threads}");
+            }
+        }
+        let pixels = vec![0u8; 4 * m.input_len()];
+        let mut a = vec![0u8; arena_bytes_parallel(&m, 4, 2) - 1];
+        assert!(matches!(
+            run_parallel(&m, &pixels, &mut a, 2),
+            Err(RuntimeError::ArenaTooSmall { .. })
+        ));
+        assert_eq!(
+            run_parallel(&m, &pixels, &mut a, 0),
+            Err(RuntimeError::BadThreads)
+        );
+    }
+}

@@ -1,0 +1,258 @@
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use octet_export::{
+    ablation, export, write_histograms, Calibration, ExportOptions, Input, WeightScheme,
+};
+use octet_trainer::atomic::write_atomic;
+use octet_trainer::data::Sampler;
+
+use super::common::{accuracy, first, open_trained, run_o8, Trained};
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// Float checkpoint (octet's, or a PyTorch state_dict saved as safetensors with --model).
+    checkpoint: PathBuf,
+    /// The .o8 file to write [default: the checkpoint's name with .o8].
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+    /// Architecture, for checkpoints without octet metadata.
+    #[arg(long, short)]
+    model: Option<String>,
+    /// Data for calibration (training split) and the report (test split)
+    /// [default: the checkpoint's data set].
+    #[arg(long, short)]
+    data: Option<String>,
+    /// minmax, percentile[:P] (P default 99.99), mse, entropy, or best (each tried, the one
+    /// with the highest int8 accuracy on held-out training images kept).
+    #[arg(long, default_value = "percentile")]
+    calibration: String,
+    /// per-channel (symmetric per output channel) or per-tensor (the lab's 127/max|w|).
+    #[arg(long, default_value = "per-channel")]
+    weights: String,
+    /// Zero point 0 for activations instead of a fitted one.
+    #[arg(long)]
+    symmetric_activations: bool,
+    /// Training images to calibrate on (a seeded random sample).
+    #[arg(long, default_value_t = 1024)]
+    calibration_images: usize,
+    /// Test images for the ablation report (0: the whole test split).
+    #[arg(long, default_value_t = 0)]
+    test_images: usize,
+    /// Directory for report.json, report.md and the histograms [default: <out>.report].
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Skip the PNG histograms.
+    #[arg(long)]
+    no_plots: bool,
+    /// Threads for the int8 runtime.
+    #[arg(long)]
+    threads: Option<usize>,
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_calibration(s: &str) -> anyhow::Result<Option<Calibration>> {
+    Ok(Some(match s {
+        "best" => return Ok(None),
+        "minmax" => Calibration::MinMax,
+        "percentile" => Calibration::Percentile(99.99),
+        "mse" => Calibration::Mse,
+        "entropy" => Calibration::Entropy,
+        _ => match s.strip_prefix("percentile:").map(str::parse::<f64>) {
+            Some(Ok(p)) if p > 50.0 && p <= 100.0 => Calibration::Percentile(p),
+            _ => anyhow::bail!("unknown --calibration '{s}': expected minmax, percentile[:P] with 50 < P ≤ 100, mse, entropy or best"),
+        },
+    }))
+}
+
+fn parse_weights(s: &str) -> anyhow::Result<WeightScheme> {
+    match s {
+        "per-channel" => Ok(WeightScheme::PerChannel),
+        "per-tensor" => Ok(WeightScheme::PerTensor),
+        _ => anyhow::bail!("unknown --weights '{s}': expected per-channel or per-tensor"),
+    }
+}
+
+pub fn run(a: ExportArgs) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let t = open_trained(&a.checkpoint, a.model.as_deref(), a.data.as_deref())?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| a.checkpoint.with_extension("o8"));
+    let report_dir = a.report.clone().unwrap_or_else(|| {
+        let mut s = out.clone().into_os_string();
+        s.push(".report");
+        PathBuf::from(s)
+    });
+    let threads = a.threads.unwrap_or_else(super::common::cores);
+    let say = |m: String| {
+        if !a.json {
+            eprintln!("{m}");
+        }
+    };
+    let input = Input {
+        kind: t.kind,
+        tensors: &t.ck.tensors,
+        mean: &t.norm.mean,
+        std: &t.norm.std,
+        channels: t.in_channels,
+        height: t.split.train.height,
+        width: t.split.train.width,
+        classes: t.classes,
+    };
+    // Calibration and held-out images: a seeded sample of the training split, never the test split.
+    let order = Sampler::new(t.split.train.len(), true, 0).indices(0);
+    let n_cal = a.calibration_images.min(order.len()).max(1);
+    let calib = t.split.train.subset(&order[..n_cal]);
+    let held_out = t
+        .split
+        .train
+        .subset(&order[n_cal..(n_cal + 1000).min(order.len())]);
+    let mut opts = ExportOptions {
+        weights: parse_weights(&a.weights)?,
+        symmetric_activations: a.symmetric_activations,
+        calibration_images: n_cal,
+        ..ExportOptions::default()
+    };
+    let mut tried = Vec::new();
+    opts.calibration = match parse_calibration(&a.calibration)? {
+        Some(c) => c,
+        None => {
+            anyhow::ensure!(
+                !held_out.is_empty(),
+                "--calibration best needs training images beyond the calibration sample"
+            );
+            let mut best = (f64::MIN, Calibration::default());
+            for c in [
+                Calibration::MinMax,
+                Calibration::Percentile(99.99),
+                Calibration::Mse,
+                Calibration::Entropy,
+            ] {
+                let e = export(
+                    &input,
+                    &calib.images,
+                    &ExportOptions {
+                        calibration: c,
+                        ..opts.clone()
+                    },
+                )?;
+                let acc = accuracy(
+                    &run_o8(&e.bytes, &held_out.images, threads)?,
+                    t.classes,
+                    &held_out.labels,
+                );
+                say(format!(
+                    "calibration {c}: int8 accuracy {:.2}% on {} held-out training images",
+                    100.0 * acc,
+                    held_out.len()
+                ));
+                tried.push(
+                    serde_json::json!({"calibration": c.to_string(), "held_out_accuracy": acc}),
+                );
+                if acc > best.0 {
+                    best = (acc, c);
+                }
+            }
+            best.1
+        }
+    };
+    say(format!(
+        "exporting {} ({}) with {} calibration on {n_cal} images, {:?} weights",
+        t.kind,
+        a.checkpoint.display(),
+        opts.calibration,
+        opts.weights
+    ));
+    let exported = export(&input, &calib.images, &opts)?;
+    write_atomic(&out, &exported.bytes)?;
+
+    let (images, labels) = first(&t.split.test, a.test_images);
+    say(format!(
+        "evaluating on {} test images (float, fake-quantized, then the int8 runtime)",
+        labels.len()
+    ));
+    // The lab's per-tensor scheme (or per-channel, if that was asked for) beside it.
+    let other = match opts.weights {
+        WeightScheme::PerChannel => WeightScheme::PerTensor,
+        WeightScheme::PerTensor => WeightScheme::PerChannel,
+    };
+    let alt = export(
+        &input,
+        &calib.images,
+        &ExportOptions {
+            weights: other,
+            ..opts.clone()
+        },
+    )?;
+    let alt_name = format!("int8 weights + activations + bias, {other} weights");
+    let abl = ablation(
+        &exported,
+        &[(alt_name.as_str(), alt.bytes.as_slice())],
+        images,
+        labels,
+        64,
+    )?;
+    write_report(&a, &t, &exported, &abl, &tried, &report_dir, &out, start)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_report(
+    a: &ExportArgs,
+    t: &Trained,
+    exported: &octet_export::Exported,
+    abl: &octet_export::Ablation,
+    tried: &[serde_json::Value],
+    dir: &std::path::Path,
+    out: &std::path::Path,
+    start: Instant,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let plots = if a.no_plots {
+        Vec::new()
+    } else {
+        write_histograms(exported, &dir.join("histograms"))?
+    };
+    let json = serde_json::json!({
+        "checkpoint": a.checkpoint, "model": t.kind.to_string(), "data": t.split.name,
+        "o8": out, "o8_bytes": exported.bytes.len(), "commit": super::COMMIT,
+        "calibration_search": tried, "report": exported.report, "ablation": abl,
+        "histograms": plots, "seconds": start.elapsed().as_secs_f64(),
+    });
+    write_atomic(
+        &dir.join("report.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
+    let md = format!(
+        "# int8 export of {}\n\n{} on {}; `.o8` {} bytes, arena {} bytes.\n\n## Ablation\n\n{}\n## Layers\n\n{}",
+        a.checkpoint.display(),
+        t.kind,
+        t.split.name,
+        exported.bytes.len(),
+        exported.report.arena_bytes,
+        abl.to_markdown(),
+        exported.report.to_markdown()
+    );
+    write_atomic(&dir.join("report.md"), md.as_bytes())?;
+    if a.json {
+        println!("{json}");
+    } else {
+        println!("{}", abl.to_markdown());
+        println!(
+            "wrote {} ({} bytes) and {}/report.{{md,json}}{}",
+            out.display(),
+            exported.bytes.len(),
+            dir.display(),
+            if plots.is_empty() {
+                String::new()
+            } else {
+                format!(" with {} histograms", plots.len())
+            }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,75 @@
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use octet_trainer::data::{self, DataSource};
+
+use super::common::{accuracy, argmax, cores, first, read, run_o8};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// An int8 model written by `octet export`.
+    model: PathBuf,
+    /// Labelled data to run on (its test split) [default: auto].
+    #[arg(long, short, default_value = "auto")]
+    data: String,
+    /// Images to run (0: the whole test split).
+    #[arg(long, default_value_t = 0)]
+    images: usize,
+    /// Worker threads [default: the machine's cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Also write one predicted class per line to this file.
+    #[arg(long)]
+    predictions: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs an `.o8` model with the int8 runtime over a data set: accuracy and speed.
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let bytes = read(&a.model)?;
+    let model = octet_runtime::Model::parse(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: invalid .o8 model: {e}", a.model.display()))?;
+    let split = data::load(&a.data.parse::<DataSource>()?)?;
+    let (c, h, w) = model.input_shape();
+    anyhow::ensure!(
+        (c, h, w) == (split.test.channels, split.test.height, split.test.width),
+        "the model takes {c}×{h}×{w} images, {} has {}×{}×{}",
+        split.name,
+        split.test.channels,
+        split.test.height,
+        split.test.width
+    );
+    let classes = model.output_len();
+    let (images, labels) = first(&split.test, a.images);
+    let threads = a.threads.unwrap_or_else(cores);
+    let start = Instant::now();
+    let logits = run_o8(&bytes, images, threads)?;
+    let secs = start.elapsed().as_secs_f64();
+    let acc = accuracy(&logits, classes, labels);
+    if let Some(p) = &a.predictions {
+        let text: String = logits
+            .chunks(classes)
+            .map(|r| format!("{}\n", argmax(r)))
+            .collect();
+        octet_trainer::atomic::write_atomic(p, text.as_bytes())?;
+    }
+    let n = labels.len();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"model": a.model, "data": split.name, "images": n, "accuracy": acc,
+            "seconds": secs, "images_per_s": n as f64 / secs, "threads": threads})
+        );
+    } else {
+        println!(
+            "{} on {} test ({n} images): int8 accuracy {:.2}%, {:.0} images/s on {threads} thread(s)",
+            a.model.display(),
+            split.name,
+            100.0 * acc,
+            n as f64 / secs
+        );
+    }
+    Ok(())
+}
