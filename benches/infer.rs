@@ -1,0 +1,103 @@
+//! CPU inference: the int8 runtime against candle f32 on the peer models' shapes (3×32×32
+//! LeNet and ResNet-18, random weights: speed only). Batch-1 latency and batch-64 throughput;
+//! the runtime at 1 and 2 threads, candle at the thread count of its pool
+//! (`RAYON_NUM_THREADS`, recorded in the benchmark name). `bench/cpu_infer.sh` runs this and
+//! the ONNX Runtime / TFLite peer in one command.
+
+use std::collections::HashMap;
+
+use candle_core::{Device, Tensor};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use octet_export::{export, ExportOptions, Input};
+use octet_models::{build, ModelKind, Network};
+use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
+use octet_runtime::Model;
+use rand::{Rng, SeedableRng};
+
+const MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
+const STD: [f32; 3] = [0.2023, 0.1994, 0.2010];
+
+fn pixels(n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n * 3 * 32 * 32).map(|_| rng.random()).collect()
+}
+
+/// A random-weight float model and its int8 export (calibrated on random images).
+fn models(kind: ModelKind) -> (Box<dyn Network>, Vec<u8>) {
+    let net = build(kind, 3, 10, 0, &Device::Cpu).expect("model");
+    let tensors: HashMap<String, Tensor> = net
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
+        .collect();
+    let input = Input {
+        kind,
+        tensors: &tensors,
+        mean: &MEAN,
+        std: &STD,
+        channels: 3,
+        height: 32,
+        width: 32,
+        classes: 10,
+    };
+    let opts = ExportOptions {
+        calibration_images: 32,
+        sqnr_images: 8,
+        ..ExportOptions::default()
+    };
+    let bytes = export(&input, &pixels(32, 1), &opts).expect("export").bytes;
+    (net, bytes)
+}
+
+fn bench(c: &mut Criterion) {
+    let candle_threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
+    for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
+        let (net, bytes) = models(kind);
+        let model = Model::parse(&bytes).expect("parse");
+        let mut g = c.benchmark_group(kind.to_string());
+        g.sample_size(if kind == ModelKind::ResNet18 { 10 } else { 50 });
+        for batch in [1usize, 64] {
+            let px = pixels(batch, 2);
+            g.throughput(Throughput::Elements(batch as u64));
+            for threads in [1usize, 2] {
+                if batch == 1 && threads == 2 {
+                    continue; // one image runs on one thread
+                }
+                let mut arena = vec![0u8; arena_bytes_parallel(&model, batch, threads)];
+                g.bench_function(
+                    BenchmarkId::new(format!("int8/threads{threads}"), batch),
+                    |b| b.iter(|| run_parallel(&model, &px, &mut arena, threads).expect("run")[0]),
+                );
+            }
+            let x = Tensor::from_vec(px.clone(), (batch, 3, 32, 32), &Device::Cpu).expect("tensor");
+            let scale = Tensor::from_vec(
+                STD.map(|s| 1.0 / (255.0 * s)).to_vec(),
+                (1, 3, 1, 1),
+                &Device::Cpu,
+            )
+            .expect("t");
+            let shift = Tensor::from_vec(
+                (0..3).map(|i| -MEAN[i] / STD[i]).collect::<Vec<_>>(),
+                (1, 3, 1, 1),
+                &Device::Cpu,
+            )
+            .expect("t");
+            g.bench_function(
+                BenchmarkId::new(format!("candle-f32/threads-{candle_threads}"), batch),
+                |b| {
+                    b.iter(|| {
+                        let input = x
+                            .to_dtype(candle_core::DType::F32)?
+                            .broadcast_mul(&scale)?
+                            .broadcast_add(&shift)?;
+                        net.forward(&input, false)?.argmax(1)?.to_vec1::<u32>()
+                    })
+                },
+            );
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
