@@ -188,17 +188,43 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
     use candle_core::{DType, Device, Tensor};
     let dir = tempfile::tempdir().unwrap();
     let m = octet_models::build(octet_models::ModelKind::ResNet18, 1, 10, 9, &Device::Cpu).unwrap();
-    let mut list: Vec<(String, Tensor)> = m.params().iter().map(|p| (p.name.clone(), p.var.as_tensor().clone())).collect();
-    for p in m.params().iter().filter(|p| p.name.ends_with("running_var")) {
+    let mut list: Vec<(String, Tensor)> = m
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
+        .collect();
+    for p in m
+        .params()
+        .iter()
+        .filter(|p| p.name.ends_with("running_var"))
+    {
         let name = p.name.replace("running_var", "num_batches_tracked");
-        list.push((name, Tensor::new(100i64, &Device::Cpu).unwrap().to_dtype(DType::I64).unwrap()));
+        list.push((
+            name,
+            Tensor::new(100i64, &Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::I64)
+                .unwrap(),
+        ));
     }
     let ck = dir.path().join("torch_resnet.safetensors");
     safetensors::serialize_to_file(list.iter().map(|(n, t)| (n.as_str(), t)), None, &ck).unwrap();
     let o8 = dir.path().join("r.o8");
     let o = octet(&[
-        "export", ck.to_str().unwrap(), "--model", "resnet18", "--data", "bundled", "--out", o8.to_str().unwrap(),
-        "--calibration-images", "32", "--test-images", "40", "--no-plots", "--json",
+        "export",
+        ck.to_str().unwrap(),
+        "--model",
+        "resnet18",
+        "--data",
+        "bundled",
+        "--out",
+        o8.to_str().unwrap(),
+        "--calibration-images",
+        "32",
+        "--test-images",
+        "40",
+        "--no-plots",
+        "--json",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -208,7 +234,15 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
     assert_eq!(rows[3]["total"], 40);
     assert!(dir.path().join("r.o8.report").join("report.md").exists());
 
-    let o = octet(&["run", o8.to_str().unwrap(), "--data", "bundled", "--images", "40", "--json"]);
+    let o = octet(&[
+        "run",
+        o8.to_str().unwrap(),
+        "--data",
+        "bundled",
+        "--images",
+        "40",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["images"], 40);
@@ -217,13 +251,30 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
 
     let o = octet(&["inspect", o8.to_str().unwrap()]);
     let s = text(&o);
-    assert!(o.status.success() && s.contains("int8 model") && s.contains("Add") && s.contains("AvgPool"), "{s}");
+    assert!(
+        o.status.success()
+            && s.contains("int8 model")
+            && s.contains("Add")
+            && s.contains("AvgPool"),
+        "{s}"
+    );
 
     // A corrupted model is refused with a reason, not a panic.
     let mut bytes = std::fs::read(&o8).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x55;
     std::fs::write(&o8, &bytes).unwrap();
-    let o = octet(&["run", o8.to_str().unwrap(), "--data", "bundled", "--images", "4"]);
-    assert!(!o.status.success() && text(&o).to_lowercase().contains("crc"), "{}", text(&o));
+    let o = octet(&[
+        "run",
+        o8.to_str().unwrap(),
+        "--data",
+        "bundled",
+        "--images",
+        "4",
+    ]);
+    assert!(
+        !o.status.success() && text(&o).to_lowercase().contains("crc"),
+        "{}",
+        text(&o)
+    );
 }

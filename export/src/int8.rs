@@ -6,7 +6,6 @@ use crate::graph::OpKind;
 use crate::plan::ArenaPlan;
 use crate::qmodel::QModel;
 use crate::quantize::requantize;
-use crate::write::conv_weights_ohwi;
 use crate::{ExportError, Result};
 
 /// Runs `n` images of u8 pixels (NCHW) through the arena; returns the int8 logits, n × classes.
@@ -21,17 +20,7 @@ pub fn run_int8(model: &QModel, plan: &ArenaPlan, pixels: &[u8], n: usize) -> Re
     let weights: Vec<Vec<i8>> = model
         .ops
         .iter()
-        .map(|op| match (&op.weights, op.kind) {
-            (Some(w), OpKind::Conv2d { kh, kw, .. }) => conv_weights_ohwi(
-                &w.q,
-                w.scales.len(),
-                model.tensors[op.inputs[0]].shape.c,
-                kh,
-                kw,
-            ),
-            (Some(w), _) => w.q.clone(),
-            (None, _) => Vec::new(),
-        })
+        .map(|op| crate::write::runtime_weights(model, op))
         .collect();
     let mut arena = vec![0i8; plan.arena_bytes];
     let slice =

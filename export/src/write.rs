@@ -144,17 +144,7 @@ pub fn write(model: &QModel, plan: &ArenaPlan) -> Result<Vec<u8>> {
         r[11] = u8_of("padding", pad)?;
         put(r, 12, &op.act_min.to_le_bytes());
         put(r, 16, &op.act_max.to_le_bytes());
-        let weights = match (&op.weights, op.kind) {
-            (Some(w), OpKind::Conv2d { kh, kw, .. }) => conv_weights_ohwi(
-                &w.q,
-                w.scales.len(),
-                model.tensors[op.inputs[0]].shape.c,
-                kh,
-                kw,
-            ),
-            (Some(w), _) => w.q.clone(),
-            (None, _) => Vec::new(),
-        };
+        let weights = runtime_weights(model, op);
         let arrays = [
             data.i8s(&weights),
             data.i32s(&op.bias),
@@ -242,4 +232,19 @@ pub fn write(model: &QModel, plan: &ArenaPlan) -> Result<Vec<u8>> {
     let crc = crc32fast::hash(&out[16..]);
     put(&mut out, 12, &crc.to_le_bytes());
     Ok(out)
+}
+
+/// An op's int8 weights in the runtime's layout: conv `[C_out][kh][kw][C_in]`, fc `[N][K]`.
+pub(crate) fn runtime_weights(model: &QModel, op: &crate::QOp) -> Vec<i8> {
+    match (&op.weights, op.kind) {
+        (Some(w), OpKind::Conv2d { kh, kw, .. }) => conv_weights_ohwi(
+            &w.q,
+            w.scales.len(),
+            model.tensors[op.inputs[0]].shape.c,
+            kh,
+            kw,
+        ),
+        (Some(w), _) => w.q.clone(),
+        (None, _) => Vec::new(),
+    }
 }

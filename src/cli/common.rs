@@ -18,6 +18,22 @@ pub struct Trained {
     pub norm: Normalization,
 }
 
+impl Trained {
+    /// What the exporter needs: architecture, tensors, normalisation, shapes.
+    pub fn export_input(&self) -> octet_export::Input<'_> {
+        octet_export::Input {
+            kind: self.kind,
+            tensors: &self.ck.tensors,
+            mean: &self.norm.mean,
+            std: &self.norm.std,
+            channels: self.in_channels,
+            height: self.split.train.height,
+            width: self.split.train.width,
+            classes: self.classes,
+        }
+    }
+}
+
 /// Opens `path`; `model` names the architecture of files without octet metadata; `data`
 /// overrides the data set the checkpoint was trained on.
 pub fn open_trained(

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use octet_export::{export, ExportOptions, Input};
+use octet_export::{export, ExportOptions};
 use octet_models::ModelKind;
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::Sampler;
@@ -62,16 +62,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
 
     // Export to int8 and compare with the float model on the same test images.
     let t = open_trained(&ckpt, None, None)?;
-    let input = Input {
-        kind: t.kind,
-        tensors: &t.ck.tensors,
-        mean: &t.norm.mean,
-        std: &t.norm.std,
-        channels: t.in_channels,
-        height: t.split.train.height,
-        width: t.split.train.width,
-        classes: t.classes,
-    };
+    let input = t.export_input();
     let order = Sampler::new(t.split.train.len(), true, 0).indices(0);
     let calib = t.split.train.subset(&order[..order.len().min(1024)]);
     let exported = export(&input, &calib.images, &ExportOptions::default())?;

@@ -2,9 +2,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use octet_export::{
-    ablation, export, write_histograms, Calibration, ExportOptions, Input, WeightScheme,
-};
+use octet_export::{ablation, export, write_histograms, Calibration, ExportOptions, WeightScheme};
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::Sampler;
 
@@ -93,16 +91,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
             eprintln!("{m}");
         }
     };
-    let input = Input {
-        kind: t.kind,
-        tensors: &t.ck.tensors,
-        mean: &t.norm.mean,
-        std: &t.norm.std,
-        channels: t.in_channels,
-        height: t.split.train.height,
-        width: t.split.train.width,
-        classes: t.classes,
-    };
+    let input = t.export_input();
     // Calibration and held-out images: a seeded sample of the training split, never the test split.
     let order = Sampler::new(t.split.train.len(), true, 0).indices(0);
     let n_cal = a.calibration_images.min(order.len()).max(1);

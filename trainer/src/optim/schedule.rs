@@ -143,7 +143,10 @@ mod tests {
         let p = LrPlan::new(0.1, Schedule::OneCycle, 0.0, 10, 10);
         assert!((p.lr(0) - 0.004).abs() < 1e-12);
         assert!((p.lr(30) - 0.1).abs() < 1e-12);
-        assert!(p.lr(99) < 1e-4 && p.lr(100) < 1e-6, "reaches base/25e4 at the end");
+        assert!(
+            p.lr(99) < 1e-4 && p.lr(100) < 1e-6,
+            "reaches base/25e4 at the end"
+        );
         let p = LrPlan::new(0.1, Schedule::Cosine, 1.0, 10, 10);
         assert!(
             (p.lr(0) - 0.01).abs() < 1e-12
