@@ -714,10 +714,11 @@ impl<'a> Model<'a> {
             if t16 == self.output_tensor {
                 last = Some(self.n_ops - 1);
             }
-            let (Some(def), Some(last)) = (def, last) else {
+            let Some(def) = def else {
                 continue;
             };
             let tr = self.tensor(t16).map(|i| i.range()).unwrap_or(0..0);
+            // An op's scratch never overlaps its own output, even one nothing reads.
             if def > 0 {
                 let (_, _, scratch) = self.regions(def - 1)?;
                 if overlaps(&scratch, &tr) {
@@ -727,6 +728,9 @@ impl<'a> Model<'a> {
                     });
                 }
             }
+            let Some(last) = last else {
+                continue;
+            };
             for j in def..=last {
                 let (out_id, out, scratch) = self.regions(j)?;
                 if (out_id != t16 && overlaps(&out, &tr)) || overlaps(&scratch, &tr) {
