@@ -286,12 +286,14 @@ fn score(name: &str, engine: &str, pred: &[usize], labels: &[u8], float: &[usize
 /// activations (both simulated by the float executor); and the int8 model with int32 biases as
 /// the runtime runs it from `exported.bytes`; then each of `others` (name, `.o8` bytes), also
 /// run by the runtime — another weight scheme or calibration beside the chosen one.
+/// `on_row` sees each row as soon as it is measured (a ResNet-18 row takes minutes on a CPU).
 pub fn ablation(
     exported: &Exported,
     others: &[(&str, &[u8])],
     test_images_u8_nchw: &[u8],
     labels: &[u8],
     batch: usize,
+    on_row: &mut dyn FnMut(&AblationRow),
 ) -> Result<Ablation> {
     let g = &exported.graph;
     let n = check_images(g, test_images_u8_nchw, "test images")?;
@@ -302,54 +304,54 @@ pub fn ablation(
         )));
     }
     let classes = exported.classes;
-    let run = |fq: FakeQuant| -> Result<Vec<usize>> {
+    let reference = |fq: FakeQuant| -> Result<Vec<usize>> {
         let logits =
             Executor::new(g, &fq)?.run_all(test_images_u8_nchw, batch, &mut |_, _| Ok(()))?;
         Ok(argmax_rows(&logits, classes))
     };
+    let runtime = |bytes: &[u8]| -> Result<Vec<usize>> {
+        Ok(argmax_rows(
+            &runtime_logits(bytes, test_images_u8_nchw, batch)?,
+            classes,
+        ))
+    };
+    let mut rows = Vec::new();
+    let mut push = |row: AblationRow| {
+        on_row(&row);
+        rows.push(row);
+    };
+    let float = reference(FakeQuant::default())?;
+    push(score("float", "reference", &float, labels, &float));
     let weights = Some(exported.model.dequantized_weights(g));
-    let float = run(FakeQuant::default())?;
-    let w_only = run(FakeQuant {
+    let w_only = reference(FakeQuant {
         weights: weights.clone(),
         ..Default::default()
     })?;
-    let w_act = run(FakeQuant {
+    push(score("int8 weights", "reference", &w_only, labels, &float));
+    let w_act = reference(FakeQuant {
         weights,
         biases: None,
         activations: Some(exported.model.qparams()),
     })?;
-    let int8 = argmax_rows(
-        &runtime_logits(&exported.bytes, test_images_u8_nchw, batch)?,
-        classes,
-    );
-    let mut extra = Vec::new();
+    push(score(
+        "int8 weights + activations",
+        "reference",
+        &w_act,
+        labels,
+        &float,
+    ));
+    let int8 = runtime(&exported.bytes)?;
+    push(score(
+        "int8 weights + activations + bias",
+        "runtime",
+        &int8,
+        labels,
+        &float,
+    ));
     for (name, bytes) in others {
-        let pred = argmax_rows(&runtime_logits(bytes, test_images_u8_nchw, batch)?, classes);
-        extra.push(score(name, "runtime", &pred, labels, &float));
+        push(score(name, "runtime", &runtime(bytes)?, labels, &float));
     }
-    Ok(Ablation {
-        rows: [
-            score("float", "reference", &float, labels, &float),
-            score("int8 weights", "reference", &w_only, labels, &float),
-            score(
-                "int8 weights + activations",
-                "reference",
-                &w_act,
-                labels,
-                &float,
-            ),
-            score(
-                "int8 weights + activations + bias",
-                "runtime",
-                &int8,
-                labels,
-                &float,
-            ),
-        ]
-        .into_iter()
-        .chain(extra)
-        .collect(),
-    })
+    Ok(Ablation { rows })
 }
 
 /// The int8 logits of the `.o8` bytes as `octet_runtime` computes them (`n × classes`), on

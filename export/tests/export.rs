@@ -245,7 +245,7 @@ fn lenet_int8_tracks_float_on_fashion_mnist() {
         sim.len()
     );
 
-    let ab = ablation(&ex, &[], test, &labels[200..], 64).unwrap();
+    let ab = ablation(&ex, &[], test, &labels[200..], 64, &mut |_| {}).unwrap();
     assert_eq!(ab.rows.len(), 4);
     assert_eq!(ab.rows[0].agreement_with_float, 1.0);
     assert!(ab
@@ -412,7 +412,7 @@ fn bad_inputs_are_errors_that_name_the_culprit() {
     // Mismatched labels in the ablation.
     let (px, _) = fashion_test(8);
     let ex = export(&inp, &px, &opts).unwrap();
-    assert!(ablation(&ex, &[], &px, &[0u8; 3], 4).is_err());
+    assert!(ablation(&ex, &[], &px, &[0u8; 3], 4, &mut |_| {}).is_err());
 }
 
 /// Throughput of the float executor on ResNet-18 (run by hand: `--ignored --nocapture`).

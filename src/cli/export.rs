@@ -178,13 +178,15 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         },
     )?;
     let alt_name = format!("int8 weights + activations + bias, {other} weights");
-    let abl = ablation(
-        &exported,
-        &[(alt_name.as_str(), alt.bytes.as_slice())],
-        images,
-        labels,
-        64,
-    )?;
+    let others = [(alt_name.as_str(), alt.bytes.as_slice())];
+    let abl = ablation(&exported, &others, images, labels, 64, &mut |r| {
+        say(format!(
+            "  {:<55} {:>6.2}%  ({})",
+            r.name,
+            100.0 * r.accuracy,
+            r.engine
+        ))
+    })?;
     write_report(&a, &t, &exported, &abl, &tried, &report_dir, &out, start)?;
     Ok(())
 }
