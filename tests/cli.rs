@@ -143,24 +143,41 @@ fn user_errors_are_clear() {
     );
 }
 
-/// A PyTorch `save_file(model.state_dict())` of LeNet: lab names, `num_batches_tracked`-free
-/// LeNet has no BN, so add an unused int64 tensor as PyTorch files of BN models carry.
-#[test]
-fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
-    use candle_core::{DType, Device, Tensor};
-    let dir = tempfile::tempdir().unwrap();
-    let m = octet_models::build(octet_models::ModelKind::LeNet, 1, 10, 5, &Device::Cpu).unwrap();
+/// Writes what PyTorch's `save_file(model.state_dict(), path)` writes for `kind` with random
+/// weights: the lab's tensor names, an int64 `num_batches_tracked` beside every batch norm
+/// (and one stray for LeNet, which has none), no octet metadata.
+fn save_pytorch_state_dict(kind: octet_models::ModelKind, channels: usize, path: &Path) {
+    use candle_core::{Device, Tensor};
+    let m = octet_models::build(kind, channels, 10, 5, &Device::Cpu).unwrap();
     let mut list: Vec<(String, Tensor)> = m
         .params()
         .iter()
         .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
         .collect();
-    list.push((
-        "bn.num_batches_tracked".into(),
-        Tensor::zeros((), DType::I64, &Device::Cpu).unwrap(),
-    ));
+    let mut counters: Vec<String> = m
+        .params()
+        .iter()
+        .filter_map(|p| {
+            p.name
+                .strip_suffix("running_var")
+                .map(|b| format!("{b}num_batches_tracked"))
+        })
+        .collect();
+    if counters.is_empty() {
+        counters.push("bn.num_batches_tracked".into());
+    }
+    for name in counters {
+        list.push((name, Tensor::new(100i64, &Device::Cpu).unwrap()));
+    }
+    safetensors::serialize_to_file(list.iter().map(|(n, t)| (n.as_str(), t)), None, path).unwrap();
+}
+
+/// A PyTorch LeNet state_dict evaluates once the architecture is named.
+#[test]
+fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
+    let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("torch.safetensors");
-    safetensors::serialize_to_file(list.iter().map(|(n, t)| (n.as_str(), t)), None, &p).unwrap();
+    save_pytorch_state_dict(octet_models::ModelKind::LeNet, 1, &p);
     let o = octet(&["eval", p.to_str().unwrap(), "--data", "bundled"]);
     assert!(
         !o.status.success() && text(&o).contains("--model"),
@@ -185,30 +202,9 @@ fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
 /// metadata) exports to int8 with --model, and `octet run` and `octet inspect` read the result.
 #[test]
 fn pytorch_resnet18_checkpoint_exports_and_runs() {
-    use candle_core::{DType, Device, Tensor};
     let dir = tempfile::tempdir().unwrap();
-    let m = octet_models::build(octet_models::ModelKind::ResNet18, 1, 10, 9, &Device::Cpu).unwrap();
-    let mut list: Vec<(String, Tensor)> = m
-        .params()
-        .iter()
-        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
-        .collect();
-    for p in m
-        .params()
-        .iter()
-        .filter(|p| p.name.ends_with("running_var"))
-    {
-        let name = p.name.replace("running_var", "num_batches_tracked");
-        list.push((
-            name,
-            Tensor::new(100i64, &Device::Cpu)
-                .unwrap()
-                .to_dtype(DType::I64)
-                .unwrap(),
-        ));
-    }
     let ck = dir.path().join("torch_resnet.safetensors");
-    safetensors::serialize_to_file(list.iter().map(|(n, t)| (n.as_str(), t)), None, &ck).unwrap();
+    save_pytorch_state_dict(octet_models::ModelKind::ResNet18, 1, &ck);
     let o8 = dir.path().join("r.o8");
     let o = octet(&[
         "export",

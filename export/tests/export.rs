@@ -147,7 +147,9 @@ fn pytorch_layout_checkpoints_export_to_valid_files() {
         let p = check_o8(&ex.bytes);
         assert_eq!(p.input, (mean.len(), 32, 32));
         assert_eq!(p.arena_bytes, ex.plan.arena_bytes);
-        let sum: usize = p.tensors.iter().map(|t| t.6).sum();
+        // Without reuse the arena would hold every tensor and every op's scratch side by side.
+        let sum: usize = p.tensors.iter().map(|t| t.6).sum::<usize>()
+            + ex.plan.scratch_bytes.iter().sum::<usize>();
         assert!(
             p.arena_bytes < sum,
             "{kind}: arena {} should reuse memory (sum {sum})",

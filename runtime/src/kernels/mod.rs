@@ -2,7 +2,7 @@
 //!
 //! `scalar` holds the reference loops; `avx2` holds AVX2 versions of the hot kernels
 //! (conv2d, fully_connected) and `vnni` an AVX-512 VNNI conv2d, all producing the same bytes.
-//! Pools and add always run scalar.
+//! Pools always run scalar; `scalar::add` uses AVX-512 when the CPU has it (same bytes).
 
 pub mod scalar;
 
@@ -22,8 +22,8 @@ pub enum Kernels {
     Scalar,
     /// AVX2 kernels (error if the CPU lacks AVX2).
     Avx2,
-    /// AVX-512 VNNI on 256-bit vectors for conv2d, AVX2 for fully_connected (error if the CPU
-    /// lacks AVX2, AVX-512 VNNI or AVX-512 VL).
+    /// AVX-512 VNNI (512-bit vectors) for conv2d, AVX2 for fully_connected (error if the CPU
+    /// lacks AVX2, AVX-512 VNNI, BW or VL).
     Avx512Vnni,
     /// The fastest available (AVX-512 VNNI, then AVX2, then scalar).
     #[default]
@@ -41,7 +41,7 @@ mod cpuid {
     use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
     use core::sync::atomic::{AtomicU8, Ordering};
 
-    // Bit 0: known; bit 1: AVX2; bit 2: AVX-512 VNNI + VL.
+    // Bit 0: known; bit 1: AVX2; bit 2: AVX-512 VNNI + BW + VL.
     static STATE: AtomicU8 = AtomicU8::new(0);
 
     fn state() -> u8 {
@@ -74,9 +74,10 @@ mod cpuid {
             }
             let l7 = __cpuid_count(7, 0);
             let f = l7.ebx & (1 << 16) != 0;
+            let bw = l7.ebx & (1 << 30) != 0;
             let vl = l7.ebx & (1 << 31) != 0;
             let vnni = l7.ecx & (1 << 11) != 0;
-            f && vl && vnni
+            f && bw && vl && vnni
         }
     }
 
@@ -140,12 +141,13 @@ impl Kernels {
         }
     }
 
-    /// Whether the AVX-512 VNNI kernels can run here (AVX2, AVX-512 F, VL and VNNI, and the
+    /// Whether the AVX-512 VNNI kernels can run here (AVX2, AVX-512 F, BW, VL and VNNI, and the
     /// OS saves the AVX-512 state); detected like [`Kernels::avx2_available`].
     pub fn vnni_available() -> bool {
         #[cfg(all(
             target_arch = "x86_64",
             target_feature = "avx2",
+            target_feature = "avx512bw",
             target_feature = "avx512vl",
             target_feature = "avx512vnni"
         ))]
@@ -156,6 +158,7 @@ impl Kernels {
             target_arch = "x86_64",
             not(all(
                 target_feature = "avx2",
+                target_feature = "avx512bw",
                 target_feature = "avx512vl",
                 target_feature = "avx512vnni"
             )),
@@ -164,6 +167,7 @@ impl Kernels {
         {
             std::is_x86_feature_detected!("avx2")
                 && std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
                 && std::is_x86_feature_detected!("avx512vl")
                 && std::is_x86_feature_detected!("avx512vnni")
         }
@@ -171,6 +175,7 @@ impl Kernels {
             target_arch = "x86_64",
             not(all(
                 target_feature = "avx2",
+                target_feature = "avx512bw",
                 target_feature = "avx512vl",
                 target_feature = "avx512vnni"
             )),
@@ -203,23 +208,37 @@ impl Kernels {
     }
 }
 
-/// With VNNI kernels, convs with K = kh·kw·C_in below this (or fewer than 8 output channels)
-/// run the AVX2 kernel, which is faster for them.
-pub const VNNI_MIN_K: usize = 256;
+/// With VNNI kernels, convs with K = kh·kw·C_in below this (or fewer than
+/// [`VNNI_MIN_COUT`] output channels) run the AVX2 kernel. The VNNI kernel's vectorized
+/// requantization makes it the faster one even for small K (3×3 over 3 channels, 1×1).
+pub const VNNI_MIN_K: usize = 1;
+
+/// Output channels the VNNI conv needs (its micro-kernel's channel group).
+pub const VNNI_MIN_COUT: usize = 6;
 
 /// Output pixels a conv processes per pass (rows of the packed patch in scratch).
 pub const CONV_PIXEL_BLOCK: usize = 4;
 
+/// Output pixels whose u8 patches the VNNI conv packs at once (rows of `align64(K)` bytes).
+pub const VNNI_PIXEL_BLOCK: usize = 64;
+
 /// The scratch arena bytes an op needs; the exporter reserves exactly this at the op's
 /// scratch offset (and writes offset 0 when it is 0).
 ///
-/// conv2d: `CONV_PIXEL_BLOCK · align16(kernel_h·kernel_w·c_in) · 2` (im2col rows widened to
-/// i16); every other op: 0. `c_in` is the conv's input channel count.
+/// conv2d: the larger of `CONV_PIXEL_BLOCK · align16(K) · 2` (AVX2: im2col rows widened to
+/// i16) and `VNNI_PIXEL_BLOCK · align64(K)` (VNNI: u8 im2col rows), K = kernel_h·kernel_w·c_in;
+/// every other op: 0. `c_in` is the conv's input channel count.
 pub const fn scratch_bytes(kind: u8, kernel_h: u32, kernel_w: u32, c_in: u32) -> usize {
     match kind {
         OP_CONV2D => {
             let k = kernel_h as usize * kernel_w as usize * c_in as usize;
-            CONV_PIXEL_BLOCK * crate::align16(k) * 2
+            let avx2 = CONV_PIXEL_BLOCK * crate::align16(k) * 2;
+            let vnni = VNNI_PIXEL_BLOCK * ((k + 63) & !63);
+            if avx2 > vnni {
+                avx2
+            } else {
+                vnni
+            }
         }
         OP_FULLY_CONNECTED => 0,
         _ => 0,
@@ -384,7 +403,7 @@ pub(crate) fn conv2d(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
-            if p.k() >= VNNI_MIN_K && p.output.c >= 8 {
+            if p.k() >= VNNI_MIN_K && p.output.c >= VNNI_MIN_COUT {
                 vnni::conv2d(p, input, output, scratch)
             } else {
                 avx2::conv2d(p, input, output, scratch)
@@ -416,6 +435,7 @@ mod tests {
         );
         let vnni = std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vnni");
         assert_eq!(Kernels::vnni_available(), vnni);

@@ -6,7 +6,7 @@ mod conv2d;
 mod fully_connected;
 mod max_pool;
 
-pub use add::add;
+pub use add::{add, add_reference};
 pub use avg_pool::avg_pool;
 pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;

@@ -1,33 +1,59 @@
-//! conv2d, AVX-512 VNNI (256-bit): implicit GEMM like `avx2::conv2d`, but the patch rows in
-//! scratch are u8 (x + 128), `align32(K)` bytes each, zero past K, and each step multiplies 32
-//! bytes of 4 pixels by 32 weights of 4 output channels with `vpdpbusd`. Σw per channel (for
-//! the −128·Σw correction) accumulates alongside with a vector of ones.
+//! conv2d, AVX-512 VNNI (512-bit): implicit GEMM over HWC input and OHWI weights.
+//!
+//! The u8 patches (x + 128) of up to [`VNNI_PIXEL_BLOCK`] output pixels are packed into
+//! scratch, `align64(K)` bytes per row, zero past K. Then for each group of [`C`] output
+//! channels (whose weight rows stay in L1) the micro-kernel runs over all packed pixels, [`R`] at
+//! a time: `R·C` zmm accumulators, each step multiplying 64 bytes of a patch row by 64 weights
+//! with `vpdpbusd`, so the weights stream from memory once per pixel block rather than once per
+//! `R` pixels. Σw per channel (for the −128·Σw correction) accumulates alongside with a vector
+//! of ones on the first pass and is cached. The requantization runs on 8 i64 lanes at a time.
 
 use core::arch::x86_64::*;
 
-use crate::kernels::avx2::{hsum4, hsum8_v};
-use crate::kernels::{scalar, ConvParams, CONV_PIXEL_BLOCK};
+use crate::kernels::avx2::hsum8_v;
+use crate::kernels::{scalar, ConvParams, VNNI_PIXEL_BLOCK};
 use crate::requant::{ChannelRequant, OutputQuant};
 
-const P: usize = CONV_PIXEL_BLOCK;
+/// Pixels per micro-block.
+const R: usize = 4;
+/// Output channels per micro-block.
+const C: usize = crate::kernels::VNNI_MIN_COUT;
+/// Accumulators per micro-block (a multiple of 8).
+const N: usize = R * C;
 const CORR_CACHE: usize = 1024;
 
-const fn align32(n: usize) -> usize {
-    (n + 31) & !31
+const fn align64(n: usize) -> usize {
+    (n + 63) & !63
 }
 
-/// Same bytes as [`scalar::conv2d`]; uses the same scratch as the AVX2 kernel
-/// (`4·align16(K)·2 ≥ 4·align32(K)` bytes).
+/// Requantization constants of one micro-block, lane `pixel·C + channel`.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Epi {
+    m0: [i64; N],
+    round: [i64; N],
+    n: [i64; N],
+    bias: [i32; N],
+}
+
+/// Same bytes as [`scalar::conv2d`]; `scratch` holds `scratch_bytes(conv2d, …)` bytes (with
+/// less the pixel block shrinks; below one `align64(K)` row it falls back to scalar).
 ///
 /// # Safety
-/// The CPU must support AVX2, AVX-512 VNNI and AVX-512 VL.
-#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+/// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     let k = p.k();
-    let kp = align32(k);
+    let kp = align64(k);
     let cout = p.output.c;
     let npix = p.output.h * p.output.w;
-    if scratch.len() < P * kp
+    // Whole micro-blocks of R rows: the last block of a chunk may read rows past the packed
+    // ones (stale scratch bytes), whose results are dropped.
+    let chunk = (scratch.len() / kp.max(1)).min(VNNI_PIXEL_BLOCK) & !(R - 1);
+    if chunk == 0 || cout < C {
+        return crate::kernels::avx2::conv2d(p, input, output, scratch);
+    }
+    if k == 0
         || input.len() < p.input.len()
         || output.len() < npix * cout
         || p.weights.len() < cout * k
@@ -35,120 +61,184 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
         return scalar::conv2d(p, input, output);
     }
     let base = scratch.as_mut_ptr();
-    // 128·Σw per channel, computed with the first pixel block and reused (when it fits).
+    let pads = PadRow::new(p);
+    // 128·Σw per channel, computed with the first pixel chunk and reused (when it fits).
     let mut corr = [0i32; CORR_CACHE];
     let cache = cout <= CORR_CACHE;
-    let mut p0 = 0;
-    while p0 < npix {
-        let np = (npix - p0).min(P);
-        for r in 0..np {
-            pack_patch(p, input, p0 + r, base.add(r * kp), kp);
+    let wp = p.weights.as_ptr();
+    let mut epi = Epi {
+        m0: [0; N],
+        round: [0; N],
+        n: [0; N],
+        bias: [0; N],
+    };
+    let mut c0 = 0;
+    while c0 < npix {
+        let nch = (npix - c0).min(chunk);
+        for r in 0..nch {
+            pack_patch(p, &pads, input, c0 + r, base.add(r * kp), kp);
         }
         let x = base as *const u8;
-        let mut co = 0;
-        while co < cout {
-            let nc = (cout - co).min(4);
-            let rows: [&[i8]; 4] = core::array::from_fn(|c| {
-                let cc = co + c.min(nc - 1);
-                &p.weights[cc * k..][..k]
-            });
-            let (sums, corr4) = if p0 == 0 || !cache {
-                let (s, sw) = dot4x4::<true>(x, kp, k, rows);
-                if cache {
-                    corr[co..co + nc].copy_from_slice(&sw[..nc]);
+        // Groups of C channels; the last starts at cout − C (overlapping the one before: its
+        // channels are recomputed to the same bytes).
+        let mut next = 0;
+        loop {
+            let co = next.min(cout - C);
+            let last = co + C >= cout;
+            next = co + C;
+            let w = wp.add(co * k);
+            let mut r0 = 0;
+            while r0 < nch {
+                let np = (nch - r0).min(R);
+                let xr = x.add(r0 * kp);
+                let sums = if r0 == 0 && (c0 == 0 || !cache) {
+                    let (s, sw) = micro::<true, false>(xr, kp, w, k, w);
+                    if cache {
+                        corr[co..co + C].copy_from_slice(&sw);
+                    }
+                    epi_fill(&mut epi, p, co, &sw);
+                    s
+                } else {
+                    if r0 == 0 {
+                        let sw: [i32; C] = corr[co..co + C].try_into().unwrap();
+                        epi_fill(&mut epi, p, co, &sw);
+                    }
+                    if r0 + R >= nch && !last {
+                        let pf = wp.add(next.min(cout - C) * k);
+                        micro::<false, true>(xr, kp, w, k, pf).0
+                    } else {
+                        micro::<false, false>(xr, kp, w, k, w).0
+                    }
+                };
+                let bytes = epilogue(sums, &epi, &p.out);
+                for r in 0..np {
+                    let at = (c0 + r0 + r) * cout + co;
+                    let o: &mut [i8; C] = (&mut output[at..at + C]).try_into().unwrap();
+                    *o = bytes[r * C..r * C + C].try_into().unwrap();
                 }
-                (s, sw)
-            } else {
-                let (s, _) = dot4x4::<false>(x, kp, k, rows);
-                let mut sw = [0i32; 4];
-                sw[..nc].copy_from_slice(&corr[co..co + nc]);
-                (s, sw)
-            };
-            let q: [ChannelRequant; 4] = core::array::from_fn(|c| {
-                let cc = co + c.min(nc - 1);
-                let mut q =
-                    ChannelRequant::new(p.bias.get(cc), p.multiplier.get(cc), p.shift.get(cc));
-                q.bias = q.bias.wrapping_sub(corr4[c]);
-                q
-            });
-            let bytes = epilogue(sums, &q, &p.out);
-            for r in 0..np {
-                let o = &mut output[(p0 + r) * cout + co..][..nc];
-                for (c, ov) in o.iter_mut().enumerate() {
-                    *ov = bytes[r * 4 + c];
-                }
+                r0 += R;
             }
-            co += nc;
+            if last {
+                break;
+            }
         }
-        p0 += P;
+        c0 += chunk;
     }
 }
 
+/// Fills the micro-block constants for channels `co..co + C`, the bias corrected by `corr`
+/// (128·Σw).
 #[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn copy_offset(src: &[i8], dst: *mut u8) {
-    let n = src.len();
-    let bias = _mm256_set1_epi8(-128);
+fn epi_fill(e: &mut Epi, p: &ConvParams, co: usize, corr: &[i32; C]) {
+    for (c, &cr) in corr.iter().enumerate() {
+        let q = ChannelRequant::new(
+            p.bias.get(co + c),
+            p.multiplier.get(co + c),
+            p.shift.get(co + c),
+        );
+        let bias = q.bias.wrapping_sub(cr);
+        for r in 0..R {
+            let i = r * C + c;
+            e.m0[i] = q.m0;
+            e.round[i] = q.round;
+            e.n[i] = q.n as i64;
+            e.bias[i] = bias;
+        }
+    }
+}
+
+/// Copies `n` bytes from `src` to `dst`, XORing each with `flip` (0x80: i8 → u8 + 128).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn copy_xor(src: *const u8, dst: *mut u8, n: usize, flip: u8) {
+    let f = _mm512_set1_epi8(flip as i8);
     let mut i = 0;
-    while i + 32 <= n {
-        let v = _mm256_loadu_si256(src.as_ptr().add(i) as *const __m256i);
-        _mm256_storeu_si256(dst.add(i) as *mut __m256i, _mm256_xor_si256(v, bias));
-        i += 32;
+    while i + 64 <= n {
+        let v = _mm512_loadu_si512(src.add(i) as *const _);
+        _mm512_storeu_si512(dst.add(i) as *mut _, _mm512_xor_si512(v, f));
+        i += 64;
     }
-    while i < n {
-        dst.add(i).write((src[i] as u8) ^ 0x80);
-        i += 1;
+    if i < n {
+        let m: __mmask64 = (1u64 << (n - i)) - 1;
+        let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
+        _mm512_mask_storeu_epi8(dst.add(i) as *mut i8, m, _mm512_xor_si512(v, f));
+    }
+}
+
+/// Input channels whose u8 pad values fit the stack buffer; more fill byte by byte.
+const PAD_BUF: usize = 2048;
+
+/// The u8 pad values (pad + 128) of every input channel, when they fit [`PAD_BUF`].
+struct PadRow {
+    bytes: [u8; PAD_BUF],
+    ok: bool,
+}
+
+impl PadRow {
+    fn new(p: &ConvParams) -> Self {
+        let mut bytes = [0u8; PAD_BUF];
+        let ok = p.input.c <= PAD_BUF;
+        if ok {
+            for (ci, b) in bytes[..p.input.c].iter_mut().enumerate() {
+                *b = (p.pad_value(ci) as u8) ^ 0x80;
+            }
+        }
+        PadRow { bytes, ok }
     }
 }
 
 #[inline]
-unsafe fn fill_pad(p: &ConvParams, dst: *mut u8) {
-    for ci in 0..p.input.c {
-        dst.add(ci).write((p.pad_value(ci) as u8) ^ 0x80);
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn fill_pad(p: &ConvParams, pads: &PadRow, dst: *mut u8) {
+    if pads.ok {
+        copy_xor(pads.bytes.as_ptr(), dst, p.input.c, 0);
+    } else {
+        for ci in 0..p.input.c {
+            dst.add(ci).write((p.pad_value(ci) as u8) ^ 0x80);
+        }
     }
 }
 
-/// Requantizes the 16 sums (2 vectors of pixel·4 + channel, bias not yet added) exactly like
-/// `OutputQuant::finish`, 4 channels of one pixel per 64-bit vector.
+/// Requantizes the `N` sums (`N / 8` vectors, lane pixel·C + channel, bias not yet added)
+/// exactly like `OutputQuant::finish`, 8 lanes per 512-bit i64 vector.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512vl")]
-unsafe fn epilogue(sums: [__m256i; 2], q: &[ChannelRequant; 4], out: &OutputQuant) -> [i8; 16] {
-    let bias = _mm256_setr_epi32(
-        q[0].bias, q[1].bias, q[2].bias, q[3].bias, q[0].bias, q[1].bias, q[2].bias, q[3].bias,
-    );
-    let m0 = _mm256_setr_epi64x(q[0].m0, q[1].m0, q[2].m0, q[3].m0);
-    let round = _mm256_setr_epi64x(q[0].round, q[1].round, q[2].round, q[3].round);
-    let n = _mm256_setr_epi64x(q[0].n as i64, q[1].n as i64, q[2].n as i64, q[3].n as i64);
-    let z = _mm256_set1_epi64x(out.zero_point as i64);
-    let amin = _mm256_set1_epi64x(out.act_min as i64);
-    let amax = _mm256_set1_epi64x(out.act_max as i64);
-    let lo8 = _mm256_set1_epi64x(-128);
-    let hi8 = _mm256_set1_epi64x(127);
-    let mut res = [0i8; 16];
-    for (h, &v) in sums.iter().enumerate() {
-        let v = _mm256_add_epi32(v, bias);
-        for half in 0..2 {
-            let x = if half == 0 {
-                _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v))
-            } else {
-                _mm256_cvtepi32_epi64(_mm256_extracti128_si256::<1>(v))
-            };
-            let t = _mm256_add_epi64(_mm256_mul_epi32(x, m0), round);
-            let t = _mm256_add_epi64(_mm256_srav_epi64(t, n), z);
-            let t = _mm256_min_epi64(_mm256_max_epi64(t, amin), amax);
-            let t = _mm256_min_epi64(_mm256_max_epi64(t, lo8), hi8);
-            let b = _mm_cvtsi128_si32(_mm256_cvtepi64_epi8(t));
-            let at = (h * 2 + half) * 4;
-            res[at..at + 4].copy_from_slice(&b.to_le_bytes().map(|x| x as i8));
-        }
+unsafe fn epilogue(sums: [__m256i; N / 8], e: &Epi, out: &OutputQuant) -> [i8; N] {
+    let z = _mm512_set1_epi64(out.zero_point as i64);
+    let amin = _mm512_set1_epi64(out.act_min as i64);
+    let amax = _mm512_set1_epi64(out.act_max as i64);
+    let lo8 = _mm512_set1_epi64(-128);
+    let hi8 = _mm512_set1_epi64(127);
+    let mut res = [0i8; N];
+    for (g, &v) in sums.iter().enumerate() {
+        let b = _mm256_loadu_si256(e.bias.as_ptr().add(g * 8) as *const __m256i);
+        let x = _mm512_cvtepi32_epi64(_mm256_add_epi32(v, b));
+        let m0 = _mm512_loadu_si512(e.m0.as_ptr().add(g * 8) as *const _);
+        let round = _mm512_loadu_si512(e.round.as_ptr().add(g * 8) as *const _);
+        let n = _mm512_loadu_si512(e.n.as_ptr().add(g * 8) as *const _);
+        let t = _mm512_add_epi64(_mm512_mul_epi32(x, m0), round);
+        let t = _mm512_add_epi64(_mm512_srav_epi64(t, n), z);
+        let t = _mm512_min_epi64(_mm512_max_epi64(t, amin), amax);
+        let t = _mm512_min_epi64(_mm512_max_epi64(t, lo8), hi8);
+        _mm_storel_epi64(
+            res.as_mut_ptr().add(g * 8) as *mut __m128i,
+            _mm512_cvtepi64_epi8(t),
+        );
     }
     res
 }
 
 /// Writes the u8 patch (x + 128) of output pixel `pi`, then zeros up to `kp`.
 #[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: *mut u8, kp: usize) {
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn pack_patch(
+    p: &ConvParams,
+    pads: &PadRow,
+    input: &[i8],
+    pi: usize,
+    row: *mut u8,
+    kp: usize,
+) {
     let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
     let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride, p.pad as isize);
     let wo = p.output.w;
@@ -160,23 +250,22 @@ unsafe fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: *mut u8, kp: 
         let iy = (oy * s + ky) as isize - pad;
         if iy < 0 || iy >= h {
             for kx in 0..kw {
-                fill_pad(p, dst.add(kx * cin));
+                fill_pad(p, pads, dst.add(kx * cin));
             }
             continue;
         }
         let rowbase = iy as usize * w as usize;
         if ix0 >= 0 && ix0 + kw as isize <= w {
-            copy_offset(&input[(rowbase + ix0 as usize) * cin..][..run], dst);
+            let src = &input[(rowbase + ix0 as usize) * cin..][..run];
+            copy_xor(src.as_ptr() as *const u8, dst, run, 0x80);
         } else {
             for kx in 0..kw {
                 let ix = ix0 + kx as isize;
                 if ix >= 0 && ix < w {
-                    copy_offset(
-                        &input[(rowbase + ix as usize) * cin..][..cin],
-                        dst.add(kx * cin),
-                    );
+                    let src = &input[(rowbase + ix as usize) * cin..][..cin];
+                    copy_xor(src.as_ptr() as *const u8, dst.add(kx * cin), cin, 0x80);
                 } else {
-                    fill_pad(p, dst.add(kx * cin));
+                    fill_pad(p, pads, dst.add(kx * cin));
                 }
             }
         }
@@ -184,71 +273,78 @@ unsafe fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: *mut u8, kp: 
     core::ptr::write_bytes(row.add(kh * run), 0, kp - kh * run);
 }
 
-/// 32 weights from `src[at..]`, zero past the end.
+/// Dot products of `R` u8 patch rows (`align64(k)` bytes, zero past `k`) with `C` weight rows
+/// of `k` bytes, lane pixel·C + channel, and, when `SUM`, 128·Σw per channel.
 #[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn load32(src: &[i8], at: usize) -> __m256i {
-    if at + 32 <= src.len() {
-        _mm256_loadu_si256(src.as_ptr().add(at) as *const __m256i)
-    } else {
-        let mut buf = [0i8; 32];
-        if at < src.len() {
-            let rem = src.len() - at;
-            buf[..rem].copy_from_slice(&src[at..]);
-        }
-        _mm256_loadu_si256(buf.as_ptr() as *const __m256i)
-    }
-}
-
-/// Dot products of 4 u8 patch rows with 4 weight rows (index pixel·4 + channel) and, when
-/// `SUM`, 128·Σw per channel.
-#[inline]
-#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-unsafe fn dot4x4<const SUM: bool>(
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn micro<const SUM: bool, const PF: bool>(
     x: *const u8,
-    kp: usize,
+    xstride: usize,
+    w: *const i8,
     k: usize,
-    w: [&[i8]; 4],
-) -> ([__m256i; 2], [i32; 4]) {
-    let mut a = [_mm256_setzero_si256(); 16];
-    let mut sw = [_mm256_setzero_si256(); 4];
-    let ones = _mm256_set1_epi8(1);
+    pf: *const i8,
+) -> ([__m256i; N / 8], [i32; C]) {
+    let mut a = [_mm512_setzero_si512(); N];
+    let mut sw = [_mm512_setzero_si512(); C];
+    let ones = _mm512_set1_epi8(1);
     macro_rules! step {
         ($kk:expr, $wv:expr) => {{
-            let (kk, wv): (usize, [__m256i; 4]) = ($kk, $wv);
+            let (kk, wv): (usize, [__m512i; C]) = ($kk, $wv);
             if SUM {
-                for c in 0..4 {
-                    sw[c] = _mm256_dpbusd_epi32(sw[c], ones, wv[c]);
+                for c in 0..C {
+                    sw[c] = _mm512_dpbusd_epi32(sw[c], ones, wv[c]);
                 }
             }
-            for r in 0..P {
-                let xv = _mm256_loadu_si256(x.add(r * kp + kk) as *const __m256i);
-                for c in 0..4 {
-                    a[r * 4 + c] = _mm256_dpbusd_epi32(a[r * 4 + c], xv, wv[c]);
+            for r in 0..R {
+                let xv = _mm512_loadu_si512(x.add(r * xstride + kk) as *const _);
+                for c in 0..C {
+                    a[r * C + c] = _mm512_dpbusd_epi32(a[r * C + c], xv, wv[c]);
                 }
             }
         }};
     }
-    let kfull = k & !31;
+    let kfull = k & !63;
     let mut kk = 0;
     while kk < kfull {
-        let wv: [__m256i; 4] =
-            core::array::from_fn(|c| _mm256_loadu_si256(w[c].as_ptr().add(kk) as *const __m256i));
+        if PF {
+            // The next channel group's weights (C contiguous rows of k) into L2.
+            for c in 0..C {
+                _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(c * k + kk));
+            }
+        }
+        let wv: [__m512i; C] =
+            core::array::from_fn(|c| _mm512_loadu_si512(w.add(c * k + kk) as *const _));
         step!(kk, wv);
-        kk += 32;
+        kk += 64;
     }
     if kfull < k {
-        let wv: [__m256i; 4] = core::array::from_fn(|c| load32(w[c], kfull));
+        let m: __mmask64 = (1u64 << (k - kfull)) - 1;
+        let wv: [__m512i; C] =
+            core::array::from_fn(|c| _mm512_maskz_loadu_epi8(m, w.add(c * k + kfull)));
         step!(kfull, wv);
     }
-    let lo = hsum8_v([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]);
-    let hi = hsum8_v([a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]]);
-    let out = [lo, hi];
-    let mut corr = [0i32; 4];
+    let y: [__m256i; N] = core::array::from_fn(|i| {
+        _mm256_add_epi32(
+            _mm512_castsi512_si256(a[i]),
+            _mm512_extracti64x4_epi64::<1>(a[i]),
+        )
+    });
+    let out: [__m256i; N / 8] = core::array::from_fn(|g| {
+        hsum8_v([
+            y[g * 8],
+            y[g * 8 + 1],
+            y[g * 8 + 2],
+            y[g * 8 + 3],
+            y[g * 8 + 4],
+            y[g * 8 + 5],
+            y[g * 8 + 6],
+            y[g * 8 + 7],
+        ])
+    });
+    let mut corr = [0i32; C];
     if SUM {
-        let s = hsum4(sw);
-        for c in 0..4 {
-            corr[c] = s[c].wrapping_mul(128);
+        for c in 0..C {
+            corr[c] = _mm512_reduce_add_epi32(sw[c]).wrapping_mul(128);
         }
     }
     (out, corr)
@@ -330,9 +426,97 @@ mod tests {
             (64, 128, 8, 3, 2, 1),
             (17, 5, 7, 3, 2, 2),
             (33, 3, 5, 5, 1, 2),
+            (3, 64, 32, 3, 1, 1),
+            (256, 512, 4, 3, 1, 1),
+            (200, 13, 9, 3, 2, 1),
+            (1, 6, 32, 5, 1, 0),
         ] {
             check(cin, cout, hw, hw, k, s, pad, 7 + cin as u64);
         }
+    }
+
+    /// Times the kernel on the ResNet-18 (CIFAR) 3×3 shapes:
+    /// `cargo test --release -p octet-runtime --all-features -- --ignored --nocapture time_resnet`.
+    #[test]
+    #[ignore]
+    fn time_resnet_shapes() {
+        if !Kernels::vnni_available() {
+            return;
+        }
+        let mut total = 0.0;
+        for &(cin, cout, hw, s, kh) in &[
+            (64usize, 64usize, 32usize, 1usize, 3usize),
+            (64, 128, 32, 2, 3),
+            (128, 128, 16, 1, 3),
+            (128, 256, 16, 2, 3),
+            (256, 256, 8, 1, 3),
+            (256, 512, 8, 2, 3),
+            (512, 512, 4, 1, 3),
+            (3, 64, 32, 1, 3),
+            (64, 128, 32, 2, 1),
+            (128, 256, 16, 2, 1),
+            (256, 512, 8, 2, 1),
+        ] {
+            let mut rng = Rng(5);
+            let pad = kh / 2;
+            let ho = (hw + 2 * pad - kh) / s + 1;
+            let kk = kh * kh * cin;
+            let input = rng.i8s(cin * hw * hw, -128, 127);
+            let weights = rng.i8s(cout * kk, -127, 127);
+            let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
+            let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
+            let shift = rng.i32s(cout, -18, -2);
+            let p = ConvParams {
+                input: Shape {
+                    c: cin,
+                    h: hw,
+                    w: hw,
+                },
+                output: Shape {
+                    c: cout,
+                    h: ho,
+                    w: ho,
+                },
+                kernel_h: kh,
+                kernel_w: kh,
+                stride: s,
+                pad,
+                weights: &weights,
+                bias: I32Array::new(&bias),
+                multiplier: I32Array::new(&mult),
+                shift: I32Array::new(&shift),
+                pad_values: &[],
+                input_zero_point: 0,
+                out: OutputQuant {
+                    zero_point: 0,
+                    act_min: -128,
+                    act_max: 127,
+                },
+            };
+            let mut got = vec![0i8; cout * ho * ho];
+            let mut scratch = vec![0u8; crate::scratch_bytes(1, kh as u32, kh as u32, cin as u32)];
+            let iters = 200;
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                unsafe { crate::kernels::avx2::conv2d(&p, &input, &mut got, &mut scratch) };
+            }
+            let dt2 = t.elapsed().as_secs_f64() / iters as f64;
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                unsafe { conv2d(&p, &input, &mut got, &mut scratch) };
+            }
+            let dt = t.elapsed().as_secs_f64() / iters as f64;
+            println!("  avx2 {:.1} us", dt2 * 1e6);
+            // ResNet-18 has 3 of the stride-1 convs per stage (1 for stage 1's first... approx).
+            total += dt;
+            let macs = (cout * ho * ho * kk) as f64;
+            println!(
+                "{cin}->{cout} {hw}x{hw} s{s}: {:.1} us, {:.1} GMAC/s",
+                dt * 1e6,
+                macs / dt / 1e9
+            );
+        }
+        println!("sum {:.1} us", total * 1e6);
     }
 
     proptest! {
