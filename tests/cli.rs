@@ -10,6 +10,13 @@ fn octet(args: &[&str]) -> Output {
         .expect("run octet")
 }
 
+/// Runs `octet` with a `--json` command that must succeed; its stdout as JSON.
+fn octet_json(args: &[&str]) -> serde_json::Value {
+    let o = octet(args);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -38,9 +45,7 @@ fn demo_trains_then_inspect_and_eval_read_its_checkpoint() {
         "{s}"
     );
 
-    let o = octet(&["eval", ck.to_str().unwrap(), "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = octet_json(&["eval", ck.to_str().unwrap(), "--json"]);
     assert_eq!(v["images"], 2000);
     let acc = v["accuracy"].as_f64().unwrap();
     assert!(acc > 0.3, "{v}");
@@ -184,7 +189,7 @@ fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
         "{}",
         text(&o)
     );
-    let o = octet(&[
+    let v = octet_json(&[
         "eval",
         p.to_str().unwrap(),
         "--data",
@@ -193,8 +198,6 @@ fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
         "lenet",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["images"], 2000);
 }
 
@@ -206,7 +209,7 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
     let ck = dir.path().join("torch_resnet.safetensors");
     save_pytorch_state_dict(octet_models::ModelKind::ResNet18, 1, &ck);
     let o8 = dir.path().join("r.o8");
-    let o = octet(&[
+    let v = octet_json(&[
         "export",
         ck.to_str().unwrap(),
         "--model",
@@ -222,15 +225,13 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
         "--no-plots",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = v["ablation"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 5, "{v}");
     assert_eq!(rows[3]["engine"], "runtime");
     assert_eq!(rows[3]["total"], 40);
     assert!(dir.path().join("r.o8.report").join("report.md").exists());
 
-    let o = octet(&[
+    let r = octet_json(&[
         "run",
         o8.to_str().unwrap(),
         "--data",
@@ -239,8 +240,6 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
         "40",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["images"], 40);
     // The runtime's accuracy in `run` is the ablation's runtime row: same bytes, same images.
     assert_eq!(r["accuracy"].as_f64(), rows[3]["accuracy"].as_f64());

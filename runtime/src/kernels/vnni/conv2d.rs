@@ -353,7 +353,7 @@ unsafe fn micro<const SUM: bool, const PF: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::avx2::test_util::Rng;
+    use crate::kernels::avx2::test_util::{conv_matches_scalar, Rng};
     use crate::kernels::{I32Array, Kernels, OutputQuant, Shape};
     use proptest::prelude::*;
 
@@ -368,52 +368,21 @@ mod tests {
         pad: usize,
         seed: u64,
     ) {
-        if !Kernels::vnni_available() || h + 2 * pad < k || w + 2 * pad < k {
+        if !Kernels::vnni_available() {
             return;
         }
-        let mut rng = Rng(seed | 1);
-        let ho = (h + 2 * pad - k) / stride + 1;
-        let wo = (w + 2 * pad - k) / stride + 1;
-        let kk = k * k * cin;
-        let input = rng.i8s(cin * h * w, -128, 127);
-        let weights = rng.i8s(cout * kk, -127, 127);
-        let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
-        let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
-        let shift = rng.i32s(cout, -18, -2);
-        let pads = if rng.next().is_multiple_of(2) {
-            rng.i8s(cin, -128, 127)
-        } else {
-            Vec::new()
-        };
-        let p = ConvParams {
-            input: Shape { c: cin, h, w },
-            output: Shape {
-                c: cout,
-                h: ho,
-                w: wo,
-            },
-            kernel_h: k,
-            kernel_w: k,
+        conv_matches_scalar(
+            cin,
+            cout,
+            h,
+            w,
+            k,
+            k,
             stride,
             pad,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&mult),
-            shift: I32Array::new(&shift),
-            pad_values: &pads,
-            input_zero_point: rng.range(-128, 127) as i32,
-            out: OutputQuant {
-                zero_point: rng.range(-128, 127) as i32,
-                act_min: -128,
-                act_max: 127,
-            },
-        };
-        let mut want = vec![0i8; cout * ho * wo];
-        let mut got = vec![0x55i8; cout * ho * wo];
-        scalar::conv2d(&p, &input, &mut want);
-        let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, k as u32, k as u32, cin as u32)];
-        unsafe { conv2d(&p, &input, &mut got, &mut scratch) };
-        assert_eq!(want, got);
+            seed,
+            &mut |p, x, y, s| unsafe { conv2d(p, x, y, s) },
+        );
     }
 
     #[test]
