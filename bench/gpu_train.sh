@@ -25,7 +25,9 @@ case "$stage" in
   bench)
     images=${2:-50000}
     quick=""; [ "$images" = 10000 ] && quick="--quick"
-    "$BIN" bench train --models lenet,resnet18 --batch-sizes 32,128,512,2048 --images "$images" \
+    # Batches grow until the GPU runs out of memory; the failing batch is reported.
+    timeout "${OCTET_BENCH_LIMIT:-900}" "$BIN" bench train --models lenet,resnet18 \
+      --batch-sizes 32,128,512,2048,4096,8192,16384,32768 --images "$images" \
       --device cuda --out "$OUT/octet_train.json" 2>&1 | tee "$OUT/octet_train.txt"
     PYTHONUNBUFFERED=1 python3 "$C/peer_torch.py" $quick --out "$OUT" 2>&1 | tee "$OUT/peer.txt"
     ;;

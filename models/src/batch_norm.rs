@@ -1,5 +1,6 @@
 use candle_core::{Device, Result, Tensor, Var};
 
+use crate::stats_sync::StatsSyncSlot;
 use crate::{Params, Role};
 
 /// PyTorch's BatchNorm2d: eps 1e-5, momentum 0.1, biased variance to normalise, unbiased
@@ -11,6 +12,7 @@ pub struct BatchNorm2d {
     running_mean: Var,
     running_var: Var,
     channels: usize,
+    sync: StatsSyncSlot,
 }
 
 const EPS: f64 = 1e-5;
@@ -37,38 +39,45 @@ impl BatchNorm2d {
             running_mean: params.add(format!("{name}.running_mean"), zeros, Role::Buffer)?,
             running_var: params.add(format!("{name}.running_var"), ones, Role::Buffer)?,
             channels: c,
+            sync: params.stats_sync_slot(),
         })
     }
 
+    /// Training mode uses the batch's statistics and updates the running ones (fused
+    /// kernels on CUDA, candle's ops elsewhere); inference mode the running ones.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        if let Some(sync) = self.sync.get().filter(|_| train) {
+            return crate::ops::batch_norm::batch_norm_train_synced(
+                x,
+                &self.weight,
+                &self.bias,
+                &self.running_mean,
+                &self.running_var,
+                MOMENTUM,
+                EPS,
+                sync.as_ref(),
+            );
+        }
+        if train {
+            return crate::ops::batch_norm_train(
+                x,
+                &self.weight,
+                &self.bias,
+                &self.running_mean,
+                &self.running_var,
+                MOMENTUM,
+                EPS,
+            );
+        }
         let c = self.channels;
-        let (mean, var) = if train {
-            let mean = x.mean_keepdim((0, 2, 3))?;
-            let centred = x.broadcast_sub(&mean)?;
-            let var = centred.sqr()?.mean_keepdim((0, 2, 3))?;
-            let n = (x.elem_count() / c) as f64;
-            let unbiased = if n > 1.0 { n / (n - 1.0) } else { 1.0 };
-            let m = mean.detach().flatten_all()?;
-            let v = var.detach().flatten_all()?;
-            let rm = ((self.running_mean.as_tensor() * (1.0 - MOMENTUM))? + (m * MOMENTUM)?)?;
-            let rv = ((self.running_var.as_tensor() * (1.0 - MOMENTUM))?
-                + (v * (MOMENTUM * unbiased))?)?;
-            self.running_mean.set(&rm)?;
-            self.running_var.set(&rv)?;
-            (mean, var)
-        } else {
-            (
-                self.running_mean.as_tensor().reshape((1, c, 1, 1))?,
-                self.running_var.as_tensor().reshape((1, c, 1, 1))?,
-            )
-        };
-        let inv_std = (var + EPS)?.sqrt()?.recip()?;
-        let scale = self.weight.reshape((1, c, 1, 1))?.broadcast_mul(&inv_std)?;
-        let shift = self
-            .bias
-            .reshape((1, c, 1, 1))?
-            .broadcast_sub(&mean.broadcast_mul(&scale)?)?;
-        x.broadcast_mul(&scale)?.broadcast_add(&shift)
+        crate::ops::batch_norm::normalize(
+            x,
+            self.running_mean.as_tensor().reshape((1, c, 1, 1))?,
+            self.running_var.as_tensor().reshape((1, c, 1, 1))?,
+            &self.weight,
+            &self.bias,
+            EPS,
+        )
     }
 }
 

@@ -11,8 +11,10 @@ mod init;
 mod kind;
 mod lenet;
 mod linear;
+pub mod ops;
 mod params;
 mod resnet;
+mod stats_sync;
 
 pub use batch_norm::BatchNorm2d;
 pub use conv::Conv2d;
@@ -22,6 +24,7 @@ pub use lenet::LeNet;
 pub use linear::Linear;
 pub use params::{Param, Params, Role};
 pub use resnet::ResNet18;
+pub use stats_sync::StatsSync;
 
 use candle_core::{Device, Tensor};
 

@@ -1,4 +1,8 @@
+use std::sync::Arc;
+
 use candle_core::{Device, Tensor, Var};
+
+use crate::stats_sync::{StatsSync, StatsSyncSlot};
 
 use crate::{ModelError, Result};
 
@@ -23,6 +27,7 @@ pub struct Param {
 pub struct Params {
     list: Vec<Param>,
     device: Device,
+    stats_sync: StatsSyncSlot,
 }
 
 impl Params {
@@ -30,11 +35,22 @@ impl Params {
         Self {
             list: Vec::new(),
             device: device.clone(),
+            stats_sync: StatsSyncSlot::default(),
         }
     }
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Makes every batch-norm layer of the model normalise with statistics summed over ranks
+    /// (synchronised batch norm); `None` returns to per-rank statistics.
+    pub fn set_stats_sync(&self, sync: Option<Arc<dyn StatsSync>>) {
+        self.stats_sync.set(sync);
+    }
+
+    pub(crate) fn stats_sync_slot(&self) -> StatsSyncSlot {
+        self.stats_sync.clone()
     }
 
     /// Registers `value` under `name` and returns the variable the layer computes with.

@@ -4,8 +4,11 @@ mod demo;
 mod eval;
 mod export;
 mod inspect;
+mod launch;
 mod run;
 mod train;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +28,19 @@ pub struct Cli {
 enum Command {
     /// Train a model and write checkpoints (safetensors) and metrics.csv.
     Train(train::TrainArgs),
+    /// Start one training process per GPU on this machine and supervise them as one job.
+    ///
+    /// Starts N processes, ranks 0..N-1, each with the environment `torchrun` sets: RANK,
+    /// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
+    /// NCCL_NVLS_ENABLE=0 unless already set). By default each runs this octet with ARGS.
+    ///
+    /// Rank 0's output passes through untouched, so stdout stays machine-readable; the other
+    /// ranks' lines go to stderr prefixed with `[rank i]`. When a rank fails, the others get
+    /// SIGTERM, then SIGKILL after --grace seconds, and octet launch exits with the failing
+    /// rank's code (128 + signal if it was killed by one). Ctrl-C stops all ranks the same
+    /// way (press it twice to kill at once). Across several machines, start `octet train`
+    /// with these variables from your scheduler instead.
+    Launch(launch::LaunchArgs),
     /// Test accuracy and loss of a checkpoint on a data set.
     Eval(eval::EvalArgs),
     /// Calibrate a float checkpoint and write an int8 .o8 model, with an accuracy report.
@@ -40,8 +56,10 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs a command; the exit code is that of the job for `launch`, success for the others.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Launch(a) => return launch::run(a),
         Command::Train(a) => train::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Export(a) => export::run(a),
@@ -49,5 +67,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(a) => inspect::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(b) => bench::run(b),
-    }
+    }?;
+    Ok(ExitCode::SUCCESS)
 }

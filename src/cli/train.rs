@@ -6,6 +6,7 @@ use octet_models::ModelKind;
 use octet_trainer::checkpoint;
 use octet_trainer::data::{self, DataSource};
 use octet_trainer::device::parse_device;
+use octet_trainer::dist::{self, DistEnv};
 use octet_trainer::metrics::EpochRecord;
 use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
@@ -67,6 +68,28 @@ pub struct TrainArgs {
     /// One JSON line per epoch on stdout instead of text and a progress bar.
     #[arg(long)]
     json: bool,
+    /// Add the gradients of this many micro-batches before each synchronisation and step.
+    #[arg(long)]
+    accumulate: Option<usize>,
+    /// Data-parallel runs: gradient all-reduce bucket size in MiB.
+    #[arg(long)]
+    bucket_mb: Option<f64>,
+    /// Data-parallel runs: batch norm local (each rank its own statistics; rank 0's running
+    /// ones are saved), broadcast (rank 0's running statistics copied to all ranks after
+    /// every epoch) or sync (SyncBatchNorm: statistics of the global batch, all-reduced in
+    /// the forward pass).
+    #[arg(long)]
+    bn: Option<String>,
+    /// none, or linear: lr × global batch / --base-batch (use with --warmup-epochs).
+    #[arg(long)]
+    lr_scaling: Option<String>,
+    /// The global batch at which --lr applies unscaled.
+    #[arg(long)]
+    base_batch: Option<usize>,
+    /// Data-parallel runs: seconds to wait for the other ranks at start-up, and for a
+    /// collective to finish before deciding a peer has died.
+    #[arg(long, default_value_t = 300)]
+    dist_timeout: u64,
 }
 
 impl TrainArgs {
@@ -119,6 +142,13 @@ impl TrainArgs {
         if self.no_augment {
             c.augment = false;
         }
+        set!(accumulate, bucket_mb, base_batch);
+        if let Some(b) = &self.bn {
+            c.bn = b.parse().map_err(anyhow::Error::msg)?;
+        }
+        if let Some(l) = &self.lr_scaling {
+            c.lr_scaling = l.parse().map_err(anyhow::Error::msg)?;
+        }
         Ok(c)
     }
 }
@@ -149,10 +179,25 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         Some(p) => p.parent().map(PathBuf::from).unwrap_or_default(),
         None => PathBuf::from("runs").join(format!("{}-{}", cfg.model, split.name)),
     });
-    let device = parse_device(&a.device)?;
-    if !a.json {
+    let env = DistEnv::from_env()?.filter(|e| e.world > 1);
+    let device = match &env {
+        Some(e) => {
+            anyhow::ensure!(
+                a.device.starts_with("cuda") || a.device == "gpu",
+                "a data-parallel run (WORLD_SIZE={}) trains on GPUs: add --device cuda",
+                e.world
+            );
+            parse_device(&format!("cuda:{}", e.local_rank))?
+        }
+        None => parse_device(&a.device)?,
+    };
+    let main_rank = env.as_ref().is_none_or(|e| e.rank == 0);
+    let timeout = std::time::Duration::from_secs(a.dist_timeout);
+    let coll = dist::connect(env.as_ref(), &device, timeout, timeout)?;
+    let world = coll.world();
+    if !a.json && main_rank {
         eprintln!(
-            "octet train: {} on {} ({} train / {} test images from {}), {} epochs, batch {}, lr {} {}, device {}",
+            "octet train: {} on {} ({} train / {} test images from {}), {} epochs, batch {}{}, lr {} {}, device {}",
             cfg.model,
             split.name,
             split.train.len(),
@@ -160,25 +205,37 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
             split.origin,
             cfg.epochs,
             cfg.batch_size,
-            cfg.lr,
+            if world > 1 {
+                format!(" per GPU × {world} GPUs = {}", cfg.global_batch(world))
+            } else {
+                String::new()
+            },
+            cfg.effective_lr(world),
             cfg.schedule,
             a.device
         );
     }
-    let mut trainer = Trainer::new(cfg.clone(), split, &device, resume.as_ref())?;
-    if resume.is_some() && !a.json {
+    let mut trainer = Trainer::with_collective(cfg.clone(), split, &device, resume.as_ref(), coll)?;
+    if resume.is_some() && !a.json && main_rank {
         eprintln!("resuming after epoch {}", trainer.epochs_done());
     }
     let opts = RunOptions {
         out: Some(out.clone()),
         stop_after: a.stop_after,
-        progress: !a.json,
+        progress: !a.json && main_rank,
         commit: super::COMMIT.into(),
         ..RunOptions::new(device)
     };
     let json = a.json;
     let epochs = cfg.epochs;
-    let summary = trainer.run(&opts, &mut |r| print_epoch(r, epochs, json))?;
+    let summary = trainer.run(&opts, &mut |r| {
+        if main_rank {
+            print_epoch(r, epochs, json)
+        }
+    })?;
+    if !main_rank {
+        return Ok(());
+    }
     if json {
         let done = serde_json::json!({
             "event": "done",
@@ -209,8 +266,16 @@ pub fn print_epoch(r: &EpochRecord, epochs: usize, json: bool) {
         .map(|a| format!("test {:.2}%", 100.0 * a))
         .unwrap_or_else(|| "test -".into());
     let t = &r.times;
+    let comm = if r.world > 1 {
+        format!(
+            ", all-reduce {:.2} at {:.0} GB/s busbw",
+            t.comm_s, t.busbw_gbs
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "epoch {:>3}/{epochs}  loss {:.4}  train {:.2}%  {test}  {:.1} s (data {:.2}, h2d {:.2}, compute {:.2}, eval {:.2})  {:.0} img/s",
+        "epoch {:>3}/{epochs}  loss {:.4}  train {:.2}%  {test}  {:.1} s (data {:.2}, h2d {:.2}, compute {:.2}{comm}, eval {:.2})  {:.0} img/s",
         r.epoch,
         r.train_loss,
         100.0 * r.train_accuracy,

@@ -38,6 +38,9 @@ pub enum TrainError {
     Checkpoint { path: PathBuf, reason: String },
     #[error("{0}")]
     Config(String),
+    /// Distributed setup: the rank environment, the rendezvous or the communicator.
+    #[error("{0}")]
+    Dist(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

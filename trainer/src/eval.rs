@@ -23,12 +23,26 @@ pub fn evaluate(
     batch: usize,
     dev: &Device,
 ) -> Result<EvalResult> {
+    evaluate_shard(model, ds, norm, batch, dev, (0, 1))
+}
+
+/// [`evaluate`] over rank `r`'s contiguous share of `ds` when `world` ranks split it.
+pub fn evaluate_shard(
+    model: &dyn Network,
+    ds: &Dataset,
+    norm: &Normalizer,
+    batch: usize,
+    dev: &Device,
+    (r, world): (usize, usize),
+) -> Result<EvalResult> {
     let (c, h, w, il) = (ds.channels, ds.height, ds.width, ds.image_len());
     let (mut loss_sum, mut correct) = (0f64, 0usize);
     let batch = batch.max(1);
-    let mut start = 0;
-    while start < ds.len() {
-        let n = batch.min(ds.len() - start);
+    let world = world.max(1);
+    let (first, end) = (ds.len() * r / world, ds.len() * (r + 1) / world);
+    let mut start = first;
+    while start < end {
+        let n = batch.min(end - start);
         let run = || -> candle_core::Result<(f32, u32)> {
             let x =
                 Tensor::from_slice(&ds.images[start * il..(start + n) * il], (n, c, h, w), dev)?;
@@ -49,7 +63,7 @@ pub fn evaluate(
         correct += ok as usize;
         start += n;
     }
-    let images = ds.len();
+    let images = end - first;
     Ok(EvalResult {
         loss: if images > 0 {
             loss_sum / images as f64

@@ -5,6 +5,7 @@ pub mod atomic;
 pub mod checkpoint;
 pub mod data;
 pub mod device;
+pub mod dist;
 mod error;
 pub mod eval;
 pub mod metrics;

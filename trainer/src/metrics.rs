@@ -22,6 +22,29 @@ pub struct EpochTimes {
     pub eval_s: f64,
     /// The whole training epoch, evaluation excluded.
     pub train_s: f64,
+    /// Gradient all-reduce, device-timed with CUDA events (it runs after backward on the
+    /// compute stream, so none of it overlaps compute; `compute_s` excludes it).
+    #[serde(default)]
+    pub comm_s: f64,
+    /// Bytes this rank all-reduced.
+    #[serde(default)]
+    pub comm_bytes: u64,
+    /// nccl-tests bus bandwidth of those all-reduces, GB/s.
+    #[serde(default)]
+    pub busbw_gbs: f64,
+}
+
+/// One rank's share of an epoch in a data-parallel run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankTimes {
+    pub rank: usize,
+    pub data_s: f64,
+    pub h2d_s: f64,
+    pub compute_s: f64,
+    pub comm_s: f64,
+    pub comm_bytes: u64,
+    pub busbw_gbs: f64,
+    pub train_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,9 +61,19 @@ pub struct EpochRecord {
     pub images: usize,
     pub images_per_s: f64,
     pub times: EpochTimes,
+    /// Ranks that trained the epoch.
+    #[serde(default = "one")]
+    pub world: usize,
+    /// Per-rank times (data-parallel runs only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankTimes>,
 }
 
-const HEADER: &str = "epoch,step,lr,train_loss,train_accuracy,test_loss,test_accuracy,images,images_per_s,data_s,h2d_s,compute_s,eval_s,train_s";
+fn one() -> usize {
+    1
+}
+
+const HEADER: &str = "epoch,step,lr,train_loss,train_accuracy,test_loss,test_accuracy,images,images_per_s,data_s,h2d_s,compute_s,eval_s,train_s,comm_s,comm_bytes,busbw_gbs,world";
 
 /// Rewrites the CSV with every record (atomically, so it is never half-written).
 pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
@@ -51,7 +84,7 @@ pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
         let t = &r.times;
         let _ = writeln!(
             s,
-            "{},{},{:.6e},{:.6},{:.6},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4}",
+            "{},{},{:.6e},{:.6},{:.6},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.2},{}",
             r.epoch,
             r.step,
             r.lr,
@@ -65,7 +98,11 @@ pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
             t.h2d_s,
             t.compute_s,
             t.eval_s,
-            t.train_s
+            t.train_s,
+            t.comm_s,
+            t.comm_bytes,
+            t.busbw_gbs,
+            r.world
         );
     }
     write_atomic(path, s.as_bytes())

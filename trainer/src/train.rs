@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use indicatif::{ProgressBar, ProgressStyle};
 use octet_models::{ModelKind, Network};
@@ -13,8 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
 use crate::data::{Augment, DataSplit, Loader, Sampler};
 use crate::device::sync;
-use crate::eval::evaluate;
-use crate::metrics::{write_csv, EpochRecord, EpochTimes};
+use crate::dist::data_parallel::accumulate;
+use crate::dist::{BnMode, Collective, DataParallel, Solo};
+use crate::eval::evaluate_shard;
+use crate::metrics::{write_csv, EpochRecord, EpochTimes, RankTimes};
 use crate::optim::{LrPlan, Schedule, Sgd};
 use crate::{Normalizer, Result, TrainError};
 
@@ -36,6 +39,66 @@ pub struct TrainConfig {
     pub augment: bool,
     /// Evaluate the test set after every epoch (otherwise after the last only).
     pub eval_every_epoch: bool,
+    /// Micro-batches whose gradients add up before one synchronisation and step.
+    #[serde(default = "one")]
+    pub accumulate: usize,
+    /// Gradient all-reduce bucket size, MiB.
+    #[serde(default = "default_bucket_mb")]
+    pub bucket_mb: f64,
+    #[serde(default)]
+    pub bn: BnMode,
+    /// `linear`: the learning rate is `lr` × global batch / `base_batch` (Goyal et al.).
+    #[serde(default)]
+    pub lr_scaling: LrScaling,
+    #[serde(default = "default_base_batch")]
+    pub base_batch: usize,
+}
+
+fn one() -> usize {
+    1
+}
+fn default_bucket_mb() -> f64 {
+    25.0
+}
+fn default_base_batch() -> usize {
+    128
+}
+
+/// How the learning rate follows the global batch (batch per rank × ranks × accumulation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrScaling {
+    #[default]
+    None,
+    Linear,
+}
+
+impl std::str::FromStr for LrScaling {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "none" => Ok(Self::None),
+            "linear" => Ok(Self::Linear),
+            _ => Err(format!("--lr-scaling {s}: expected none or linear")),
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The global batch of one optimiser step on `world` ranks.
+    pub fn global_batch(&self, world: usize) -> usize {
+        self.batch_size * world * self.accumulate
+    }
+
+    /// The peak learning rate on `world` ranks.
+    pub fn effective_lr(&self, world: usize) -> f64 {
+        match self.lr_scaling {
+            LrScaling::None => self.lr,
+            LrScaling::Linear => {
+                crate::optim::scaled_lr(self.lr, self.global_batch(world), self.base_batch)
+            }
+        }
+    }
 }
 
 impl TrainConfig {
@@ -55,6 +118,11 @@ impl TrainConfig {
             seed: 0,
             augment: true,
             eval_every_epoch: true,
+            accumulate: 1,
+            bucket_mb: default_bucket_mb(),
+            bn: BnMode::Local,
+            lr_scaling: LrScaling::None,
+            base_batch: default_base_batch(),
         }
     }
 
@@ -63,8 +131,17 @@ impl TrainConfig {
         if self.epochs == 0 {
             return bad("--epochs must be at least 1".into());
         }
-        if self.batch_size == 0 || self.eval_batch_size == 0 {
+        if self.batch_size == 0 || self.eval_batch_size == 0 || self.base_batch == 0 {
             return bad("batch sizes must be at least 1".into());
+        }
+        if self.accumulate == 0 {
+            return bad("--accumulate must be at least 1".into());
+        }
+        if !(self.bucket_mb.is_finite() && self.bucket_mb > 0.0) {
+            return bad(format!(
+                "--bucket-mb must be positive, got {}",
+                self.bucket_mb
+            ));
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad(format!("--lr must be a positive number, got {}", self.lr));
@@ -126,6 +203,7 @@ pub struct Trainer {
     train: Arc<crate::data::Dataset>,
     norm: Normalizer,
     dev: Device,
+    dp: DataParallel,
     epoch: usize,
     step: usize,
     history: Vec<EpochRecord>,
@@ -139,6 +217,18 @@ impl Trainer {
         dev: &Device,
         resume: Option<&Checkpoint>,
     ) -> Result<Self> {
+        Self::with_collective(cfg, data, dev, resume, Arc::new(Solo))
+    }
+
+    /// One rank of a data-parallel job over `coll`: every rank builds the same model, rank 0's
+    /// parameters are broadcast, each rank trains on its share of every epoch.
+    pub fn with_collective(
+        cfg: TrainConfig,
+        data: DataSplit,
+        dev: &Device,
+        resume: Option<&Checkpoint>,
+        coll: Arc<dyn Collective>,
+    ) -> Result<Self> {
         cfg.validate()?;
         let kind: ModelKind = cfg.model.parse()?;
         let ds = &data.train;
@@ -147,9 +237,13 @@ impl Trainer {
         }
         let model = octet_models::build(kind, ds.channels, ds.classes, cfg.seed, dev)?;
         let opt = Sgd::new(model.params(), cfg.momentum, cfg.weight_decay)?;
-        let steps_per_epoch = ds.len().div_ceil(cfg.batch_size);
+        let world = coll.world();
+        let per_rank = Sampler::new(ds.len(), true, cfg.seed)
+            .with_rank(coll.rank(), world)?
+            .num_samples();
+        let steps_per_epoch = per_rank.div_ceil(cfg.batch_size).div_ceil(cfg.accumulate);
         let plan = LrPlan::new(
-            cfg.lr,
+            cfg.effective_lr(world),
             cfg.schedule,
             cfg.warmup_epochs,
             steps_per_epoch,
@@ -160,9 +254,18 @@ impl Trainer {
             ck.restore_model(model.params())?;
             ck.restore_optimizer(&opt)?;
             if let Some(m) = &ck.meta {
-                (epoch, step, history) = (m.epoch, m.step, m.history.clone());
+                (epoch, history) = (m.epoch, m.history.clone());
+                // A different number of ranks changes the steps per epoch: restart the step
+                // count where this epoch begins so the schedule continues at the same epoch.
+                step = epoch * steps_per_epoch;
             }
         }
+        if cfg.bn == BnMode::Sync && world > 1 {
+            let sync = Arc::new(crate::dist::sync_bn::RankSum::new(coll.clone()));
+            model.params().set_stats_sync(Some(sync));
+        }
+        let dp = DataParallel::new(coll, model.params(), cfg.bucket_mb);
+        dp.broadcast_params(model.params())?;
         Ok(Self {
             norm: Normalizer::new(&data.norm, dev)?,
             train: Arc::new(data.train.clone()),
@@ -173,6 +276,7 @@ impl Trainer {
             plan,
             data,
             dev: dev.clone(),
+            dp,
             epoch,
             step,
             history,
@@ -201,7 +305,7 @@ impl Trainer {
             self.epoch += 1;
             ran += 1;
             self.history.push(rec.clone());
-            if let Some(dir) = &opts.out {
+            if let Some(dir) = opts.out.as_ref().filter(|_| self.dp.rank() == 0) {
                 let path = dir.join("last.safetensors");
                 checkpoint::save(
                     &path,
@@ -241,7 +345,8 @@ impl Trainer {
     fn train_epoch(&mut self, opts: &RunOptions) -> Result<EpochRecord> {
         let cfg = &self.cfg;
         let ds = &self.train;
-        let sampler = Sampler::new(ds.len(), true, cfg.seed);
+        let (rank, world) = (self.dp.rank(), self.dp.world());
+        let sampler = Sampler::new(ds.len(), true, cfg.seed).with_rank(rank, world)?;
         let augment = cfg.augment.then(Augment::standard);
         let mut loader = Loader::new(
             ds.clone(),
@@ -252,17 +357,27 @@ impl Trainer {
             cfg.seed,
             opts.prefetch,
         );
+        let batches = loader.num_batches();
         let bar = progress_bar(
-            opts.progress,
-            loader.num_batches() as u64,
+            opts.progress && rank == 0,
+            batches as u64,
             self.epoch + 1,
             cfg.epochs,
         );
+        let vars: Vec<candle_core::Var> = self
+            .model
+            .params()
+            .trainable()
+            .map(|p| p.var.clone())
+            .collect();
+        let _ = self.dp.collective().take_stats()?;
         let mut times = EpochTimes::default();
         let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
         let mut lr = self.plan.lr(self.step);
+        let mut pending: Option<GradStore> = None;
+        let mut micro = 0;
         let start = Instant::now();
-        loop {
+        for index in 0.. {
             let t = Instant::now();
             let Some(batch) = loader.next() else { break };
             times.data_s += t.elapsed().as_secs_f64();
@@ -280,9 +395,40 @@ impl Trainer {
             times.h2d_s += t.elapsed().as_secs_f64();
 
             let t = Instant::now();
-            lr = self.plan.lr(self.step);
-            let (loss, ok) = step(self.model.as_ref(), &mut self.opt, &self.norm, &x, &y, lr)
-                .map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
+            micro += 1;
+            let last_micro = micro == cfg.accumulate || index + 1 == batches;
+            let run = || -> candle_core::Result<(GradStore, f32, usize)> {
+                let (grads, loss, ok) = forward_backward(
+                    self.model.as_ref(),
+                    &self.norm,
+                    &x,
+                    &y,
+                    1.0 / cfg.accumulate as f64,
+                )?;
+                Ok((grads, loss, ok))
+            };
+            let (grads, loss, ok) = run().map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
+            let mut grads = match pending.take() {
+                Some(mut acc) => {
+                    accumulate(&mut acc, grads, &vars)?;
+                    acc
+                }
+                None => grads,
+            };
+            if last_micro {
+                lr = self.plan.lr(self.step);
+                let mut update = || -> candle_core::Result<()> {
+                    self.dp.average_grads(&mut grads)?;
+                    self.opt.step(&grads, lr)?;
+                    self.dev.synchronize()
+                };
+                update().map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
+                self.dp.collective().progressed();
+                self.step += 1;
+                micro = 0;
+            } else {
+                pending = Some(grads);
+            }
             times.compute_s += t.elapsed().as_secs_f64();
             if !loss.is_finite() {
                 bar.abandon();
@@ -292,7 +438,6 @@ impl Trainer {
                     value: loss,
                 });
             }
-            self.step += 1;
             loss_sum += loss as f64 * n as f64;
             correct += ok;
             seen += n;
@@ -303,21 +448,77 @@ impl Trainer {
                 100.0 * correct as f64 / seen as f64
             ));
         }
+        sync(&self.dev)?;
         times.train_s = start.elapsed().as_secs_f64();
         bar.finish_and_clear();
+
+        // Device-timed all-reduce traffic of this rank; the step clock above includes it.
+        let comm = self.dp.collective().take_stats()?;
+        times.comm_s = comm.seconds;
+        times.compute_s = (times.compute_s - comm.seconds).max(0.0);
+        times.comm_bytes = comm.bytes;
+        let ranks = if world > 1 {
+            let mine = [
+                times.data_s,
+                times.h2d_s,
+                times.compute_s,
+                times.comm_s,
+                comm.bytes as f64,
+                times.train_s,
+            ];
+            self.dp
+                .gather(&mine, &self.dev)?
+                .into_iter()
+                .enumerate()
+                .map(|(rank, v)| RankTimes {
+                    rank,
+                    data_s: v[0],
+                    h2d_s: v[1],
+                    compute_s: v[2],
+                    comm_s: v[3],
+                    comm_bytes: v[4] as u64,
+                    train_s: v[5],
+                    busbw_gbs: crate::dist::CommStats {
+                        calls: 0,
+                        bytes: v[4] as u64,
+                        seconds: v[3],
+                    }
+                    .busbw_gbs(world),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        times.busbw_gbs = comm.busbw_gbs(world);
+        let totals = self
+            .dp
+            .sum(&[loss_sum, correct as f64, seen as f64], &self.dev)?;
+        let (loss_sum, correct, seen) = (totals[0], totals[1], totals[2] as usize);
+        // The epoch lasts as long as its slowest rank.
+        if let Some(slowest) = ranks.iter().map(|r| r.train_s).reduce(f64::max) {
+            times.train_s = slowest;
+        }
+        if cfg.bn == BnMode::Broadcast {
+            self.dp.broadcast_buffers(self.model.params())?;
+        }
 
         let last = self.epoch + 1 == cfg.epochs;
         let test = if (cfg.eval_every_epoch || last) && !self.data.test.is_empty() {
             let t = Instant::now();
-            let r = evaluate(
+            let r = evaluate_shard(
                 self.model.as_ref(),
                 &self.data.test,
                 &self.norm,
                 cfg.eval_batch_size,
                 &self.dev,
+                (rank, world),
+            )?;
+            let s = self.dp.sum(
+                &[r.loss * r.images as f64, r.correct as f64, r.images as f64],
+                &self.dev,
             )?;
             times.eval_s = t.elapsed().as_secs_f64();
-            Some(r)
+            Some((s[0] / s[2].max(1.0), s[1] / s[2].max(1.0)))
         } else {
             None
         };
@@ -326,37 +527,42 @@ impl Trainer {
             step: self.step,
             lr,
             train_loss: loss_sum / seen.max(1) as f64,
-            train_accuracy: correct as f64 / seen.max(1) as f64,
-            test_loss: test.map(|r| r.loss),
-            test_accuracy: test.map(|r| r.accuracy),
+            train_accuracy: correct / seen.max(1) as f64,
+            test_loss: test.map(|r| r.0),
+            test_accuracy: test.map(|r| r.1),
             images: seen,
             images_per_s: seen as f64 / times.train_s.max(1e-9),
             times,
+            world,
+            ranks,
         })
     }
 }
 
-/// One optimiser step; returns the batch's mean loss and correct count (reading them back
-/// also synchronises the device, so the caller's clock measures the work).
-fn step(
+/// Forward and backward of one (micro-)batch, the loss scaled by `scale` before backward;
+/// returns the gradients, the batch's mean loss and correct count (reading them back also
+/// synchronises the device, so the caller's clock measures the work).
+fn forward_backward(
     model: &dyn Network,
-    opt: &mut Sgd,
     norm: &Normalizer,
     x: &Tensor,
     y: &Tensor,
-    lr: f64,
-) -> candle_core::Result<(f32, usize)> {
+    scale: f64,
+) -> candle_core::Result<(GradStore, f32, usize)> {
     let logits = model.forward(&norm.apply(x)?, true)?;
     let loss = candle_nn::loss::cross_entropy(&logits, y)?;
-    let grads = loss.backward()?;
-    opt.step(&grads, lr)?;
+    let grads = if scale == 1.0 {
+        loss.backward()?
+    } else {
+        (&loss * scale)?.backward()?
+    };
     let ok = logits
         .argmax(1)?
         .eq(y)?
         .to_dtype(DType::U32)?
         .sum_all()?
         .to_scalar::<u32>()?;
-    Ok((loss.to_scalar::<f32>()?, ok as usize))
+    Ok((grads, loss.to_scalar::<f32>()?, ok as usize))
 }
 
 fn progress_bar(enabled: bool, len: u64, epoch: usize, epochs: usize) -> ProgressBar {

@@ -3,5 +3,5 @@
 mod schedule;
 mod sgd;
 
-pub use schedule::{LrPlan, Schedule};
+pub use schedule::{scaled_lr, LrPlan, Schedule};
 pub use sgd::Sgd;

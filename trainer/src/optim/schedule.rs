@@ -52,6 +52,14 @@ impl fmt::Display for Schedule {
     }
 }
 
+/// The linear scaling rule (Goyal et al., 2017, "Accurate, Large Minibatch SGD"): a rate
+/// tuned for `base_batch` images per step, multiplied by `global_batch / base_batch` for a
+/// larger (all ranks together) batch. Pair it with a few epochs of warm-up, which the rule
+/// needs early in training. A `base_batch` of 0 counts as 1.
+pub fn scaled_lr(base_lr: f64, global_batch: usize, base_batch: usize) -> f64 {
+    base_lr * global_batch as f64 / base_batch.max(1) as f64
+}
+
 /// A schedule laid over a run: the learning rate of every optimiser step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LrPlan {
@@ -153,6 +161,42 @@ mod tests {
                 && (p.lr(9) - 0.1).abs() < 1e-12
                 && (p.lr(10) - 0.1).abs() < 1e-12
         );
+    }
+
+    #[test]
+    fn linear_scaling_rule() {
+        // Goyal et al.: 0.1 per 256 images gives 3.2 for 8192.
+        assert!((scaled_lr(0.1, 8192, 256) - 3.2).abs() < 1e-12);
+        assert!((scaled_lr(0.1, 128, 128) - 0.1).abs() < 1e-15);
+        assert!((scaled_lr(0.1, 4 * 128, 128) - 0.4).abs() < 1e-12);
+        assert!((scaled_lr(0.2, 64, 128) - 0.1).abs() < 1e-12);
+        assert_eq!(scaled_lr(0.1, 32, 0), 3.2);
+    }
+
+    #[test]
+    fn fractional_warmup_epochs() {
+        // Half an epoch of 10 steps: 5 warm-up steps rising linearly, then the schedule.
+        let p = LrPlan::new(0.4, Schedule::Constant, 0.5, 10, 4);
+        assert_eq!(p.warmup_steps, 5);
+        let lrs: Vec<f64> = (0..7).map(|s| p.lr(s)).collect();
+        for (got, want) in lrs.iter().zip([0.08, 0.16, 0.24, 0.32, 0.4, 0.4, 0.4]) {
+            assert!((got - want).abs() < 1e-12, "{lrs:?}");
+        }
+        // 2.5 epochs of 4 steps end at step 10; cosine then spans the 30 remaining steps.
+        let p = LrPlan::new(0.1, Schedule::Cosine, 2.5, 4, 10);
+        assert_eq!(p.warmup_steps, 10);
+        assert!((p.lr(9) - 0.1).abs() < 1e-12 && (p.lr(10) - 0.1).abs() < 1e-12);
+        assert!((p.lr(25) - 0.05).abs() < 1e-12);
+        assert!(p.lr(8) < p.lr(9) && p.lr(10) > p.lr(11));
+        // Fractions round to whole steps: 0.26 of 10 steps is 3 steps.
+        assert_eq!(
+            LrPlan::new(0.1, Schedule::Constant, 0.26, 10, 2).warmup_steps,
+            3
+        );
+        // Warm-up longer than the run is cut to the run.
+        let p = LrPlan::new(0.1, Schedule::Constant, 7.5, 10, 2);
+        assert_eq!(p.warmup_steps, 20);
+        assert!((p.lr(19) - 0.1).abs() < 1e-12);
     }
 
     #[test]

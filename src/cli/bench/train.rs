@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use octet_models::ModelKind;
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::{self, DataSource};
@@ -9,13 +9,6 @@ use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::TrainError;
 use serde::Serialize;
-
-#[derive(Subcommand)]
-pub enum BenchCommand {
-    /// Epoch time per batch size on synthetic CIFAR-shaped data: epoch 1 warms up, epoch 2
-    /// is timed (host-to-device copy, forward, backward and update; no augmentation).
-    Train(TrainBench),
-}
 
 #[derive(Args)]
 pub struct TrainBench {
@@ -52,8 +45,7 @@ struct Row {
     error: Option<String>,
 }
 
-pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    let BenchCommand::Train(a) = cmd;
+pub fn run(a: TrainBench) -> anyhow::Result<()> {
     let device = parse_device(&a.device)?;
     let split = data::load(&DataSource::Synthetic {
         train: a.images,
@@ -132,14 +124,20 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 );
             }
             rows.push(row);
+            save(&a, &rows)?;
             if stop {
                 break;
             }
         }
     }
+    Ok(())
+}
+
+/// Rewrites the results file after every row, so a run cut short keeps what it measured.
+fn save(a: &TrainBench, rows: &[Row]) -> anyhow::Result<()> {
     if let Some(path) = &a.out {
         let v = serde_json::json!({
-            "bench": "train", "commit": super::COMMIT, "device": a.device,
+            "bench": "train", "commit": crate::cli::COMMIT, "device": a.device,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "protocol": "synthetic CIFAR-shaped data, epoch 1 warm-up, epoch 2 timed, fp32, no augmentation",
             "rows": rows,

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Data-parallel correctness and faults on 2 GPUs, in one command on the GPU machine:
+#   1. equivalence: LeNet (no batch norm), same seed, no augmentation, full Fashion-MNIST:
+#      2 GPUs × batch 64 against 1 GPU × batch 128, 3 epochs, loss curves side by side;
+#   2. a rank killed (SIGKILL) in epoch 2, ranks started by hand with RANK/WORLD_SIZE as
+#      torchrun or Slurm would: the surviving rank must end with the watchdog's error within
+#      --dist-timeout, and the epoch-1 checkpoint must be byte-identical afterwards;
+#   3. the same under `octet launch`: the launcher stops the other rank, reports which rank
+#      failed and propagates its exit code;
+#   4. --resume of that checkpoint on 1 GPU.
+# Expects .carry/octet.tar.gz (built with --features nccl) and .carry/fashion-mnist/*.gz.
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
+OUT=${OUT:-bench/out}
+C=.carry
+mkdir -p "$OUT/faults"
+F=$OUT/faults
+BIN=/tmp/octet-bin/octet
+if [ ! -x "$BIN" ]; then
+  mkdir -p /tmp/octet-bin && tar xzf "$C/octet.tar.gz" -C /tmp/octet-bin || exit 1
+fi
+exec > >(tee -a "$F/log.txt") 2>&1
+DATA="fashion-mnist:$C/fashion-mnist"
+common=(--model lenet --data "$DATA" --device cuda --no-augment --seed 7 --epochs 3 --json)
+
+echo "== 1. equivalence"
+"$BIN" train "${common[@]}" --batch-size 128 --out /tmp/eq1 > "$F/eq_1gpu.jsonl"
+"$BIN" launch --gpus 2 -- train "${common[@]}" --batch-size 64 --out /tmp/eq2 > "$F/eq_2gpu.jsonl"
+python3 - "$F/eq_1gpu.jsonl" "$F/eq_2gpu.jsonl" <<'PY'
+import json, sys
+rows = [[json.loads(l) for l in open(p) if '"epoch"' in l and l.startswith("{")] for p in sys.argv[1:]]
+for a, b in zip(*rows):
+    print(f"epoch {a['epoch']}: 1 GPU x128 loss {a['train_loss']:.6f} test {a['test_accuracy']:.4f} | "
+          f"2 GPU x64 loss {b['train_loss']:.6f} test {b['test_accuracy']:.4f} | "
+          f"rel diff {abs(a['train_loss']-b['train_loss'])/a['train_loss']:.2e}")
+PY
+
+echo "== 2. rank 1 killed in epoch 2, ranks started by hand"
+rm -rf /tmp/kill && mkdir -p /tmp/kill
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=29611 \
+    "$BIN" train "${common[@]}" --batch-size 32 --dist-timeout 20 --out /tmp/kill \
+    > "$F/kill_rank$r.jsonl" 2> "$F/kill_rank$r.err" &
+  eval "pid$r=$!"
+done
+until [ -f /tmp/kill/metrics.csv ]; do sleep 0.2; done
+sha_before=$(sha256sum /tmp/kill/last.safetensors | cut -c1-16)
+sleep 1; kill -9 "$pid1"; t0=$(date +%s.%N)
+wait "$pid0"; rc0=$?; t1=$(date +%s.%N)
+sha_after=$(sha256sum /tmp/kill/last.safetensors | cut -c1-16)
+echo "rank 0 exit $rc0 after $(python3 -c "print(round($t1-$t0,1))") s; checkpoint $sha_before -> $sha_after"
+tail -2 "$F/kill_rank0.err"
+
+echo "== 3. the same under octet launch"
+rm -rf /tmp/kill2 && mkdir -p /tmp/kill2
+"$BIN" launch --gpus 2 -- train "${common[@]}" --batch-size 32 --out /tmp/kill2 > "$F/launch.jsonl" 2> "$F/launch.err" &
+lp=$!
+until [ -f /tmp/kill2/metrics.csv ]; do sleep 0.2; done
+sleep 1; victim=$(pgrep -f "octet train" | while read p; do grep -q "RANK=1" /proc/$p/environ 2>/dev/null && tr '\0' '\n' < /proc/$p/environ | grep -qx "RANK=1" && echo $p; done | head -1)
+t0=$(date +%s.%N); kill -9 "$victim"; wait "$lp"; rc=$?; t1=$(date +%s.%N)
+echo "launch exit $rc after $(python3 -c "print(round($t1-$t0,1))") s; orphans: $(pgrep -fc 'octet train' || true)"
+tail -3 "$F/launch.err"
+
+echo "== 4. resume the 2-GPU checkpoint on 1 GPU"
+"$BIN" train --resume /tmp/kill/last.safetensors --device cuda --json > "$F/resume.jsonl"; echo "resume exit $?"
+grep -c '"epoch"' "$F/resume.jsonl"
+tail -1 "$F/resume.jsonl"

@@ -1,0 +1,502 @@
+//! 2-D convolution (NCHW, square stride and padding, no dilation or groups) whose CUDA
+//! forward and both backward passes call cuDNN. candle's own CUDA backward runs a naive
+//! transposed-convolution kernel for the input gradient; cuDNN's backward-data and
+//! backward-filter are what PyTorch uses.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+
+use super::cpu;
+
+static TF32: AtomicBool = AtomicBool::new(true);
+
+/// Whether f32 convolutions on CUDA may use TF32 tensor cores (PyTorch's
+/// `torch.backends.cudnn.allow_tf32`, on by default there and here). Off gives full f32
+/// precision.
+pub fn set_conv_tf32(allow: bool) {
+    TF32.store(allow, Ordering::Relaxed);
+}
+
+/// `x.conv2d(weight, padding, stride, 1, 1)`, through cuDNN (forward and backward) for f32
+/// and bf16 tensors on a CUDA device and through candle's own op everywhere else.
+pub fn conv2d(x: &Tensor, weight: &Tensor, padding: usize, stride: usize) -> Result<Tensor> {
+    if uses_cudnn(x, weight) {
+        return x
+            .contiguous()?
+            .apply_op2(&weight.contiguous()?, Conv2dOp { padding, stride });
+    }
+    x.conv2d(weight, padding, stride, 1, 1)
+}
+
+fn uses_cudnn(x: &Tensor, weight: &Tensor) -> bool {
+    cfg!(feature = "cuda")
+        && x.device().is_cuda()
+        && matches!(x.dtype(), DType::F32 | DType::BF16)
+        && x.dtype() == weight.dtype()
+        && x.rank() == 4
+        && weight.rank() == 4
+}
+
+/// The convolution as a custom op on `(x, weight)`. On the CPU it runs candle's conv2d, so
+/// applying it there gives exactly what candle gives.
+#[derive(Debug, Clone, Copy)]
+pub struct Conv2dOp {
+    pub padding: usize,
+    pub stride: usize,
+}
+
+/// Gradient of the input: a custom op on `(grad_y, weight)` giving a tensor of `x_shape`.
+#[derive(Debug, Clone)]
+pub struct Conv2dBackwardData {
+    pub padding: usize,
+    pub stride: usize,
+    pub x_shape: Shape,
+}
+
+/// Gradient of the weight: a custom op on `(x, grad_y)` giving a tensor of `w_shape`.
+#[derive(Debug, Clone)]
+pub struct Conv2dBackwardFilter {
+    pub padding: usize,
+    pub stride: usize,
+    pub w_shape: Shape,
+}
+
+fn check_geom(x: &[usize], w: &[usize], padding: usize, stride: usize) -> Result<()> {
+    if x.len() != 4 || w.len() != 4 {
+        bail!("conv2d: expected 4-d input and weight, got {x:?} and {w:?}")
+    }
+    if x[1] != w[1] {
+        bail!(
+            "conv2d: input has {} channels, weight expects {}",
+            x[1],
+            w[1]
+        )
+    }
+    if stride == 0 || x[2] + 2 * padding < w[2] || x[3] + 2 * padding < w[3] {
+        bail!("conv2d: kernel {w:?} does not fit input {x:?} with padding {padding}")
+    }
+    Ok(())
+}
+
+/// candle's input gradient of a convolution (what its autograd does for `Op::Conv2D`).
+fn reference_grad_x(
+    dy: &Tensor,
+    w: &Tensor,
+    x_shape: &Shape,
+    pad: usize,
+    stride: usize,
+) -> Result<Tensor> {
+    let x_h = x_shape.dims()[2];
+    let out_size = (dy.dim(2)? - 1) * stride + (w.dim(2)? - 1) + 1 - 2 * pad;
+    let dx = dy.conv_transpose2d(w, pad, x_h - out_size, stride, 1)?;
+    if dx.shape() != x_shape {
+        bail!(
+            "conv2d backward: input gradient {:?} does not match input {x_shape:?}",
+            dx.shape()
+        )
+    }
+    Ok(dx)
+}
+
+/// candle's weight gradient of a convolution (what its autograd does for `Op::Conv2D`).
+fn reference_grad_w(
+    x: &Tensor,
+    dy: &Tensor,
+    w_shape: &Shape,
+    pad: usize,
+    stride: usize,
+) -> Result<Tensor> {
+    let gw = x
+        .transpose(0, 1)?
+        .conv2d(&dy.transpose(0, 1)?, pad, 1, stride, 1)?
+        .transpose(0, 1)?;
+    let (k0, k1) = (w_shape.dims()[2], w_shape.dims()[3]);
+    if gw.dim(2)? != k0 || gw.dim(3)? != k1 {
+        gw.narrow(2, 0, k0)?.narrow(3, 0, k1)
+    } else {
+        Ok(gw)
+    }
+}
+
+impl CustomOp2 for Conv2dOp {
+    fn name(&self) -> &'static str {
+        "octet-conv2d"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        check_geom(l1.dims(), l2.dims(), self.padding, self.stride)?;
+        let y =
+            cpu::tensor(s1, l1)?.conv2d(&cpu::tensor(s2, l2)?, self.padding, self.stride, 1, 1)?;
+        Ok((cpu::storage(&y)?, y.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        check_geom(l1.dims(), l2.dims(), self.padding, self.stride)?;
+        let g = cuda::geom(l1.dims(), l2.dims(), self.padding, self.stride);
+        let y = cuda::forward(s1, l1, s2, l2, g)?;
+        Ok((y, Shape::from((g.n, g.c_out, g.out_h(), g.out_w()))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let dy = dy.contiguous()?;
+        let dx = dy.apply_op2_no_bwd(
+            w,
+            &Conv2dBackwardData {
+                padding: self.padding,
+                stride: self.stride,
+                x_shape: x.shape().clone(),
+            },
+        )?;
+        let dw = x.apply_op2_no_bwd(
+            &dy,
+            &Conv2dBackwardFilter {
+                padding: self.padding,
+                stride: self.stride,
+                w_shape: w.shape().clone(),
+            },
+        )?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+impl CustomOp2 for Conv2dBackwardData {
+    fn name(&self) -> &'static str {
+        "octet-conv2d-bwd-data"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (dy, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
+        let dx = reference_grad_x(&dy, &w, &self.x_shape, self.padding, self.stride)?;
+        Ok((cpu::storage(&dx)?, self.x_shape.clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (x, w) = (self.x_shape.dims(), l2.dims());
+        check_geom(x, w, self.padding, self.stride)?;
+        let (oh, ow) = cuda::out_hw(x, w, self.padding, self.stride);
+        if l1.dims() != [x[0], w[0], oh, ow] {
+            bail!(
+                "conv2d backward: output gradient {:?} does not match",
+                l1.dims()
+            )
+        }
+        let g = cuda::geom(x, w, self.padding, self.stride);
+        Ok((
+            cuda::backward_data(s1, l1, s2, l2, g)?,
+            self.x_shape.clone(),
+        ))
+    }
+}
+
+impl CustomOp2 for Conv2dBackwardFilter {
+    fn name(&self) -> &'static str {
+        "octet-conv2d-bwd-filter"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (x, dy) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
+        let dw = reference_grad_w(&x, &dy, &self.w_shape, self.padding, self.stride)?;
+        Ok((cpu::storage(&dw)?, self.w_shape.clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (x, w) = (l1.dims(), self.w_shape.dims());
+        check_geom(x, w, self.padding, self.stride)?;
+        let (oh, ow) = cuda::out_hw(x, w, self.padding, self.stride);
+        if l2.dims() != [x[0], w[0], oh, ow] {
+            bail!(
+                "conv2d backward: output gradient {:?} does not match",
+                l2.dims()
+            )
+        }
+        let g = cuda::geom(x, w, self.padding, self.stride);
+        Ok((
+            cuda::backward_filter(s1, l1, s2, l2, g)?,
+            self.w_shape.clone(),
+        ))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::cudnn::safe::{
+        ConvBackwardData, ConvBackwardFilter, ConvForward, CudnnDataType,
+    };
+    use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr};
+    use candle_core::cuda_backend::CudaDType;
+    use candle_core::{bail, CudaStorage, DType, Layout, Result, WithDType};
+    use half::bf16;
+
+    use super::super::cudnn::{plan, with_workspace, ConvGeom};
+
+    pub(super) fn tf32() -> bool {
+        super::TF32.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(super) fn out_hw(
+        x: &[usize],
+        w: &[usize],
+        padding: usize,
+        stride: usize,
+    ) -> (usize, usize) {
+        (
+            (x[2] + 2 * padding - w[2]) / stride + 1,
+            (x[3] + 2 * padding - w[3]) / stride + 1,
+        )
+    }
+
+    pub(super) fn geom(x: &[usize], w: &[usize], padding: usize, stride: usize) -> ConvGeom {
+        ConvGeom {
+            n: x[0],
+            c_in: x[1],
+            h: x[2],
+            w: x[3],
+            c_out: w[0],
+            k_h: w[2],
+            k_w: w[3],
+            stride,
+            padding,
+        }
+    }
+
+    trait Elem: CudnnDataType + CudaDType + DeviceRepr + WithDType {}
+    impl Elem for f32 {}
+    impl Elem for bf16 {}
+
+    fn view<'a, T: Elem>(s: &'a CudaStorage, l: &Layout, len: usize) -> Result<CudaView<'a, T>> {
+        if !l.is_contiguous() {
+            bail!("conv2d: cuDNN path needs contiguous tensors")
+        }
+        let o = l.start_offset();
+        Ok(s.as_cuda_slice::<T>()?.slice(o..o + len))
+    }
+
+    /// Runs `f::<T>` for the storages' common element type.
+    macro_rules! dispatch {
+        ($a:expr, $b:expr, $f:ident($($arg:expr),*)) => {
+            match ($a.dtype(), $b.dtype()) {
+                (DType::F32, DType::F32) => $f::<f32>($($arg),*),
+                (DType::BF16, DType::BF16) => $f::<bf16>($($arg),*),
+                (a, b) => bail!("conv2d: cuDNN path supports f32 and bf16, got {a:?} and {b:?}"),
+            }
+        };
+    }
+
+    pub(super) fn forward(
+        x: &CudaStorage,
+        xl: &Layout,
+        w: &CudaStorage,
+        wl: &Layout,
+        g: ConvGeom,
+    ) -> Result<CudaStorage> {
+        dispatch!(x, w, forward_t(x, xl, w, wl, g))
+    }
+
+    fn forward_t<T: Elem>(
+        x: &CudaStorage,
+        xl: &Layout,
+        w: &CudaStorage,
+        wl: &Layout,
+        g: ConvGeom,
+    ) -> Result<CudaStorage> {
+        let dev = &x.device;
+        let (xv, wv) = (
+            view::<T>(x, xl, g.x_elems())?,
+            view::<T>(w, wl, g.w_elems())?,
+        );
+        let p = plan::<T>(dev, T::DTYPE, g, tf32())?;
+        let op = ConvForward {
+            conv: &p.conv,
+            x: &p.x,
+            w: &p.w,
+            y: &p.y,
+        };
+        let (algo, bytes) = match p.fwd.get() {
+            Some(a) => a,
+            None => {
+                let algo = op.pick_algorithm()?;
+                let a = (algo, op.get_workspace_size(algo)?);
+                p.fwd.set(Some(a));
+                a
+            }
+        };
+        // SAFETY: cuDNN writes every element of y (beta = 0 never reads it).
+        let mut y = unsafe { dev.alloc::<T>(g.y_elems())? };
+        with_workspace(dev, bytes, |ws| {
+            // SAFETY: the views and y match the descriptors of the plan for `g`.
+            unsafe {
+                op.launch(
+                    algo,
+                    ws,
+                    (T::from_f64(1.0), T::from_f64(0.0)),
+                    &xv,
+                    &wv,
+                    &mut y,
+                )?
+            };
+            Ok(())
+        })?;
+        Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+    }
+
+    pub(super) fn backward_data(
+        dy: &CudaStorage,
+        dyl: &Layout,
+        w: &CudaStorage,
+        wl: &Layout,
+        g: ConvGeom,
+    ) -> Result<CudaStorage> {
+        dispatch!(dy, w, backward_data_t(dy, dyl, w, wl, g))
+    }
+
+    fn backward_data_t<T: Elem>(
+        dy: &CudaStorage,
+        dyl: &Layout,
+        w: &CudaStorage,
+        wl: &Layout,
+        g: ConvGeom,
+    ) -> Result<CudaStorage> {
+        let dev = &dy.device;
+        let (dyv, wv) = (
+            view::<T>(dy, dyl, g.y_elems())?,
+            view::<T>(w, wl, g.w_elems())?,
+        );
+        let p = plan::<T>(dev, T::DTYPE, g, tf32())?;
+        let op = ConvBackwardData {
+            conv: &p.conv,
+            dx: &p.x,
+            w: &p.w,
+            dy: &p.y,
+        };
+        let (algo, bytes) = match p.bwd_data.get() {
+            Some(a) => a,
+            None => {
+                let algo = op.pick_algorithm()?;
+                let a = (algo, op.get_workspace_size(algo)?);
+                p.bwd_data.set(Some(a));
+                a
+            }
+        };
+        // SAFETY: cuDNN writes every element of dx (beta = 0 never reads it).
+        let mut dx = unsafe { dev.alloc::<T>(g.x_elems())? };
+        with_workspace(dev, bytes, |ws| {
+            // SAFETY: the views and dx match the descriptors of the plan for `g`.
+            unsafe {
+                op.launch(
+                    algo,
+                    ws,
+                    (T::from_f64(1.0), T::from_f64(0.0)),
+                    &mut dx,
+                    &wv,
+                    &dyv,
+                )?
+            };
+            Ok(())
+        })?;
+        Ok(CudaStorage::wrap_cuda_slice(dx, dev.clone()))
+    }
+
+    pub(super) fn backward_filter(
+        x: &CudaStorage,
+        xl: &Layout,
+        dy: &CudaStorage,
+        dyl: &Layout,
+        g: ConvGeom,
+    ) -> Result<CudaStorage> {
+        dispatch!(x, dy, backward_filter_t(x, xl, dy, dyl, g))
+    }
+
+    fn backward_filter_t<T: Elem>(
+        x: &CudaStorage,
+        xl: &Layout,
+        dy: &CudaStorage,
+        dyl: &Layout,
+        g: ConvGeom,
+    ) -> Result<CudaStorage> {
+        let dev = &x.device;
+        let (xv, dyv) = (
+            view::<T>(x, xl, g.x_elems())?,
+            view::<T>(dy, dyl, g.y_elems())?,
+        );
+        let p = plan::<T>(dev, T::DTYPE, g, tf32())?;
+        let op = ConvBackwardFilter {
+            conv: &p.conv,
+            x: &p.x,
+            dw: &p.w,
+            dy: &p.y,
+        };
+        let (algo, bytes) = match p.bwd_filter.get() {
+            Some(a) => a,
+            None => {
+                let algo = op.pick_algorithm()?;
+                let a = (algo, op.get_workspace_size(algo)?);
+                p.bwd_filter.set(Some(a));
+                a
+            }
+        };
+        // SAFETY: cuDNN writes every element of dw (beta = 0 never reads it).
+        let mut dw = unsafe { dev.alloc::<T>(g.w_elems())? };
+        with_workspace(dev, bytes, |ws| {
+            // SAFETY: the views and dw match the descriptors of the plan for `g`.
+            unsafe {
+                op.launch(
+                    algo,
+                    ws,
+                    (T::from_f64(1.0), T::from_f64(0.0)),
+                    &xv,
+                    &mut dw,
+                    &dyv,
+                )?
+            };
+            Ok(())
+        })?;
+        Ok(CudaStorage::wrap_cuda_slice(dw, dev.clone()))
+    }
+}

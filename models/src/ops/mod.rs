@@ -1,0 +1,19 @@
+//! Training ops as candle custom ops: cuDNN convolution (forward, backward-data,
+//! backward-filter) and fused batch-norm kernels. candle's own CUDA backward for conv2d
+//! (a naive transposed convolution) and its many-small-op batch norm dominate a ResNet-18
+//! step; these replace them on CUDA tensors and leave CPU tensors on candle's ops.
+//!
+//! Every op also runs on the CPU (through candle's ops or plain loops), so the autograd
+//! wiring is tested without a GPU; the public functions still pick candle's own ops on the
+//! CPU so CPU results stay bit-identical to plain candle.
+
+pub mod batch_norm;
+pub mod conv2d;
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cudnn;
+#[cfg(feature = "cuda")]
+mod kernels;
+
+pub use batch_norm::{batch_norm_train, batch_norm_train_fused, batch_norm_train_reference};
+pub use conv2d::{conv2d, set_conv_tf32, Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp};

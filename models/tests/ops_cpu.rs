@@ -1,0 +1,122 @@
+//! The custom ops on the CPU: the public functions are candle's ops bit for bit, and the
+//! fused batch norm's own arithmetic and autograd wiring match candle's within rounding.
+
+mod common;
+
+use candle_core::{Device, Result, Tensor, Var};
+use common::{bn_inputs, bn_run, rel_err, same_bits, uniform};
+use octet_models::ops::{self, Conv2dOp};
+
+/// (n, c_in, c_out, size, kernel, stride, padding)
+const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 5] = [
+    (1, 3, 5, 7, 3, 1, 1),
+    (2, 4, 6, 8, 3, 2, 1),
+    (3, 5, 3, 9, 1, 2, 0),
+    (2, 3, 4, 10, 5, 1, 0),
+    (4, 1, 2, 6, 5, 1, 1),
+];
+
+/// Output, input gradient and weight gradient of `f(x, w)` under loss Σ y·r.
+fn conv_run(
+    f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
+    x: &Tensor,
+    w: &Tensor,
+    seed: u64,
+) -> Result<[Tensor; 3]> {
+    let (xv, wv) = (Var::from_tensor(x)?, Var::from_tensor(w)?);
+    let y = f(xv.as_tensor(), wv.as_tensor())?;
+    let r = uniform(y.dims(), -1.0, 1.0, seed, x.device())?;
+    let grads = (&y * &r)?.sum_all()?.backward()?;
+    let gx = grads.get(xv.as_tensor()).expect("input gradient").clone();
+    let gw = grads.get(wv.as_tensor()).expect("weight gradient").clone();
+    Ok([y, gx, gw])
+}
+
+#[test]
+fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
+    let dev = Device::Cpu;
+    for (i, &(n, ci, co, s, k, st, p)) in CONV_CASES.iter().enumerate() {
+        let seed = 100 * i as u64;
+        let x = uniform(&[n, ci, s, s], -1.0, 1.0, seed, &dev)?;
+        let w = uniform(&[co, ci, k, k], -0.5, 0.5, seed + 1, &dev)?;
+        let reference = conv_run(|x, w| x.conv2d(w, p, st, 1, 1), &x, &w, seed + 2)?;
+        let public = conv_run(|x, w| ops::conv2d(x, w, p, st), &x, &w, seed + 2)?;
+        // The custom op itself (and its two backward ops) on the CPU runs candle's formulas.
+        let custom = conv_run(
+            |x, w| {
+                x.apply_op2(
+                    w,
+                    Conv2dOp {
+                        padding: p,
+                        stride: st,
+                    },
+                )
+            },
+            &x,
+            &w,
+            seed + 2,
+        )?;
+        for (j, r) in reference.iter().enumerate() {
+            assert!(
+                same_bits(&public[j], r)?,
+                "case {i}, output {j}: public conv2d"
+            );
+            assert!(same_bits(&custom[j], r)?, "case {i}, output {j}: Conv2dOp");
+        }
+    }
+    Ok(())
+}
+
+/// (n, c, h, w)
+const BN_CASES: [(usize, usize, usize, usize); 5] = [
+    (1, 3, 5, 5),
+    (2, 7, 4, 4),
+    (8, 16, 6, 6),
+    (4, 5, 1, 1),
+    (3, 2, 3, 7),
+];
+
+#[test]
+fn batch_norm_on_cpu_is_the_reference_bit_for_bit() -> Result<()> {
+    let dev = Device::Cpu;
+    for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
+        let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
+        let a = bn_run(ops::batch_norm_train, &inputs, 7, &dev)?;
+        let b = bn_run(ops::batch_norm_train_reference, &inputs, 7, &dev)?;
+        assert!(same_bits(&a.y, &b.y)?, "case {i}: output");
+        for j in 0..3 {
+            assert!(
+                same_bits(&a.grads[j], &b.grads[j])?,
+                "case {i}: gradient {j}"
+            );
+        }
+        for j in 0..2 {
+            assert!(
+                same_bits(&a.running[j], &b.running[j])?,
+                "case {i}: running {j}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fused_batch_norm_matches_the_reference_on_cpu() -> Result<()> {
+    let dev = Device::Cpu;
+    for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
+        let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
+        let a = bn_run(ops::batch_norm_train_fused, &inputs, 7, &dev)?;
+        let b = bn_run(ops::batch_norm_train_reference, &inputs, 7, &dev)?;
+        let e = rel_err(&a.y, &b.y)?;
+        assert!(e < 1e-5, "case {i}: output off by {e}");
+        for j in 0..3 {
+            let e = rel_err(&a.grads[j], &b.grads[j])?;
+            assert!(e < 1e-4, "case {i}: gradient {j} off by {e}");
+        }
+        for j in 0..2 {
+            let e = rel_err(&a.running[j], &b.running[j])?;
+            assert!(e < 1e-5, "case {i}: running statistic {j} off by {e}");
+        }
+    }
+    Ok(())
+}

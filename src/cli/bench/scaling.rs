@@ -1,0 +1,568 @@
+//! `octet bench scaling`: the lab's multi-GPU tables in one run. Every number comes from a
+//! real training run launched here (`octet launch --gpus N -- train …`), read from rank 0's
+//! `--json` lines: epoch 2 of a 2-epoch run on synthetic CIFAR-shaped data (epoch 1 warms up),
+//! per-rank compute and all-reduce times (CUDA events), and the all-reduce peak measured by
+//! `octet bench allreduce` on the same GPUs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+use clap::Args;
+use octet_trainer::atomic::write_atomic;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::scaling_plot;
+
+#[derive(Args)]
+pub struct ScalingBench {
+    /// GPU counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    gpus: Vec<usize>,
+    #[arg(long, default_value = "resnet18")]
+    model: String,
+    /// Batch sizes per GPU.
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    batch_sizes: Vec<usize>,
+    /// Images per epoch of the timing runs, shared by the GPUs (fixed total work: strong
+    /// scaling). The lab uses 50,000.
+    #[arg(long, default_value_t = 50_000)]
+    images: usize,
+    /// Data of the accuracy runs (e.g. fashion-mnist:DIR); without it they are skipped.
+    #[arg(long)]
+    accuracy_data: Option<String>,
+    /// Model of the accuracy runs [default: --model].
+    #[arg(long)]
+    accuracy_model: Option<String>,
+    #[arg(long, default_value_t = 5)]
+    accuracy_epochs: usize,
+    /// The small global batch of the accuracy comparison, and the base of linear scaling.
+    #[arg(long, default_value_t = 128)]
+    base_batch: usize,
+    /// PyTorch peer results (`peer_torch_<n>gpu.json` from shared/peers/peer_torch.py) to
+    /// report beside octet's, with ratios.
+    #[arg(long)]
+    peer: Vec<PathBuf>,
+    /// Directory for report.md, report.json and the PNG plots.
+    #[arg(long, default_value = "bench/out/scaling")]
+    out: PathBuf,
+}
+
+/// One timing run: `gpus` ranks, `batch` per rank.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Timing {
+    pub gpus: usize,
+    pub batch: usize,
+    pub images: usize,
+    pub epoch_s: Option<f64>,
+    pub img_per_s: Option<f64>,
+    pub steps: Option<usize>,
+    /// Mean over ranks.
+    pub compute_s: Option<f64>,
+    /// Slowest rank's all-reduce time.
+    pub comm_s: Option<f64>,
+    pub data_s: Option<f64>,
+    pub busbw_gbs: Option<f64>,
+    pub oom: bool,
+    pub error: Option<String>,
+    pub peer_epoch_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Accuracy {
+    pub name: String,
+    pub gpus: usize,
+    pub batch_per_gpu: usize,
+    pub global_batch: usize,
+    pub lr: Option<f64>,
+    pub warmup_epochs: f64,
+    pub epochs: usize,
+    pub test_accuracy: Option<f64>,
+    pub train_s: Option<f64>,
+    pub error: Option<String>,
+}
+
+pub fn run(a: ScalingBench) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("cannot create {}", a.out.display()))?;
+    let runs = a.out.join("runs");
+    let exe = std::env::current_exe()?;
+    let peer = read_peers(&a.peer)?;
+
+    let mut peaks = BTreeMap::new();
+    for &g in a.gpus.iter().filter(|&&g| g > 1) {
+        let file = a.out.join(format!("allreduce_{g}gpu.json"));
+        let mut cmd = launch(&exe, g);
+        cmd.args(["bench", "allreduce", "--json", "--out"])
+            .arg(&file);
+        let (ok, _, err) = output(cmd)?;
+        anyhow::ensure!(ok, "bench allreduce on {g} GPUs failed:\n{err}");
+        let v: Value = serde_json::from_slice(&std::fs::read(&file)?)?;
+        let peak = v["peak_busbw_gbs"].as_f64().unwrap_or(0.0);
+        eprintln!("all-reduce peak on {g} GPUs: {peak:.1} GB/s busbw");
+        peaks.insert(g, peak);
+    }
+
+    let mut timings = Vec::new();
+    for &b in &a.batch_sizes {
+        for &g in &a.gpus {
+            let dir = runs.join(format!("g{g}-b{b}"));
+            let mut cmd = launch(&exe, g);
+            cmd.args(["train", "--model", &a.model, "--device", "cuda", "--json"])
+                .args(["--data", &format!("synthetic:{}:0", a.images)])
+                .args(["--epochs", "2", "--schedule", "constant", "--no-augment"])
+                .args(["--batch-size", &b.to_string(), "--out"])
+                .arg(&dir);
+            let (ok, out, err) = output(cmd)?;
+            let mut t = Timing {
+                gpus: g,
+                batch: b,
+                images: a.images,
+                epoch_s: None,
+                img_per_s: None,
+                steps: None,
+                compute_s: None,
+                comm_s: None,
+                data_s: None,
+                busbw_gbs: None,
+                oom: false,
+                error: None,
+                peer_epoch_s: peer.get(&(a.model.clone(), g, b)).copied(),
+            };
+            let epochs = epoch_lines(&out);
+            match epochs.get(1).filter(|_| ok) {
+                Some(e) => fill(&mut t, e, epochs[0]["step"].as_u64()),
+                None => {
+                    t.oom = err.contains("does not fit in GPU memory")
+                        || err.contains("beyond what cuDNN accepts");
+                    t.error = Some(last_error(&err));
+                }
+            }
+            let _ = std::fs::remove_file(dir.join("last.safetensors"));
+            eprintln!(
+                "{} b{b}/GPU on {g} GPU(s): {}",
+                a.model,
+                t.epoch_s
+                    .map(|s| format!("epoch {s:.3} s"))
+                    .unwrap_or_else(|| format!("failed: {}", t.error.as_deref().unwrap_or("?")))
+            );
+            timings.push(t);
+        }
+    }
+
+    let accuracy = match &a.accuracy_data {
+        Some(data) => accuracy_runs(&a, &exe, data, &runs)?,
+        None => Vec::new(),
+    };
+    let report = Report {
+        commit: crate::cli::COMMIT.into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        model: a.model.clone(),
+        images: a.images,
+        protocol: "synthetic CIFAR-shaped data, batch per GPU, images per epoch shared by the \
+                   GPUs; epoch 1 warm-up, epoch 2 timed (h2d, forward, backward, all-reduce, \
+                   update); fp32"
+            .into(),
+        peak_busbw_gbs: peaks,
+        timings,
+        accuracy,
+    };
+    write_atomic(
+        &a.out.join("report.json"),
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
+    let md = markdown(&report);
+    write_atomic(&a.out.join("report.md"), md.as_bytes())?;
+    scaling_plot::plots(&report, &a.out)?;
+    println!("{md}");
+    eprintln!("wrote {}/report.{{md,json}} and the plots", a.out.display());
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub commit: String,
+    pub command: String,
+    pub model: String,
+    pub images: usize,
+    pub protocol: String,
+    pub peak_busbw_gbs: BTreeMap<usize, f64>,
+    pub timings: Vec<Timing>,
+    pub accuracy: Vec<Accuracy>,
+}
+
+fn launch(exe: &Path, gpus: usize) -> Command {
+    let mut c = Command::new(exe);
+    c.args(["launch", "--gpus", &gpus.to_string(), "--"]);
+    c
+}
+
+/// Runs `cmd` to the end: (success, stdout, stderr).
+fn output(mut cmd: Command) -> anyhow::Result<(bool, String, String)> {
+    let o = cmd.output().context("cannot start octet launch")?;
+    Ok((
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    ))
+}
+
+fn epoch_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .filter(|v| v["event"] == "epoch")
+        .collect()
+}
+
+fn last_error(stderr: &str) -> String {
+    stderr
+        .lines()
+        .rev()
+        .find(|l| l.contains("error"))
+        .unwrap_or("the run failed")
+        .trim()
+        .to_string()
+}
+
+fn fill(t: &mut Timing, e: &Value, steps_before: Option<u64>) {
+    let f = |v: &Value| v.as_f64();
+    let times = &e["times"];
+    t.epoch_s = f(&times["train_s"]);
+    t.img_per_s = f(&e["images_per_s"]);
+    t.steps = e["step"]
+        .as_u64()
+        .zip(steps_before)
+        .map(|(a, b)| (a - b) as usize);
+    t.data_s = f(&times["data_s"]);
+    match e["ranks"].as_array().filter(|r| !r.is_empty()) {
+        Some(ranks) => {
+            let col = |k: &str| {
+                ranks
+                    .iter()
+                    .filter_map(|r| r[k].as_f64())
+                    .collect::<Vec<_>>()
+            };
+            let compute = col("compute_s");
+            t.compute_s = Some(compute.iter().sum::<f64>() / compute.len().max(1) as f64);
+            t.comm_s = col("comm_s").into_iter().reduce(f64::max);
+            t.busbw_gbs = col("busbw_gbs").into_iter().reduce(f64::min);
+        }
+        None => {
+            t.compute_s = f(&times["compute_s"]);
+            t.comm_s = Some(0.0);
+        }
+    }
+}
+
+fn accuracy_runs(
+    a: &ScalingBench,
+    exe: &Path,
+    data: &str,
+    runs: &Path,
+) -> anyhow::Result<Vec<Accuracy>> {
+    let g = a.gpus.iter().copied().max().unwrap_or(1);
+    let large = a.batch_sizes.iter().copied().max().unwrap_or(512);
+    let small = (a.base_batch / g).max(1);
+    let model = a.accuracy_model.clone().unwrap_or_else(|| a.model.clone());
+    let plans = [
+        ("small batch", small, false),
+        ("large batch", large, false),
+        ("large batch, linear lr + warm-up", large, true),
+    ];
+    let mut rows = Vec::new();
+    for (name, b, scaled) in plans {
+        let dir = runs.join(format!(
+            "accuracy-b{b}{}",
+            if scaled { "-linear" } else { "" }
+        ));
+        let mut cmd = launch(exe, g);
+        cmd.args([
+            "train", "--model", &model, "--data", data, "--device", "cuda", "--json",
+        ])
+        .args(["--epochs", &a.accuracy_epochs.to_string()])
+        .args(["--batch-size", &b.to_string(), "--out"])
+        .arg(&dir);
+        let warmup = if scaled { 1.0 } else { 0.0 };
+        if scaled {
+            cmd.args(["--lr-scaling", "linear", "--warmup-epochs", "1"])
+                .args(["--base-batch", &a.base_batch.to_string()]);
+        }
+        let (ok, out, err) = output(cmd)?;
+        let epochs = epoch_lines(&out);
+        let last = epochs.last().filter(|_| ok);
+        let row = Accuracy {
+            name: name.into(),
+            gpus: g,
+            batch_per_gpu: b,
+            global_batch: b * g,
+            lr: epochs
+                .iter()
+                .filter_map(|e| e["lr"].as_f64())
+                .reduce(f64::max),
+            warmup_epochs: warmup,
+            epochs: a.accuracy_epochs,
+            test_accuracy: last.and_then(|e| e["test_accuracy"].as_f64()),
+            train_s: Some(
+                epochs
+                    .iter()
+                    .filter_map(|e| e["times"]["train_s"].as_f64())
+                    .sum(),
+            ),
+            error: (!ok).then(|| last_error(&err)),
+        };
+        eprintln!(
+            "{model} {name}: {}",
+            row.test_accuracy
+                .map(|x| format!("test {:.2}%", 100.0 * x))
+                .unwrap_or_else(|| format!("failed: {}", row.error.as_deref().unwrap_or("?")))
+        );
+        let _ = std::fs::remove_file(dir.join("last.safetensors"));
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// (model, gpus, batch per GPU) → epoch-2 seconds from the peer's fp32 rows.
+fn read_peers(files: &[PathBuf]) -> anyhow::Result<BTreeMap<(String, usize, usize), f64>> {
+    let mut m = BTreeMap::new();
+    for f in files {
+        let v: Value = serde_json::from_slice(
+            &std::fs::read(f)
+                .with_context(|| format!("cannot read peer results {}", f.display()))?,
+        )
+        .with_context(|| format!("{} is not the peer's JSON", f.display()))?;
+        for r in v["rows"].as_array().into_iter().flatten() {
+            if r["amp_bf16"].as_bool() == Some(true) {
+                continue;
+            }
+            if let (Some(model), Some(g), Some(b), Some(s)) = (
+                r["model"].as_str(),
+                r["gpus"].as_u64(),
+                r["batch_per_gpu"].as_u64(),
+                r["epoch2_s"].as_f64(),
+            ) {
+                m.insert((model.to_string(), g as usize, b as usize), s);
+            }
+        }
+    }
+    Ok(m)
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map(|v| format!("{v:.digits$}"))
+        .unwrap_or_else(|| "–".into())
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b)
+}
+
+/// The markdown tables of the report.
+pub fn markdown(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "# Scaling report: {}\n", r.model);
+    let _ = writeln!(
+        s,
+        "commit `{}`; {} images per epoch; {}.\n\n`{}`\n",
+        r.commit, r.images, r.protocol, r.command
+    );
+    let by = |g: usize, b: usize| r.timings.iter().find(|t| t.gpus == g && t.batch == b);
+    let mut gpus: Vec<usize> = r.timings.iter().map(|t| t.gpus).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let mut batches: Vec<usize> = r.timings.iter().map(|t| t.batch).collect();
+    batches.sort_unstable();
+    batches.dedup();
+    let fails = |t: &Timing| {
+        if t.oom {
+            "OOM".to_string()
+        } else {
+            "failed".to_string()
+        }
+    };
+
+    let _ = writeln!(s, "## 1. Epoch time vs batch size, 1 GPU\n");
+    let _ = writeln!(
+        s,
+        "| batch | octet s | img/s | PyTorch s | octet / PyTorch |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
+    for &b in &batches {
+        if let Some(t) = by(1, b) {
+            let _ = writeln!(
+                s,
+                "| {b} | {} | {} | {} | {} |",
+                t.epoch_s
+                    .map(|v| format!("{v:.3}"))
+                    .unwrap_or_else(|| fails(t)),
+                opt(t.img_per_s, 0),
+                opt(t.peer_epoch_s, 3),
+                opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n## 2. Speed-up per GPU count (strong scaling: fixed images per epoch; the weak-scaling \
+         view is the per-step time at the same batch per GPU)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| batch/GPU | GPUs | epoch s | speed-up | efficiency | step ms | weak-scaling eff. | PyTorch DDP s | PyTorch speed-up | octet / PyTorch |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &b in &batches {
+        let base = by(1, b);
+        let step = |t: &Timing| {
+            t.epoch_s
+                .zip(t.steps)
+                .map(|(e, n)| 1e3 * e / n.max(1) as f64)
+        };
+        for &g in &gpus {
+            let Some(t) = by(g, b) else { continue };
+            let sp = ratio(base.and_then(|x| x.epoch_s), t.epoch_s);
+            let psp = ratio(base.and_then(|x| x.peer_epoch_s), t.peer_epoch_s);
+            let _ = writeln!(
+                s,
+                "| {b} | {g} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                t.epoch_s
+                    .map(|v| format!("{v:.3}"))
+                    .unwrap_or_else(|| fails(t)),
+                opt(sp, 2),
+                opt(sp.map(|x| 100.0 * x / g as f64), 0) + "%",
+                opt(step(t), 2),
+                opt(ratio(base.and_then(step), step(t)).map(|x| 100.0 * x), 0) + "%",
+                opt(t.peer_epoch_s, 3),
+                opt(psp, 2),
+                opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n## 3. Compute vs communication (epoch 2, measured: compute = step time minus the \
+         CUDA-event time of the gradient all-reduces, which run after backward on the compute \
+         stream, so none of them overlaps compute)\n"
+    );
+    let _ = writeln!(s, "| batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | data wait s |");
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|");
+    for &b in &batches {
+        for &g in &gpus {
+            let Some(t) = by(g, b).filter(|t| t.epoch_s.is_some()) else {
+                continue;
+            };
+            let share = ratio(t.comm_s, t.epoch_s).map(|x| 100.0 * x);
+            let _ = writeln!(
+                s,
+                "| {b} | {g} | {} | {} | {}% | {} |",
+                opt(t.compute_s, 3),
+                opt(t.comm_s, 3),
+                opt(share, 1),
+                opt(t.data_s, 3)
+            );
+        }
+    }
+    let _ = writeln!(s, "\n## 4. Bandwidth utilisation (gradient all-reduce busbw / peak busbw of `octet bench allreduce`)\n");
+    let _ = writeln!(
+        s,
+        "| batch/GPU | GPUs | busbw GB/s | peak GB/s | utilisation |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
+    for &b in &batches {
+        for &g in gpus.iter().filter(|&&g| g > 1) {
+            let Some(t) = by(g, b).filter(|t| t.epoch_s.is_some()) else {
+                continue;
+            };
+            let peak = r.peak_busbw_gbs.get(&g).copied();
+            let _ = writeln!(
+                s,
+                "| {b} | {g} | {} | {} | {}% |",
+                opt(t.busbw_gbs, 1),
+                opt(peak, 1),
+                opt(ratio(t.busbw_gbs, peak).map(|x| 100.0 * x), 0)
+            );
+        }
+    }
+    if !r.accuracy.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## 5. Test accuracy after {} epochs\n",
+            r.accuracy[0].epochs
+        );
+        let _ = writeln!(s, "| run | GPUs | batch/GPU | global batch | peak lr | warm-up epochs | test accuracy | train s |");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for a in &r.accuracy {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                a.name,
+                a.gpus,
+                a.batch_per_gpu,
+                a.global_batch,
+                opt(a.lr, 3),
+                a.warmup_epochs,
+                a.test_accuracy
+                    .map(|x| format!("{:.2}%", 100.0 * x))
+                    .unwrap_or_else(|| a.error.clone().unwrap_or_else(|| "–".into())),
+                opt(a.train_s, 1)
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(g: usize, b: usize, s: f64, peer: f64) -> Timing {
+        Timing {
+            gpus: g,
+            batch: b,
+            images: 1000,
+            epoch_s: Some(s),
+            img_per_s: Some(1000.0 / s),
+            steps: Some(1000 / (b * g)),
+            compute_s: Some(s * 0.9),
+            comm_s: Some(s * 0.1),
+            data_s: Some(0.0),
+            busbw_gbs: Some(100.0),
+            oom: false,
+            error: None,
+            peer_epoch_s: Some(peer),
+        }
+    }
+
+    #[test]
+    fn report_tables_hold_speed_ups_ratios_and_utilisation() {
+        let r = Report {
+            commit: "c".into(),
+            command: "octet bench scaling".into(),
+            model: "resnet18".into(),
+            images: 1000,
+            protocol: "p".into(),
+            peak_busbw_gbs: BTreeMap::from([(2, 200.0)]),
+            timings: vec![t(1, 100, 4.0, 2.0), t(2, 100, 2.5, 1.0)],
+            accuracy: vec![],
+        };
+        let md = markdown(&r);
+        // speed-up 4/2.5 = 1.60, efficiency 80%, PyTorch speed-up 2.00, ratio 2.5/1 = 2.50
+        assert!(md.contains("| 100 | 2 | 2.500 | 1.60 | 80% |"), "{md}");
+        assert!(md.contains("| 1.000 | 2.00 | 2.50 |"), "{md}");
+        // 100 of 200 GB/s
+        assert!(md.contains("| 100 | 2 | 100.0 | 200.0 | 50% |"), "{md}");
+        // 1 GPU: octet 4 s vs PyTorch 2 s
+        assert!(md.contains("| 100 | 4.000 | 250 | 2.000 | 2.00 |"), "{md}");
+    }
+
+    #[test]
+    fn epoch_lines_skip_non_json_output() {
+        let out =
+            "octet train: …\n{\"event\":\"epoch\",\"epoch\":1}\nnoise\n{\"event\":\"done\"}\n";
+        assert_eq!(epoch_lines(out).len(), 1);
+    }
+}

@@ -1,0 +1,181 @@
+//! Synchronous data-parallel SGD on top of a [`Collective`]: the same initial parameters on
+//! every rank, gradients averaged over ranks in flat buckets issued in the same order
+//! everywhere (last layers first, as PyTorch DDP does), and helpers for the epoch's sums.
+
+use std::sync::Arc;
+
+use candle_core::backprop::GradStore;
+use candle_core::{Result, Tensor, Var};
+use octet_models::Params;
+use serde::{Deserialize, Serialize};
+
+use super::collective::Collective;
+use super::BucketPlan;
+
+/// What batch-norm running statistics do across ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BnMode {
+    /// Each rank keeps its own; rank 0's are the ones saved (PyTorch DDP without buffer
+    /// broadcast).
+    #[default]
+    Local,
+    /// Rank 0's are copied to every rank after each epoch, before evaluation.
+    Broadcast,
+    /// SyncBatchNorm: batch statistics summed over all ranks in the forward pass (and their
+    /// gradients in backward), so every rank normalises with the global batch's statistics.
+    Sync,
+}
+
+impl std::str::FromStr for BnMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "local" => Ok(Self::Local),
+            "broadcast" => Ok(Self::Broadcast),
+            "sync" => Ok(Self::Sync),
+            _ => Err(format!("--bn {s}: expected local, broadcast or sync")),
+        }
+    }
+}
+
+impl std::fmt::Display for BnMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Local => "local",
+            Self::Broadcast => "broadcast",
+            Self::Sync => "sync",
+        })
+    }
+}
+
+pub struct DataParallel {
+    coll: Arc<dyn Collective>,
+    plan: BucketPlan,
+    /// Trainable parameters in model order; bucket members index into it.
+    vars: Vec<Var>,
+}
+
+impl DataParallel {
+    pub fn new(coll: Arc<dyn Collective>, params: &Params, bucket_mb: f64) -> Self {
+        let vars: Vec<Var> = params.trainable().map(|p| p.var.clone()).collect();
+        let numels: Vec<usize> = vars.iter().map(|v| v.elem_count()).collect();
+        let bytes = (bucket_mb * 1024.0 * 1024.0).max(4.0) as usize;
+        Self {
+            plan: BucketPlan::new(&numels, bytes, 4),
+            coll,
+            vars,
+        }
+    }
+
+    pub fn collective(&self) -> &dyn Collective {
+        self.coll.as_ref()
+    }
+
+    pub fn world(&self) -> usize {
+        self.coll.world()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.coll.rank()
+    }
+
+    pub fn num_buckets(&self) -> usize {
+        self.plan.buckets.len()
+    }
+
+    /// Rank 0's weights and buffers on every rank (and so identical models everywhere).
+    pub fn broadcast_params(&self, params: &Params) -> Result<()> {
+        if self.world() == 1 {
+            return Ok(());
+        }
+        for p in params.iter() {
+            p.var.set(&self.coll.broadcast(p.var.as_tensor(), 0)?)?;
+        }
+        Ok(())
+    }
+
+    /// Rank 0's batch-norm running statistics on every rank.
+    pub fn broadcast_buffers(&self, params: &Params) -> Result<()> {
+        if self.world() == 1 {
+            return Ok(());
+        }
+        for p in params
+            .iter()
+            .filter(|p| p.role == octet_models::Role::Buffer)
+        {
+            p.var.set(&self.coll.broadcast(p.var.as_tensor(), 0)?)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces every gradient by its mean over ranks. A parameter without a gradient counts
+    /// as zero, so every rank's buckets have the same layout.
+    pub fn average_grads(&self, grads: &mut GradStore) -> Result<()> {
+        let world = self.world();
+        if world == 1 {
+            return Ok(());
+        }
+        for bucket in &self.plan.buckets {
+            let flat = bucket
+                .members
+                .iter()
+                .map(|m| {
+                    let v = &self.vars[m.index];
+                    match grads.get(v.as_tensor()) {
+                        Some(g) => g.flatten_all(),
+                        None => Tensor::zeros(m.numel, v.dtype(), v.device()),
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let flat = Tensor::cat(&flat, 0)?;
+            let mean = (self.coll.all_reduce_sum(&flat)? / world as f64)?;
+            for m in &bucket.members {
+                let v = &self.vars[m.index];
+                let g = mean.narrow(0, m.offset, m.numel)?.reshape(v.shape())?;
+                grads.insert(v.as_tensor(), g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Element-wise sums over ranks of a few host numbers (epoch loss, counts, times).
+    pub fn sum(&self, v: &[f64], dev: &candle_core::Device) -> Result<Vec<f64>> {
+        if self.world() == 1 {
+            return Ok(v.to_vec());
+        }
+        // f32 on the wire: counts stay exact below 2^24, sums of losses to ~1e-7.
+        let t = Tensor::from_vec(
+            v.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+            v.len(),
+            dev,
+        )?;
+        let s = self.coll.all_reduce_sum(&t)?.to_vec1::<f32>()?;
+        self.coll.progressed();
+        Ok(s.into_iter().map(f64::from).collect())
+    }
+
+    /// Every rank's `v`, in rank order (an all-gather built from one all-reduce).
+    pub fn gather(&self, v: &[f64], dev: &candle_core::Device) -> Result<Vec<Vec<f64>>> {
+        let (w, r, n) = (self.world(), self.rank(), v.len());
+        let mut all = vec![0f64; w * n];
+        all[r * n..(r + 1) * n].copy_from_slice(v);
+        let s = self.sum(&all, dev)?;
+        Ok(s.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
+    }
+}
+
+/// Adds `more` into `acc` (gradient accumulation over micro-batches).
+pub fn accumulate(acc: &mut GradStore, more: GradStore, vars: &[Var]) -> Result<()> {
+    let mut more = more;
+    for v in vars {
+        if let Some(g) = more.remove(v.as_tensor()) {
+            let sum = match acc.get(v.as_tensor()) {
+                Some(a) => (a + g)?,
+                None => g,
+            };
+            acc.insert(v.as_tensor(), sum);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! Data parallelism across processes: who this process is in the job ([`DistEnv`]), how the
+//! processes find each other ([`share_bytes`]), how gradients are grouped for all-reduce
+//! ([`BucketPlan`]), the collectives (NCCL on GPUs, threads on CPU) and the synchronous SGD
+//! built on them ([`DataParallel`]).
+
+mod bucket;
+pub mod collective;
+pub mod data_parallel;
+mod env;
+#[cfg(feature = "nccl")]
+pub mod nccl;
+mod rendezvous;
+pub mod sync_bn;
+
+pub use bucket::{Bucket, BucketPlan, Member, DEFAULT_BUCKET_BYTES};
+pub use collective::{thread_group, Collective, CommStats, Solo, ThreadRank};
+pub use data_parallel::{BnMode, DataParallel};
+pub use env::DistEnv;
+pub use rendezvous::{barrier, share_bytes, PROTOCOL_VERSION};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use candle_core::Device;
+
+/// The collective of this process: NCCL when `env` names more than one rank, else one rank
+/// alone. `timeout` bounds the rendezvous, `watchdog` how long a collective may stay unfinished
+/// before the rank gives up on its peers.
+pub fn connect(
+    env: Option<&DistEnv>,
+    dev: &Device,
+    timeout: Duration,
+    watchdog: Duration,
+) -> crate::Result<Arc<dyn Collective>> {
+    let Some(env) = env.filter(|e| e.world > 1) else {
+        return Ok(Arc::new(Solo));
+    };
+    #[cfg(feature = "nccl")]
+    {
+        Ok(Arc::new(nccl::Nccl::init(env, dev, timeout, watchdog)?))
+    }
+    #[cfg(not(feature = "nccl"))]
+    {
+        let _ = (dev, timeout, watchdog);
+        Err(crate::TrainError::Dist(format!(
+            "WORLD_SIZE={} asks for {} ranks, but this octet was built without NCCL: rebuild \
+             with `cargo build --release --features nccl`",
+            env.world, env.world
+        )))
+    }
+}
