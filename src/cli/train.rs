@@ -268,8 +268,8 @@ pub fn print_epoch(r: &EpochRecord, epochs: usize, json: bool) {
     let t = &r.times;
     let comm = if r.world > 1 {
         format!(
-            ", all-reduce {:.2} at {:.0} GB/s busbw",
-            t.comm_s, t.busbw_gbs
+            ", all-reduce {:.2} at {:.0} GB/s busbw, waiting for peers {:.2}",
+            t.comm_s, t.busbw_gbs, t.comm_wait_s
         )
     } else {
         String::new()

@@ -22,10 +22,14 @@ pub struct EpochTimes {
     pub eval_s: f64,
     /// The whole training epoch, evaluation excluded.
     pub train_s: f64,
-    /// Gradient all-reduce, device-timed with CUDA events (it runs after backward on the
-    /// compute stream, so none of it overlaps compute; `compute_s` excludes it).
+    /// Gradient all-reduce transfers, device-timed with CUDA events (they run after
+    /// backward on the compute stream, so none of it overlaps compute; `compute_s` excludes
+    /// it and `comm_wait_s`).
     #[serde(default)]
     pub comm_s: f64,
+    /// Waiting at each all-reduce for the slowest rank to arrive (load imbalance).
+    #[serde(default)]
+    pub comm_wait_s: f64,
     /// Bytes this rank all-reduced.
     #[serde(default)]
     pub comm_bytes: u64,
@@ -42,6 +46,8 @@ pub struct RankTimes {
     pub h2d_s: f64,
     pub compute_s: f64,
     pub comm_s: f64,
+    #[serde(default)]
+    pub comm_wait_s: f64,
     pub comm_bytes: u64,
     pub busbw_gbs: f64,
     pub train_s: f64,
@@ -73,7 +79,7 @@ fn one() -> usize {
     1
 }
 
-const HEADER: &str = "epoch,step,lr,train_loss,train_accuracy,test_loss,test_accuracy,images,images_per_s,data_s,h2d_s,compute_s,eval_s,train_s,comm_s,comm_bytes,busbw_gbs,world";
+const HEADER: &str = "epoch,step,lr,train_loss,train_accuracy,test_loss,test_accuracy,images,images_per_s,data_s,h2d_s,compute_s,eval_s,train_s,comm_s,comm_wait_s,comm_bytes,busbw_gbs,world";
 
 /// Rewrites the CSV with every record (atomically, so it is never half-written).
 pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
@@ -84,7 +90,7 @@ pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
         let t = &r.times;
         let _ = writeln!(
             s,
-            "{},{},{:.6e},{:.6},{:.6},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.2},{}",
+            "{},{},{:.6e},{:.6},{:.6},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.2},{}",
             r.epoch,
             r.step,
             r.lr,
@@ -100,6 +106,7 @@ pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
             t.eval_s,
             t.train_s,
             t.comm_s,
+            t.comm_wait_s,
             t.comm_bytes,
             t.busbw_gbs,
             r.world

@@ -455,7 +455,8 @@ impl Trainer {
         // Device-timed all-reduce traffic of this rank; the step clock above includes it.
         let comm = self.dp.collective().take_stats()?;
         times.comm_s = comm.seconds;
-        times.compute_s = (times.compute_s - comm.seconds).max(0.0);
+        times.comm_wait_s = comm.wait_s;
+        times.compute_s = (times.compute_s - comm.seconds - comm.wait_s).max(0.0);
         times.comm_bytes = comm.bytes;
         let ranks = if world > 1 {
             let mine = [
@@ -465,6 +466,7 @@ impl Trainer {
                 times.comm_s,
                 comm.bytes as f64,
                 times.train_s,
+                times.comm_wait_s,
             ];
             self.dp
                 .gather(&mine, &self.dev)?
@@ -476,12 +478,14 @@ impl Trainer {
                     h2d_s: v[1],
                     compute_s: v[2],
                     comm_s: v[3],
+                    comm_wait_s: v[6],
                     comm_bytes: v[4] as u64,
                     train_s: v[5],
                     busbw_gbs: crate::dist::CommStats {
                         calls: 0,
                         bytes: v[4] as u64,
                         seconds: v[3],
+                        wait_s: v[6],
                     }
                     .busbw_gbs(world),
                 })

@@ -48,6 +48,9 @@ pub struct ScalingBench {
     /// Directory for report.md, report.json and the PNG plots.
     #[arg(long, default_value = "bench/out/scaling")]
     out: PathBuf,
+    /// Measure nothing: rewrite report.md and the plots from this report.json.
+    #[arg(long)]
+    render: Option<PathBuf>,
 }
 
 /// One timing run: `gpus` ranks, `batch` per rank.
@@ -61,8 +64,11 @@ pub struct Timing {
     pub steps: Option<usize>,
     /// Mean over ranks.
     pub compute_s: Option<f64>,
-    /// Slowest rank's all-reduce time.
+    /// Slowest rank's all-reduce transfer time.
     pub comm_s: Option<f64>,
+    /// Longest wait of a rank for the others at the all-reduces (load imbalance).
+    #[serde(default)]
+    pub wait_s: Option<f64>,
     pub data_s: Option<f64>,
     pub busbw_gbs: Option<f64>,
     pub oom: bool,
@@ -87,6 +93,13 @@ pub struct Accuracy {
 pub fn run(a: ScalingBench) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
+    if let Some(path) = &a.render {
+        let report: Report = serde_json::from_slice(
+            &std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
+        )
+        .with_context(|| format!("{} is not a scaling report", path.display()))?;
+        return write_report(&report, &a.out);
+    }
     let runs = a.out.join("runs");
     let exe = std::env::current_exe()?;
     let peer = read_peers(&a.peer)?;
@@ -125,6 +138,7 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
                 steps: None,
                 compute_s: None,
                 comm_s: None,
+                wait_s: None,
                 data_s: None,
                 busbw_gbs: None,
                 oom: false,
@@ -173,11 +187,18 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
         &a.out.join("report.json"),
         serde_json::to_string_pretty(&report)?.as_bytes(),
     )?;
-    let md = markdown(&report);
-    write_atomic(&a.out.join("report.md"), md.as_bytes())?;
-    scaling_plot::plots(&report, &a.out)?;
+    write_report(&report, &a.out)
+}
+
+fn write_report(report: &Report, out: &Path) -> anyhow::Result<()> {
+    let md = markdown(report);
+    write_atomic(&out.join("report.md"), md.as_bytes())?;
+    scaling_plot::plots(report, out)?;
     println!("{md}");
-    eprintln!("wrote {}/report.{{md,json}} and the plots", a.out.display());
+    eprintln!(
+        "wrote {}/report.{{md,json}}, epoch_time.png and speedup.png",
+        out.display()
+    );
     Ok(())
 }
 
@@ -248,11 +269,13 @@ fn fill(t: &mut Timing, e: &Value, steps_before: Option<u64>) {
             let compute = col("compute_s");
             t.compute_s = Some(compute.iter().sum::<f64>() / compute.len().max(1) as f64);
             t.comm_s = col("comm_s").into_iter().reduce(f64::max);
+            t.wait_s = col("comm_wait_s").into_iter().reduce(f64::max);
             t.busbw_gbs = col("busbw_gbs").into_iter().reduce(f64::min);
         }
         None => {
             t.compute_s = f(&times["compute_s"]);
             t.comm_s = Some(0.0);
+            t.wait_s = Some(0.0);
         }
     }
 }
@@ -298,10 +321,12 @@ fn accuracy_runs(
             gpus: g,
             batch_per_gpu: b,
             global_batch: b * g,
-            lr: epochs
-                .iter()
-                .filter_map(|e| e["lr"].as_f64())
-                .reduce(f64::max),
+            // Planned peak: the default --lr 0.1, scaled by global batch / base batch.
+            lr: Some(if scaled {
+                0.1 * (b * g) as f64 / a.base_batch as f64
+            } else {
+                0.1
+            }),
             warmup_epochs: warmup,
             epochs: a.accuracy_epochs,
             test_accuracy: last.and_then(|e| e["test_accuracy"].as_f64()),
@@ -444,12 +469,13 @@ pub fn markdown(r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        "\n## 3. Compute vs communication (epoch 2, measured: compute = step time minus the \
-         CUDA-event time of the gradient all-reduces, which run after backward on the compute \
-         stream, so none of them overlaps compute)\n"
+        "\n## 3. Compute vs communication (epoch 2, measured with CUDA events: the all-reduce \
+         transfer, and apart from it the wait for the slowest rank, absorbed by a one-float \
+         all-reduce just before; compute = step time minus both. All-reduces run after \
+         backward on the compute stream, so none of them overlaps compute)\n"
     );
-    let _ = writeln!(s, "| batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | data wait s |");
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "| batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | waiting for peers s (longest) | data wait s |");
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
     for &b in &batches {
         for &g in &gpus {
             let Some(t) = by(g, b).filter(|t| t.epoch_s.is_some()) else {
@@ -458,10 +484,11 @@ pub fn markdown(r: &Report) -> String {
             let share = ratio(t.comm_s, t.epoch_s).map(|x| 100.0 * x);
             let _ = writeln!(
                 s,
-                "| {b} | {g} | {} | {} | {}% | {} |",
+                "| {b} | {g} | {} | {} | {}% | {} | {} |",
                 opt(t.compute_s, 3),
                 opt(t.comm_s, 3),
                 opt(share, 1),
+                opt(t.wait_s, 3),
                 opt(t.data_s, 3)
             );
         }
@@ -529,6 +556,7 @@ mod tests {
             steps: Some(1000 / (b * g)),
             compute_s: Some(s * 0.9),
             comm_s: Some(s * 0.1),
+            wait_s: Some(0.0),
             data_s: Some(0.0),
             busbw_gbs: Some(100.0),
             oom: false,

@@ -91,7 +91,7 @@ pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
         ));
     }
     let ideal: Vec<(f64, f64)> = gpus.iter().map(|&g| (g as f64, g as f64)).collect();
-    speed.push(("ideal".into(), RGBColor(128, 128, 128), true, ideal));
+    speed.push(("ideal (dashed)".into(), RGBColor(128, 128, 128), true, ideal));
     chart(
         &dir.join("speedup.png"),
         &format!("{}: speed-up vs GPUs (fixed images per epoch)", r.model),
@@ -111,7 +111,8 @@ fn chart(path: &Path, title: &str, x: &str, y: &str, series: &[Series]) -> anyho
         .fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.0), a.1.max(p.0)));
     let y1 = all.iter().fold(0f64, |a, p| a.max(p.1)) * 1.1;
     let pad = ((x1 - x0) * 0.05).max(0.1);
-    let tmp = path.with_extension("png.tmp");
+    // plotters picks the encoder from the extension, so the temporary name ends in .png.
+    let tmp = path.with_extension("tmp.png");
     {
         let root = BitMapBackend::new(&tmp, (900, 560)).into_drawing_area();
         let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("plot {}: {e}", path.display());

@@ -25,12 +25,16 @@ pub trait Collective: Send + Sync {
 }
 
 /// Traffic of the gradient all-reduces. `bytes` counts each call's payload once, as the
-/// nccl-tests define algorithm bandwidth.
+/// nccl-tests define algorithm bandwidth. `seconds` is the transfer alone; `wait_s` the time
+/// this rank waited for the slowest rank to arrive (load imbalance), measured apart by a
+/// one-element all-reduce just before each transfer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CommStats {
     pub calls: usize,
     pub bytes: u64,
     pub seconds: f64,
+    #[serde(default)]
+    pub wait_s: f64,
 }
 
 impl CommStats {
@@ -38,6 +42,7 @@ impl CommStats {
         self.calls += o.calls;
         self.bytes += o.bytes;
         self.seconds += o.seconds;
+        self.wait_s += o.wait_s;
     }
 
     /// Algorithm bandwidth, GB/s.
@@ -200,6 +205,7 @@ impl Collective for ThreadRank {
                 calls: 1,
                 bytes: 4 * n as u64,
                 seconds: start.elapsed().as_secs_f64(),
+                wait_s: 0.0,
             });
         }
         Ok(out)
@@ -265,6 +271,7 @@ mod tests {
             calls: 1,
             bytes: 2_000_000_000,
             seconds: 1.0,
+            wait_s: 0.5,
         };
         assert_eq!(s.algbw_gbs(), 2.0);
         assert_eq!(s.busbw_gbs(2), 2.0);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use candle_core::cuda_backend::cudarc::driver::{
-    sys::CUevent_flags, CudaEvent, CudaStream, DevicePtr, DevicePtrMut,
+    sys::CUevent_flags, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
 };
 use candle_core::cuda_backend::cudarc::nccl::{result as nr, sys as ns};
 use candle_core::cuda_backend::CudaDevice;
@@ -38,12 +38,14 @@ pub struct Nccl {
     stream: Arc<CudaStream>,
     pending: Mutex<Pending>,
     watch: Arc<Watch>,
+    /// One float for the all-reduce that lines the ranks up before each timed transfer.
+    tiny: CudaSlice<f32>,
 }
 
 #[derive(Default)]
 struct Pending {
-    /// (start, end, bytes) of all-reduces whose events have not been read yet.
-    timed: Vec<(CudaEvent, CudaEvent, u64)>,
+    /// (arrived, synchronised, done, bytes) of all-reduces whose events are unread.
+    timed: Vec<(CudaEvent, CudaEvent, CudaEvent, u64)>,
 }
 
 struct Watch {
@@ -102,7 +104,11 @@ impl Nccl {
             stop: AtomicBool::new(false),
         });
         spawn_watchdog(comm.clone(), watch.clone(), env.rank, watchdog);
+        let tiny = stream
+            .alloc_zeros::<f32>(1)
+            .map_err(candle_core::Error::wrap)?;
         Ok(Self {
+            tiny,
             comm,
             rank: env.rank,
             world: env.world,
@@ -198,12 +204,30 @@ impl CustomOp1 for Op<'_> {
         let dev: CudaDevice = s.device.clone();
         let mut dst = unsafe { dev.alloc::<f32>(b - a)? };
         n.arm();
+        let arrived = n.event()?;
+        let stream = n.stream.cu_stream() as ns::cudaStream_t;
+        if self.root.is_none() {
+            // Ranks reach a collective at different times; a one-float all-reduce absorbs
+            // the wait so the events around the real one time the transfer alone.
+            let (tp, _t) = n.tiny.device_ptr(&n.stream);
+            unsafe {
+                nr::all_reduce(
+                    tp as _,
+                    tp as _,
+                    1,
+                    ns::ncclDataType_t::ncclFloat32,
+                    ns::ncclRedOp_t::ncclSum,
+                    n.comm.0,
+                    stream,
+                )
+                .map_err(|e| nccl_err("all-reduce", e))?;
+            }
+        }
         let start = n.event()?;
         {
             let (sp, _r) = src.device_ptr(&n.stream);
             let (dp, _w) = dst.device_ptr_mut(&n.stream);
             let ty = ns::ncclDataType_t::ncclFloat32;
-            let stream = n.stream.cu_stream() as ns::cudaStream_t;
             unsafe {
                 match self.root {
                     None => nr::all_reduce(
@@ -226,7 +250,7 @@ impl CustomOp1 for Op<'_> {
         if self.root.is_none() {
             let end = n.event()?;
             if let Ok(mut p) = n.pending.lock() {
-                p.timed.push((start, end, 4 * (b - a) as u64));
+                p.timed.push((arrived, start, end, 4 * (b - a) as u64));
             }
         }
         Ok((CudaStorage::wrap_cuda_slice(dst, dev), l.shape().clone()))
@@ -258,12 +282,16 @@ impl Collective for Nccl {
             Err(_) => Vec::new(),
         };
         let mut s = CommStats::default();
-        for (a, b, bytes) in timed {
-            let ms = a.elapsed_ms(&b).map_err(candle_core::Error::wrap)?;
+        for (arrived, start, end, bytes) in timed {
+            let wait = arrived
+                .elapsed_ms(&start)
+                .map_err(candle_core::Error::wrap)?;
+            let ms = start.elapsed_ms(&end).map_err(candle_core::Error::wrap)?;
             s.add(CommStats {
                 calls: 1,
                 bytes,
                 seconds: ms as f64 / 1e3,
+                wait_s: wait as f64 / 1e3,
             });
         }
         Ok(s)
