@@ -273,3 +273,63 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
         text(&o)
     );
 }
+
+#[test]
+fn bench_infer_on_cpu_writes_rows_for_int8_and_float() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let o = octet(&[
+        "bench",
+        "infer",
+        "--device",
+        "none",
+        "--models",
+        "lenet",
+        "--cpu-batch-sizes",
+        "1,8",
+        "--iters",
+        "2",
+        "--out",
+        out,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let engines: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| (r["engine"].as_str().unwrap(), r["batch"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        engines,
+        [
+            ("int8-cpu", 1),
+            ("f32-cpu", 1),
+            ("int8-cpu", 8),
+            ("f32-cpu", 8)
+        ]
+    );
+    assert!(rows.iter().all(|r| r["img_per_s"].as_f64().unwrap() > 0.0));
+    assert!(dir.path().join("throughput.png").exists() && dir.path().join("report.md").exists());
+}
+
+#[test]
+fn multi_rank_commands_explain_what_they_need() {
+    // bench allreduce outside a launched job names the launcher.
+    let o = octet(&["bench", "allreduce"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("octet launch --gpus N -- bench allreduce"),
+        "{}",
+        text(&o)
+    );
+    // A data-parallel environment without a GPU device says what to add.
+    let o = Command::new(env!("CARGO_BIN_EXE_octet"))
+        .args(["train", "--data", "synthetic:64:0", "--epochs", "1"])
+        .env("WORLD_SIZE", "2")
+        .env("RANK", "0")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("add --device cuda"), "{}", text(&o));
+}

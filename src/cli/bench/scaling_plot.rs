@@ -11,14 +11,14 @@ use super::scaling::{Report, Timing};
 
 const FONT: &[u8] = include_bytes!("../../../export/assets/DejaVuSansMono.ttf");
 
-fn register_font() {
+pub(super) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
     });
 }
 
-type Series = (String, RGBColor, bool, Vec<(f64, f64)>);
+pub(super) type Series = (String, RGBColor, bool, Vec<(f64, f64)>);
 
 pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
     register_font();
@@ -91,7 +91,12 @@ pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
         ));
     }
     let ideal: Vec<(f64, f64)> = gpus.iter().map(|&g| (g as f64, g as f64)).collect();
-    speed.push(("ideal (dashed)".into(), RGBColor(128, 128, 128), true, ideal));
+    speed.push((
+        "ideal (dashed)".into(),
+        RGBColor(128, 128, 128),
+        true,
+        ideal,
+    ));
     chart(
         &dir.join("speedup.png"),
         &format!("{}: speed-up vs GPUs (fixed images per epoch)", r.model),
@@ -101,7 +106,13 @@ pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
     )
 }
 
-fn chart(path: &Path, title: &str, x: &str, y: &str, series: &[Series]) -> anyhow::Result<()> {
+pub(super) fn chart(
+    path: &Path,
+    title: &str,
+    x: &str,
+    y: &str,
+    series: &[Series],
+) -> anyhow::Result<()> {
     let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.3.iter().copied()).collect();
     if all.is_empty() {
         return Ok(());

@@ -1,0 +1,345 @@
+//! `octet bench infer`: int8 against float, on CPU and GPU, for the peer models' shapes (3×32×32
+//! LeNet and ResNet-18, random weights: speed only, as `shared/peers/peer_torch_infer.py`).
+//! Batch-1 latency and throughput at larger batches, median of timed runs after a warm-up:
+//! the int8 runtime on CPU (all cores) and on CUDA, candle f32 on CPU and CUDA. GPU float rows
+//! time the forward of a batch already on the device, as the peer does; the int8 CUDA rows time
+//! `CudaModel::run` from host pixels to host logits (upload and download included).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use candle_core::{Device, Tensor};
+use clap::Args;
+use octet_export::{export, ExportOptions, Input};
+use octet_models::{build, ModelKind, Network};
+use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
+use octet_runtime::Model;
+use octet_trainer::atomic::write_atomic;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+const MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
+const STD: [f32; 3] = [0.2023, 0.1994, 0.2010];
+
+#[derive(Args)]
+pub struct InferBench {
+    #[arg(long, default_value = "resnet18,lenet", value_delimiter = ',')]
+    models: Vec<String>,
+    /// Batch sizes of the GPU rows (1 is the latency row).
+    #[arg(long, default_value = "1,256,1024,4096", value_delimiter = ',')]
+    batch_sizes: Vec<usize>,
+    /// Batch sizes of the CPU rows.
+    #[arg(long, default_value = "1,256", value_delimiter = ',')]
+    cpu_batch_sizes: Vec<usize>,
+    /// cuda or cuda:N for the GPU rows; `none` for CPU rows only.
+    #[arg(long, default_value = "cuda")]
+    device: String,
+    /// Timed runs per row (batch 1 takes ten times as many).
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// PyTorch peer rows (the JSON of peer_torch_infer.py --json) to report beside octet's.
+    #[arg(long)]
+    peer: Option<PathBuf>,
+    /// Directory for report.md, report.json and throughput.png.
+    #[arg(long, default_value = "bench/out/infer")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    pub model: String,
+    pub engine: String,
+    pub batch: usize,
+    pub ms: f64,
+    pub img_per_s: f64,
+    /// Device memory the engine holds for this batch (int8 CUDA), bytes.
+    pub device_bytes: Option<usize>,
+}
+
+fn pixels(n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n * 3 * 32 * 32).map(|_| rng.random()).collect()
+}
+
+/// A random-weight float model on the CPU and its int8 export (calibrated on random images).
+fn models(kind: ModelKind) -> anyhow::Result<(Box<dyn Network>, Vec<u8>)> {
+    let net = build(kind, 3, 10, 0, &Device::Cpu)?;
+    let tensors: HashMap<String, Tensor> = net
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
+        .collect();
+    let input = Input {
+        kind,
+        tensors: &tensors,
+        mean: &MEAN,
+        std: &STD,
+        channels: 3,
+        height: 32,
+        width: 32,
+        classes: 10,
+    };
+    let opts = ExportOptions {
+        calibration_images: 32,
+        sqnr_images: 8,
+        ..ExportOptions::default()
+    };
+    Ok((net, export(&input, &pixels(32, 1), &opts)?.bytes))
+}
+
+/// Median seconds of `iters` calls of `f` after `warm` untimed ones.
+fn median(
+    warm: usize,
+    iters: usize,
+    mut f: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    for _ in 0..warm {
+        f()?;
+    }
+    let mut t = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let s = Instant::now();
+        f()?;
+        t.push(s.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+fn row(model: &str, engine: &str, batch: usize, secs: f64, device_bytes: Option<usize>) -> Row {
+    let r = Row {
+        model: model.into(),
+        engine: engine.into(),
+        batch,
+        ms: secs * 1e3,
+        img_per_s: batch as f64 / secs,
+        device_bytes,
+    };
+    eprintln!(
+        "{model:<9} {engine:<12} batch {batch:>5}: {:>9.3} ms  {:>10.0} img/s",
+        r.ms, r.img_per_s
+    );
+    r
+}
+
+/// Normalised float input for candle, as the exporter folds it into the int8 model.
+fn float_input(px: &[u8], n: usize, dev: &Device) -> candle_core::Result<Tensor> {
+    let x =
+        Tensor::from_slice(px, (n, 3, 32, 32), &Device::Cpu)?.to_dtype(candle_core::DType::F32)?;
+    let mean = Tensor::new(&MEAN, &Device::Cpu)?.reshape((1, 3, 1, 1))?;
+    let std = Tensor::new(&STD, &Device::Cpu)?.reshape((1, 3, 1, 1))?;
+    ((x / 255.0)?.broadcast_sub(&mean)?.broadcast_div(&std))?.to_device(dev)
+}
+
+pub fn run(a: InferBench) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("cannot create {}", a.out.display()))?;
+    let gpu = match a.device.as_str() {
+        "none" => None,
+        d => Some(octet_trainer::device::parse_device(d)?),
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut rows = Vec::new();
+    for m in &a.models {
+        let kind: ModelKind = m.parse()?;
+        let (net, bytes) = models(kind)?;
+        let model = Model::parse(&bytes)?;
+        let name = kind.to_string();
+        let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
+        for &b in &a.cpu_batch_sizes {
+            let px = pixels(b, 7);
+            let mut arena = vec![0u8; arena_bytes_parallel(&model, b, threads)];
+            let s = median(2, iters(b).min(50), || {
+                run_parallel(&model, &px, &mut arena, threads)?;
+                Ok(())
+            })?;
+            rows.push(row(&name, "int8-cpu", b, s, None));
+            let x = float_input(&px, b, &Device::Cpu)?;
+            let s = median(1, iters(b).min(20), || {
+                net.forward(&x, false)?;
+                Ok(())
+            })?;
+            rows.push(row(&name, "f32-cpu", b, s, None));
+        }
+        let Some(dev) = &gpu else { continue };
+        let gnet = build(kind, 3, 10, 0, dev)?;
+        for &b in &a.batch_sizes {
+            let px = pixels(b, 7);
+            let x = float_input(&px, b, dev)?;
+            let s = median(3, iters(b), || {
+                gnet.forward(&x, false)?;
+                dev.synchronize()?;
+                Ok(())
+            })?;
+            rows.push(row(&name, "f32-cuda", b, s, None));
+            cuda_int8(&model, &name, b, &px, iters(b), &mut rows)?;
+        }
+    }
+    let peer: Vec<Value> = match &a.peer {
+        Some(p) => serde_json::from_slice(
+            &std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+        )?,
+        None => Vec::new(),
+    };
+    let md = markdown(&rows, &peer);
+    let json = serde_json::json!({
+        "bench": "infer", "commit": crate::cli::COMMIT,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "cpu_threads": threads, "rows": rows, "peer": peer,
+    });
+    write_atomic(
+        &a.out.join("report.json"),
+        serde_json::to_string_pretty(&json)?.as_bytes(),
+    )?;
+    write_atomic(&a.out.join("report.md"), md.as_bytes())?;
+    plot(&rows, &peer, &a.out)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// Images/s against log2(batch), one line per model and engine; the peer's dashed.
+fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<()> {
+    use plotters::style::{Color, Palette, Palette99, RGBColor};
+    super::scaling_plot::register_font();
+    let mut series: Vec<super::scaling_plot::Series> = Vec::new();
+    let mut keys: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r.model.clone(), r.engine.clone()))
+        .collect();
+    keys.dedup();
+    let colour = |i: usize| {
+        let c = Palette99::pick(i).to_rgba();
+        RGBColor(c.0, c.1, c.2)
+    };
+    for (i, (m, e)) in keys.iter().enumerate() {
+        let pts = rows
+            .iter()
+            .filter(|r| &r.model == m && &r.engine == e)
+            .map(|r| ((r.batch as f64).log2(), r.img_per_s / 1e3))
+            .collect();
+        series.push((format!("{m} {e}"), colour(i), false, pts));
+    }
+    let mut pk: Vec<(String, String)> = peer
+        .iter()
+        .map(|p| {
+            (
+                p["model"].as_str().unwrap_or("?").to_string(),
+                p["precision"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    pk.dedup();
+    for (i, (m, p)) in pk.iter().enumerate() {
+        let pts = peer
+            .iter()
+            .filter(|r| r["model"] == m.as_str() && r["precision"] == p.as_str())
+            .filter_map(|r| {
+                Some((
+                    (r["batch"].as_f64()?).log2(),
+                    r["img_per_s"].as_f64()? / 1e3,
+                ))
+            })
+            .collect();
+        series.push((
+            format!("{m} torch {p} (dashed)"),
+            colour(keys.len() + i),
+            true,
+            pts,
+        ));
+    }
+    super::scaling_plot::chart(
+        &dir.join("throughput.png"),
+        "inference throughput",
+        "log2(batch)",
+        "thousand images/s",
+        &series,
+    )
+}
+
+use serde_json::Value;
+
+#[cfg(feature = "cuda")]
+fn cuda_int8(
+    model: &Model,
+    name: &str,
+    b: usize,
+    px: &[u8],
+    iters: usize,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    let mut cm = octet_runtime::cuda::CudaModel::new(model, 0, b)
+        .map_err(|e| anyhow::anyhow!("int8 CUDA path: {e}"))?;
+    let mut out = vec![0i8; b * model.output_len()];
+    let s = median(3, iters, || {
+        cm.run_into(px, &mut out)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(())
+    })?;
+    rows.push(row(name, "int8-cuda", b, s, Some(cm.device_bytes())));
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_int8(
+    _: &Model,
+    _: &str,
+    _: usize,
+    _: &[u8],
+    _: usize,
+    _: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    Ok(())
+}
+
+fn markdown(rows: &[Row], peer: &[Value]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from(
+        "| model | engine | batch | ms | img/s | device MiB |\n|---|---|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.3} | {:.0} | {} |",
+            r.model,
+            r.engine,
+            r.batch,
+            r.ms,
+            r.img_per_s,
+            r.device_bytes
+                .map(|b| format!("{:.1}", b as f64 / 1048576.0))
+                .unwrap_or_default()
+        );
+    }
+    for p in peer {
+        let _ = writeln!(
+            s,
+            "| {} | torch-{} | {} | {:.3} | {:.0} | |",
+            p["model"].as_str().unwrap_or("?"),
+            p["precision"].as_str().unwrap_or("?"),
+            p["batch"].as_u64().unwrap_or(0),
+            p["ms"].as_f64().unwrap_or(f64::NAN),
+            p["img_per_s"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    let find = |m: &str, e: &str, b: usize| {
+        rows.iter()
+            .find(|r| r.model == m && r.engine == e && r.batch == b)
+            .map(|r| r.img_per_s)
+    };
+    let peer_at = |m: &str, p: &str, b: u64| {
+        peer.iter()
+            .find(|r| r["model"] == m && r["precision"] == p && r["batch"].as_u64() == Some(b))
+            .and_then(|r| r["img_per_s"].as_f64())
+    };
+    for m in ["resnet18", "lenet"] {
+        if let (Some(o), Some(t)) = (
+            find(m, "int8-cuda", 1024),
+            peer_at(m, "bf16_channels_last", 1024),
+        ) {
+            let _ = writeln!(s, "\n{m}: int8 CUDA at batch 1024 is {:.2}× PyTorch bf16 + channels_last ({o:.0} vs {t:.0} img/s).", o / t);
+        }
+    }
+    s
+}
