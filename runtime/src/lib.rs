@@ -17,6 +17,8 @@
 #![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod error;
 pub mod format;
 pub mod kernels;

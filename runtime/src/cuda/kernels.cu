@@ -1,0 +1,251 @@
+// octet int8 kernels for NVRTC (self-contained: no #include). Bit-exact with the scalar CPU
+// kernels of octet-runtime (kernels/scalar) and the one requantization of requant.rs:
+//   v = ((acc · M0 + 2^(n−1)) >> n) + z_out   (64-bit, arithmetic shift: rounds half up)
+//   out = clamp(clamp(clamp(v, act_min, ·), ·, act_max), −128, 127)
+// Activations are batch-major HWC int8: image b of a tensor of `len` bytes starts at b·len.
+// Per-output-channel constants are precomputed on upload as int4 {bias, M0, n, 0}, with
+// n = 31 − shift already clamped to [1, 62].
+
+typedef signed char i8;
+typedef unsigned char u8;
+typedef long long i64;
+
+__device__ __forceinline__ i8 clamp_out(i64 v, int act_min, int act_max) {
+    v = v < (i64)act_min ? (i64)act_min : v;
+    v = v > (i64)act_max ? (i64)act_max : v;
+    v = v < -128 ? -128 : v;
+    v = v > 127 ? 127 : v;
+    return (i8)v;
+}
+
+// `sum` is Σ q·w (wrapping i32); the CPU starts from the bias instead: the same value mod 2^32.
+__device__ __forceinline__ i8 finish(int sum, int4 r, int zout, int act_min, int act_max) {
+    const int acc = (int)((unsigned)sum + (unsigned)r.x);
+    const i64 v = (((i64)acc * (i64)r.y + (1LL << (r.z - 1))) >> r.z) + (i64)zout;
+    return clamp_out(v, act_min, act_max);
+}
+
+__device__ __forceinline__ int pack4(int b0, int b1, int b2, int b3) {
+    return (b0 & 0xff) | ((b1 & 0xff) << 8) | ((b2 & 0xff) << 16) | ((unsigned)(b3 & 0xff) << 24);
+}
+
+// u8 pixels, planar C×H×W per image → i8 HWC (q = pixel − 128, i.e. pixel ^ 0x80).
+extern "C" __global__ void input_u8_to_hwc(const u8* __restrict__ px, i8* __restrict__ x,
+                                           i64 total, int c, int hw) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (i64)gridDim.x * blockDim.x) {
+        const int ch = (int)(i % c);
+        const i64 t = i / c;             // b·hw + p
+        const int p = (int)(t % hw);
+        const i64 b = t / hw;
+        x[i] = (i8)(px[(b * c + ch) * hw + p] ^ 0x80);
+    }
+}
+
+// conv2d (and fully_connected as a 1×1 conv over a 1×1×K input) as an implicit GEMM:
+// M = batch·Ho·Wo output pixels, N = C_out, K = kh·kw·cin4 (cin4 = C_in rounded up to 4; the
+// packed weights [C_out][kh][kw][cin4] are zero in the padding). A 64×64 output tile per block
+// of 256 threads, 4×4 per thread, K in steps of 8 words (32 int8) through shared memory,
+// int8×int8→int32 with __dp4a. Padded taps read the per-input-channel pad value.
+#define BM 64
+#define BN 64
+#define BKW 8
+
+extern "C" __global__ void __launch_bounds__(256)
+conv2d_dp4a(const i8* __restrict__ x, i8* __restrict__ y, const int* __restrict__ w,
+            const int4* __restrict__ rq, const i8* __restrict__ padv,
+            int M, int H, int W, int cin, int Ho, int Wo, int cout,
+            int kh, int kw, int stride, int pad, int cin_words,
+            int zout, int act_min, int act_max) {
+    __shared__ int As[BKW][BM];
+    __shared__ int Bs[BKW][BN];
+    const int tid = threadIdx.x;
+    const int tx = tid & 15, ty = tid >> 4;
+    const int m0 = blockIdx.x * BM;
+    const int n0 = blockIdx.y * BN;
+    const int kwords = kh * kw * cin_words;
+    const bool aligned = (cin & 3) == 0;
+
+    // This thread's A row (one output pixel) and its two K slots.
+    const int am = tid & (BM - 1);
+    const int ak = tid >> 6;  // 0..3, and ak + 4
+    const int gm = m0 + am;
+    const bool row_ok = gm < M;
+    int b = 0, oy = 0, ox = 0;
+    if (row_ok) {
+        ox = gm % Wo;
+        const int t = gm / Wo;
+        oy = t % Ho;
+        b = t / Ho;
+    }
+    const int iy0 = oy * stride - pad, ix0 = ox * stride - pad;
+    // This thread's two B slots: rows bn, bn + 32 of the tile, word bk.
+    const int bk = tid & (BKW - 1);
+    const int bn = tid >> 3;  // 0..31
+
+    int acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0;
+
+    for (int k0 = 0; k0 < kwords; k0 += BKW) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            const int kk = ak + 4 * s;
+            const int gk = k0 + kk;
+            int v = 0;
+            if (row_ok && gk < kwords) {
+                const int tap = gk / cin_words;
+                const int c = (gk - tap * cin_words) * 4;
+                const int ky = tap / kw, kx = tap - (tap / kw) * kw;
+                const int iy = iy0 + ky, ix = ix0 + kx;
+                if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+                    const i64 base = (((i64)b * H + iy) * W + ix) * cin + c;
+                    if (aligned) {
+                        v = *(const int*)(x + base);
+                    } else {
+                        const int b0 = x[base];
+                        const int b1 = c + 1 < cin ? x[base + 1] : 0;
+                        const int b2 = c + 2 < cin ? x[base + 2] : 0;
+                        const int b3 = c + 3 < cin ? x[base + 3] : 0;
+                        v = pack4(b0, b1, b2, b3);
+                    }
+                } else {
+                    const int b0 = padv[c];
+                    const int b1 = c + 1 < cin ? padv[c + 1] : 0;
+                    const int b2 = c + 2 < cin ? padv[c + 2] : 0;
+                    const int b3 = c + 3 < cin ? padv[c + 3] : 0;
+                    v = pack4(b0, b1, b2, b3);
+                }
+            }
+            As[kk][am] = v;
+        }
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            const int nn = bn + 32 * s;
+            const int gn = n0 + nn;
+            const int gk = k0 + bk;
+            Bs[bk][nn] = (gn < cout && gk < kwords) ? w[(i64)gn * kwords + gk] : 0;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BKW; ++kk) {
+            int a[4], bw[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) bw[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = __dp4a(a[i], bw[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int m = m0 + ty + 16 * i;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int n = n0 + tx + 16 * j;
+            if (n < cout) y[(i64)m * cout + n] = finish(acc[i][j], rq[n], zout, act_min, act_max);
+        }
+    }
+}
+
+// fully_connected for small batches: one warp per (image, output), __dp4a over the packed
+// weight row [N][k_words], warp-shuffle reduction.
+extern "C" __global__ void fc_warp(const i8* __restrict__ x, i8* __restrict__ y,
+                                   const int* __restrict__ w, const int4* __restrict__ rq,
+                                   int batch, int k, int k_words, int n,
+                                   int zout, int act_min, int act_max) {
+    const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (warp >= (i64)batch * n) return;  // uniform per warp
+    const int o = (int)(warp % n);
+    const i64 b = warp / n;
+    const i8* xr = x + b * k;
+    const int* wr = w + (i64)o * k_words;
+    const bool aligned = (k & 3) == 0;
+    int acc = 0;
+    for (int i = lane; i < k_words; i += 32) {
+        int v;
+        if (aligned) {
+            v = ((const int*)xr)[i];
+        } else {
+            const int c = 4 * i;
+            const int b0 = xr[c];
+            const int b1 = c + 1 < k ? xr[c + 1] : 0;
+            const int b2 = c + 2 < k ? xr[c + 2] : 0;
+            const int b3 = c + 3 < k ? xr[c + 3] : 0;
+            v = pack4(b0, b1, b2, b3);
+        }
+        acc = __dp4a(v, wr[i], acc);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+    if (lane == 0) y[b * n + o] = finish(acc, rq[o], zout, act_min, act_max);
+}
+
+// max_pool: one thread per output value; max over the window (from −128), then the clamp.
+extern "C" __global__ void max_pool(const i8* __restrict__ x, i8* __restrict__ y, i64 total,
+                                    int H, int W, int c, int Ho, int Wo, int kh, int kw,
+                                    int stride, int act_min, int act_max) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (i64)gridDim.x * blockDim.x) {
+        const int ch = (int)(i % c);
+        i64 t = i / c;
+        const int ox = (int)(t % Wo);
+        t /= Wo;
+        const int oy = (int)(t % Ho);
+        const i64 b = t / Ho;
+        int m = -128;
+        for (int ky = 0; ky < kh; ++ky) {
+            const i8* row = x + ((b * H + oy * stride + ky) * W + (i64)ox * stride) * c + ch;
+            for (int kx = 0; kx < kw; ++kx) {
+                const int v = row[(i64)kx * c];
+                m = v > m ? v : m;
+            }
+        }
+        y[i] = clamp_out(m, act_min, act_max);
+    }
+}
+
+// avg_pool: acc = Σ (q − z_in) over the window, then requant(acc) + z_out and the clamp.
+extern "C" __global__ void avg_pool(const i8* __restrict__ x, i8* __restrict__ y, i64 total,
+                                    int H, int W, int c, int Ho, int Wo, int kh, int kw,
+                                    int stride, int zin, int m0, int n, int zout,
+                                    int act_min, int act_max) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (i64)gridDim.x * blockDim.x) {
+        const int ch = (int)(i % c);
+        i64 t = i / c;
+        const int ox = (int)(t % Wo);
+        t /= Wo;
+        const int oy = (int)(t % Ho);
+        const i64 b = t / Ho;
+        int acc = 0;
+        for (int ky = 0; ky < kh; ++ky) {
+            const i8* row = x + ((b * H + oy * stride + ky) * W + (i64)ox * stride) * c + ch;
+            for (int kx = 0; kx < kw; ++kx) acc += (int)row[(i64)kx * c] - zin;
+        }
+        const i64 v = (((i64)acc * (i64)m0 + (1LL << (n - 1))) >> n) + (i64)zout;
+        y[i] = clamp_out(v, act_min, act_max);
+    }
+}
+
+// Requantizing residual add: t = (q0 − z0)·m0 + (q1 − z1)·m1 in i64,
+// out = ((t + 2^(n−1)) >> n) + z_out, clamped.
+extern "C" __global__ void add_requant(const i8* __restrict__ a, const i8* __restrict__ b,
+                                       i8* __restrict__ y, i64 total, int z0, int m0, int z1,
+                                       int m1, int n, int zout, int act_min, int act_max) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (i64)gridDim.x * blockDim.x) {
+        const i64 t = ((i64)a[i] - z0) * (i64)m0 + ((i64)b[i] - z1) * (i64)m1;
+        const i64 v = ((t + (1LL << (n - 1))) >> n) + (i64)zout;
+        y[i] = clamp_out(v, act_min, act_max);
+    }
+}

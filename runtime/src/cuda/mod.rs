@@ -1,0 +1,779 @@
+//! The NVIDIA GPU path (feature `cuda`): runs a parsed `.o8` model with integer kernels that
+//! produce the same bytes as [`Model::run`].
+//!
+//! ```ignore
+//! let model = octet_runtime::Model::parse(&bytes)?;
+//! let mut gpu = octet_runtime::cuda::CudaModel::new(&model, 0, 256)?; // device 0, ≤ 256 images
+//! let logits: &[i8] = gpu.run(&pixels)?;                               // same bytes as model.run
+//! ```
+//!
+//! - **Upload once.** [`CudaModel::new`] copies every op's constants to the device, repacked
+//!   for the kernels: conv/fc weights as int32 words of four int8 (input channels padded to a
+//!   multiple of 4 with zero weights), and per output channel `{bias, M0, n = 31 − shift, 0}`
+//!   so the kernels do no decoding (TFLite-Micro style precomputed quantization parameters).
+//! - **Compile once.** The CUDA C source (`kernels.cu`, no `#include`) is compiled with NVRTC
+//!   for the device's compute capability the first time a process needs that architecture; the
+//!   PTX is cached for the life of the process and loaded into each model's context.
+//! - **Plan once.** Activations live in one device buffer: each tensor gets a region for
+//!   `max_batch` images (batch-major, HWC per image), placed first-fit so that tensors with
+//!   overlapping lifetimes never share memory — the CPU arena's rule, without the scratch the
+//!   GPU kernels do not need (see `plan.rs`).
+//! - **Run.** Copy the pixels in, convert them to int8 HWC on the device, launch one kernel per
+//!   op on one stream, copy the logits out, synchronise.
+//!
+//! Kernels (all integer; requantization exactly `requant.rs`, in 64-bit integer arithmetic):
+//! conv2d as an implicit GEMM with `__dp4a` (int8×int8→int32), fully_connected as the same
+//! GEMM (a 1×1 conv over a 1×1×K input) or, for batches of at most [`FC_WARP_MAX_BATCH`]
+//! images, one warp per output with `__dp4a`; max_pool, avg_pool and the requantizing add one
+//! thread per output value.
+//!
+//! The driver library (`libcuda.so.1`) and NVRTC (`libnvrtc.so.13`) are linked dynamically, as
+//! candle's CUDA build links them: a machine without them cannot start the binary. A machine
+//! whose driver reports no device (or no device `ordinal`) gets [`CudaError::NoDevice`].
+
+#[cfg(test)]
+mod emulate;
+mod plan;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{
+    result::DriverError, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream,
+    DevicePtr, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
+
+use crate::{Model, OpKind};
+
+/// The CUDA C source of every kernel (self-contained, compiled at run time with NVRTC).
+pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+
+/// Kernel entry points in [`KERNEL_SOURCE`].
+pub const KERNEL_NAMES: [&str; 6] = [
+    "input_u8_to_hwc",
+    "conv2d_dp4a",
+    "fc_warp",
+    "max_pool",
+    "avg_pool",
+    "add_requant",
+];
+
+/// fully_connected uses the warp-per-output kernel up to this batch, the GEMM above it.
+pub const FC_WARP_MAX_BATCH: usize = 8;
+
+/// Threads per block of the element-wise kernels.
+const THREADS: u32 = 256;
+/// Grid cap of the grid-stride kernels.
+const MAX_BLOCKS: u64 = 1 << 20;
+/// GEMM tile (must match BM, BN in kernels.cu).
+const TILE_M: usize = 64;
+const TILE_N: usize = 64;
+
+/// Errors of the GPU path.
+#[derive(Debug)]
+pub enum CudaError {
+    /// No usable CUDA device at this ordinal (none present, ordinal out of range, driver
+    /// failed to initialise).
+    NoDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// The driver's error.
+        error: DriverError,
+    },
+    /// The device's compute capability is too old for these kernels (needs 7.5 or newer, the
+    /// oldest NVRTC 13 targets).
+    Unsupported {
+        /// Major, minor compute capability.
+        compute_capability: (i32, i32),
+    },
+    /// NVRTC failed to compile the kernels (the log says why).
+    Compile {
+        /// NVRTC's log or error.
+        log: String,
+    },
+    /// The model's weights and activation buffers for `max_batch` images do not fit.
+    OutOfMemory {
+        /// Bytes the model needs on the device.
+        needed: usize,
+        /// Bytes free on the device (0 when unknown).
+        free: usize,
+    },
+    /// `max_batch` × a tensor's size exceeds the kernels' 32-bit index range (2^31 − 1 bytes
+    /// per tensor), or `max_batch` is 0.
+    BadMaxBatch {
+        /// The maximum batch asked for.
+        max_batch: usize,
+    },
+    /// More images than the model was planned for.
+    BatchTooLarge {
+        /// Images given.
+        batch: usize,
+        /// `max_batch` of [`CudaModel::new`].
+        max: usize,
+    },
+    /// The pixel slice is not a positive multiple of the input size.
+    InputLength {
+        /// Bytes per image.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// `run_into`'s output slice is not batch × output_len long.
+    OutputLength {
+        /// Bytes needed.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// Any other driver failure (allocation, copy, launch).
+    Driver(DriverError),
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CudaError::NoDevice { ordinal, error } => {
+                write!(f, "no usable CUDA device {ordinal}: {error:?}")
+            }
+            CudaError::Unsupported {
+                compute_capability: (a, b),
+            } => write!(
+                f,
+                "CUDA device of compute capability {a}.{b} is not supported (needs 7.5 or newer)"
+            ),
+            CudaError::Compile { log } => write!(f, "NVRTC failed to compile the kernels: {log}"),
+            CudaError::OutOfMemory { needed, free } => write!(
+                f,
+                "model needs {needed} bytes of device memory, {free} bytes are free"
+            ),
+            CudaError::BadMaxBatch { max_batch } => write!(
+                f,
+                "max_batch {max_batch} is 0 or makes a tensor exceed 2^31 − 1 bytes"
+            ),
+            CudaError::BatchTooLarge { batch, max } => {
+                write!(
+                    f,
+                    "batch of {batch} images exceeds the planned maximum {max}"
+                )
+            }
+            CudaError::InputLength { expected, got } => write!(
+                f,
+                "input of {got} bytes is not a positive multiple of {expected} bytes per image"
+            ),
+            CudaError::OutputLength { expected, got } => {
+                write!(
+                    f,
+                    "output slice holds {got} bytes, the batch needs {expected}"
+                )
+            }
+            CudaError::Driver(e) => write!(f, "CUDA driver error: {e:?}"),
+        }
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+impl From<DriverError> for CudaError {
+    fn from(e: DriverError) -> Self {
+        if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            CudaError::OutOfMemory { needed: 0, free: 0 }
+        } else {
+            CudaError::Driver(e)
+        }
+    }
+}
+
+impl From<CompileError> for CudaError {
+    fn from(e: CompileError) -> Self {
+        let log = match e {
+            CompileError::CompileError { nvrtc, log, .. } => {
+                format!("{nvrtc:?}: {}", log.to_string_lossy())
+            }
+            other => format!("{other:?}"),
+        };
+        CudaError::Compile { log }
+    }
+}
+
+/// `Result` with [`CudaError`].
+pub type Result<T> = core::result::Result<T, CudaError>;
+
+/// Compiles [`KERNEL_SOURCE`] with NVRTC for a virtual architecture (`"compute_90"`), giving
+/// PTX text. Needs only NVRTC, no device.
+pub fn compile_ptx(arch: &str) -> Result<String> {
+    Ok(compile(arch)?.to_src())
+}
+
+fn compile(arch: &str) -> Result<Ptx> {
+    let opts = CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}")],
+        name: Some("octet_kernels.cu".into()),
+        ..Default::default()
+    };
+    Ok(cudarc::nvrtc::compile_ptx_with_opts(KERNEL_SOURCE, opts)?)
+}
+
+/// PTX per architecture, compiled once per process.
+fn cached_ptx(arch: &str) -> Result<Ptx> {
+    static CACHE: OnceLock<Mutex<Vec<(String, Ptx)>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+    let mut guard = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, ptx)) = guard.iter().find(|(a, _)| a == arch) {
+        return Ok(ptx.clone());
+    }
+    let ptx = compile(arch)?;
+    guard.push((arch.to_string(), ptx.clone()));
+    Ok(ptx)
+}
+
+struct Funcs {
+    input: CudaFunction,
+    conv: CudaFunction,
+    fc_warp: CudaFunction,
+    max_pool: CudaFunction,
+    avg_pool: CudaFunction,
+    add: CudaFunction,
+}
+
+/// Output zero point and clamp.
+#[derive(Clone, Copy, Debug)]
+struct Quant {
+    zout: i32,
+    act_min: i32,
+    act_max: i32,
+}
+
+/// A conv2d or fully_connected op, ready to launch.
+struct Dense {
+    fc: bool,
+    x: usize,
+    y: usize,
+    /// Packed weights [C_out][kh·kw·cin_words] (int32 words of 4 int8).
+    w: CudaSlice<i32>,
+    /// {bias, M0, n, 0} per output channel.
+    rq: CudaSlice<i32>,
+    /// Pad value per input channel (the input zero point where the model has none).
+    padv: CudaSlice<i8>,
+    /// Per image: input (h, w, c), output (h, w, c).
+    h: i32,
+    w_in: i32,
+    cin: i32,
+    ho: i32,
+    wo: i32,
+    cout: i32,
+    kh: i32,
+    kw: i32,
+    stride: i32,
+    pad: i32,
+    cin_words: i32,
+    q: Quant,
+}
+
+struct Pool {
+    avg: bool,
+    x: usize,
+    y: usize,
+    h: i32,
+    w: i32,
+    c: i32,
+    ho: i32,
+    wo: i32,
+    kh: i32,
+    kw: i32,
+    stride: i32,
+    zin: i32,
+    m0: i32,
+    n: i32,
+    q: Quant,
+}
+
+struct Add {
+    a: usize,
+    b: usize,
+    y: usize,
+    len: usize,
+    z0: i32,
+    m0: i32,
+    z1: i32,
+    m1: i32,
+    n: i32,
+    q: Quant,
+}
+
+enum Step {
+    Dense(Dense),
+    Pool(Pool),
+    Add(Add),
+}
+
+/// A model uploaded to one GPU, with kernels compiled and activation buffers planned for up to
+/// `max_batch` images.
+pub struct CudaModel {
+    stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    funcs: Funcs,
+    steps: Vec<Step>,
+    /// Activations (one region per tensor, `max_batch` images each).
+    acts: CudaSlice<i8>,
+    acts_ptr: u64,
+    /// Raw pixels of up to `max_batch` images.
+    pixels: CudaSlice<u8>,
+    pixels_ptr: u64,
+    input_off: usize,
+    output_off: usize,
+    input_chw: (usize, usize, usize),
+    input_len: usize,
+    output_len: usize,
+    max_batch: usize,
+    host_out: Vec<i8>,
+    device_bytes: usize,
+    compute_capability: (i32, i32),
+}
+
+fn rq_words(bias: i32, m0: i32, shift: i32) -> [i32; 4] {
+    // n = 31 − shift, shift clamped to [−31, 30] as requant.rs does.
+    [bias, m0, 31 - shift.clamp(-31, 30), 0]
+}
+
+/// Packs `[rows][taps][cin]` int8 weights as `[rows][taps][cin_words]` int32 words
+/// (little-endian groups of 4, zero-padded channels).
+fn pack_weights(w: &[i8], rows: usize, taps: usize, cin: usize) -> (Vec<i32>, usize) {
+    let cin_words = cin.div_ceil(4);
+    let mut out = vec![0i32; (rows * taps * cin_words).max(1)];
+    for r in 0..rows {
+        for t in 0..taps {
+            let src = &w[(r * taps + t) * cin..][..cin];
+            let dst = &mut out[(r * taps + t) * cin_words..][..cin_words];
+            for (word, chunk) in dst.iter_mut().zip(src.chunks(4)) {
+                let mut b = [0u8; 4];
+                for (d, &s) in b.iter_mut().zip(chunk) {
+                    *d = s as u8;
+                }
+                *word = i32::from_le_bytes(b);
+            }
+        }
+    }
+    (out, cin_words)
+}
+
+fn to_i32(v: usize) -> Result<i32> {
+    i32::try_from(v)
+        .map_err(|_| CudaError::Driver(DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE)))
+}
+
+fn grid_stride(total: usize) -> LaunchConfig {
+    let blocks = (total as u64).div_ceil(THREADS as u64).clamp(1, MAX_BLOCKS) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl CudaModel {
+    /// Uploads `model` to device `ordinal`, compiles the kernels (once per process and
+    /// architecture) and plans activation buffers for up to `max_batch` images.
+    pub fn new(model: &Model, ordinal: usize, max_batch: usize) -> Result<CudaModel> {
+        let ctx =
+            CudaContext::new(ordinal).map_err(|error| CudaError::NoDevice { ordinal, error })?;
+        // One stream, no cross-stream use: no per-buffer event tracking needed.
+        // SAFETY: every buffer of this model is used only on `stream`, in order.
+        unsafe { ctx.disable_event_tracking() };
+        let cc = ctx.compute_capability()?;
+        if cc < (7, 5) {
+            return Err(CudaError::Unsupported {
+                compute_capability: cc,
+            });
+        }
+        if max_batch == 0 {
+            return Err(CudaError::BadMaxBatch { max_batch });
+        }
+        let limit = i32::MAX as usize;
+        for t in model.tensors() {
+            if t.len().checked_mul(max_batch).is_none_or(|n| n > limit) {
+                return Err(CudaError::BadMaxBatch { max_batch });
+            }
+        }
+        let layout = plan::plan(model, max_batch).ok_or(CudaError::BadMaxBatch { max_batch })?;
+        let input_len = model.input_len();
+        let output_len = model.output_len();
+
+        // Device memory needed: activations, pixels, constants.
+        let mut const_bytes = 0usize;
+        for o in model.ops() {
+            const_bytes += o.weights.len() + 3 + 16 * o.bias.len() + 4 * 256;
+        }
+        let needed = layout.total + input_len * max_batch + const_bytes;
+        let (free, _total) = ctx.mem_get_info()?;
+        if needed > free {
+            return Err(CudaError::OutOfMemory { needed, free });
+        }
+
+        let ptx = cached_ptx(&format!("compute_{}{}", cc.0, cc.1))?;
+        let module = ctx.load_module(ptx)?;
+        let funcs = Funcs {
+            input: module.load_function("input_u8_to_hwc")?,
+            conv: module.load_function("conv2d_dp4a")?,
+            fc_warp: module.load_function("fc_warp")?,
+            max_pool: module.load_function("max_pool")?,
+            avg_pool: module.load_function("avg_pool")?,
+            add: module.load_function("add_requant")?,
+        };
+        let stream = ctx.default_stream();
+        let off = |t: u16| -> Result<usize> {
+            layout
+                .offsets
+                .get(t as usize)
+                .copied()
+                .flatten()
+                .ok_or(CudaError::Driver(DriverError(
+                    sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                )))
+        };
+        let tensor = |t: u16| {
+            model.tensor(t).ok_or(CudaError::Driver(DriverError(
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            )))
+        };
+
+        let mut steps = Vec::with_capacity(model.num_ops());
+        for o in model.ops() {
+            let tin = tensor(o.input0)?;
+            let tout = tensor(o.output)?;
+            let q = Quant {
+                zout: tout.zero_point,
+                act_min: o.act_min,
+                act_max: o.act_max,
+            };
+            let step = match o.kind {
+                OpKind::Conv2d | OpKind::FullyConnected => {
+                    let fc = o.kind == OpKind::FullyConnected;
+                    let (h, w, cin) = if fc {
+                        (1, 1, tin.len())
+                    } else {
+                        (tin.h as usize, tin.w as usize, tin.c as usize)
+                    };
+                    let (ho, wo, cout) = if fc {
+                        (1, 1, tout.len())
+                    } else {
+                        (tout.h as usize, tout.w as usize, tout.c as usize)
+                    };
+                    let (kh, kw) = if fc {
+                        (1, 1)
+                    } else {
+                        (o.kernel_h as usize, o.kernel_w as usize)
+                    };
+                    let (wp, cin_words) = pack_weights(o.weights, cout, kh * kw, cin);
+                    let mut rq = Vec::with_capacity(4 * cout);
+                    for c in 0..cout {
+                        rq.extend_from_slice(&rq_words(
+                            o.bias.get(c),
+                            o.multipliers.get(c),
+                            o.shifts.get(c),
+                        ));
+                    }
+                    let zin = tin.zero_point.clamp(-128, 127) as i8;
+                    let padv: Vec<i8> = (0..cin.max(1))
+                        .map(|c| o.pad_values.get(c).copied().unwrap_or(zin))
+                        .collect();
+                    Step::Dense(Dense {
+                        fc,
+                        x: off(o.input0)?,
+                        y: off(o.output)?,
+                        w: stream.clone_htod(&wp)?,
+                        rq: stream.clone_htod(&rq)?,
+                        padv: stream.clone_htod(&padv)?,
+                        h: to_i32(h)?,
+                        w_in: to_i32(w)?,
+                        cin: to_i32(cin)?,
+                        ho: to_i32(ho)?,
+                        wo: to_i32(wo)?,
+                        cout: to_i32(cout)?,
+                        kh: to_i32(kh)?,
+                        kw: to_i32(kw)?,
+                        stride: if fc { 1 } else { o.stride as i32 },
+                        pad: if fc { 0 } else { o.pad as i32 },
+                        cin_words: to_i32(cin_words)?,
+                        q,
+                    })
+                }
+                OpKind::MaxPool | OpKind::AvgPool => {
+                    let avg = o.kind == OpKind::AvgPool;
+                    let (m0, n) = if avg {
+                        let r = rq_words(0, o.multipliers.get(0), o.shifts.get(0));
+                        (r[1], r[2])
+                    } else {
+                        (0, 1)
+                    };
+                    Step::Pool(Pool {
+                        avg,
+                        x: off(o.input0)?,
+                        y: off(o.output)?,
+                        h: tin.h as i32,
+                        w: tin.w as i32,
+                        c: tin.c as i32,
+                        ho: tout.h as i32,
+                        wo: tout.w as i32,
+                        kh: o.kernel_h as i32,
+                        kw: o.kernel_w as i32,
+                        stride: o.stride as i32,
+                        zin: tin.zero_point,
+                        m0,
+                        n,
+                        q,
+                    })
+                }
+                OpKind::Add => {
+                    let t1 = o.input1.ok_or(CudaError::Driver(DriverError(
+                        sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                    )))?;
+                    let tin1 = tensor(t1)?;
+                    Step::Add(Add {
+                        a: off(o.input0)?,
+                        b: off(t1)?,
+                        y: off(o.output)?,
+                        len: tout.len(),
+                        z0: tin.zero_point,
+                        m0: o.multipliers.get(0),
+                        z1: tin1.zero_point,
+                        m1: o.multipliers.get(1),
+                        n: o.shifts.get(0).clamp(1, 62),
+                        q,
+                    })
+                }
+            };
+            steps.push(step);
+        }
+
+        let acts = stream.alloc_zeros::<i8>(layout.total.max(1))?;
+        let pixels = stream.alloc_zeros::<u8>((input_len * max_batch).max(1))?;
+        let acts_ptr = {
+            let (p, _sync) = acts.device_ptr(&stream);
+            p
+        };
+        let pixels_ptr = {
+            let (p, _sync) = pixels.device_ptr(&stream);
+            p
+        };
+        stream.synchronize()?;
+        Ok(CudaModel {
+            input_off: off(model.input_tensor())?,
+            output_off: off(model.output_tensor())?,
+            input_chw: model.input_shape(),
+            stream,
+            _module: module,
+            funcs,
+            steps,
+            acts,
+            acts_ptr,
+            pixels,
+            pixels_ptr,
+            input_len,
+            output_len,
+            max_batch,
+            host_out: vec![0; output_len * max_batch],
+            device_bytes: needed,
+            compute_capability: cc,
+        })
+    }
+
+    /// The largest batch `run` accepts.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Bytes per image of input.
+    pub fn input_len(&self) -> usize {
+        self.input_len
+    }
+
+    /// Logits per image.
+    pub fn output_len(&self) -> usize {
+        self.output_len
+    }
+
+    /// Device memory the model holds (approximate upper bound, bytes).
+    pub fn device_bytes(&self) -> usize {
+        self.device_bytes
+    }
+
+    /// The device's compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// Images in `pixels`, or the typed error.
+    pub fn batch_of(&self, pixels: usize) -> Result<usize> {
+        let n = self.input_len;
+        if pixels == 0 || !pixels.is_multiple_of(n) {
+            return Err(CudaError::InputLength {
+                expected: n,
+                got: pixels,
+            });
+        }
+        let batch = pixels / n;
+        if batch > self.max_batch {
+            return Err(CudaError::BatchTooLarge {
+                batch,
+                max: self.max_batch,
+            });
+        }
+        Ok(batch)
+    }
+
+    /// Runs `pixels` (1..=max_batch raw u8 images, planar C×H×W each, as [`Model::run`] takes
+    /// them); returns `batch · output_len()` logits, the same bytes as [`Model::run`].
+    pub fn run(&mut self, pixels: &[u8]) -> Result<&[i8]> {
+        let batch = self.batch_of(pixels.len())?;
+        let n = batch * self.output_len;
+        let mut out = std::mem::take(&mut self.host_out);
+        let r = self.run_into(pixels, &mut out[..n]);
+        self.host_out = out;
+        r?;
+        Ok(&self.host_out[..n])
+    }
+
+    /// [`CudaModel::run`] writing the logits into `out` (exactly `batch · output_len()` bytes).
+    pub fn run_into(&mut self, pixels: &[u8], out: &mut [i8]) -> Result<()> {
+        let batch = self.batch_of(pixels.len())?;
+        let n_out = batch * self.output_len;
+        if out.len() != n_out {
+            return Err(CudaError::OutputLength {
+                expected: n_out,
+                got: out.len(),
+            });
+        }
+        {
+            let mut dst =
+                self.pixels
+                    .try_slice_mut(..pixels.len())
+                    .ok_or(CudaError::BatchTooLarge {
+                        batch,
+                        max: self.max_batch,
+                    })?;
+            self.stream.memcpy_htod(pixels, &mut dst)?;
+        }
+        self.enqueue(batch)?;
+        let src = self
+            .acts
+            .try_slice(self.output_off..self.output_off + n_out)
+            .ok_or(CudaError::BatchTooLarge {
+                batch,
+                max: self.max_batch,
+            })?;
+        self.stream.memcpy_dtoh(&src, out)?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Launches the input conversion and every op for `batch` images (no synchronisation).
+    fn enqueue(&self, batch: usize) -> Result<()> {
+        let s = &self.stream;
+        let base = self.acts_ptr;
+        let ptr = |off: usize| base + off as u64;
+        let (c, h, w) = self.input_chw;
+        {
+            let total = (batch * self.input_len) as i64;
+            let (c, hw) = (c as i32, (h * w) as i32);
+            let x = ptr(self.input_off);
+            let mut l = s.launch_builder(&self.funcs.input);
+            l.arg(&self.pixels_ptr).arg(&x).arg(&total).arg(&c).arg(&hw);
+            // SAFETY: pointers and sizes come from the plan (regions hold max_batch ≥ batch
+            // images); the kernel's signature matches these arguments.
+            unsafe { l.launch(grid_stride(total as usize)) }?;
+        }
+        for step in &self.steps {
+            match step {
+                Step::Dense(d) => self.launch_dense(d, batch, ptr(d.x), ptr(d.y))?,
+                Step::Pool(p) => {
+                    let (x, y) = (ptr(p.x), ptr(p.y));
+                    let total = (batch * p.ho as usize * p.wo as usize * p.c as usize) as i64;
+                    let f = if p.avg {
+                        &self.funcs.avg_pool
+                    } else {
+                        &self.funcs.max_pool
+                    };
+                    let mut l = s.launch_builder(f);
+                    l.arg(&x).arg(&y).arg(&total);
+                    l.arg(&p.h).arg(&p.w).arg(&p.c).arg(&p.ho).arg(&p.wo);
+                    l.arg(&p.kh).arg(&p.kw).arg(&p.stride);
+                    if p.avg {
+                        l.arg(&p.zin).arg(&p.m0).arg(&p.n).arg(&p.q.zout);
+                    }
+                    l.arg(&p.q.act_min).arg(&p.q.act_max);
+                    // SAFETY: as above.
+                    unsafe { l.launch(grid_stride(total as usize)) }?;
+                }
+                Step::Add(a) => {
+                    let (x0, x1, y) = (ptr(a.a), ptr(a.b), ptr(a.y));
+                    let total = (batch * a.len) as i64;
+                    let mut l = s.launch_builder(&self.funcs.add);
+                    l.arg(&x0).arg(&x1).arg(&y).arg(&total);
+                    l.arg(&a.z0).arg(&a.m0).arg(&a.z1).arg(&a.m1).arg(&a.n);
+                    l.arg(&a.q.zout).arg(&a.q.act_min).arg(&a.q.act_max);
+                    // SAFETY: as above.
+                    unsafe { l.launch(grid_stride(total as usize)) }?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn launch_dense(&self, d: &Dense, batch: usize, x: u64, y: u64) -> Result<()> {
+        let s = &self.stream;
+        let (w, rq, padv) = {
+            let (w, _a) = d.w.device_ptr(s);
+            let (rq, _b) = d.rq.device_ptr(s);
+            let (p, _c) = d.padv.device_ptr(s);
+            (w, rq, p)
+        };
+        if d.fc && batch <= FC_WARP_MAX_BATCH {
+            let b = batch as i32;
+            let k_words = d.cin_words;
+            let warps = batch as u64 * d.cout as u64;
+            let blocks = (warps * 32).div_ceil(THREADS as u64) as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut l = s.launch_builder(&self.funcs.fc_warp);
+            l.arg(&x).arg(&y).arg(&w).arg(&rq);
+            l.arg(&b).arg(&d.cin).arg(&k_words).arg(&d.cout);
+            l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
+            // SAFETY: pointers and sizes come from the plan and the uploaded constants.
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
+        let m = batch * (d.ho * d.wo) as usize; // ≤ 2^31 − 1: checked against max_batch
+        let m32 = m as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                m.div_ceil(TILE_M) as u32,
+                (d.cout as usize).div_ceil(TILE_N) as u32,
+                1,
+            ),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = s.launch_builder(&self.funcs.conv);
+        l.arg(&x).arg(&y).arg(&w).arg(&rq).arg(&padv);
+        l.arg(&m32)
+            .arg(&d.h)
+            .arg(&d.w_in)
+            .arg(&d.cin)
+            .arg(&d.ho)
+            .arg(&d.wo)
+            .arg(&d.cout);
+        l.arg(&d.kh)
+            .arg(&d.kw)
+            .arg(&d.stride)
+            .arg(&d.pad)
+            .arg(&d.cin_words);
+        l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
+        // SAFETY: pointers and sizes come from the plan and the uploaded constants.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+}

@@ -1,0 +1,342 @@
+//! The GPU path (feature `cuda`): `CudaModel::run` gives the same bytes as `Model::run` for
+//! every test model, batch size and random conv / fc shape; typed errors. Without a CUDA
+//! device each GPU test prints "skipping: no CUDA device" and passes; the NVRTC test needs
+//! only NVRTC.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::{hand_model, lenet, resnet18, small_resnet, Builder, OpSpec, Rng};
+use octet_runtime::cuda::{compile_ptx, CudaError, CudaModel, FC_WARP_MAX_BATCH, KERNEL_NAMES};
+use octet_runtime::{quantize_multiplier, Model};
+use proptest::prelude::*;
+
+/// The CPU reference: `Model::run` over the batch, split across threads (each chunk is its
+/// own `Model::run` call; images are independent, so the bytes are those of one call).
+fn cpu(model: &Model, pixels: &[u8]) -> Vec<i8> {
+    let n_in = model.input_len();
+    let batch = pixels.len() / n_in;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(batch)
+        .max(1);
+    let per = batch.div_ceil(threads);
+    let mut out = vec![0i8; batch * model.output_len()];
+    std::thread::scope(|s| {
+        for (px, o) in pixels
+            .chunks(per * n_in)
+            .zip(out.chunks_mut(per * model.output_len()))
+        {
+            s.spawn(move || {
+                let b = px.len() / n_in;
+                let mut arena = vec![0u8; model.arena_bytes_for(b)];
+                o.copy_from_slice(model.run(px, &mut arena).unwrap());
+            });
+        }
+    });
+    out
+}
+
+/// `CudaModel::new`, or `None` (after printing the skip line) when there is no device.
+fn gpu(model: &Model, max_batch: usize) -> Option<CudaModel> {
+    match CudaModel::new(model, 0, max_batch) {
+        Ok(g) => Some(g),
+        Err(CudaError::NoDevice { error, .. }) => {
+            println!("skipping: no CUDA device ({error:?})");
+            None
+        }
+        Err(e) => panic!("CudaModel::new: {e}"),
+    }
+}
+
+fn check_batches(name: &str, bytes: &[u8], batches: &[usize], seed: u64) {
+    let model = Model::parse(bytes).unwrap();
+    let max = *batches.iter().max().unwrap();
+    let Some(mut g) = gpu(&model, max) else {
+        return;
+    };
+    let mut rng = Rng::new(seed);
+    for &b in batches {
+        let pixels = rng.bytes(b * model.input_len());
+        let want = cpu(&model, &pixels);
+        let got = g.run(&pixels).unwrap().to_vec();
+        assert_eq!(got.len(), want.len(), "{name} batch {b}");
+        if got != want {
+            let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
+            panic!(
+                "{name} batch {b}: GPU != CPU at {first} (image {}, logit {}): {} vs {}",
+                first / model.output_len(),
+                first % model.output_len(),
+                got[first],
+                want[first]
+            );
+        }
+        // Again through run_into, and the buffers' reuse gives the same bytes.
+        let mut again = vec![0i8; want.len()];
+        g.run_into(&pixels, &mut again).unwrap();
+        assert_eq!(again, want, "{name} batch {b} (run_into)");
+    }
+}
+
+/// Odd channel counts (3, 5, 7), stride 2, padding with and without pad values, 1×1 conv,
+/// max-pool 3/2, requantizing add with ReLU, avg-pool, fc with K % 4 ≠ 0.
+fn odd_model(seed: u64) -> Builder {
+    let mut b = Builder::new(3, 15, 13, seed);
+    let x = b.conv(0, 5, 3, 2, 1, true);
+    let x = b.conv(x, 8, 1, 1, 0, false);
+    let x = b.max_pool(x, 3, 2);
+    let y = b.conv(x, 8, 3, 1, 1, false);
+    let x = b.add(x, y, true);
+    let x = b.avg_pool(x, 2, 1);
+    let x = b.fc(x, 7, true);
+    b.fc(x, 5, false);
+    b
+}
+
+/// One input channel, fc straight from 25 pixels (K % 4 ≠ 0).
+fn fc_only(seed: u64) -> Builder {
+    let mut b = Builder::new(1, 5, 5, seed);
+    let x = b.fc(0, 9, true);
+    b.fc(x, 3, false);
+    b
+}
+
+/// Random dense constants for `n` outputs of `k` multiply-adds (as the common builder makes).
+fn dense(rng: &mut Rng, n: usize, k: usize) -> (Vec<i8>, Vec<i32>, Vec<i32>, Vec<i32>) {
+    let weights = (0..n * k).map(|_| rng.range(-127, 127) as i8).collect();
+    let sk = (k as f64).sqrt();
+    let bias = (0..n)
+        .map(|_| rng.range(-(2000.0 * sk) as i64, (2000.0 * sk) as i64) as i32)
+        .collect();
+    let (mut mult, mut shift) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let (m0, s) = quantize_multiplier(0.008 / sk * (0.5 + 1.5 * rng.unit())).unwrap();
+        mult.push(m0);
+        shift.push(s);
+    }
+    (weights, bias, mult, shift)
+}
+
+/// A model of one conv (any kh × kw, stride, pad, channels), optionally followed by an fc.
+#[allow(clippy::too_many_arguments)]
+fn conv_model(
+    seed: u64,
+    (cin, h, w): (u16, u16, u16),
+    cout: u16,
+    (kh, kw): (u8, u8),
+    stride: u8,
+    pad: u8,
+    pad_values: bool,
+    relu: bool,
+    fc: Option<u16>,
+) -> Builder {
+    let mut b = Builder::new(cin, h, w, seed);
+    let ho = (h + 2 * pad as u16 - kh as u16) / stride as u16 + 1;
+    let wo = (w + 2 * pad as u16 - kw as u16) / stride as u16 + 1;
+    let out = b.tensor(cout, ho, wo);
+    let k = kh as usize * kw as usize * cin as usize;
+    let (weights, bias, mult, shift) = dense(&mut b.rng, cout as usize, k);
+    let pad_values = if pad_values {
+        (0..cin).map(|_| b.rng.range(-128, 127) as i8).collect()
+    } else {
+        Vec::new()
+    };
+    let zp = b.tensors[out as usize].zp;
+    let (act_min, act_max) = if relu {
+        (zp.max(-128), 127)
+    } else {
+        (-128, 127)
+    };
+    b.push(OpSpec {
+        kind: 1,
+        in0: 0,
+        in1: 0xFFFF,
+        out,
+        kh,
+        kw,
+        stride,
+        pad,
+        act_min,
+        act_max,
+        weights,
+        bias,
+        mult,
+        shift,
+        pad_values,
+        scratch: 0,
+    });
+    if let Some(n) = fc {
+        b.fc(out, n, false);
+    }
+    b
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel() {
+    for arch in [
+        "compute_75",
+        "compute_80",
+        "compute_86",
+        "compute_89",
+        "compute_90",
+    ] {
+        let ptx = compile_ptx(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        for name in KERNEL_NAMES {
+            assert!(
+                ptx.contains(&format!(".entry {name}(")),
+                "{arch}: kernel {name} missing from the PTX"
+            );
+        }
+        // The conv and fc kernels use the int8 dot product instruction.
+        assert!(ptx.contains("dp4a.s32.s32"), "{arch}: no dp4a in the PTX");
+    }
+}
+
+#[test]
+fn hand_model_matches_cpu() {
+    let bytes = hand_model().encode();
+    let model = Model::parse(&bytes).unwrap();
+    let Some(mut g) = gpu(&model, 2) else {
+        return;
+    };
+    assert_eq!(g.run(&[0, 128, 255, 130]).unwrap(), &[28, 5]);
+    check_batches("hand", &bytes, &[1, 3, 64, 1000], 1);
+}
+
+#[test]
+fn lenet_matches_cpu() {
+    for seed in [1, 2] {
+        check_batches("lenet", &lenet(seed).encode(), &[1, 3, 64, 1000], seed);
+    }
+}
+
+#[test]
+fn small_resnet_matches_cpu() {
+    check_batches(
+        "small_resnet",
+        &small_resnet(3).encode(),
+        &[1, 3, 64, 1000],
+        3,
+    );
+}
+
+#[test]
+fn resnet18_matches_cpu() {
+    check_batches("resnet18", &resnet18(4).encode(), &[1, 3, 64], 4);
+}
+
+#[test]
+fn odd_shapes_match_cpu() {
+    for seed in [5, 6, 7] {
+        check_batches("odd", &odd_model(seed).encode(), &[1, 3, 64, 1000], seed);
+    }
+    check_batches("fc_only", &fc_only(8).encode(), &[1, 3, 64, 1000], 8);
+    // Rectangular kernels, C_out across the 64-wide tile, stride 3, pad 2 with pad values.
+    let b = conv_model(9, (7, 11, 9), 70, (3, 2), 3, 2, true, true, Some(13));
+    check_batches("rect", &b.encode(), &[1, 3, 64, 1000], 9);
+    // C_in % 4 = 0 (aligned loads), pad with the input zero point.
+    let b = conv_model(10, (8, 9, 9), 16, (3, 3), 1, 1, false, false, Some(4));
+    check_batches("aligned", &b.encode(), &[1, 3, 64, 1000], 10);
+}
+
+#[test]
+fn fc_paths_agree_at_the_threshold() {
+    // Batches on both sides of FC_WARP_MAX_BATCH (warp kernel vs GEMM).
+    let bytes = lenet(11).encode();
+    let batches = [
+        FC_WARP_MAX_BATCH - 1,
+        FC_WARP_MAX_BATCH,
+        FC_WARP_MAX_BATCH + 1,
+    ];
+    check_batches("lenet fc threshold", &bytes, &batches, 11);
+}
+
+#[test]
+fn typed_errors() {
+    let bytes = lenet(12).encode();
+    let model = Model::parse(&bytes).unwrap();
+    match CudaModel::new(&model, 0, 0) {
+        Err(CudaError::BadMaxBatch { max_batch: 0 }) => {}
+        Err(CudaError::NoDevice { .. }) => {
+            println!("skipping: no CUDA device");
+            return;
+        }
+        Err(e) => panic!("max_batch 0: {e}"),
+        Ok(_) => panic!("max_batch 0 accepted"),
+    }
+    assert!(matches!(
+        CudaModel::new(&model, 4096, 1),
+        Err(CudaError::NoDevice { ordinal: 4096, .. })
+    ));
+    let Some(mut g) = gpu(&model, 4) else {
+        return;
+    };
+    let n = model.input_len();
+    assert_eq!(g.max_batch(), 4);
+    assert_eq!(g.input_len(), n);
+    assert_eq!(g.output_len(), 10);
+    assert!(matches!(
+        g.run(&vec![0u8; 5 * n]),
+        Err(CudaError::BatchTooLarge { batch: 5, max: 4 })
+    ));
+    assert!(matches!(
+        g.run(&[]),
+        Err(CudaError::InputLength { expected, got: 0 }) if expected == n
+    ));
+    assert!(matches!(
+        g.run(&vec![0u8; n + 1]),
+        Err(CudaError::InputLength { got, .. }) if got == n + 1
+    ));
+    let mut out = vec![0i8; 9];
+    assert!(matches!(
+        g.run_into(&vec![0u8; n], &mut out),
+        Err(CudaError::OutputLength {
+            expected: 10,
+            got: 9
+        })
+    ));
+    // The model still runs after the errors.
+    let pixels = Rng::new(12).bytes(4 * n);
+    assert_eq!(g.run(&pixels).unwrap(), cpu(&model, &pixels).as_slice());
+    // Errors display.
+    let e = CudaError::BatchTooLarge { batch: 5, max: 4 };
+    assert!(e.to_string().contains("5"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_conv_matches_cpu(
+        seed in any::<u64>(),
+        cin in 1u16..=9, h in 1u16..=10, w in 1u16..=10, cout in 1u16..=70,
+        kh in 1u8..=4, kw in 1u8..=4, stride in 1u8..=3, pad in 0u8..=2,
+        pad_values in any::<bool>(), relu in any::<bool>(), fc in prop::option::of(1u16..=20),
+        batch in 1usize..=12,
+    ) {
+        prop_assume!(h + 2 * pad as u16 >= kh as u16 && w + 2 * pad as u16 >= kw as u16);
+        let b = conv_model(seed, (cin, h, w), cout, (kh, kw), stride, pad, pad_values, relu, fc);
+        let bytes = b.encode();
+        let model = Model::parse(&bytes).unwrap();
+        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
+        let pixels = Rng::new(seed ^ 0x5555).bytes(batch * model.input_len());
+        let want = cpu(&model, &pixels);
+        prop_assert_eq!(g.run(&pixels).unwrap(), want.as_slice());
+    }
+
+    #[test]
+    fn random_fc_matches_cpu(
+        seed in any::<u64>(), k in 1u16..=300, n in 1u16..=70, relu in any::<bool>(),
+        batch in 1usize..=20,
+    ) {
+        let mut b = Builder::new(k, 1, 1, seed);
+        b.fc(0, n, relu);
+        let bytes = b.encode();
+        let model = Model::parse(&bytes).unwrap();
+        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
+        let pixels = Rng::new(seed ^ 0xAAAA).bytes(batch * model.input_len());
+        let want = cpu(&model, &pixels);
+        prop_assert_eq!(g.run(&pixels).unwrap(), want.as_slice());
+    }
+}
