@@ -190,3 +190,136 @@ fn resnet18_step_matches_cpu() -> Result<()> {
     }
     Ok(())
 }
+
+/// (n, c, h, w) for the reductions cut into several blocks a channel.
+const BN_SPLIT_CASES: [(usize, usize, usize, usize); 4] = [
+    (512, 64, 32, 32), // ResNet-18's first layer at batch 512: 16 float4 blocks a channel
+    (3, 5, 7, 7),      // hw not a multiple of 4: float loads, one block a channel
+    (64, 3, 7, 7),     // float loads, 4 blocks a channel starting mid-plane
+    (4, 8, 50, 50),    // float4 loads, 3 blocks a channel starting mid-plane
+];
+
+/// The inputs in f64: at half a million values a channel, candle's f32 sums on the CPU are
+/// themselves off by about 1e-5, so the reference is computed in f64.
+fn wide(inputs: &[Tensor; 5]) -> Result<[Tensor; 5]> {
+    let w = |t: &Tensor| t.to_dtype(DType::F64);
+    Ok([
+        w(&inputs[0])?,
+        w(&inputs[1])?,
+        w(&inputs[2])?,
+        w(&inputs[3])?,
+        w(&inputs[4])?,
+    ])
+}
+
+fn bn_check(got: &common::BnOut, reference: &common::BnOut, case: &str) -> Result<()> {
+    let e = rel_err(&got.y, &reference.y)?;
+    assert!(e <= F32_TOL, "{case}: output off by {e}");
+    for (j, g) in ["x", "gamma", "beta"].iter().enumerate() {
+        let e = rel_err(&got.grads[j], &reference.grads[j])?;
+        assert!(e <= F32_TOL, "{case}: gradient of {g} off by {e}");
+    }
+    for (j, s) in ["mean", "var"].iter().enumerate() {
+        let e = rel_err(&got.running[j], &reference.running[j])?;
+        assert!(e <= 1e-5, "{case}: running {s} off by {e}");
+    }
+    Ok(())
+}
+
+fn same_bits_on_cpu(a: &Tensor, b: &Tensor) -> Result<bool> {
+    common::same_bits(&a.to_device(&Device::Cpu)?, &b.to_device(&Device::Cpu)?)
+}
+
+#[test]
+fn batch_norm_multi_block_is_accurate_and_deterministic() -> Result<()> {
+    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dev) = cuda() else { return Ok(()) };
+    for (i, &(n, c, h, w)) in BN_SPLIT_CASES.iter().enumerate() {
+        let inputs = bn_inputs(n, c, h, w, 1000 + 10 * i as u64)?;
+        let reference = bn_run(
+            ops::batch_norm_train_reference,
+            &wide(&inputs)?,
+            7,
+            &Device::Cpu,
+        )?;
+        let case = format!("case {i} {:?}", BN_SPLIT_CASES[i]);
+        let first = bn_run(ops::batch_norm_train_fused, &inputs, 7, &dev)?;
+        bn_check(&first, &reference, &case)?;
+        // Partial results combine in a fixed order, never by atomics: a second run gives
+        // the same bits.
+        let second = bn_run(ops::batch_norm_train_fused, &inputs, 7, &dev)?;
+        let pairs = [(&first.y, &second.y, "output")]
+            .into_iter()
+            .chain(
+                first
+                    .grads
+                    .iter()
+                    .zip(&second.grads)
+                    .map(|(a, b)| (a, b, "gradient")),
+            )
+            .chain(
+                first
+                    .running
+                    .iter()
+                    .zip(&second.running)
+                    .map(|(a, b)| (a, b, "running")),
+            );
+        for (a, b, what) in pairs {
+            assert!(
+                same_bits_on_cpu(a, b)?,
+                "{case}: {what} differs between runs"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// An input starting one float into its buffer cannot be read as float4s: the kernels fall
+/// back to float loads and still match.
+#[test]
+fn batch_norm_unaligned_input_matches() -> Result<()> {
+    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dev) = cuda() else { return Ok(()) };
+    let (n, c, h, w) = (16, 8, 8, 8);
+    let inputs = bn_inputs(n, c, h, w, 77)?;
+    let reference = bn_run(
+        ops::batch_norm_train_reference,
+        &wide(&inputs)?,
+        7,
+        &Device::Cpu,
+    )?;
+    let total = inputs[0].elem_count();
+    let flat = inputs[0].flatten_all()?;
+    // x is a view one float into a variable (a fresh variable would be copied to offset 0).
+    let padded =
+        Var::from_tensor(&Tensor::cat(&[&flat.narrow(0, 0, 1)?, &flat], 0)?.to_device(&dev)?)?;
+    let x = padded
+        .as_tensor()
+        .narrow(0, 1, total)?
+        .reshape((n, c, h, w))?;
+    assert_eq!(
+        x.layout().start_offset(),
+        1,
+        "the input should start mid-float4"
+    );
+    let v = |t: &Tensor| common::var_on(t, &dev);
+    let (g, b, rm, rv) = (
+        v(&inputs[1])?,
+        v(&inputs[2])?,
+        v(&inputs[3])?,
+        v(&inputs[4])?,
+    );
+    let y = ops::batch_norm_train_fused(&x, g.as_tensor(), b.as_tensor(), &rm, &rv, 0.1, 1e-5)?;
+    let r = uniform(y.dims(), -1.0, 1.0, 7, &dev)?;
+    let grads = (&y * &r)?.sum_all()?.backward()?;
+    let grad = |t: &Tensor| grads.get(t).expect("gradient").clone();
+    let gx = grad(padded.as_tensor())
+        .narrow(0, 1, total)?
+        .reshape((n, c, h, w))?;
+    let got = common::BnOut {
+        grads: [gx, grad(g.as_tensor()), grad(b.as_tensor())],
+        running: [rm.as_tensor().copy()?, rv.as_tensor().copy()?],
+        y,
+    };
+    bn_check(&got, &reference, "unaligned input")
+}

@@ -501,6 +501,32 @@ mod cuda {
         i32::try_from(v).map_err(|_| candle_core::Error::Msg(format!("batch norm: {v} too large")))
     }
 
+    /// Whether the kernels may load float4s: whole float4s per plane, and every operand
+    /// starting on a 16-byte boundary (allocations are; offsets must be whole float4s).
+    fn vectorised(hw: usize, layouts: &[&Layout]) -> bool {
+        hw.is_multiple_of(4) && layouts.iter().all(|l| l.start_offset().is_multiple_of(4))
+    }
+
+    /// `(items per plane, vec flag)` for the kernels: hw in float4s when vectorised.
+    fn items(hw: usize, vec: bool) -> (usize, i32) {
+        if vec {
+            (hw / 4, 1)
+        } else {
+            (hw, 0)
+        }
+    }
+
+    /// The index math in the kernels is 32-bit.
+    fn check_size(total: usize) -> Result<()> {
+        if total == 0 || total > i32::MAX as usize {
+            bail!(
+                "batch norm: {total} elements (supported: 1 to {})",
+                i32::MAX
+            )
+        }
+        Ok(())
+    }
+
     pub(super) fn stats(
         s: &CudaStorage,
         l: &Layout,
@@ -509,14 +535,28 @@ mod cuda {
         hw: usize,
     ) -> Result<CudaStorage> {
         let dev = &s.device;
+        check_size(n * c * hw)?;
         let x = view(s, l)?;
-        // SAFETY: the kernel writes all 2c outputs.
+        let vec = vectorised(hw, &[l]);
+        let (hwv, vflag) = items(hw, vec);
+        let split = kernels::Split::new(c, n * hwv);
+        // SAFETY: every partial block writes its 3 floats.
+        let mut part = unsafe { dev.alloc::<f32>(3 * c * split.splits)? };
+        // SAFETY: the final kernel writes all 2c outputs.
         let mut out = unsafe { dev.alloc::<f32>(2 * c)? };
-        let (n, ci, hw) = (i32_of(n)?, i32_of(c)?, i32_of(hw)?);
-        let (stream, f) = kernels::func(dev, "bn_stats")?;
+        let (ci, hwi, mi) = (i32_of(c)?, i32_of(hwv)?, i32_of(n * hwv)?);
+        let (chunk, splits) = (i32_of(split.chunk)?, i32_of(split.splits)?);
+        let (stream, f) = kernels::func(dev, "bn_stats_partial")?;
         let mut b = stream.launch_builder(&f);
-        b.arg(&x).arg(&mut out).arg(&n).arg(&ci).arg(&hw);
-        // SAFETY: argument types and counts match bn_stats.
+        b.arg(&x).arg(&mut part).arg(&ci).arg(&hwi).arg(&mi);
+        b.arg(&chunk).arg(&splits).arg(&vflag);
+        // SAFETY: argument types and counts match bn_stats_partial.
+        unsafe { b.launch(split.partial_launch(c))? };
+        drop(b);
+        let (stream, f) = kernels::func(dev, "bn_stats_final")?;
+        let mut b = stream.launch_builder(&f);
+        b.arg(&part).arg(&mut out).arg(&ci).arg(&splits);
+        // SAFETY: argument types and counts match bn_stats_final.
         unsafe { b.launch(kernels::per_channel(c))? };
         drop(b);
         Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
@@ -567,17 +607,21 @@ mod cuda {
         let dev = &s1.device;
         let (_, c, hw) = nchw(l1)?;
         let total = l1.shape().elem_count();
+        check_size(total)?;
         let (x, gamma, beta) = (view(s1, l1)?, view(s2, l2)?, view(s3, l3)?);
+        let vec = vectorised(hw, &[l1]);
+        let (hwv, vflag) = items(hw, vec);
+        let items = if vec { total / 4 } else { total };
         // SAFETY: the kernel writes every element.
         let mut y = unsafe { dev.alloc::<f32>(total)? };
         with_held(stats, |st| {
-            let (ci, hwi, tot) = (i32_of(c)?, i32_of(hw)?, total as i64);
+            let (ci, hwi, tot) = (i32_of(c)?, i32_of(hwv)?, i32_of(items)?);
             let (stream, f) = kernels::func(dev, "bn_apply")?;
             let mut b = stream.launch_builder(&f);
             b.arg(&x).arg(&st).arg(&gamma).arg(&beta).arg(&mut y);
-            b.arg(&ci).arg(&hwi).arg(&tot).arg(&eps);
+            b.arg(&ci).arg(&hwi).arg(&tot).arg(&eps).arg(&vflag);
             // SAFETY: argument types and counts match bn_apply.
-            unsafe { b.launch(kernels::elementwise(total))? };
+            unsafe { b.launch(kernels::elementwise(items))? };
             Ok(())
         })?;
         Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
@@ -600,16 +644,39 @@ mod cuda {
                 l1.dims()
             )
         }
+        check_size(n * c * hw)?;
         let (x, dy) = (view(s1, l1)?, view(s2, l2)?);
-        // SAFETY: the kernel writes all 2c outputs.
+        let vec = vectorised(hw, &[l1, l2]);
+        let (hwv, vflag) = items(hw, vec);
+        let split = kernels::Split::new(c, n * hwv);
+        // SAFETY: every partial block writes its 2 floats.
+        let mut part = unsafe { dev.alloc::<f32>(2 * c * split.splits)? };
+        // SAFETY: the final kernel writes all 2c outputs.
         let mut out = unsafe { dev.alloc::<f32>(2 * c)? };
         with_held(stats, |st| {
-            let (ni, ci, hwi) = (i32_of(n)?, i32_of(c)?, i32_of(hw)?);
-            let (stream, f) = kernels::func(dev, "bn_bwd_reduce")?;
+            let (ci, hwi, mi) = (i32_of(c)?, i32_of(hwv)?, i32_of(n * hwv)?);
+            let (chunk, splits) = (i32_of(split.chunk)?, i32_of(split.splits)?);
+            let (stream, f) = kernels::func(dev, "bn_bwd_partial")?;
             let mut b = stream.launch_builder(&f);
-            b.arg(&x).arg(&dy).arg(&st).arg(&mut out);
-            b.arg(&ni).arg(&ci).arg(&hwi).arg(&eps);
-            // SAFETY: argument types and counts match bn_bwd_reduce.
+            b.arg(&x).arg(&dy).arg(&st).arg(&mut part);
+            b.arg(&ci)
+                .arg(&hwi)
+                .arg(&mi)
+                .arg(&chunk)
+                .arg(&splits)
+                .arg(&vflag);
+            // SAFETY: argument types and counts match bn_bwd_partial.
+            unsafe { b.launch(split.partial_launch(c))? };
+            drop(b);
+            let (stream, f) = kernels::func(dev, "bn_bwd_final")?;
+            let mut b = stream.launch_builder(&f);
+            b.arg(&part)
+                .arg(&st)
+                .arg(&mut out)
+                .arg(&ci)
+                .arg(&splits)
+                .arg(&eps);
+            // SAFETY: argument types and counts match bn_bwd_final.
             unsafe { b.launch(kernels::per_channel(c))? };
             Ok(())
         })?;
@@ -638,18 +705,22 @@ mod cuda {
             )
         }
         let total = l1.shape().elem_count();
+        check_size(total)?;
         let (x, dy, sums) = (view(s1, l1)?, view(s2, l2)?, view(s3, l3)?);
+        let vec = vectorised(hw, &[l1, l2]);
+        let (hwv, vflag) = items(hw, vec);
+        let items = if vec { total / 4 } else { total };
         // SAFETY: the kernel writes every element.
         let mut dx = unsafe { dev.alloc::<f32>(total)? };
         with_held(stats, |st| {
             with_held(gamma, |g| {
-                let (ci, hwi, tot, m) = (i32_of(c)?, i32_of(hw)?, total as i64, (n * hw) as f32);
+                let (ci, hwi, tot, m) = (i32_of(c)?, i32_of(hwv)?, i32_of(items)?, (n * hw) as f32);
                 let (stream, f) = kernels::func(dev, "bn_bwd_dx")?;
                 let mut b = stream.launch_builder(&f);
                 b.arg(&x).arg(&dy).arg(&st).arg(&g).arg(&sums).arg(&mut dx);
-                b.arg(&ci).arg(&hwi).arg(&tot).arg(&m).arg(&eps);
+                b.arg(&ci).arg(&hwi).arg(&tot).arg(&m).arg(&eps).arg(&vflag);
                 // SAFETY: argument types and counts match bn_bwd_dx.
-                unsafe { b.launch(kernels::elementwise(total))? };
+                unsafe { b.launch(kernels::elementwise(items))? };
                 Ok(())
             })
         })?;

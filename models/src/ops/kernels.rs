@@ -12,13 +12,27 @@ use candle_core::Result;
 
 const MODULE: &str = "octet_fastops";
 
-/// Threads of the per-channel reduction blocks (a multiple of 32, at most 1024).
-pub(crate) const REDUCE_THREADS: u32 = 512;
+/// Threads of the partial-reduction blocks (a multiple of 32, at most 1024).
+pub(crate) const REDUCE_THREADS: u32 = 256;
 
-const SOURCE: &str = r#"
-// Sum of v over the block; every thread gets the result. sh holds 32 floats.
+/// Threads of the blocks that combine one channel's partial results.
+const FINAL_THREADS: u32 = 128;
+
+/// Blocks a reduction aims for: about 8 resident blocks of 256 threads on each of an
+/// H100's 132 SMs, so even few channels fill the GPU.
+const TARGET_BLOCKS: usize = 1024;
+
+/// The fewest loads (float4 or float) a partial block takes: 4 per thread, so that small
+/// tensors are not cut into blocks that mostly idle.
+const MIN_ITEMS_PER_BLOCK: usize = 4 * REDUCE_THREADS as usize;
+
+pub(crate) const SOURCE: &str = r#"
+#define FULL 0xffffffffu
+
+// Sum of v over the block; every thread gets the result. sh holds 32 floats; blockDim.x
+// is a multiple of 32.
 __device__ float block_sum(float v, float* sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(FULL, v, o);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads();  // sh may still be read from the previous call
     if (lane == 0) sh[warp] = v;
@@ -26,38 +40,148 @@ __device__ float block_sum(float v, float* sh) {
     if (warp == 0) {
         int warps = (blockDim.x + 31) >> 5;
         v = lane < warps ? sh[lane] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(FULL, v, o);
         if (lane == 0) sh[0] = v;
     }
     __syncthreads();
     return sh[0];
 }
 
-// Element i of channel ch in an (n, c, hw) tensor, i in [0, n*hw).
-__device__ __forceinline__ long long at(long long i, int ch, int c, int hw) {
-    long long b = i / hw;
-    return (b * c + ch) * hw + (i - b * hw);
+// Count, mean and sum of squared deviations (M2) of a set of values.
+struct Moments {
+    int n;
+    float mean, m2;
+};
+
+// The moments of the union of two sets (Chan, Golub and LeVeque's pairwise formula):
+// no cancellation, as precise as two passes.
+__device__ __forceinline__ Moments merge(Moments a, Moments b) {
+    if (b.n == 0) return a;
+    if (a.n == 0) return b;
+    Moments r;
+    r.n = a.n + b.n;
+    float fb = (float)b.n / (float)r.n;
+    float d = b.mean - a.mean;
+    r.mean = a.mean + d * fb;
+    r.m2 = a.m2 + b.m2 + d * d * ((float)a.n * fb);
+    return r;
 }
 
-// One block per channel: stats[ch] = mean, stats[c + ch] = biased variance, in two passes
-// (mean, then centred squares) like the candle ops they replace.
-extern "C" __global__ void bn_stats(const float* __restrict__ x, float* __restrict__ stats,
-                                    int n, int c, int hw) {
-    __shared__ float sh[32];
-    int ch = blockIdx.x;
-    long long m = (long long)n * hw;
-    float s = 0.0f;
-    for (long long i = threadIdx.x; i < m; i += blockDim.x) s += x[at(i, ch, c, hw)];
-    float mean = block_sum(s, sh) / (float)m;
-    float q = 0.0f;
-    for (long long i = threadIdx.x; i < m; i += blockDim.x) {
-        float d = x[at(i, ch, c, hw)] - mean;
-        q += d * d;
+__device__ __forceinline__ Moments shfl_down(Moments v, int o) {
+    Moments u;
+    u.n = __shfl_down_sync(FULL, v.n, o);
+    u.mean = __shfl_down_sync(FULL, v.mean, o);
+    u.m2 = __shfl_down_sync(FULL, v.m2, o);
+    return u;
+}
+
+// Moments of the whole block, valid in thread 0. A fixed merge tree: deterministic.
+__device__ Moments block_moments(Moments v) {
+    __shared__ Moments sh[32];
+    for (int o = 16; o > 0; o >>= 1) v = merge(v, shfl_down(v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int warps = (blockDim.x + 31) >> 5;
+        Moments z = {0, 0.0f, 0.0f};
+        v = lane < warps ? sh[lane] : z;
+        for (int o = 16; o > 0; o >>= 1) v = merge(v, shfl_down(v, o));
     }
-    float var = block_sum(q, sh) / (float)m;
+    return v;
+}
+
+// The reductions see one channel of an (n, c, hw) tensor as n*hw items in (plane, position)
+// order; block `s` of the channel's `splits` takes items [s*chunk, (s+1)*chunk) and its
+// threads stride over them by blockDim.x. An item is a float4 when VEC (hw is then counted
+// in float4s), else one float. A thread tracks (plane, position) by adding the stride's
+// quotient and remainder: one division per thread, none per item, and the loads of a
+// warp stay contiguous within a plane.
+struct Walk {
+    unsigned j, end, b, pos, db, dp, hw, c, ch;
+    __device__ Walk(unsigned c_, unsigned hw_, unsigned m, unsigned chunk, unsigned splits) {
+        c = c_;
+        hw = hw_;
+        ch = blockIdx.x / splits;
+        unsigned s = blockIdx.x - ch * splits;
+        unsigned start = s * chunk;
+        end = min(start + chunk, m);
+        j = start + threadIdx.x;
+        b = j / hw;
+        pos = j - b * hw;
+        db = blockDim.x / hw;
+        dp = blockDim.x - db * hw;
+    }
+    __device__ __forceinline__ bool more() const { return j < end; }
+    // Index (in items) of the current item in the whole tensor.
+    __device__ __forceinline__ unsigned at() const { return (b * c + ch) * hw + pos; }
+    __device__ __forceinline__ void next() {
+        j += blockDim.x;
+        b += db;
+        pos += dp;
+        if (pos >= hw) {
+            pos -= hw;
+            b += 1;
+        }
+    }
+};
+
+template <bool VEC>
+__device__ void stats_partial(const float* __restrict__ x, float* __restrict__ part,
+                              unsigned c, unsigned hw, unsigned m, unsigned chunk,
+                              unsigned splits) {
+    Walk w(c, hw, m, chunk, splits);
+    Moments acc = {0, 0.0f, 0.0f};
+    for (; w.more(); w.next()) {
+        if (VEC) {
+            // The four values' own moments (exact two-pass on registers), merged in.
+            float4 v = reinterpret_cast<const float4*>(x)[w.at()];
+            Moments g;
+            g.n = 4;
+            g.mean = ((v.x + v.y) + (v.z + v.w)) * 0.25f;
+            float a = v.x - g.mean, b = v.y - g.mean, e = v.z - g.mean, f = v.w - g.mean;
+            g.m2 = (a * a + b * b) + (e * e + f * f);
+            acc = merge(acc, g);
+        } else {
+            // Welford's update.
+            float v = x[w.at()];
+            acc.n += 1;
+            float d = v - acc.mean;
+            acc.mean += d / (float)acc.n;
+            acc.m2 += d * (v - acc.mean);
+        }
+    }
+    acc = block_moments(acc);
     if (threadIdx.x == 0) {
-        stats[ch] = mean;
-        stats[c + ch] = var;
+        part[3 * blockIdx.x] = __int_as_float(acc.n);
+        part[3 * blockIdx.x + 1] = acc.mean;
+        part[3 * blockIdx.x + 2] = acc.m2;
+    }
+}
+
+// Per-block moments of one channel's slice; grid c * splits, part holds 3 floats a block.
+extern "C" __global__ void bn_stats_partial(const float* __restrict__ x, float* __restrict__ part,
+                                            int c, int hw, int m, int chunk, int splits,
+                                            int vec) {
+    if (vec) stats_partial<true>(x, part, c, hw, m, chunk, splits);
+    else stats_partial<false>(x, part, c, hw, m, chunk, splits);
+}
+
+// One block per channel merges its splits in a fixed order: stats[ch] = mean,
+// stats[c + ch] = biased variance.
+extern "C" __global__ void bn_stats_final(const float* __restrict__ part,
+                                          float* __restrict__ stats, int c, int splits) {
+    int ch = blockIdx.x;
+    const float* p = part + 3 * (long long)ch * splits;
+    Moments acc = {0, 0.0f, 0.0f};
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        Moments g = {__float_as_int(p[3 * s]), p[3 * s + 1], p[3 * s + 2]};
+        acc = merge(acc, g);
+    }
+    acc = block_moments(acc);
+    if (threadIdx.x == 0) {
+        stats[ch] = acc.mean;
+        stats[c + ch] = acc.m2 / (float)acc.n;
     }
 }
 
@@ -68,54 +192,148 @@ extern "C" __global__ void bn_running(float* __restrict__ run, const float* __re
     if (i < c) run[i] = __fadd_rn(__fmul_rn(run[i], keep), __fmul_rn(stats[row * c + i], take));
 }
 
+// A grid-stride walk over the items (float4s when hw counts float4s) of an (n, c, hw)
+// tensor that knows each item's channel without dividing: the stride's quotient and
+// remainder by hw and c are added instead.
+struct Flat {
+    unsigned k, stride, pos, ch, dpos, dch, hw, c;
+    __device__ Flat(unsigned c_, unsigned hw_) {
+        c = c_;
+        hw = hw_;
+        k = blockIdx.x * blockDim.x + threadIdx.x;
+        stride = gridDim.x * blockDim.x;
+        unsigned p = k / hw;
+        pos = k - p * hw;
+        ch = p % c;
+        unsigned dp = stride / hw;
+        dpos = stride - dp * hw;
+        dch = dp % c;
+    }
+    __device__ __forceinline__ void next() {
+        k += stride;
+        pos += dpos;
+        ch += dch;
+        if (pos >= hw) {
+            pos -= hw;
+            ch += 1;
+        }
+        if (ch >= c) ch -= c;  // ch < 2c here: ch <= c-1, dch <= c-1, carry <= 1
+    }
+};
+
+__device__ __forceinline__ float apply1(float v, float mean, float scale, float shift) {
+    return (v - mean) * scale + shift;
+}
+
 // y = (x - mean) / sqrt(var + eps) * gamma + beta.
 extern "C" __global__ void bn_apply(const float* __restrict__ x, const float* __restrict__ stats,
                                     const float* __restrict__ gamma, const float* __restrict__ beta,
-                                    float* __restrict__ y, int c, int hw, long long total,
-                                    float eps) {
-    long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += step) {
-        int ch = (int)((i / hw) % c);
-        float inv = 1.0f / sqrtf(stats[c + ch] + eps);
-        y[i] = (x[i] - stats[ch]) * (gamma[ch] * inv) + beta[ch];
+                                    float* __restrict__ y, int c, int hw, int total, float eps,
+                                    int vec) {
+    for (Flat f(c, hw); f.k < (unsigned)total; f.next()) {
+        unsigned ch = f.ch;
+        float mean = stats[ch], inv = 1.0f / sqrtf(stats[c + ch] + eps);
+        float scale = gamma[ch] * inv, shift = beta[ch];
+        if (vec) {
+            float4 v = reinterpret_cast<const float4*>(x)[f.k];
+            v.x = apply1(v.x, mean, scale, shift);
+            v.y = apply1(v.y, mean, scale, shift);
+            v.z = apply1(v.z, mean, scale, shift);
+            v.w = apply1(v.w, mean, scale, shift);
+            reinterpret_cast<float4*>(y)[f.k] = v;
+        } else {
+            y[f.k] = apply1(x[f.k], mean, scale, shift);
+        }
     }
 }
 
-// One block per channel: sums[ch] = sum(dy * xhat) (the gradient of gamma),
-// sums[c + ch] = sum(dy) (the gradient of beta).
-extern "C" __global__ void bn_bwd_reduce(const float* __restrict__ x, const float* __restrict__ dy,
-                                         const float* __restrict__ stats, float* __restrict__ sums,
-                                         int n, int c, int hw, float eps) {
+template <bool VEC>
+__device__ void bwd_partial(const float* __restrict__ x, const float* __restrict__ dy,
+                            const float* __restrict__ stats, float* __restrict__ part,
+                            unsigned c, unsigned hw, unsigned m, unsigned chunk,
+                            unsigned splits) {
     __shared__ float sh[32];
-    int ch = blockIdx.x;
-    long long m = (long long)n * hw;
-    float mean = stats[ch];
+    Walk w(c, hw, m, chunk, splits);
+    float mean = stats[w.ch];
     float sdy = 0.0f, sdyx = 0.0f;
-    for (long long i = threadIdx.x; i < m; i += blockDim.x) {
-        long long j = at(i, ch, c, hw);
-        float g = dy[j];
-        sdy += g;
-        sdyx += g * (x[j] - mean);
+    for (; w.more(); w.next()) {
+        if (VEC) {
+            float4 g = reinterpret_cast<const float4*>(dy)[w.at()];
+            float4 v = reinterpret_cast<const float4*>(x)[w.at()];
+            sdy += (g.x + g.y) + (g.z + g.w);
+            sdyx += (g.x * (v.x - mean) + g.y * (v.y - mean)) +
+                    (g.z * (v.z - mean) + g.w * (v.w - mean));
+        } else {
+            unsigned i = w.at();
+            float g = dy[i];
+            sdy += g;
+            sdyx += g * (x[i] - mean);
+        }
     }
     sdy = block_sum(sdy, sh);
     sdyx = block_sum(sdyx, sh);
+    if (threadIdx.x == 0) {
+        part[2 * blockIdx.x] = sdyx;
+        part[2 * blockIdx.x + 1] = sdy;
+    }
+}
+
+// Per-block [sum(dy * (x - mean)), sum(dy)] of one channel's slice; grid c * splits.
+extern "C" __global__ void bn_bwd_partial(const float* __restrict__ x, const float* __restrict__ dy,
+                                          const float* __restrict__ stats, float* __restrict__ part,
+                                          int c, int hw, int m, int chunk, int splits, int vec) {
+    if (vec) bwd_partial<true>(x, dy, stats, part, c, hw, m, chunk, splits);
+    else bwd_partial<false>(x, dy, stats, part, c, hw, m, chunk, splits);
+}
+
+// One block per channel sums its splits in a fixed order: sums[ch] = sum(dy * xhat) (the
+// gradient of gamma), sums[c + ch] = sum(dy) (the gradient of beta).
+extern "C" __global__ void bn_bwd_final(const float* __restrict__ part,
+                                        const float* __restrict__ stats, float* __restrict__ sums,
+                                        int c, int splits, float eps) {
+    __shared__ float sh[32];
+    int ch = blockIdx.x;
+    const float* p = part + 2 * (long long)ch * splits;
+    float sdyx = 0.0f, sdy = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        sdyx += p[2 * s];
+        sdy += p[2 * s + 1];
+    }
+    sdyx = block_sum(sdyx, sh);
+    sdy = block_sum(sdy, sh);
     if (threadIdx.x == 0) {
         sums[ch] = sdyx * (1.0f / sqrtf(stats[c + ch] + eps));
         sums[c + ch] = sdy;
     }
 }
 
+__device__ __forceinline__ float dx1(float v, float g, float mean, float inv, float ginv,
+                                     float mdy, float mdyx) {
+    float xhat = (v - mean) * inv;
+    return ginv * (g - mdy - xhat * mdyx);
+}
+
 // dx = gamma * inv * (dy - sum(dy) / m - xhat * sum(dy * xhat) / m), m = n * hw.
 extern "C" __global__ void bn_bwd_dx(const float* __restrict__ x, const float* __restrict__ dy,
                                      const float* __restrict__ stats, const float* __restrict__ gamma,
                                      const float* __restrict__ sums, float* __restrict__ dx,
-                                     int c, int hw, long long total, float m, float eps) {
-    long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += step) {
-        int ch = (int)((i / hw) % c);
-        float inv = 1.0f / sqrtf(stats[c + ch] + eps);
-        float xhat = (x[i] - stats[ch]) * inv;
-        dx[i] = gamma[ch] * inv * (dy[i] - sums[c + ch] / m - xhat * (sums[ch] / m));
+                                     int c, int hw, int total, float m, float eps, int vec) {
+    for (Flat f(c, hw); f.k < (unsigned)total; f.next()) {
+        unsigned ch = f.ch;
+        float mean = stats[ch], inv = 1.0f / sqrtf(stats[c + ch] + eps);
+        float ginv = gamma[ch] * inv, mdy = sums[c + ch] / m, mdyx = sums[ch] / m;
+        if (vec) {
+            float4 v = reinterpret_cast<const float4*>(x)[f.k];
+            float4 g = reinterpret_cast<const float4*>(dy)[f.k];
+            float4 r;
+            r.x = dx1(v.x, g.x, mean, inv, ginv, mdy, mdyx);
+            r.y = dx1(v.y, g.y, mean, inv, ginv, mdy, mdyx);
+            r.z = dx1(v.z, g.z, mean, inv, ginv, mdy, mdyx);
+            r.w = dx1(v.w, g.w, mean, inv, ginv, mdy, mdyx);
+            reinterpret_cast<float4*>(dx)[f.k] = r;
+        } else {
+            dx[f.k] = dx1(x[f.k], dy[f.k], mean, inv, ginv, mdy, mdyx);
+        }
     }
 }
 "#;
@@ -138,17 +356,50 @@ pub(crate) fn func(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, Cud
     Ok((dev.cuda_stream(), f.into_cuda_function()))
 }
 
-/// One block of `REDUCE_THREADS` per channel.
+/// How a per-channel reduction over `items` items (float4s or floats) a channel is cut:
+/// `splits` blocks a channel, each taking `chunk` consecutive items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Split {
+    pub splits: usize,
+    pub chunk: usize,
+}
+
+impl Split {
+    /// Enough blocks over all `c` channels to fill the GPU, none smaller than
+    /// `MIN_ITEMS_PER_BLOCK` items unless a channel is; no empty blocks.
+    pub(crate) fn new(c: usize, items: usize) -> Self {
+        let items = items.max(1);
+        let splits = TARGET_BLOCKS
+            .div_ceil(c.max(1))
+            .min(items.div_ceil(MIN_ITEMS_PER_BLOCK))
+            .max(1);
+        let chunk = items.div_ceil(splits);
+        Self {
+            splits: items.div_ceil(chunk),
+            chunk,
+        }
+    }
+
+    /// `c * splits` blocks of `REDUCE_THREADS`.
+    pub(crate) fn partial_launch(&self, c: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: ((c * self.splits) as u32, 1, 1),
+            block_dim: (REDUCE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// One block per channel combining that channel's partial results.
 pub(crate) fn per_channel(c: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (c as u32, 1, 1),
-        block_dim: (REDUCE_THREADS, 1, 1),
+        block_dim: (FINAL_THREADS, 1, 1),
         shared_mem_bytes: 0,
     }
 }
 
-/// A grid-stride launch over `n` elements: enough blocks to fill the GPU, not one per
-/// element.
+/// A grid-stride launch over `n` items: enough blocks to fill the GPU, not one per item.
 pub(crate) fn elementwise(n: usize) -> LaunchConfig {
     const THREADS: u32 = 256;
     let blocks = n.div_ceil(THREADS as usize).clamp(1, 65_535) as u32;
@@ -156,5 +407,49 @@ pub(crate) fn elementwise(n: usize) -> LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NVRTC (no GPU needed) accepts the kernels. Ignored by default: it needs the CUDA
+    /// runtime libraries (`source shared/cuda/toolkit.sh`) even where there is no GPU.
+    #[test]
+    #[ignore = "needs libnvrtc"]
+    fn kernels_compile_with_nvrtc() {
+        let ptx = nvrtc::compile_ptx(SOURCE).expect("NVRTC compiles the fused-op kernels");
+        for name in [
+            "bn_stats_partial",
+            "bn_stats_final",
+            "bn_running",
+            "bn_apply",
+            "bn_bwd_partial",
+            "bn_bwd_final",
+            "bn_bwd_dx",
+        ] {
+            assert!(ptx.to_src().contains(name), "{name} missing from the PTX");
+        }
+    }
+
+    #[test]
+    fn splits_cover_every_item_once() {
+        for (c, items) in [
+            (64, 131_072),
+            (512, 4),
+            (3, 3136),
+            (1, 1),
+            (5, 49),
+            (1, 10_000_000),
+        ] {
+            let s = Split::new(c, items);
+            assert!(s.splits >= 1 && s.chunk >= 1, "{c} {items}: {s:?}");
+            // Every block gets at least one item, and together they cover the channel.
+            assert!((s.splits - 1) * s.chunk < items, "{c} {items}: {s:?}");
+            assert!(s.splits * s.chunk >= items, "{c} {items}: {s:?}");
+        }
+        // Few channels, many items: the GPU is filled.
+        assert_eq!(Split::new(64, 131_072).splits * 64, TARGET_BLOCKS);
     }
 }

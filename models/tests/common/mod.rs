@@ -74,7 +74,8 @@ pub fn bn_run(f: BnFn, inputs: &[Tensor; 5], seed: u64, dev: &Device) -> Result<
         0.1,
         1e-5,
     )?;
-    let r = uniform(y.dims(), -1.0, 1.0, seed, dev)?;
+    // In the inputs' dtype: an f64 reference run gets the same (exactly widened) values.
+    let r = uniform(y.dims(), -1.0, 1.0, seed, dev)?.to_dtype(y.dtype())?;
     let grads = (&y * &r)?.sum_all()?.backward()?;
     let grad = |v: &Var| grads.get(v.as_tensor()).expect("gradient").clone();
     Ok(BnOut {

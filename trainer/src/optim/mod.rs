@@ -1,5 +1,7 @@
 //! The optimiser and learning-rate schedules.
 
+#[cfg(feature = "cuda")]
+mod fused_sgd;
 mod schedule;
 mod sgd;
 

@@ -44,6 +44,19 @@ impl Sgd {
             let Some(g) = grads.get(s.param.as_tensor()) else {
                 continue;
             };
+            // On CUDA one kernel does the whole update in place, rounded exactly as below.
+            #[cfg(feature = "cuda")]
+            if super::fused_sgd::supports(s.param.as_tensor(), s.velocity.as_tensor(), g) {
+                super::fused_sgd::step(
+                    s.param.as_tensor(),
+                    s.velocity.as_tensor(),
+                    g,
+                    lr,
+                    self.momentum,
+                    self.weight_decay,
+                )?;
+                continue;
+            }
             let p = s.param.as_tensor().detach();
             let d = if self.weight_decay != 0.0 {
                 (g + (&p * self.weight_decay)?)?
