@@ -19,8 +19,9 @@ if [ ! -x "$BIN" ]; then
 fi
 exec > >(tee -a "$OUT/log.txt") 2>&1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/infer/gpu.txt"
-(cd "$C" && PYTHONUNBUFFERED=1 python3 peer_torch_infer.py --json "$OLDPWD/$OUT/infer/peer_infer.json")
-"$BIN" bench infer --device cuda --peer "$OUT/infer/peer_infer.json" --out "$OUT/infer"
+peer_json=$(realpath -m "$OUT/infer/peer_infer.json")
+(cd "$C" && PYTHONUNBUFFERED=1 python3 peer_torch_infer.py --json "$peer_json")
+"$BIN" bench infer --device cuda --peer "$peer_json" --out "$OUT/infer"
 if [ -f "$C/cuda_tests.tar.gz" ]; then
   mkdir -p /tmp/ct && tar xzf "$C/cuda_tests.tar.gz" -C /tmp/ct
   for t in /tmp/ct/*; do "$t" --test-threads 1 2>&1 | tail -25; done | tee "$OUT/infer/cuda_tests.txt"

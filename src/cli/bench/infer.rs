@@ -140,6 +140,13 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         "none" => None,
         d => Some(octet_trainer::device::parse_device(d)?),
     };
+    // Read the peer first: a bad path should fail before minutes of measuring.
+    let peer: Vec<Value> = match &a.peer {
+        Some(p) => serde_json::from_slice(
+            &std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+        )?,
+        None => Vec::new(),
+    };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = Vec::new();
     for m in &a.models {
@@ -177,12 +184,6 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
             cuda_int8(&model, &name, b, &px, iters(b), &mut rows)?;
         }
     }
-    let peer: Vec<Value> = match &a.peer {
-        Some(p) => serde_json::from_slice(
-            &std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
-        )?,
-        None => Vec::new(),
-    };
     let md = markdown(&rows, &peer);
     let json = serde_json::json!({
         "bench": "infer", "commit": crate::cli::COMMIT,
