@@ -46,6 +46,10 @@ fn models(kind: ModelKind) -> (Box<dyn Network>, Vec<u8>) {
         ..ExportOptions::default()
     };
     let bytes = export(&input, &pixels(32, 1), &opts).expect("export").bytes;
+    // For profiling the benchmarked models op by op (runtime/tests/perf.rs, OCTET_MODEL).
+    if let Ok(dir) = std::env::var("OCTET_BENCH_DUMP") {
+        std::fs::write(format!("{dir}/{kind}.o8"), &bytes).expect("dump");
+    }
     (net, bytes)
 }
 

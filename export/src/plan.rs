@@ -62,13 +62,29 @@ pub fn plan(buffers: &[Buffer], align: usize) -> (Vec<usize>, usize) {
 /// Scratch bytes `op` needs in the arena for one image: the runtime's own figure
 /// (`octet_runtime::scratch_bytes`), so plan and kernels agree. The single place to change.
 pub fn op_scratch_bytes(op: &QOp, model: &QModel) -> usize {
-    let (kh, kw) = match op.kind {
-        OpKind::Conv2d { kh, kw, .. } => (kh, kw),
-        OpKind::MaxPool { k, .. } | OpKind::AvgPool { k, .. } => (k, k),
-        _ => (0, 0),
+    let (kh, kw, stride, pad) = match op.kind {
+        OpKind::Conv2d {
+            kh,
+            kw,
+            stride,
+            pad,
+        } => (kh, kw, stride, pad),
+        OpKind::MaxPool { k, stride } | OpKind::AvgPool { k, stride } => (k, k, stride, 0),
+        _ => (0, 0, 0, 0),
     };
-    let cin = model.tensors[op.inputs[0]].shape.c;
-    octet_runtime::scratch_bytes(op.kind.code(), kh as u32, kw as u32, cin as u32)
+    let x = model.tensors[op.inputs[0]].shape;
+    let y = model.tensors[op.output].shape;
+    let g = octet_runtime::OpGeometry {
+        kernel_h: kh as u32,
+        kernel_w: kw as u32,
+        stride: stride as u32,
+        pad: pad as u32,
+        c_in: x.c as u32,
+        h_in: x.h as u32,
+        w_in: x.w as u32,
+        c_out: y.c as u32,
+    };
+    octet_runtime::scratch_bytes(op.kind.code(), &g)
 }
 
 /// Where every tensor and scratch region of a model lives.

@@ -6,7 +6,7 @@ use crate::qmodel::QModel;
 use crate::{ExportError, Result};
 
 pub const MAGIC: &[u8; 8] = b"OCTET8\r\n";
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 80;
 pub const TENSOR_RECORD: usize = 32;
 pub const OP_RECORD: usize = 64;

@@ -5,8 +5,8 @@
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"OCTET8\r\n";
-/// Format version.
-pub const VERSION: u16 = 1;
+/// Format version (2: the scratch rule with the pixels-in-lanes VNNI conv, FORMAT.md).
+pub const VERSION: u16 = 2;
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 80;
 /// Tensor record length in bytes.

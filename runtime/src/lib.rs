@@ -7,8 +7,9 @@
 //! ```
 //!
 //! The file layout is specified in `runtime/FORMAT.md`. Every kernel has a scalar reference
-//! (`kernels::scalar`); the AVX2 kernels (`kernels::avx2`) and the AVX-512 VNNI conv kernel
-//! (`kernels::vnni`, 256-bit vectors) produce the same bytes. `Model::run` picks the fastest
+//! (`kernels::scalar`); the AVX2 kernels (`kernels::avx2`) and the AVX-512 VNNI conv kernels
+//! (`kernels::vnni`: output pixels in the lanes of 512-bit vectors where the shapes allow, else
+//! dot products over packed patches) produce the same bytes. `Model::run` picks the fastest
 //! the CPU supports (detected at run time, with or without `std`); `Model::run_with` forces one.
 //!
 //! The crate is `no_std` and never uses `alloc`. The `std` feature adds run-time CPU feature
@@ -28,7 +29,7 @@ pub mod parallel;
 pub mod requant;
 
 pub use error::RuntimeError;
-pub use kernels::{scratch_bytes, Kernels};
+pub use kernels::{scratch_bytes, Kernels, OpGeometry};
 pub use model::{Model, OpInfo, OpKind, TensorInfo};
 pub use requant::{quantize_multiplier, requantize};
 

@@ -8,7 +8,7 @@ use crate::format::{
 };
 use crate::kernels::{
     self, scalar, AddRequant, ConvParams, FcParams, I32Array, Kernels, OutputQuant, PoolParams,
-    Resolved, Shape,
+    Resolved, Shape, GROUP_IMAGES,
 };
 use crate::requant::{valid_multiplier, valid_right_shift, M0_MIN};
 use crate::{align16, as_i8, as_i8_mut, Result, RuntimeError};
@@ -467,11 +467,18 @@ impl<'a> Model<'a> {
         let (act_min, act_max) = rec.act();
         let input0 = rec.input0();
         let in1 = rec.input1();
-        let c_in = self
+        let (c_in, h_in, w_in) = self
             .tensor_record(input0)
             .ok_or(RuntimeError::OutOfBounds {
                 what: "tensor id",
                 index: input0 as u32,
+            })?
+            .chw();
+        let c_out = self
+            .tensor_record(rec.output())
+            .ok_or(RuntimeError::OutOfBounds {
+                what: "tensor id",
+                index: rec.output() as u32,
             })?
             .chw()
             .0;
@@ -495,9 +502,16 @@ impl<'a> Model<'a> {
             scratch_offset: rec.scratch(),
             scratch_bytes: kernels::scratch_bytes(
                 kind.code(),
-                kernel_h as u32,
-                kernel_w as u32,
-                c_in as u32,
+                &kernels::OpGeometry {
+                    kernel_h: kernel_h as u32,
+                    kernel_w: kernel_w as u32,
+                    stride: stride as u32,
+                    pad: pad as u32,
+                    c_in: c_in as u32,
+                    h_in: h_in as u32,
+                    w_in: w_in as u32,
+                    c_out: c_out as u32,
+                },
             ),
         })
     }
@@ -817,7 +831,9 @@ impl<'a> Model<'a> {
 
     /// Runs the model on `pixels` (a batch of u8 images, planar C×H×W each) with the fastest
     /// kernels; returns `batch · output_len()` logits at the start of `arena`, which must hold
-    /// at least `arena_bytes_for(batch)` bytes. No allocation.
+    /// at least `arena_bytes_for(batch)` bytes; room for more working areas (up to
+    /// `GROUP_IMAGES`) runs the images in groups, op by op (faster, the same bytes). No
+    /// allocation.
     pub fn run<'b>(&self, pixels: &[u8], arena: &'b mut [u8]) -> Result<&'b [i8]> {
         self.run_with(Kernels::Auto, pixels, arena)
     }
@@ -840,13 +856,26 @@ impl<'a> Model<'a> {
         }
         let n_out = batch * self.out_len;
         let (outs, work) = arena.split_at_mut(align16(n_out));
-        self.run_images(k, pixels, &mut work[..self.arena_bytes], &mut outs[..n_out])?;
+        let areas = self.working_areas(work.len(), batch);
+        self.run_images(
+            k,
+            pixels,
+            &mut work[..areas * self.arena_bytes],
+            &mut outs[..n_out],
+        )?;
         let outs: &'b [u8] = outs;
         Ok(as_i8(&outs[..n_out]))
     }
 
-    /// Runs every image of `pixels` through `work` (exactly the working bytes), writing each
-    /// image's logits to consecutive `output_len()` chunks of `outs`.
+    /// Working areas that fit `len` bytes, at least 1 and at most `min(batch, GROUP_IMAGES)`.
+    pub(crate) fn working_areas(&self, len: usize, batch: usize) -> usize {
+        let fit = len.checked_div(self.arena_bytes).unwrap_or(usize::MAX);
+        fit.min(batch).clamp(1, GROUP_IMAGES)
+    }
+
+    /// Runs every image of `pixels` through `work` (a whole number of working areas), writing
+    /// each image's logits to consecutive `output_len()` chunks of `outs`. With several working
+    /// areas the images run in groups, op by op, so that a conv sees the whole group at once.
     pub(crate) fn run_images(
         &self,
         k: Resolved,
@@ -854,14 +883,155 @@ impl<'a> Model<'a> {
         work: &mut [u8],
         outs: &mut [u8],
     ) -> Result<()> {
-        let (n_in, n_out) = (self.input_len(), self.out_len);
-        for (img, out) in pixels.chunks_exact(n_in).zip(outs.chunks_exact_mut(n_out)) {
-            self.run_one(k, img, work, out)?;
+        let (n_in, n_out, wb) = (self.input_len(), self.out_len, self.arena_bytes);
+        let areas = work
+            .len()
+            .checked_div(wb)
+            .unwrap_or(1)
+            .clamp(1, GROUP_IMAGES);
+        // Groups pay off only through the batched conv; otherwise image by image (hot caches).
+        if areas == 1 || !self.groups_help(k) {
+            for (img, out) in pixels.chunks_exact(n_in).zip(outs.chunks_exact_mut(n_out)) {
+                self.run_one(k, img, &mut work[..wb], out)?;
+            }
+            return Ok(());
+        }
+        for (imgs, out) in pixels
+            .chunks(areas * n_in)
+            .zip(outs.chunks_mut(areas * n_out))
+        {
+            self.run_group(k, imgs, work, out)?;
         }
         Ok(())
     }
 
-    fn run_one(&self, k: Resolved, img: &[u8], work: &mut [u8], out: &mut [u8]) -> Result<()> {
+    /// Runs the images of `imgs` (at most one per working area of `work`) op by op.
+    fn run_group(&self, k: Resolved, imgs: &[u8], work: &mut [u8], outs: &mut [u8]) -> Result<()> {
+        let layout = RuntimeError::BadParam {
+            op: u32::MAX,
+            what: "arena layout",
+        };
+        let (n_in, wb) = (self.input_len(), self.arena_bytes);
+        let n = imgs.len() / n_in;
+        let work = &mut work[..n * wb];
+        for (img, w) in imgs.chunks_exact(n_in).zip(work.chunks_exact_mut(wb)) {
+            self.load_input(img, w)?;
+        }
+        for j in 0..self.n_ops {
+            // Every other op walks the images backwards: it starts with the image the op before
+            // finished with, still in cache.
+            let back = j % 2 == 1;
+            if !self.exec_group(k, j, work, back)? {
+                if back {
+                    for w in work.chunks_exact_mut(wb).rev() {
+                        self.exec(k, j, w)?;
+                    }
+                } else {
+                    for w in work.chunks_exact_mut(wb) {
+                        self.exec(k, j, w)?;
+                    }
+                }
+            }
+        }
+        let tout = self.tensor(self.output_tensor).ok_or(layout)?;
+        for (w, out) in work
+            .chunks_exact(wb)
+            .zip(outs.chunks_exact_mut(self.out_len))
+        {
+            out.copy_from_slice(w.get(tout.range()).ok_or(layout)?);
+        }
+        Ok(())
+    }
+
+    /// Whether running images in groups helps: some conv runs the batched VNNI kernel.
+    fn groups_help(&self, k: Resolved) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if k == Resolved::Vnni {
+            return self.ops().any(|o| {
+                let (Some(x), Some(y)) = (self.tensor(o.input0), self.tensor(o.output)) else {
+                    return false;
+                };
+                o.kind == OpKind::Conv2d
+                    && kernels::lanes_supported(&Self::conv_params(&o, &x, &y).geometry())
+            });
+        }
+        let _ = k;
+        false
+    }
+
+    /// Op `j` over every working area of `work` at once, when a batched kernel covers it
+    /// (the VNNI conv); `false` when the caller must run it image by image.
+    fn exec_group(&self, k: Resolved, j: u32, work: &mut [u8], back: bool) -> Result<bool> {
+        #[cfg(target_arch = "x86_64")]
+        if k == Resolved::Vnni {
+            let layout = RuntimeError::BadParam {
+                op: j,
+                what: "arena layout",
+            };
+            let o = self.decode_op(j)?;
+            if o.kind != OpKind::Conv2d {
+                return Ok(false);
+            }
+            let tin = self.tensor(o.input0).ok_or(layout)?;
+            let tout = self.tensor(o.output).ok_or(layout)?;
+            let p = Self::conv_params(&o, &tin, &tout);
+            if !kernels::lanes_supported(&p.geometry()) {
+                return Ok(false);
+            }
+            let mut imgs: [kernels::vnni::ConvImage; GROUP_IMAGES] =
+                core::array::from_fn(|_| kernels::vnni::ConvImage {
+                    input: &[],
+                    output: &mut [],
+                    scratch: &mut [],
+                });
+            let mut n = 0;
+            for (slot, w) in imgs.iter_mut().zip(work.chunks_exact_mut(self.arena_bytes)) {
+                let carved = Carved::new(w, tout.range(), o.scratch_range()).ok_or(layout)?;
+                let input = as_i8(carved.input(tin.range()).ok_or(layout)?);
+                let Carved { out, scratch, .. } = carved;
+                *slot = kernels::vnni::ConvImage {
+                    input,
+                    output: as_i8_mut(out),
+                    scratch,
+                };
+                n += 1;
+            }
+            if back {
+                imgs[..n].reverse();
+            }
+            // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/BW/VL are
+            // available.
+            return Ok(unsafe { kernels::vnni::conv2d_lanes_batch(&p, &mut imgs[..n]) });
+        }
+        let _ = (k, j, work, back);
+        Ok(false)
+    }
+
+    /// The conv parameters of op `o`.
+    fn conv_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> ConvParams<'o> {
+        ConvParams {
+            input: tin.shape(),
+            output: tout.shape(),
+            kernel_h: o.kernel_h as usize,
+            kernel_w: o.kernel_w as usize,
+            stride: o.stride as usize,
+            pad: o.pad as usize,
+            weights: o.weights,
+            bias: o.bias,
+            multiplier: o.multipliers,
+            shift: o.shifts,
+            pad_values: o.pad_values,
+            input_zero_point: tin.zero_point,
+            out: OutputQuant {
+                zero_point: tout.zero_point,
+                act_min: o.act_min,
+                act_max: o.act_max,
+            },
+        }
+    }
+
+    /// Converts one image's planar u8 pixels into the input tensor (HWC, q = pixel − 128).
+    fn load_input(&self, img: &[u8], work: &mut [u8]) -> Result<()> {
         let layout = RuntimeError::BadParam {
             op: u32::MAX,
             what: "arena layout",
@@ -880,11 +1050,75 @@ impl<'a> Model<'a> {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn run_one(&self, k: Resolved, img: &[u8], work: &mut [u8], out: &mut [u8]) -> Result<()> {
+        let layout = RuntimeError::BadParam {
+            op: u32::MAX,
+            what: "arena layout",
+        };
+        self.load_input(img, work)?;
         for j in 0..self.n_ops {
             self.exec(k, j, work)?;
         }
         let tout = self.tensor(self.output_tensor).ok_or(layout)?;
         out.copy_from_slice(work.get(tout.range()).ok_or(layout)?);
+        Ok(())
+    }
+
+    /// Profiling aid: runs `pixels` like [`Model::run_with`] (in groups when `arena` has room
+    /// for several working areas), adding each op's time in seconds by `clock` to `times[j]`.
+    #[doc(hidden)]
+    pub fn run_timed(
+        &self,
+        kernels: Kernels,
+        pixels: &[u8],
+        arena: &mut [u8],
+        times: &mut [f64],
+        clock: fn() -> f64,
+    ) -> Result<()> {
+        let k = kernels.resolve()?;
+        let batch = self.batch_of(pixels.len())?;
+        let needed = self.arena_bytes_for(batch);
+        if arena.len() < needed {
+            return Err(RuntimeError::ArenaTooSmall {
+                needed,
+                len: arena.len(),
+            });
+        }
+        let work = &mut arena[align16(batch * self.out_len)..];
+        let wb = self.arena_bytes;
+        let areas = self.working_areas(work.len(), batch);
+        let work = &mut work[..areas * wb];
+        for imgs in pixels.chunks(areas * self.input_len()) {
+            let n = imgs.len() / self.input_len();
+            let work = &mut work[..n * wb];
+            for (img, w) in imgs
+                .chunks_exact(self.input_len())
+                .zip(work.chunks_exact_mut(wb))
+            {
+                self.load_input(img, w)?;
+            }
+            for j in 0..self.n_ops {
+                let t = clock();
+                let back = j % 2 == 1;
+                if !self.exec_group(k, j, work, back)? {
+                    if back {
+                        for w in work.chunks_exact_mut(wb).rev() {
+                            self.exec(k, j, w)?;
+                        }
+                    } else {
+                        for w in work.chunks_exact_mut(wb) {
+                            self.exec(k, j, w)?;
+                        }
+                    }
+                }
+                if let Some(s) = times.get_mut(j as usize) {
+                    *s += clock() - t;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -916,21 +1150,7 @@ impl<'a> Model<'a> {
         };
         match o.kind {
             OpKind::Conv2d => {
-                let p = ConvParams {
-                    input: tin.shape(),
-                    output: tout.shape(),
-                    kernel_h: o.kernel_h as usize,
-                    kernel_w: o.kernel_w as usize,
-                    stride: o.stride as usize,
-                    pad: o.pad as usize,
-                    weights: o.weights,
-                    bias: o.bias,
-                    multiplier: o.multipliers,
-                    shift: o.shifts,
-                    pad_values: o.pad_values,
-                    input_zero_point: tin.zero_point,
-                    out,
-                };
+                let p = Self::conv_params(&o, &tin, &tout);
                 kernels::conv2d(k, &p, x, y, scratch);
             }
             OpKind::FullyConnected => {

@@ -1,13 +1,17 @@
-//! Multi-threaded batch inference (feature `std`): the batch is split into contiguous chunks,
-//! one per thread, each thread with its own working slice of the arena. No allocation besides
-//! the threads themselves. The single-threaded [`Model::run`] stays the reference: the bytes
-//! are identical.
+//! Multi-threaded batch inference (feature `std`): the batch is split into chunks of up to
+//! `GROUP_IMAGES` images, handed out to the threads in turn, each thread with its own working
+//! slice of the arena (one working area per image of a chunk). No allocation besides the
+//! threads themselves. The single-threaded [`Model::run`] stays the reference: the bytes are
+//! identical.
 
-use crate::kernels::Kernels;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::kernels::{Kernels, GROUP_IMAGES};
 use crate::{align16, as_i8, Model, Result, RuntimeError};
 
-/// Arena [`run_parallel`] needs: `align16(batch·out_len) + min(threads, batch) · working_bytes`
-/// (saturating).
+/// Arena [`run_parallel`] needs: `align16(batch·out_len) + t · g · working_bytes` with
+/// `t = min(threads, batch)` threads and `g = min(GROUP_IMAGES, ⌈batch / t⌉)` working areas
+/// per thread (each thread runs its images in groups of `g`, op by op) (saturating).
 pub fn arena_bytes_parallel(model: &Model, batch: usize, threads: usize) -> usize {
     let t = threads.clamp(1, batch.max(1));
     align16(
@@ -15,7 +19,33 @@ pub fn arena_bytes_parallel(model: &Model, batch: usize, threads: usize) -> usiz
             .saturating_mul(model.output_len())
             .min(usize::MAX - 16),
     )
-    .saturating_add(t.saturating_mul(model.working_bytes()))
+    .saturating_add(
+        t.saturating_mul(areas(batch, t))
+            .saturating_mul(model.working_bytes()),
+    )
+}
+
+/// Threads `run_parallel` starts at most.
+const MAX_THREADS: usize = 64;
+
+/// The output bytes, shared by the threads (each writes only the chunks it takes).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut u8);
+
+impl OutPtr {
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
+// SAFETY: the pointer is only used to write disjoint chunks, one thread per chunk.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// Working areas per thread.
+fn areas(batch: usize, t: usize) -> usize {
+    batch.div_ceil(t).clamp(1, GROUP_IMAGES)
 }
 
 /// Runs `pixels` (a batch of images) on up to `threads` threads with the fastest kernels;
@@ -49,49 +79,51 @@ pub fn run_parallel_with<'b>(
             len: arena.len(),
         });
     }
-    let t = threads.min(batch);
-    let (n_in, n_out, work_len) = (model.input_len(), model.output_len(), model.working_bytes());
+    let (n_in, n_out) = (model.input_len(), model.output_len());
     let n_total = batch * n_out;
     let (outs, works) = arena.split_at_mut(align16(n_total));
-    let per = batch.div_ceil(t);
+    if batch == 0 {
+        return Ok(&[]);
+    }
+    // Chunks of one group of images each, handed out in turn: a thread slowed down (another
+    // process on its core) takes fewer, and every chunk runs op by op over its group.
+    let t0 = threads.min(batch);
+    let per = areas(batch, t0);
+    let chunks = batch.div_ceil(per);
+    let t = t0.min(chunks).min(MAX_THREADS);
+    let work_len = per * model.working_bytes();
+    let next = AtomicUsize::new(0);
+    let out_ptr = OutPtr(outs.as_mut_ptr());
+    let worker = |work: &mut [u8]| -> Result<()> {
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks {
+                return Ok(());
+            }
+            let (i0, i1) = (c * per, ((c + 1) * per).min(batch));
+            // SAFETY: the counter gives chunk c to exactly one thread, so these output bytes
+            // (within `outs[..n_total]`, not otherwise used during the scope) have one writer.
+            let out = unsafe {
+                core::slice::from_raw_parts_mut(out_ptr.get().add(i0 * n_out), (i1 - i0) * n_out)
+            };
+            model.run_images(k, &pixels[i0 * n_in..i1 * n_in], work, out)?;
+        }
+    };
     let result = std::thread::scope(|s| {
-        let mut handles = [const { None }; 64];
-        let mut rest_out = &mut outs[..n_total];
-        let mut rest_work = &mut works[..];
-        let mut rest_px = pixels;
-        let mut first: Option<(&[u8], &mut [u8], &mut [u8])> = None;
-        let mut spawned = 0;
-        let mut results_inline: Result<()> = Ok(());
-        let mut i = 0;
-        while !rest_px.is_empty() {
-            let imgs = per.min(rest_px.len() / n_in);
-            let (px, rp) = rest_px.split_at(imgs * n_in);
-            let (out, ro) = core::mem::take(&mut rest_out).split_at_mut(imgs * n_out);
-            let (work, rw) = core::mem::take(&mut rest_work).split_at_mut(work_len);
-            rest_px = rp;
-            rest_out = ro;
-            rest_work = rw;
-            if i == 0 {
-                first = Some((px, work, out));
-            } else if spawned < handles.len() {
-                handles[spawned] = Some(s.spawn(move || model.run_images(k, px, work, out)));
-                spawned += 1;
-            } else {
-                // More chunks than thread slots: run on this thread.
-                results_inline = results_inline.and(model.run_images(k, px, work, out));
-            }
-            i += 1;
+        let mut areas = works.chunks_exact_mut(work_len).take(t);
+        let Some(first) = areas.next() else {
+            return Err(RuntimeError::BadThreads);
+        };
+        let mut handles = [const { None }; MAX_THREADS];
+        for (h, work) in handles.iter_mut().zip(areas) {
+            let worker = &worker;
+            *h = Some(s.spawn(move || worker(work)));
         }
-        if let Some((px, work, out)) = first {
-            results_inline = results_inline.and(model.run_images(k, px, work, out));
+        let mut result = worker(first);
+        for h in handles.iter_mut().filter_map(Option::take) {
+            result = result.and(h.join().unwrap_or(Err(RuntimeError::BadThreads)));
         }
-        for h in handles.iter_mut().take(spawned) {
-            if let Some(h) = h.take() {
-                let r = h.join().unwrap_or(Err(RuntimeError::BadThreads));
-                results_inline = results_inline.and(r);
-            }
-        }
-        results_inline
+        result
     });
     result?;
     let outs: &'b [u8] = outs;

@@ -1,19 +1,28 @@
-//! `run_parallel` gives the same bytes as the single-threaded `run`.
+//! `run_parallel` (images in groups, op by op) gives the same bytes as the single-threaded
+//! scalar reference.
 #![cfg(feature = "std")]
 
 mod common;
 
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
-use octet_runtime::{Model, RuntimeError};
+use octet_runtime::{Kernels, Model, RuntimeError};
 
 #[test]
 fn parallel_equals_single_threaded() {
-    for bytes in [common::lenet(1).encode(), common::small_resnet(2).encode()] {
+    for bytes in [
+        common::lenet(1).encode(),
+        common::small_resnet(2).encode(),
+        common::small_late_resnet(3).encode(),
+    ] {
         let m = Model::parse(&bytes).unwrap();
-        for batch in [1usize, 2, 5, 7] {
+        for batch in [1usize, 2, 5, 7, 19] {
             let pixels = common::Rng::new(batch as u64).bytes(batch * m.input_len());
             let mut a1 = vec![0u8; m.arena_bytes_for(batch)];
-            let single = m.run(&pixels, &mut a1).unwrap().to_vec();
+            let single = m
+                .run_with(Kernels::Scalar, &pixels, &mut a1)
+                .unwrap()
+                .to_vec();
+            assert_eq!(m.run(&pixels, &mut a1).unwrap(), &single[..]);
             for threads in [1usize, 2, 3, 8] {
                 let mut a = vec![0u8; arena_bytes_parallel(&m, batch, threads)];
                 let par = run_parallel(&m, &pixels, &mut a, threads).unwrap();

@@ -18,23 +18,27 @@ fn time_it(model: &Model, k: Kernels, pixels: &[u8], reps: usize) -> f64 {
     t.elapsed().as_secs_f64() / reps as f64
 }
 
+/// ResNet-18 batch 64 through `run_parallel` (the benchmark's path), 1 and 2 threads, wall time.
+#[cfg(feature = "std")]
 #[test]
 #[ignore]
 fn resnet18_batch64_throughput() {
+    use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
     let bytes = common::resnet18(1).encode();
     let m = Model::parse(&bytes).unwrap();
     let pixels = common::Rng::new(2).bytes(64 * m.input_len());
-    for k in [Kernels::Avx512Vnni, Kernels::Avx2] {
-        if m.run_with(k, &pixels[..m.input_len()], &mut vec![0; m.arena_bytes()])
-            .is_err()
-        {
-            continue;
+    for threads in [1usize, 2] {
+        let mut arena = vec![0u8; arena_bytes_parallel(&m, 64, threads)];
+        run_parallel(&m, &pixels, &mut arena, threads).unwrap();
+        let mut best = f64::MAX;
+        for _ in 0..10 {
+            let t = Instant::now();
+            std::hint::black_box(run_parallel(&m, &pixels, &mut arena, threads).unwrap());
+            best = best.min(t.elapsed().as_secs_f64());
         }
-        let s = time_it(&m, k, &pixels, 2);
         println!(
-            "resnet18 batch 64, 1 thread, {k:?}: {:.1} img/s ({:.3} s/batch)",
-            64.0 / s,
-            s
+            "resnet18 batch 64, {threads} thread(s): {:.1} img/s (best of 10)",
+            64.0 / best
         );
     }
 }
@@ -80,4 +84,102 @@ fn write_fuzz_corpus() {
         Model::parse(&bytes).unwrap();
         std::fs::write(format!("{dir}/{name}"), bytes).unwrap();
     }
+}
+
+/// This thread's CPU time in seconds (Linux `CLOCK_THREAD_CPUTIME_ID`): steadier than wall
+/// time on a shared machine.
+#[cfg(target_os = "linux")]
+fn thread_cpu_time() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: a valid clock id (3 = CLOCK_THREAD_CPUTIME_ID) and a valid out pointer.
+    unsafe { clock_gettime(3, &mut ts) };
+    ts.sec as f64 + ts.nsec as f64 * 1e-9
+}
+
+/// Per-op CPU time and MAC rate of ResNet-18 (CIFAR) at batch 64, one thread:
+/// `cargo test --release -p octet-runtime --features std --test perf -- --ignored --nocapture profile`.
+#[cfg(all(feature = "std", target_os = "linux"))]
+#[test]
+#[ignore]
+fn profile_resnet18_ops() {
+    // OCTET_MODEL: a .o8 file to profile instead (e.g. dumped by benches/infer.rs with
+    // OCTET_BENCH_DUMP=dir).
+    let bytes = match std::env::var("OCTET_MODEL") {
+        Ok(path) => std::fs::read(path).unwrap(),
+        Err(_) => common::resnet18(1).encode(),
+    };
+    let m = Model::parse(&bytes).unwrap();
+    let batch = 64;
+    let pixels = common::Rng::new(2).bytes(batch * m.input_len());
+    let mut arena = vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&m, batch, 1)];
+    // Per op, the fastest of several runs: the machine may be shared.
+    let mut times = vec![f64::MAX; m.num_ops()];
+    let reps = std::env::var("REPS").map_or(5, |r| r.parse().unwrap());
+    for _ in 0..reps {
+        let mut t = vec![0.0f64; m.num_ops()];
+        m.run_timed(Kernels::Auto, &pixels, &mut arena, &mut t, thread_cpu_time)
+            .unwrap();
+        times.iter_mut().zip(&t).for_each(|(a, &b)| *a = a.min(b));
+    }
+    let (mut total, mut total_macs) = (0.0, 0.0);
+    for (j, op) in m.ops().enumerate() {
+        let tin = m.tensor(op.input0).unwrap();
+        let tout = m.tensor(op.output).unwrap();
+        let macs = match op.kind {
+            octet_runtime::OpKind::Conv2d | octet_runtime::OpKind::FullyConnected => {
+                (tout.len() * op.weights.len() / tout.shape().c) as f64
+            }
+            _ => 0.0,
+        };
+        let t = times[j] / batch as f64;
+        total += t;
+        total_macs += macs;
+        println!(
+            "{j:2} {:<6} {:>3}x{:<2}x{:<2} -> {:>3}x{:<2}x{:<2} k{} s{}: {:7.1} us/img {:6.1} GMAC/s",
+            op.kind.name(),
+            tin.c,
+            tin.h,
+            tin.w,
+            tout.c,
+            tout.h,
+            tout.w,
+            op.kernel_h,
+            op.stride,
+            t * 1e6,
+            macs / t / 1e9
+        );
+    }
+    println!(
+        "total {:.1} us/img = {:.1} img/s, {:.3} GMAC/img, {:.1} GMAC/s",
+        total * 1e6,
+        1.0 / total,
+        total_macs / 1e9,
+        total_macs / total / 1e9
+    );
+}
+
+/// Arena sizes of ResNet-18 (CIFAR): `… --ignored --nocapture arena_sizes`.
+#[test]
+#[ignore]
+fn arena_sizes() {
+    let bytes = std::env::var("OCTET_MODEL").map_or_else(
+        |_| common::resnet18(1).encode(),
+        |p| std::fs::read(p).unwrap(),
+    );
+    let m = Model::parse(&bytes).unwrap();
+    println!("working {} KiB", m.working_bytes() >> 10);
+    for o in m.ops() {
+        if o.scratch_bytes > 0 {
+            print!("{} ", o.scratch_bytes >> 10);
+        }
+    }
+    println!();
 }

@@ -157,8 +157,11 @@ fn header_errors() {
     f[0] = b'X';
     assert_eq!(err(&f), RuntimeError::BadMagic);
     let mut f = good.clone();
-    f[8] = 2;
-    assert_eq!(err(&f), RuntimeError::UnsupportedVersion(2));
+    // Version 1 (the scratch rule before the pixels-in-lanes conv) is refused.
+    f[8] = 1;
+    assert_eq!(err(&f), RuntimeError::UnsupportedVersion(1));
+    f[8] = 3;
+    assert_eq!(err(&f), RuntimeError::UnsupportedVersion(3));
     let mut f = good.clone();
     *f.last_mut().unwrap() ^= 1;
     assert!(matches!(err(&f), RuntimeError::CrcMismatch { .. }));

@@ -109,7 +109,7 @@ pub struct Parsed {
 /// Parses and checks a `.o8` file against FORMAT.md, byte by byte; panics on any violation.
 pub fn check_o8(b: &[u8]) -> Parsed {
     assert_eq!(&b[0..8], b"OCTET8\r\n");
-    assert_eq!(u16_at(b, 8), 1);
+    assert_eq!(u16_at(b, 8), 2);
     assert_eq!(u16_at(b, 10), 80);
     assert_eq!(u32_at(b, 16), b.len());
     assert_eq!(u32_at(b, 12) as u32, crc32fast::hash(&b[16..]));

@@ -1,7 +1,8 @@
 //! Integer kernels and their dispatch.
 //!
 //! `scalar` holds the reference loops; `avx2` holds AVX2 versions of the hot kernels
-//! (conv2d, fully_connected) and `vnni` an AVX-512 VNNI conv2d, all producing the same bytes.
+//! (conv2d, fully_connected) and `vnni` the AVX-512 VNNI conv2d kernels (pixels in lanes, over
+//! one image or a group, and the older packed-patch one), all producing the same bytes.
 //! Pools always run scalar; `scalar::add` uses AVX-512 when the CPU has it (same bytes).
 
 pub mod scalar;
@@ -222,23 +223,107 @@ pub const CONV_PIXEL_BLOCK: usize = 4;
 /// Output pixels whose u8 patches the VNNI conv packs at once (rows of `align64(K)` bytes).
 pub const VNNI_PIXEL_BLOCK: usize = 64;
 
+/// What [`scratch_bytes`] needs to know about an op: its window and its input and output
+/// shapes (zero where they do not apply).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpGeometry {
+    /// Kernel height.
+    pub kernel_h: u32,
+    /// Kernel width.
+    pub kernel_w: u32,
+    /// Stride.
+    pub stride: u32,
+    /// Padding.
+    pub pad: u32,
+    /// Input channels.
+    pub c_in: u32,
+    /// Input height.
+    pub h_in: u32,
+    /// Input width.
+    pub w_in: u32,
+    /// Output channels.
+    pub c_out: u32,
+}
+
+/// Images a batch runs together, op by op, each in its own working area (the VNNI conv covers
+/// them in one call; see `Model::arena_bytes_for`).
+pub const GROUP_IMAGES: usize = 8;
+
+/// Output pixels per pass of the pixels-in-lanes VNNI conv ([`vnni::conv2d_lanes`]): 4 vectors
+/// of 16 pixels.
+pub const LANES_PIXEL_BLOCK: usize = 64;
+
+/// Bytes per output channel of the lanes conv's requantization table.
+pub const LANES_EPI_BYTES: usize = 32;
+
+/// Scratch regions of the pixels-in-lanes VNNI conv, in bytes from a 64-aligned base:
+/// `(t, panel, tile, epi)` sizes. `t`: the input as u8 quads of channels, padded, one plane per
+/// quad, columns split by stride phase; `panel`: one pass's patch quads, 16 pixels per vector;
+/// `tile`: one pass's outputs, channel-major; `epi`: per-channel requantization constants.
+pub const fn lanes_regions(g: &OpGeometry) -> (usize, usize, usize, usize) {
+    let s = if g.stride == 0 { 1 } else { g.stride as usize };
+    let planes = (g.c_in as usize).div_ceil(4);
+    let hp = g.h_in as usize + 2 * g.pad as usize;
+    let wp = g.w_in as usize + 2 * g.pad as usize;
+    let wq = wp.div_ceil(s);
+    let t = align64(
+        planes
+            .saturating_mul(hp)
+            .saturating_mul(s * wq)
+            .saturating_mul(4),
+    );
+    let (kh, kw) = (g.kernel_h as usize, g.kernel_w as usize);
+    // A pass may take pixels of several images: room for a whole block whatever the size.
+    let block = LANES_PIXEL_BLOCK;
+    let kq = kh.saturating_mul(kw).saturating_mul(planes);
+    let panel = block.saturating_mul(4).saturating_mul(kq);
+    let cout = g.c_out as usize;
+    let tile = cout.saturating_mul(LANES_PIXEL_BLOCK);
+    let epi = cout.saturating_mul(LANES_EPI_BYTES);
+    (t, panel, tile, epi)
+}
+
+/// Whether the pixels-in-lanes VNNI conv covers a conv of this geometry (quads of input channels
+/// that tile each tap, output channels in groups of 8).
+pub const fn lanes_supported(g: &OpGeometry) -> bool {
+    (g.c_in.is_multiple_of(4) || g.c_in < 4)
+        && g.c_in > 0
+        && g.c_out.is_multiple_of(8)
+        && g.c_out > 0
+}
+
+const fn align64(n: usize) -> usize {
+    n.saturating_add(63) & !63
+}
+
 /// The scratch arena bytes an op needs; the exporter reserves exactly this at the op's
 /// scratch offset (and writes offset 0 when it is 0).
 ///
 /// conv2d: the larger of `CONV_PIXEL_BLOCK · align16(K) · 2` (AVX2: im2col rows widened to
-/// i16) and `VNNI_PIXEL_BLOCK · align64(K)` (VNNI: u8 im2col rows), K = kernel_h·kernel_w·c_in;
-/// every other op: 0. `c_in` is the conv's input channel count.
-pub const fn scratch_bytes(kind: u8, kernel_h: u32, kernel_w: u32, c_in: u32) -> usize {
+/// i16), `VNNI_PIXEL_BLOCK · align64(K)` (VNNI: u8 im2col rows), K = kernel_h·kernel_w·c_in,
+/// and, when [`lanes_supported`], `64 + t + panel + tile + epi` from [`lanes_regions`] (the
+/// pixels-in-lanes VNNI conv); every other op: 0.
+pub const fn scratch_bytes(kind: u8, g: &OpGeometry) -> usize {
     match kind {
         OP_CONV2D => {
-            let k = kernel_h as usize * kernel_w as usize * c_in as usize;
-            let avx2 = CONV_PIXEL_BLOCK * crate::align16(k) * 2;
-            let vnni = VNNI_PIXEL_BLOCK * ((k + 63) & !63);
-            if avx2 > vnni {
-                avx2
-            } else {
-                vnni
+            let k = (g.kernel_h as usize)
+                .saturating_mul(g.kernel_w as usize)
+                .saturating_mul(g.c_in as usize);
+            let avx2 = (CONV_PIXEL_BLOCK * 2).saturating_mul(k.saturating_add(15) & !15);
+            let vnni = VNNI_PIXEL_BLOCK.saturating_mul(align64(k));
+            let mut need = if avx2 > vnni { avx2 } else { vnni };
+            if lanes_supported(g) {
+                let (t, panel, tile, epi) = lanes_regions(g);
+                let lanes = 64usize
+                    .saturating_add(t)
+                    .saturating_add(panel)
+                    .saturating_add(tile)
+                    .saturating_add(epi);
+                if lanes > need {
+                    need = lanes;
+                }
             }
+            need
         }
         OP_FULLY_CONNECTED => 0,
         _ => 0,
@@ -331,6 +416,19 @@ pub struct ConvParams<'a> {
 }
 
 impl ConvParams<'_> {
+    /// The op's geometry, for [`scratch_bytes`].
+    pub const fn geometry(&self) -> OpGeometry {
+        OpGeometry {
+            kernel_h: self.kernel_h as u32,
+            kernel_w: self.kernel_w as u32,
+            stride: self.stride as u32,
+            pad: self.pad as u32,
+            c_in: self.input.c as u32,
+            h_in: self.input.h as u32,
+            w_in: self.input.w as u32,
+            c_out: self.output.c as u32,
+        }
+    }
     /// kh·kw·C_in.
     pub const fn k(&self) -> usize {
         self.kernel_h * self.kernel_w * self.input.c
@@ -403,7 +501,9 @@ pub(crate) fn conv2d(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
-            if p.k() >= VNNI_MIN_K && p.output.c >= VNNI_MIN_COUT {
+            if vnni::conv2d_lanes(p, input, output, scratch) {
+                // Covered by the pixels-in-lanes kernel.
+            } else if p.k() >= VNNI_MIN_K && p.output.c >= VNNI_MIN_COUT {
                 vnni::conv2d(p, input, output, scratch)
             } else {
                 avx2::conv2d(p, input, output, scratch)

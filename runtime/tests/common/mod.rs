@@ -119,8 +119,18 @@ impl Builder {
 
     /// Pushes an op, reserving its scratch (at a fresh arena offset) when it needs one.
     pub fn push(&mut self, mut op: OpSpec) -> u16 {
-        let cin = self.tensors[op.in0 as usize].c as u32;
-        let need = octet_runtime::scratch_bytes(op.kind, op.kh as u32, op.kw as u32, cin);
+        let x = &self.tensors[op.in0 as usize];
+        let g = octet_runtime::OpGeometry {
+            kernel_h: op.kh as u32,
+            kernel_w: op.kw as u32,
+            stride: op.stride as u32,
+            pad: op.pad as u32,
+            c_in: x.c as u32,
+            h_in: x.h as u32,
+            w_in: x.w as u32,
+            c_out: self.tensors[op.out as usize].c as u32,
+        };
+        let need = octet_runtime::scratch_bytes(op.kind, &g);
         if need > 0 {
             op.scratch = self.alloc(need as u32);
         }
@@ -343,7 +353,7 @@ impl Builder {
         let file_len = data_off + data.len() as u32;
         let mut f = vec![0u8; 80];
         f[0..8].copy_from_slice(b"OCTET8\r\n");
-        f[8..10].copy_from_slice(&1u16.to_le_bytes());
+        f[8..10].copy_from_slice(&octet_runtime::format::VERSION.to_le_bytes());
         f[10..12].copy_from_slice(&80u16.to_le_bytes());
         f[16..20].copy_from_slice(&file_len.to_le_bytes());
         f[20..24].copy_from_slice(&self.arena.to_le_bytes());
@@ -413,6 +423,20 @@ pub fn small_resnet(seed: u64) -> Builder {
     let sc = b.conv(s, 32, 1, 2, 0, false);
     let s = b.add(sc, y, true);
     let p = b.avg_pool(s, 8, 8);
+    b.fc(p, 10, false);
+    b
+}
+
+/// Small late layers (4×4 and 2×2 outputs): a group of images shares each conv pass.
+pub fn small_late_resnet(seed: u64) -> Builder {
+    let mut b = Builder::new(3, 8, 8, seed);
+    let s = b.conv(0, 16, 3, 1, 1, true);
+    let y = b.conv(s, 32, 3, 2, 1, true);
+    let y = b.conv(y, 32, 3, 1, 1, false);
+    let sc = b.conv(s, 32, 1, 2, 0, false);
+    let s = b.add(sc, y, true);
+    let y = b.conv(s, 64, 3, 2, 1, true);
+    let p = b.avg_pool(y, 2, 2);
     b.fc(p, 10, false);
     b
 }

@@ -125,7 +125,12 @@ pub(crate) mod test_util {
         let weights = rng.i8s(cout * k, -127, 127);
         let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
         let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
-        let shift = rng.i32s(cout, -18, -2);
+        // Mostly typical shifts (n in [33, 49]); every fourth case the whole valid range.
+        let shift = if rng.next().is_multiple_of(4) {
+            rng.i32s(cout, -31, 30)
+        } else {
+            rng.i32s(cout, -18, -2)
+        };
         let pads = if rng.next().is_multiple_of(2) {
             rng.i8s(cin, -128, 127)
         } else {
@@ -163,7 +168,7 @@ pub(crate) mod test_util {
         let mut want = vec![0i8; cout * ho * wo];
         let mut got = vec![0x55i8; cout * ho * wo];
         crate::kernels::scalar::conv2d(&p, &input, &mut want);
-        let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, kh as u32, kw as u32, cin as u32)];
+        let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, &p.geometry())];
         fast(&p, &input, &mut got, &mut scratch);
         assert_eq!(want, got);
     }

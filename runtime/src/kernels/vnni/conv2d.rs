@@ -463,7 +463,7 @@ mod tests {
                 },
             };
             let mut got = vec![0i8; cout * ho * ho];
-            let mut scratch = vec![0u8; crate::scratch_bytes(1, kh as u32, kh as u32, cin as u32)];
+            let mut scratch = vec![0u8; crate::scratch_bytes(1, &p.geometry())];
             let iters = 200;
             let t = std::time::Instant::now();
             for _ in 0..iters {

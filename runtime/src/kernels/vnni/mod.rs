@@ -7,7 +7,9 @@
 
 mod add;
 mod conv2d;
+mod lanes;
 
 pub use add::add;
 pub(crate) use add::add_supported;
 pub use conv2d::conv2d;
+pub use lanes::{conv2d_lanes, conv2d_lanes_batch, ConvImage, MAX_IMAGES};
