@@ -4,18 +4,16 @@
 //! (`RAYON_NUM_THREADS`, recorded in the benchmark name). `bench/cpu_infer.sh` runs this and
 //! the ONNX Runtime / TFLite peer in one command.
 
-use std::collections::HashMap;
-
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use octet_export::{export, ExportOptions, Input};
-use octet_models::{build, ModelKind, Network};
+use octet_export::{speed_model, CIFAR_MEAN, CIFAR_STD};
+use octet_models::{ModelKind, Network};
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
 use octet_runtime::Model;
 use rand::{Rng, SeedableRng};
 
-const MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
-const STD: [f32; 3] = [0.2023, 0.1994, 0.2010];
+const MEAN: [f32; 3] = CIFAR_MEAN;
+const STD: [f32; 3] = CIFAR_STD;
 
 fn pixels(n: usize, seed: u64) -> Vec<u8> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -24,28 +22,7 @@ fn pixels(n: usize, seed: u64) -> Vec<u8> {
 
 /// A random-weight float model and its int8 export (calibrated on random images).
 fn models(kind: ModelKind) -> (Box<dyn Network>, Vec<u8>) {
-    let net = build(kind, 3, 10, 0, &Device::Cpu).expect("model");
-    let tensors: HashMap<String, Tensor> = net
-        .params()
-        .iter()
-        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
-        .collect();
-    let input = Input {
-        kind,
-        tensors: &tensors,
-        mean: &MEAN,
-        std: &STD,
-        channels: 3,
-        height: 32,
-        width: 32,
-        classes: 10,
-    };
-    let opts = ExportOptions {
-        calibration_images: 32,
-        sqnr_images: 8,
-        ..ExportOptions::default()
-    };
-    let bytes = export(&input, &pixels(32, 1), &opts).expect("export").bytes;
+    let (net, bytes) = speed_model(kind, 0, &pixels(32, 1)).expect("export");
     // For profiling the benchmarked models op by op (runtime/tests/perf.rs, OCTET_MODEL).
     if let Ok(dir) = std::env::var("OCTET_BENCH_DUMP") {
         std::fs::write(format!("{dir}/{kind}.o8"), &bytes).expect("dump");

@@ -18,6 +18,7 @@ mod qmodel;
 mod quantize;
 mod reference;
 mod report;
+mod speed;
 mod write;
 
 pub use calibrate::{choose_range, Calibration, Histogram, Stats, BINS};
@@ -35,6 +36,7 @@ pub use quantize::{
 };
 pub use reference::{argmax_rows, fake_quantize, Executor, FakeQuant};
 pub use report::{Ablation, AblationRow, LayerRow, Report};
+pub use speed::{speed_model, CIFAR_MEAN, CIFAR_STD};
 pub use write::{write, HEADER_LEN, MAGIC, OP_RECORD, TENSOR_RECORD, VERSION};
 
 use candle_core::Tensor;

@@ -78,8 +78,6 @@ pub fn fashion_test(n: usize) -> (Vec<u8>, Vec<u8>) {
 
 pub const FASHION_MEAN: [f32; 1] = [0.2860];
 pub const FASHION_STD: [f32; 1] = [0.3530];
-pub const CIFAR_MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
-pub const CIFAR_STD: [f32; 3] = [0.2023, 0.1994, 0.2010];
 
 fn u16_at(b: &[u8], o: usize) -> usize {
     u16::from_le_bytes(b[o..o + 2].try_into().unwrap()) as usize

@@ -5,14 +5,13 @@
 //! time the forward of a batch already on the device, as the peer does; the int8 CUDA rows time
 //! `CudaModel::run` from host pixels to host logits (upload and download included).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use candle_core::{Device, Tensor};
 use clap::Args;
-use octet_export::{export, ExportOptions, Input};
+use octet_export::{speed_model, CIFAR_MEAN, CIFAR_STD};
 use octet_models::{build, ModelKind, Network};
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
 use octet_runtime::Model;
@@ -20,8 +19,8 @@ use octet_trainer::atomic::write_atomic;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-const MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
-const STD: [f32; 3] = [0.2023, 0.1994, 0.2010];
+const MEAN: [f32; 3] = CIFAR_MEAN;
+const STD: [f32; 3] = CIFAR_STD;
 
 #[derive(Args)]
 pub struct InferBench {
@@ -65,28 +64,7 @@ fn pixels(n: usize, seed: u64) -> Vec<u8> {
 
 /// A random-weight float model on the CPU and its int8 export (calibrated on random images).
 fn models(kind: ModelKind) -> anyhow::Result<(Box<dyn Network>, Vec<u8>)> {
-    let net = build(kind, 3, 10, 0, &Device::Cpu)?;
-    let tensors: HashMap<String, Tensor> = net
-        .params()
-        .iter()
-        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
-        .collect();
-    let input = Input {
-        kind,
-        tensors: &tensors,
-        mean: &MEAN,
-        std: &STD,
-        channels: 3,
-        height: 32,
-        width: 32,
-        classes: 10,
-    };
-    let opts = ExportOptions {
-        calibration_images: 32,
-        sqnr_images: 8,
-        ..ExportOptions::default()
-    };
-    Ok((net, export(&input, &pixels(32, 1), &opts)?.bytes))
+    Ok(speed_model(kind, 0, &pixels(32, 1))?)
 }
 
 /// Median seconds of `iters` calls of `f` after `warm` untimed ones.

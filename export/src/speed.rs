@@ -1,0 +1,47 @@
+//! Int8 models for speed benchmarks. The peers time their models with random weights, so ours
+//! do too: a freshly initialised, seeded model on the peers' 3×32×32 CIFAR shape, exported after
+//! calibration on a few given images. Accuracy means nothing here; the bytes are a real model.
+
+use std::collections::HashMap;
+
+use candle_core::{Device, Tensor};
+use octet_models::{build, ModelKind, Network};
+
+use crate::{export, ExportOptions, Input, Result};
+
+/// CIFAR-10's per-channel normalisation, which the peer models assume.
+pub const CIFAR_MEAN: [f32; 3] = [0.4914, 0.4822, 0.4465];
+pub const CIFAR_STD: [f32; 3] = [0.2023, 0.1994, 0.2010];
+
+/// A random-weight `kind` (3×32×32 input, 10 classes, `seed`) on the CPU and its `.o8` bytes,
+/// calibrated on `calibration` (raw u8 images, 3·32·32 each).
+pub fn speed_model(
+    kind: ModelKind,
+    seed: u64,
+    calibration: &[u8],
+) -> Result<(Box<dyn Network>, Vec<u8>)> {
+    let net = build(kind, 3, 10, seed, &Device::Cpu).map_err(candle_core::Error::wrap)?;
+    let tensors: HashMap<String, Tensor> = net
+        .params()
+        .iter()
+        .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
+        .collect();
+    let input = Input {
+        kind,
+        tensors: &tensors,
+        mean: &CIFAR_MEAN,
+        std: &CIFAR_STD,
+        channels: 3,
+        height: 32,
+        width: 32,
+        classes: 10,
+    };
+    let images = calibration.len() / (3 * 32 * 32);
+    let opts = ExportOptions {
+        calibration_images: images,
+        sqnr_images: images.min(8),
+        ..ExportOptions::default()
+    };
+    let bytes = export(&input, calibration, &opts)?.bytes;
+    Ok((net, bytes))
+}
