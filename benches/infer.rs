@@ -6,14 +6,13 @@
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use octet_export::{speed_model, CIFAR_MEAN, CIFAR_STD};
+use octet_export::speed_model;
 use octet_models::{ModelKind, Network};
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
 use octet_runtime::Model;
+use octet_trainer::data::Normalization;
+use octet_trainer::Normalizer;
 use rand::{Rng, SeedableRng};
-
-const MEAN: [f32; 3] = CIFAR_MEAN;
-const STD: [f32; 3] = CIFAR_STD;
 
 fn pixels(n: usize, seed: u64) -> Vec<u8> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -51,26 +50,12 @@ fn bench(c: &mut Criterion) {
                 );
             }
             let x = Tensor::from_vec(px.clone(), (batch, 3, 32, 32), &Device::Cpu).expect("tensor");
-            let scale = Tensor::from_vec(
-                STD.map(|s| 1.0 / (255.0 * s)).to_vec(),
-                (1, 3, 1, 1),
-                &Device::Cpu,
-            )
-            .expect("t");
-            let shift = Tensor::from_vec(
-                (0..3).map(|i| -MEAN[i] / STD[i]).collect::<Vec<_>>(),
-                (1, 3, 1, 1),
-                &Device::Cpu,
-            )
-            .expect("t");
+            let norm = Normalizer::new(&Normalization::cifar10(), &Device::Cpu).expect("norm");
             g.bench_function(
                 BenchmarkId::new(format!("candle-f32/threads-{candle_threads}"), batch),
                 |b| {
                     b.iter(|| {
-                        let input = x
-                            .to_dtype(candle_core::DType::F32)?
-                            .broadcast_mul(&scale)?
-                            .broadcast_add(&shift)?;
+                        let input = norm.apply(&x)?;
                         net.forward(&input, false)?.argmax(1)?.to_vec1::<u32>()
                     })
                 },

@@ -28,7 +28,7 @@ pub use graph::{FloatOp, Graph, OpKind, Shape3, TensorInfo};
 pub use int8::run_int8;
 pub use lower::{lower, Input};
 pub use plan::{op_scratch_bytes, plan, plan_model, ArenaPlan, Buffer, ALIGN};
-pub use plot::write_histograms;
+pub use plot::{register_font, write_histograms};
 pub use qmodel::{quantize_model, QModel, QOp, QTensor, MAX_ACCUMULATION};
 pub use quantize::{
     add_multipliers, multiplier_value, quantize_multiplier, quantize_weight, quantize_weights,

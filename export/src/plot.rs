@@ -14,7 +14,8 @@ use crate::{ExportError, Exported, Result};
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
 const DISPLAY_BINS: usize = 256;
 
-fn register_font() -> Result<()> {
+/// Makes the bundled font plotters' "sans-serif" (once per process), for every plot octet draws.
+pub fn register_font() -> Result<()> {
     static ONCE: Once = Once::new();
     let mut ok = true;
     ONCE.call_once(|| {

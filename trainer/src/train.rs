@@ -397,17 +397,14 @@ impl Trainer {
             let t = Instant::now();
             micro += 1;
             let last_micro = micro == cfg.accumulate || index + 1 == batches;
-            let run = || -> candle_core::Result<(GradStore, f32, usize)> {
-                let (grads, loss, ok) = forward_backward(
-                    self.model.as_ref(),
-                    &self.norm,
-                    &x,
-                    &y,
-                    1.0 / cfg.accumulate as f64,
-                )?;
-                Ok((grads, loss, ok))
-            };
-            let (grads, loss, ok) = run().map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
+            let (grads, loss, ok) = forward_backward(
+                self.model.as_ref(),
+                &self.norm,
+                &x,
+                &y,
+                1.0 / cfg.accumulate as f64,
+            )
+            .map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
             let mut grads = match pending.take() {
                 Some(mut acc) => {
                     accumulate(&mut acc, grads, &vars)?;

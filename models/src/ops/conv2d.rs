@@ -358,15 +358,10 @@ mod cuda {
             w: &p.w,
             y: &p.y,
         };
-        let (algo, bytes) = match p.fwd.get() {
-            Some(a) => a,
-            None => {
-                let algo = op.pick_algorithm()?;
-                let a = (algo, op.get_workspace_size(algo)?);
-                p.fwd.set(Some(a));
-                a
-            }
-        };
+        let (algo, bytes) = cached(&p.fwd, || {
+            let algo = op.pick_algorithm()?;
+            Ok((algo, op.get_workspace_size(algo)?))
+        })?;
         // SAFETY: cuDNN writes every element of y (beta = 0 never reads it).
         let mut y = unsafe { dev.alloc::<T>(g.y_elems())? };
         with_workspace(dev, bytes, |ws| {
@@ -384,6 +379,19 @@ mod cuda {
             Ok(())
         })?;
         Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+    }
+
+    /// The algorithm and workspace size chosen for a plan, picked on first use.
+    fn cached<A: Copy>(
+        cell: &std::cell::Cell<Option<(A, usize)>>,
+        pick: impl FnOnce() -> Result<(A, usize)>,
+    ) -> Result<(A, usize)> {
+        if let Some(a) = cell.get() {
+            return Ok(a);
+        }
+        let a = pick()?;
+        cell.set(Some(a));
+        Ok(a)
     }
 
     pub(super) fn backward_data(
@@ -415,15 +423,10 @@ mod cuda {
             w: &p.w,
             dy: &p.y,
         };
-        let (algo, bytes) = match p.bwd_data.get() {
-            Some(a) => a,
-            None => {
-                let algo = op.pick_algorithm()?;
-                let a = (algo, op.get_workspace_size(algo)?);
-                p.bwd_data.set(Some(a));
-                a
-            }
-        };
+        let (algo, bytes) = cached(&p.bwd_data, || {
+            let algo = op.pick_algorithm()?;
+            Ok((algo, op.get_workspace_size(algo)?))
+        })?;
         // SAFETY: cuDNN writes every element of dx (beta = 0 never reads it).
         let mut dx = unsafe { dev.alloc::<T>(g.x_elems())? };
         with_workspace(dev, bytes, |ws| {
@@ -472,15 +475,10 @@ mod cuda {
             dw: &p.w,
             dy: &p.y,
         };
-        let (algo, bytes) = match p.bwd_filter.get() {
-            Some(a) => a,
-            None => {
-                let algo = op.pick_algorithm()?;
-                let a = (algo, op.get_workspace_size(algo)?);
-                p.bwd_filter.set(Some(a));
-                a
-            }
-        };
+        let (algo, bytes) = cached(&p.bwd_filter, || {
+            let algo = op.pick_algorithm()?;
+            Ok((algo, op.get_workspace_size(algo)?))
+        })?;
         // SAFETY: cuDNN writes every element of dw (beta = 0 never reads it).
         let mut dw = unsafe { dev.alloc::<T>(g.w_elems())? };
         with_workspace(dev, bytes, |ws| {

@@ -11,16 +11,15 @@ use std::time::Instant;
 use anyhow::Context;
 use candle_core::{Device, Tensor};
 use clap::Args;
-use octet_export::{speed_model, CIFAR_MEAN, CIFAR_STD};
+use octet_export::speed_model;
 use octet_models::{build, ModelKind, Network};
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
 use octet_runtime::Model;
 use octet_trainer::atomic::write_atomic;
+use octet_trainer::data::Normalization;
+use octet_trainer::Normalizer;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-
-const MEAN: [f32; 3] = CIFAR_MEAN;
-const STD: [f32; 3] = CIFAR_STD;
 
 #[derive(Args)]
 pub struct InferBench {
@@ -104,11 +103,11 @@ fn row(model: &str, engine: &str, batch: usize, secs: f64, device_bytes: Option<
 
 /// Normalised float input for candle, as the exporter folds it into the int8 model.
 fn float_input(px: &[u8], n: usize, dev: &Device) -> candle_core::Result<Tensor> {
-    let x =
-        Tensor::from_slice(px, (n, 3, 32, 32), &Device::Cpu)?.to_dtype(candle_core::DType::F32)?;
-    let mean = Tensor::new(&MEAN, &Device::Cpu)?.reshape((1, 3, 1, 1))?;
-    let std = Tensor::new(&STD, &Device::Cpu)?.reshape((1, 3, 1, 1))?;
-    ((x / 255.0)?.broadcast_sub(&mean)?.broadcast_div(&std))?.to_device(dev)
+    Normalizer::new(&Normalization::cifar10(), dev)?.apply(&Tensor::from_slice(
+        px,
+        (n, 3, 32, 32),
+        dev,
+    )?)
 }
 
 pub fn run(a: InferBench) -> anyhow::Result<()> {
@@ -181,7 +180,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
 /// Images/s against log2(batch), one line per model and engine; the peer's dashed.
 fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<()> {
     use plotters::style::{Color, Palette, Palette99, RGBColor};
-    super::scaling_plot::register_font();
+    octet_export::register_font()?;
     let mut series: Vec<super::scaling_plot::Series> = Vec::new();
     let mut keys: Vec<(String, String)> = rows
         .iter()

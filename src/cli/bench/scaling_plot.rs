@@ -1,27 +1,17 @@
 //! The scaling report's PNG plots: epoch time against batch size, and speed-up against GPU
 //! count, octet solid and the PyTorch peer dashed. Text uses the DejaVu Sans Mono that the
-//! exporter bundles, so no system font is needed.
+//! exporter bundles (`octet_export::register_font`), so no system font is needed.
 
 use std::path::Path;
-use std::sync::Once;
 
 use plotters::prelude::*;
 
 use super::scaling::{Report, Timing};
 
-const FONT: &[u8] = include_bytes!("../../../export/assets/DejaVuSansMono.ttf");
-
-pub(super) fn register_font() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
-    });
-}
-
 pub(super) type Series = (String, RGBColor, bool, Vec<(f64, f64)>);
 
 pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
-    register_font();
+    octet_export::register_font()?;
     let mut gpus: Vec<usize> = r.timings.iter().map(|t| t.gpus).collect();
     gpus.sort_unstable();
     gpus.dedup();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, Var};
-use octet_models::Params;
+use octet_models::{Param, Params, Role};
 use serde::{Deserialize, Serialize};
 
 use super::collective::Collective;
@@ -86,24 +86,19 @@ impl DataParallel {
 
     /// Rank 0's weights and buffers on every rank (and so identical models everywhere).
     pub fn broadcast_params(&self, params: &Params) -> Result<()> {
-        if self.world() == 1 {
-            return Ok(());
-        }
-        for p in params.iter() {
-            p.var.set(&self.coll.broadcast(p.var.as_tensor(), 0)?)?;
-        }
-        Ok(())
+        self.broadcast_from_0(params.iter())
     }
 
     /// Rank 0's batch-norm running statistics on every rank.
     pub fn broadcast_buffers(&self, params: &Params) -> Result<()> {
+        self.broadcast_from_0(params.iter().filter(|p| p.role == Role::Buffer))
+    }
+
+    fn broadcast_from_0<'a>(&self, params: impl Iterator<Item = &'a Param>) -> Result<()> {
         if self.world() == 1 {
             return Ok(());
         }
-        for p in params
-            .iter()
-            .filter(|p| p.role == octet_models::Role::Buffer)
-        {
+        for p in params {
             p.var.set(&self.coll.broadcast(p.var.as_tensor(), 0)?)?;
         }
         Ok(())

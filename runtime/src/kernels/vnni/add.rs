@@ -129,25 +129,54 @@ mod tests {
     use crate::kernels::{scalar, Kernels, OutputQuant};
     use proptest::prelude::*;
 
+    /// The kernel against the scalar reference on random inputs of `len`.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        len: usize,
+        z0: i32,
+        z1: i32,
+        m0: i32,
+        m1: i32,
+        n: i32,
+        zo: i32,
+        lo: i32,
+        hi: i32,
+        seed: u64,
+    ) -> Result<(), TestCaseError> {
+        if !Kernels::vnni_available() {
+            return Ok(());
+        }
+        let mut rng = Rng(seed | 1);
+        let a = rng.i8s(len, -128, 127);
+        let b = rng.i8s(len, -128, 127);
+        let p = AddRequant {
+            z0,
+            m0,
+            z1,
+            m1,
+            n,
+            out: OutputQuant {
+                zero_point: zo,
+                act_min: lo,
+                act_max: hi,
+            },
+        };
+        let mut want = vec![0i8; len];
+        let mut got = vec![0x55i8; len];
+        scalar::add_reference(&p, &a, &b, &mut want);
+        unsafe { add(&p, &a, &b, &mut got) };
+        prop_assert_eq!(want, got);
+        Ok(())
+    }
+
     proptest! {
+        /// Shifts of the 32-bit fast path.
         #[test]
         fn add_narrow_equals_reference(len in 0usize..100, z0 in -256i32..=256, z1 in -256i32..=256,
                                 m0 in 0i32..=i32::MAX, m1 in 0i32..=i32::MAX, n in 15i32..=49,
                                 zo in -128i32..=127, lo in -128i32..=0, hi in 0i32..=127,
                                 seed in any::<u64>()) {
-            if !Kernels::vnni_available() {
-                return Ok(());
-            }
-            let mut rng = Rng(seed | 1);
-            let a = rng.i8s(len, -128, 127);
-            let b = rng.i8s(len, -128, 127);
-            let p = AddRequant { z0, m0, z1, m1, n,
-                out: OutputQuant { zero_point: zo, act_min: lo, act_max: hi } };
-            let mut want = vec![0i8; len];
-            let mut got = vec![0x55i8; len];
-            scalar::add_reference(&p, &a, &b, &mut want);
-            unsafe { add(&p, &a, &b, &mut got) };
-            prop_assert_eq!(want, got);
+            check(len, z0, z1, m0, m1, n, zo, lo, hi, seed)?;
         }
 
         #[test]
@@ -155,19 +184,7 @@ mod tests {
                                 m0 in 0i32..=i32::MAX, m1 in 0i32..=i32::MAX, n in -3i32..=66,
                                 zo in -128i32..=127, lo in -128i32..=0, hi in 0i32..=127,
                                 seed in any::<u64>()) {
-            if !Kernels::vnni_available() {
-                return Ok(());
-            }
-            let mut rng = Rng(seed | 1);
-            let a = rng.i8s(len, -128, 127);
-            let b = rng.i8s(len, -128, 127);
-            let p = AddRequant { z0, m0, z1, m1, n,
-                out: OutputQuant { zero_point: zo, act_min: lo, act_max: hi } };
-            let mut want = vec![0i8; len];
-            let mut got = vec![0x55i8; len];
-            scalar::add_reference(&p, &a, &b, &mut want);
-            unsafe { add(&p, &a, &b, &mut got) };
-            prop_assert_eq!(want, got);
+            check(len, z0, z1, m0, m1, n, zo, lo, hi, seed)?;
         }
     }
 }
