@@ -90,8 +90,9 @@ impl Collective for Solo {
     }
 }
 
-/// Ranks that are threads of one process, exchanging host copies of the tensors. Sums run in
-/// rank order, so results are deterministic and identical on every rank.
+/// Ranks that are threads of one process, exchanging host copies of the tensors (as f64, so
+/// f64 tensors stay exact and f32 sums are rounded once). Sums run in rank order,
+/// so results are deterministic and identical on every rank.
 pub struct ThreadRank {
     rank: usize,
     shared: Arc<Shared>,
@@ -108,8 +109,8 @@ struct Shared {
 #[derive(Default)]
 struct Round {
     generation: u64,
-    slots: Vec<Option<Vec<f32>>>,
-    result: Arc<Vec<f32>>,
+    slots: Vec<Option<Vec<f64>>>,
+    result: Arc<Vec<f64>>,
 }
 
 /// `world` connected ranks; a rank waiting longer than `timeout` for the others gets an error
@@ -137,9 +138,9 @@ impl ThreadRank {
     /// Deposits `mine`; the last rank to arrive combines all slots with `combine`.
     fn exchange(
         &self,
-        mine: Vec<f32>,
-        combine: impl Fn(&[Option<Vec<f32>>]) -> Vec<f32>,
-    ) -> candle_core::Result<Arc<Vec<f32>>> {
+        mine: Vec<f64>,
+        combine: impl Fn(&[Option<Vec<f64>>]) -> Vec<f64>,
+    ) -> candle_core::Result<Arc<Vec<f64>>> {
         let s = &self.shared;
         fn lock_err<T>(_: T) -> candle_core::Error {
             candle_core::Error::Msg("a rank thread panicked".into())
@@ -179,14 +180,14 @@ impl Collective for ThreadRank {
     }
     fn all_reduce_sum(&self, t: &Tensor) -> candle_core::Result<Tensor> {
         let start = Instant::now();
-        let host = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let host = t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?;
         let n = host.len();
         let sum = self.exchange(host, |slots| {
             // Ranks that disagree on the length get nothing rather than a silently wrong sum.
             if slots.iter().flatten().any(|s| s.len() != n) {
                 return Vec::new();
             }
-            let mut acc = vec![0f32; n];
+            let mut acc = vec![0f64; n];
             for s in slots.iter().flatten() {
                 acc.iter_mut().zip(s).for_each(|(a, b)| *a += b);
             }
@@ -202,7 +203,7 @@ impl Collective for ThreadRank {
         if let Ok(mut st) = self.stats.lock() {
             st.add(CommStats {
                 calls: 1,
-                bytes: 4 * n as u64,
+                bytes: (t.dtype().size_in_bytes() * n) as u64,
                 seconds: start.elapsed().as_secs_f64(),
                 wait_s: 0.0,
             });
@@ -210,7 +211,7 @@ impl Collective for ThreadRank {
         Ok(out)
     }
     fn broadcast(&self, t: &Tensor, root: usize) -> candle_core::Result<Tensor> {
-        let host = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let host = t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?;
         let got = self.exchange(host, |slots| slots[root].clone().unwrap_or_default())?;
         Tensor::from_slice(&got, t.shape(), t.device())?.to_dtype(t.dtype())
     }
