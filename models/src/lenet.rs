@@ -1,6 +1,7 @@
 use candle_core::{Device, Result, Tensor};
 
 use crate::init::Init;
+use crate::ops::relu;
 use crate::{Conv2d, Linear, Network, Params};
 
 /// The lab's LeNet-style CNN for 32×32 inputs: conv 5×5→6, max-pool 2, conv 5×5→16,
@@ -35,11 +36,11 @@ impl LeNet {
 
 impl Network for LeNet {
     fn forward(&self, x: &Tensor, _train: bool) -> Result<Tensor> {
-        let x = self.conv1.forward(x)?.relu()?.max_pool2d(2)?;
-        let x = self.conv2.forward(&x)?.relu()?.max_pool2d(2)?;
+        let x = relu(&self.conv1.forward(x)?)?.max_pool2d(2)?;
+        let x = relu(&self.conv2.forward(&x)?)?.max_pool2d(2)?;
         let x = x.flatten_from(1)?;
-        let x = self.fc1.forward(&x)?.relu()?;
-        let x = self.fc2.forward(&x)?.relu()?;
+        let x = relu(&self.fc1.forward(&x)?)?;
+        let x = relu(&self.fc2.forward(&x)?)?;
         self.fc3.forward(&x)
     }
 

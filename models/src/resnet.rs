@@ -1,6 +1,7 @@
 use candle_core::{Device, Result, Tensor};
 
 use crate::init::Init;
+use crate::ops::relu;
 use crate::{BatchNorm2d, Conv2d, Linear, Network, Params};
 
 /// Two 3×3 convolutions with batch norm and an identity or 1×1-conv shortcut.
@@ -78,13 +79,13 @@ impl BasicBlock {
     }
 
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let out = self.bn1.forward(&self.conv1.forward(x)?, train)?.relu()?;
+        let out = relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
         let out = self.bn2.forward(&self.conv2.forward(&out)?, train)?;
         let short = match &self.shortcut {
             Some((conv, bn)) => bn.forward(&conv.forward(x)?, train)?,
             None => x.clone(),
         };
-        (out + short)?.relu()
+        relu(&(out + short)?)
     }
 }
 
@@ -133,7 +134,7 @@ impl ResNet18 {
 
 impl Network for ResNet18 {
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let mut x = self.bn1.forward(&self.conv1.forward(x)?, train)?.relu()?;
+        let mut x = relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
         for b in &self.blocks {
             x = b.forward(&x, train)?;
         }

@@ -323,3 +323,26 @@ fn batch_norm_unaligned_input_matches() -> Result<()> {
     };
     bn_check(&got, &reference, "unaligned input")
 }
+
+/// The one-kernel ReLU on the GPU gives candle's CPU ReLU and gradient bit for bit, zeros and
+/// both float4 and scalar paths (odd length) included.
+#[test]
+fn relu_matches_candle_on_cpu() -> Result<()> {
+    let Some(dev) = cuda() else { return Ok(()) };
+    let _g = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    for (shape, seed) in [(vec![4, 8, 16, 16], 7u64), (vec![3, 5, 7], 8)] {
+        let x = uniform(&shape, -1.0, 1.0, seed, &Device::Cpu)?;
+        // Exact zeros and negative zeros take the x >= 0 branch, as in candle.
+        let x = x.abs()?.ge(0.1)?.where_cond(&x, &x.zeros_like()?)?;
+        let r = uniform(&shape, -1.0, 1.0, seed + 1, &Device::Cpu)?;
+        let run = |dev: &Device| -> Result<(Vec<f32>, Vec<f32>)> {
+            let xv = Var::from_tensor(&x.to_device(dev)?)?;
+            let y = ops::relu(xv.as_tensor())?;
+            let g = (&y * &r.to_device(dev)?)?.sum_all()?.backward()?;
+            let dx = g.get(xv.as_tensor()).expect("input gradient");
+            Ok((y.flatten_all()?.to_vec1()?, dx.flatten_all()?.to_vec1()?))
+        };
+        assert_eq!(run(&dev)?, run(&Device::Cpu)?, "shape {shape:?}");
+    }
+    Ok(())
+}

@@ -11,6 +11,7 @@ pub mod eval;
 pub mod metrics;
 mod normalize;
 pub mod optim;
+pub mod step_clock;
 pub mod train;
 
 pub use error::{Result, TrainError};

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::atomic::write_atomic;
 use crate::Result;
 
-/// Where an epoch's wall time went, in seconds. Device work is synchronised before each clock
-/// is read, so `compute_s` is device time, not launch time.
+/// Where an epoch's wall time went, in seconds. `h2d_s`, `compute_s` and the communication
+/// times are device time (CUDA events; host clock on the CPU), not launch time; steps run
+/// asynchronously, so the phases can add up to less than `train_s` when the host is the
+/// bottleneck.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct EpochTimes {
     /// Waiting for the loader (augmentation and batching run ahead on a thread).

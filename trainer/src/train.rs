@@ -19,6 +19,7 @@ use crate::dist::{BnMode, Collective, DataParallel, Solo};
 use crate::eval::evaluate_shard;
 use crate::metrics::{write_csv, EpochRecord, EpochTimes, RankTimes};
 use crate::optim::{LrPlan, Schedule, Sgd};
+use crate::step_clock::{Phase, StepClock};
 use crate::{Normalizer, Result, TrainError};
 
 /// Everything that decides the result of a run. Stored in every checkpoint, so `--resume`
@@ -372,7 +373,8 @@ impl Trainer {
             .collect();
         let _ = self.dp.collective().take_stats()?;
         let mut times = EpochTimes::default();
-        let (mut loss_sum, mut correct, mut seen) = (0f64, 0usize, 0usize);
+        let mut clock = StepClock::new(&self.dev);
+        let mut tally = Tally::default();
         let mut lr = self.plan.lr(self.step);
         let mut pending: Option<GradStore> = None;
         let mut micro = 0;
@@ -382,7 +384,10 @@ impl Trainer {
             let Some(batch) = loader.next() else { break };
             times.data_s += t.elapsed().as_secs_f64();
 
-            let t = Instant::now();
+            // Nothing below waits for the device: steps queue up behind each other, and the
+            // loss is read back every few steps (`Tally`), so the GPU never idles while the
+            // host prepares the next launch.
+            clock.start()?;
             let n = batch.len;
             let shape = (n, ds.channels, ds.height, ds.width);
             let upload = || -> candle_core::Result<(Tensor, Tensor)> {
@@ -391,10 +396,8 @@ impl Trainer {
                 Ok((x, y))
             };
             let (x, y) = upload().map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
-            sync(&self.dev)?;
-            times.h2d_s += t.elapsed().as_secs_f64();
+            clock.end(Phase::H2d)?;
 
-            let t = Instant::now();
             micro += 1;
             let last_micro = micro == cfg.accumulate || index + 1 == batches;
             let (grads, loss, ok) = forward_backward(
@@ -416,40 +419,37 @@ impl Trainer {
                 lr = self.plan.lr(self.step);
                 let mut update = || -> candle_core::Result<()> {
                     self.dp.average_grads(&mut grads)?;
-                    self.opt.step(&grads, lr)?;
-                    self.dev.synchronize()
+                    self.opt.step(&grads, lr)
                 };
                 update().map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
-                self.dp.collective().progressed();
                 self.step += 1;
                 micro = 0;
             } else {
                 pending = Some(grads);
             }
-            times.compute_s += t.elapsed().as_secs_f64();
-            if !loss.is_finite() {
-                bar.abandon();
-                return Err(TrainError::NonFiniteLoss {
-                    epoch: self.epoch + 1,
-                    step: self.step,
-                    value: loss,
-                });
+            clock.end(Phase::Compute)?;
+            tally.push(loss, ok, n, self.step);
+            if tally.queued() >= READBACK_STEPS || index + 1 == batches {
+                if let Err(e) = tally.read() {
+                    bar.abandon();
+                    return Err(e.at(self.epoch + 1, cfg.batch_size));
+                }
+                bar.set_position(index as u64 + 1);
+                bar.set_message(format!(
+                    "loss {:.4} acc {:.2}%",
+                    tally.loss_sum / tally.seen.max(1) as f64,
+                    100.0 * tally.correct as f64 / tally.seen.max(1) as f64
+                ));
             }
-            loss_sum += loss as f64 * n as f64;
-            correct += ok;
-            seen += n;
-            bar.inc(1);
-            bar.set_message(format!(
-                "loss {:.4} acc {:.2}%",
-                loss_sum / seen as f64,
-                100.0 * correct as f64 / seen as f64
-            ));
         }
         sync(&self.dev)?;
         times.train_s = start.elapsed().as_secs_f64();
+        times.h2d_s = clock.seconds(Phase::H2d)?;
+        times.compute_s = clock.seconds(Phase::Compute)?;
         bar.finish_and_clear();
+        let (loss_sum, correct, seen) = (tally.loss_sum, tally.correct, tally.seen);
 
-        // Device-timed all-reduce traffic of this rank; the step clock above includes it.
+        // Device-timed all-reduce traffic of this rank; the compute phase above includes it.
         let comm = self.dp.collective().take_stats()?;
         times.comm_s = comm.seconds;
         times.comm_wait_s = comm.wait_s;
@@ -541,15 +541,14 @@ impl Trainer {
 }
 
 /// Forward and backward of one (micro-)batch, the loss scaled by `scale` before backward;
-/// returns the gradients, the batch's mean loss and correct count (reading them back also
-/// synchronises the device, so the caller's clock measures the work).
+/// returns the gradients and, still on the device, the batch's mean loss and correct count.
 fn forward_backward(
     model: &dyn Network,
     norm: &Normalizer,
     x: &Tensor,
     y: &Tensor,
     scale: f64,
-) -> candle_core::Result<(GradStore, f32, usize)> {
+) -> candle_core::Result<(GradStore, Tensor, Tensor)> {
     let logits = model.forward(&norm.apply(x)?, true)?;
     let loss = candle_nn::loss::cross_entropy(&logits, y)?;
     let grads = if scale == 1.0 {
@@ -557,13 +556,74 @@ fn forward_backward(
     } else {
         (&loss * scale)?.backward()?
     };
-    let ok = logits
-        .argmax(1)?
-        .eq(y)?
-        .to_dtype(DType::U32)?
-        .sum_all()?
-        .to_scalar::<u32>()?;
-    Ok((grads, loss.to_scalar::<f32>()?, ok as usize))
+    let ok = logits.argmax(1)?.eq(y)?.to_dtype(DType::F32)?.sum_all()?;
+    Ok((grads, loss.detach(), ok))
+}
+
+/// Steps queued between two read-backs of the loss: each read-back waits for the device, so
+/// this bounds how far the host runs ahead and how late a non-finite loss is noticed.
+const READBACK_STEPS: usize = 20;
+
+/// Losses and correct counts of the steps since the last read-back, on the device.
+#[derive(Default)]
+struct Tally {
+    queued: Vec<(Tensor, Tensor, usize, usize)>,
+    loss_sum: f64,
+    correct: usize,
+    seen: usize,
+}
+
+impl Tally {
+    fn push(&mut self, loss: Tensor, ok: Tensor, n: usize, step: usize) {
+        self.queued.push((loss, ok, n, step));
+    }
+
+    fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Reads the queued values back in one transfer; a non-finite loss is an error naming
+    /// its step.
+    fn read(&mut self) -> std::result::Result<(), NonFinite> {
+        let queued = std::mem::take(&mut self.queued);
+        if queued.is_empty() {
+            return Ok(());
+        }
+        let both: Vec<Tensor> = queued
+            .iter()
+            .flat_map(|(l, ok, ..)| [l.reshape(1), ok.reshape(1)])
+            .collect::<candle_core::Result<_>>()
+            .map_err(NonFinite::Device)?;
+        let values = Tensor::cat(&both, 0)
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(NonFinite::Device)?;
+        for ((_, _, n, step), v) in queued.iter().zip(values.chunks(2)) {
+            if !v[0].is_finite() {
+                return Err(NonFinite::Loss {
+                    step: *step,
+                    value: v[0],
+                });
+            }
+            self.loss_sum += v[0] as f64 * *n as f64;
+            self.correct += v[1] as usize;
+            self.seen += n;
+        }
+        Ok(())
+    }
+}
+
+enum NonFinite {
+    Device(candle_core::Error),
+    Loss { step: usize, value: f32 },
+}
+
+impl NonFinite {
+    fn at(self, epoch: usize, batch_size: usize) -> TrainError {
+        match self {
+            NonFinite::Device(e) => TrainError::from_step(e, batch_size),
+            NonFinite::Loss { step, value } => TrainError::NonFiniteLoss { epoch, step, value },
+        }
+    }
 }
 
 fn progress_bar(enabled: bool, len: u64, epoch: usize, epochs: usize) -> ProgressBar {

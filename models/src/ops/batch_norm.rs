@@ -23,6 +23,7 @@ pub fn batch_norm_train(
     eps: f64,
 ) -> Result<Tensor> {
     let fused = cfg!(feature = "cuda")
+        && super::fast_ops()
         && x.device().is_cuda()
         && x.rank() == 4
         && [x.dtype(), gamma.dtype(), beta.dtype()] == [DType::F32; 3]

@@ -31,6 +31,7 @@ pub fn conv2d(x: &Tensor, weight: &Tensor, padding: usize, stride: usize) -> Res
 
 fn uses_cudnn(x: &Tensor, weight: &Tensor) -> bool {
     cfg!(feature = "cuda")
+        && super::fast_ops()
         && x.device().is_cuda()
         && matches!(x.dtype(), DType::F32 | DType::BF16)
         && x.dtype() == weight.dtype()

@@ -336,6 +336,42 @@ extern "C" __global__ void bn_bwd_dx(const float* __restrict__ x, const float* _
         }
     }
 }
+
+// ReLU forward and backward (candle's gradient: dy where x >= 0); n counts float4s when vec.
+__device__ __forceinline__ float relu_dx(float x, float g) { return x >= 0.0f ? g : 0.0f; }
+
+extern "C" __global__ void relu_fwd(const float* __restrict__ x, float* __restrict__ y, int n,
+                                    int vec) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (vec) {
+            float4 v = reinterpret_cast<const float4*>(x)[i];
+            v.x = fmaxf(v.x, 0.0f);
+            v.y = fmaxf(v.y, 0.0f);
+            v.z = fmaxf(v.z, 0.0f);
+            v.w = fmaxf(v.w, 0.0f);
+            reinterpret_cast<float4*>(y)[i] = v;
+        } else {
+            y[i] = fmaxf(x[i], 0.0f);
+        }
+    }
+}
+
+extern "C" __global__ void relu_bwd(const float* __restrict__ x, const float* __restrict__ dy,
+                                    float* __restrict__ dx, int n, int vec) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (vec) {
+            float4 v = reinterpret_cast<const float4*>(x)[i];
+            float4 g = reinterpret_cast<const float4*>(dy)[i];
+            g.x = relu_dx(v.x, g.x);
+            g.y = relu_dx(v.y, g.y);
+            g.z = relu_dx(v.z, g.z);
+            g.w = relu_dx(v.w, g.w);
+            reinterpret_cast<float4*>(dx)[i] = g;
+        } else {
+            dx[i] = relu_dx(x[i], dy[i]);
+        }
+    }
+}
 "#;
 
 fn ptx() -> Result<&'static str> {

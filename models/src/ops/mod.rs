@@ -1,5 +1,5 @@
 //! Training ops as candle custom ops: cuDNN convolution (forward, backward-data,
-//! backward-filter) and fused batch-norm kernels. candle's own CUDA backward for conv2d
+//! backward-filter), fused batch-norm kernels and a one-kernel ReLU backward. candle's own CUDA backward for conv2d
 //! (a naive transposed convolution) and its many-small-op batch norm dominate a ResNet-18
 //! step; these replace them on CUDA tensors and leave CPU tensors on candle's ops.
 //!
@@ -14,6 +14,24 @@ mod cpu;
 mod cudnn;
 #[cfg(feature = "cuda")]
 mod kernels;
+mod relu;
 
 pub use batch_norm::{batch_norm_train, batch_norm_train_fused, batch_norm_train_reference};
 pub use conv2d::{conv2d, set_conv_tf32, Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp};
+pub use relu::{relu, relu_fused};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static FAST: AtomicBool = AtomicBool::new(true);
+
+/// Process-wide: `false` makes [`conv2d`], [`batch_norm_train`] and [`relu`] use candle's own
+/// ops on CUDA too: the reference the fast ops are checked against (slow: candle's conv
+/// backward on CUDA is a naive kernel).
+pub fn set_fast_ops(on: bool) {
+    FAST.store(on, Ordering::Relaxed);
+}
+
+/// Whether the fast CUDA ops are in use (the default).
+pub fn fast_ops() -> bool {
+    FAST.load(Ordering::Relaxed)
+}

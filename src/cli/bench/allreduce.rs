@@ -82,7 +82,6 @@ pub fn run(a: AllreduceBench) -> anyhow::Result<()> {
             coll.all_reduce_sum(&x)?;
         }
         dev.synchronize()?;
-        coll.progressed();
         let dt = start.elapsed().as_secs_f64() / iters as f64;
         let _ = coll.take_stats()?;
         let alg = 4.0 * n as f64 / dt / 1e9;

@@ -20,8 +20,6 @@ pub trait Collective: Send + Sync {
     /// All-reduce traffic and time since the last call. Times are device times (CUDA events)
     /// where the implementation has them, so call this after the device has synchronised.
     fn take_stats(&self) -> candle_core::Result<CommStats>;
-    /// The host has seen every queued collective finish (a watchdog may stand down).
-    fn progressed(&self) {}
 }
 
 /// Traffic of the gradient all-reduces. `bytes` counts each call's payload once, as the

@@ -3,9 +3,12 @@
 //! ordered after the kernels that produced their inputs with no host synchronisation.
 //!
 //! A watchdog thread turns a peer that died into an error instead of a hang: it polls NCCL's
-//! asynchronous error and the age of the oldest collective the host has not yet seen finish,
-//! and past the timeout aborts the communicator and ends the process with a message.
+//! asynchronous error and, through an event recorded after each collective, how long the
+//! oldest unfinished collective has been at the head of the stream's queue; past the timeout
+//! it aborts the communicator and ends the process with a message. The host never has to
+//! wait on the device for this, so training steps stay asynchronous.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,8 +52,24 @@ struct Pending {
 }
 
 struct Watch {
-    armed_since: Mutex<Option<Instant>>,
+    /// Collectives not yet seen finished: when each was enqueued, and its completion event.
+    inflight: Mutex<VecDeque<(Instant, CudaEvent)>>,
     stop: AtomicBool,
+}
+
+impl Watch {
+    /// Drops the finished collectives at the head of the queue and says how long the
+    /// oldest unfinished one has waited: since it was enqueued, or since its predecessor
+    /// was seen finished if that is later (the host may enqueue many steps ahead).
+    fn oldest_wait(&self, last_progress: &mut Instant) -> Option<Duration> {
+        let mut q = self.inflight.lock().ok()?;
+        while q.front().is_some_and(|(_, done)| done.is_complete()) {
+            q.pop_front();
+            *last_progress = Instant::now();
+        }
+        q.front()
+            .map(|(queued, _)| (*queued).max(*last_progress).elapsed())
+    }
 }
 
 fn nccl_err(what: &str, e: nr::NcclError) -> candle_core::Error {
@@ -100,7 +119,7 @@ impl Nccl {
         };
         let comm = Arc::new(RawComm(comm));
         let watch = Arc::new(Watch {
-            armed_since: Mutex::new(None),
+            inflight: Mutex::new(VecDeque::new()),
             stop: AtomicBool::new(false),
         });
         spawn_watchdog(comm.clone(), watch.clone(), env.rank, watchdog);
@@ -118,10 +137,16 @@ impl Nccl {
         })
     }
 
-    fn arm(&self) {
-        if let Ok(mut a) = self.watch.armed_since.lock() {
-            a.get_or_insert_with(Instant::now);
+    /// Hands the collective just enqueued to the watchdog.
+    fn watch(&self) -> candle_core::Result<()> {
+        let done = self
+            .stream
+            .record_event(None)
+            .map_err(candle_core::Error::wrap)?;
+        if let Ok(mut q) = self.watch.inflight.lock() {
+            q.push_back((Instant::now(), done));
         }
+        Ok(())
     }
 
     fn event(&self) -> candle_core::Result<CudaEvent> {
@@ -144,16 +169,14 @@ impl Drop for Nccl {
 
 fn spawn_watchdog(comm: Arc<RawComm>, watch: Arc<Watch>, rank: usize, timeout: Duration) {
     std::thread::spawn(move || {
+        let mut last_progress = Instant::now();
         while !watch.stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
             let mut async_err = ns::ncclResult_t::ncclSuccess;
             let polled = unsafe { ns::ncclCommGetAsyncError(comm.0, &mut async_err) };
             let stuck = watch
-                .armed_since
-                .lock()
-                .ok()
-                .and_then(|a| *a)
-                .is_some_and(|t| t.elapsed() > timeout);
+                .oldest_wait(&mut last_progress)
+                .is_some_and(|waited| waited > timeout);
             let why = if polled != ns::ncclResult_t::ncclSuccess
                 || async_err != ns::ncclResult_t::ncclSuccess
             {
@@ -203,7 +226,6 @@ impl CustomOp1 for Op<'_> {
         let src = s.as_cuda_slice::<f32>()?.slice(a..b);
         let dev: CudaDevice = s.device.clone();
         let mut dst = unsafe { dev.alloc::<f32>(b - a)? };
-        n.arm();
         let arrived = n.event()?;
         let stream = n.stream.cu_stream() as ns::cudaStream_t;
         if self.root.is_none() {
@@ -247,6 +269,7 @@ impl CustomOp1 for Op<'_> {
                 };
             }
         }
+        n.watch()?;
         if self.root.is_none() {
             let end = n.event()?;
             if let Ok(mut p) = n.pending.lock() {
@@ -295,10 +318,5 @@ impl Collective for Nccl {
             });
         }
         Ok(s)
-    }
-    fn progressed(&self) {
-        if let Ok(mut a) = self.watch.armed_since.lock() {
-            *a = None;
-        }
     }
 }

@@ -1,0 +1,72 @@
+//! The fast CUDA training ops (cuDNN convolution, fused batch norm and ReLU) against candle's
+//! own ops on the same GPU: a seeded two-epoch ResNet-18 run on the bundled Fashion-MNIST
+//! subset follows the same loss curve. TF32 is off, so both runs compute in f32 and differ
+//! only in summation order; over many SGD steps those differences grow (a ReLU input within
+//! rounding of zero flips, see `trainer/tests/data_parallel.rs`), hence a tolerance on epoch
+//! means rather than bits. Skips, saying so, where there is no CUDA device.
+
+use candle_core::Device;
+use octet_models::{ops, ModelKind};
+use octet_trainer::data::{self, DataSource, DataSplit};
+use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+
+/// Relative difference allowed between the two runs' mean training loss in each epoch, and
+/// absolute difference in test accuracy.
+const LOSS_TOL: f64 = 0.05;
+const ACCURACY_TOL: f64 = 0.05;
+
+fn split() -> DataSplit {
+    let mut s = data::load(&DataSource::Bundled).expect("bundled subset (set OCTET_DATA_DIR)");
+    s.train = s.train.subset(&(0..2048).collect::<Vec<_>>());
+    s.test = s.test.subset(&(0..1000).collect::<Vec<_>>());
+    s
+}
+
+fn run(dev: &Device, fast: bool) -> Vec<(f64, f64)> {
+    ops::set_fast_ops(fast);
+    let mut cfg = TrainConfig::new(ModelKind::ResNet18, "bundled");
+    cfg.epochs = 2;
+    cfg.batch_size = 128;
+    cfg.lr = 0.05;
+    cfg.seed = 5;
+    cfg.augment = false;
+    let summary = Trainer::new(cfg, split(), dev, None)
+        .unwrap()
+        .run(&RunOptions::new(dev.clone()), &mut |_| {})
+        .unwrap();
+    ops::set_fast_ops(true);
+    summary
+        .records
+        .iter()
+        .map(|r| (r.train_loss, r.test_accuracy.unwrap_or(0.0)))
+        .collect()
+}
+
+#[test]
+fn fast_ops_follow_the_reference_loss_curve() {
+    let dev = match Device::new_cuda(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipping: no CUDA device ({e})");
+            return;
+        }
+    };
+    ops::set_conv_tf32(false);
+    let fast = run(&dev, true);
+    let reference = run(&dev, false);
+    ops::set_conv_tf32(true);
+    for (epoch, (f, r)) in fast.iter().zip(&reference).enumerate() {
+        let rel = (f.0 - r.0).abs() / r.0;
+        println!(
+            "epoch {}: loss fast {:.5} reference {:.5} (rel {rel:.2e}), test accuracy {:.4} vs {:.4}",
+            epoch + 1,
+            f.0,
+            r.0,
+            f.1,
+            r.1
+        );
+        assert!(rel <= LOSS_TOL, "epoch {} loss {f:?} vs {r:?}", epoch + 1);
+        assert!((f.1 - r.1).abs() <= ACCURACY_TOL, "epoch {}", epoch + 1);
+    }
+    assert_eq!(fast.len(), 2);
+}
