@@ -39,25 +39,78 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{
-    result::DriverError, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream,
-    DevicePtr, LaunchConfig, PushKernelArg,
+    result::{self, DriverError},
+    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+    LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 
 use crate::{Model, OpKind};
 
-/// The CUDA C source of every kernel (self-contained, compiled at run time with NVRTC).
-pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+/// The CUDA C source of every kernel (self-contained, compiled at run time with NVRTC): the
+/// dp4a and element-wise kernels, then the tensor-core conv, which uses their helpers.
+pub const KERNEL_SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("conv_mma.cu"));
 
 /// Kernel entry points in [`KERNEL_SOURCE`].
-pub const KERNEL_NAMES: [&str; 6] = [
+pub const KERNEL_NAMES: [&str; 11] = [
     "input_u8_to_hwc",
     "conv2d_dp4a",
     "fc_warp",
     "max_pool",
     "avg_pool",
     "add_requant",
+    "conv_mma_128x128",
+    "conv_mma_128x64",
+    "conv_mma_64x64",
+    "conv_mma_128x64_gather",
+    "conv_mma_64x64_gather",
 ];
+
+/// Tensor-core conv tiles, as instantiated in conv_mma.cu: (entry point, BM, BN, threads,
+/// pipeline stages, gather). The host takes the largest tile that still fills the GPU.
+const MMA_TILES: [MmaTile; 5] = [
+    MmaTile::new("conv_mma_128x128", 128, 128, 256, 4, false),
+    MmaTile::new("conv_mma_128x64", 128, 64, 128, 4, false),
+    MmaTile::new("conv_mma_64x64", 64, 64, 128, 4, false),
+    MmaTile::new("conv_mma_128x64_gather", 128, 64, 128, 2, true),
+    MmaTile::new("conv_mma_64x64_gather", 64, 64, 128, 2, true),
+];
+
+/// One instantiation of the tensor-core conv.
+#[derive(Clone, Copy, Debug)]
+struct MmaTile {
+    name: &'static str,
+    bm: usize,
+    bn: usize,
+    threads: u32,
+    stages: usize,
+    gather: bool,
+}
+
+impl MmaTile {
+    const fn new(
+        name: &'static str,
+        bm: usize,
+        bn: usize,
+        threads: u32,
+        stages: usize,
+        gather: bool,
+    ) -> Self {
+        MmaTile {
+            name,
+            bm,
+            bn,
+            threads,
+            stages,
+            gather,
+        }
+    }
+
+    /// Dynamic shared memory: the k-tile ring (64-byte rows of A and B per stage).
+    fn smem(&self) -> u32 {
+        (self.stages * (self.bm + self.bn) * 64) as u32
+    }
+}
 
 /// fully_connected uses the warp-per-output kernel up to this batch, the GEMM above it.
 pub const FC_WARP_MAX_BATCH: usize = 8;
@@ -230,6 +283,8 @@ fn cached_ptx(arch: &str) -> Result<Ptx> {
 struct Funcs {
     input: CudaFunction,
     conv: CudaFunction,
+    /// The tensor-core convs, one per [`MMA_TILES`] entry (empty below sm_80).
+    mma: Vec<(MmaTile, CudaFunction)>,
     fc_warp: CudaFunction,
     max_pool: CudaFunction,
     avg_pool: CudaFunction,
@@ -255,6 +310,8 @@ struct Dense {
     rq: CudaSlice<i32>,
     /// Pad value per input channel (the input zero point where the model has none).
     padv: CudaSlice<i8>,
+    /// `w` and `padv` start on 16-byte boundaries (driver allocations do).
+    aligned16: bool,
     /// Per image: input (h, w, c), output (h, w, c).
     h: i32,
     w_in: i32,
@@ -327,9 +384,24 @@ pub struct CudaModel {
     output_len: usize,
     max_batch: usize,
     host_out: Vec<i8>,
+    /// Page-locked copy of the pixels: the host→device copy runs at full DMA speed, in chunks
+    /// that overlap the host-side copy into it (`None` when pinned staging is off).
+    staging: Option<PinnedHostSlice<u8>>,
+    /// Whether conv/fc use the tensor-core kernels where they apply (sm_80+).
+    tensor_cores: bool,
+    /// Test hook: this [`MMA_TILES`] entry instead of the automatic pick, where it applies.
+    forced_tile: Option<usize>,
+    /// Multiprocessors: the tile choice aims at one full wave of blocks.
+    sms: usize,
     device_bytes: usize,
     compute_capability: (i32, i32),
 }
+
+/// Bytes per chunk of the staged host→device pixel copy.
+const STAGE_CHUNK: usize = 1 << 20;
+
+/// Labels and end events of the launches of one profiled run.
+type Marks = Vec<(String, CudaEvent)>;
 
 fn rq_words(bias: i32, m0: i32, shift: i32) -> [i32; 4] {
     // n = 31 − shift, shift clamped to [−31, 30] as requant.rs does.
@@ -412,9 +484,24 @@ impl CudaModel {
 
         let ptx = cached_ptx(&format!("compute_{}{}", cc.0, cc.1))?;
         let module = ctx.load_module(ptx)?;
+        let mut mma = Vec::new();
+        if cc >= (8, 0) {
+            for t in MMA_TILES {
+                let f = module.load_function(t.name)?;
+                f.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    t.smem() as i32,
+                )?;
+                mma.push((t, f));
+            }
+        }
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            .max(1) as usize;
         let funcs = Funcs {
             input: module.load_function("input_u8_to_hwc")?,
             conv: module.load_function("conv2d_dp4a")?,
+            mma,
             fc_warp: module.load_function("fc_warp")?,
             max_pool: module.load_function("max_pool")?,
             avg_pool: module.load_function("avg_pool")?,
@@ -477,13 +564,21 @@ impl CudaModel {
                     let padv: Vec<i8> = (0..cin.max(1))
                         .map(|c| o.pad_values.get(c).copied().unwrap_or(zin))
                         .collect();
+                    let (wp, padv) = (stream.clone_htod(&wp)?, stream.clone_htod(&padv)?);
+                    // The direct tensor-core tiles read 16-byte pieces of weights and pad bytes.
+                    let aligned16 = {
+                        let (a, _s0) = wp.device_ptr(&stream);
+                        let (b, _s1) = padv.device_ptr(&stream);
+                        (a | b) % 16 == 0
+                    };
                     Step::Dense(Dense {
                         fc,
                         x: off(o.input0)?,
                         y: off(o.output)?,
-                        w: stream.clone_htod(&wp)?,
+                        w: wp,
                         rq: stream.clone_htod(&rq)?,
-                        padv: stream.clone_htod(&padv)?,
+                        padv,
+                        aligned16,
                         h: to_i32(h)?,
                         w_in: to_i32(w)?,
                         cin: to_i32(cin)?,
@@ -556,6 +651,9 @@ impl CudaModel {
             let (p, _sync) = pixels.device_ptr(&stream);
             p
         };
+        // SAFETY: the staging buffer is only written by `run_into` before its copies are queued,
+        // and every run ends with a stream synchronisation.
+        let staging = Some(unsafe { ctx.alloc_pinned::<u8>((input_len * max_batch).max(1)) }?);
         stream.synchronize()?;
         Ok(CudaModel {
             input_off: off(model.input_tensor())?,
@@ -573,6 +671,10 @@ impl CudaModel {
             output_len,
             max_batch,
             host_out: vec![0; output_len * max_batch],
+            staging,
+            tensor_cores: cc >= (8, 0),
+            forced_tile: None,
+            sms,
             device_bytes: needed,
             compute_capability: cc,
         })
@@ -601,6 +703,65 @@ impl CudaModel {
     /// The device's compute capability (major, minor).
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
+    }
+
+    /// Turns the tensor-core conv kernels on (the default on sm_80+) or off (every conv and fc
+    /// then runs the dp4a kernel): for tests and benchmarks of both paths. No effect below sm_80.
+    pub fn set_tensor_cores(&mut self, on: bool) {
+        self.tensor_cores = on && !self.funcs.mma.is_empty();
+    }
+
+    /// Test hook: every conv/fc that the tensor cores take runs with the tile kernel `name` (a
+    /// `conv_mma_*` entry of [`KERNEL_NAMES`]) where it applies (gather tiles for C_in % 16 ≠ 0,
+    /// direct tiles otherwise), instead of the automatic pick; `None` restores the pick.
+    /// Returns whether `name` is a tile kernel this device has.
+    #[doc(hidden)]
+    pub fn force_mma_tile(&mut self, name: Option<&str>) -> bool {
+        self.forced_tile = name.and_then(|n| self.funcs.mma.iter().position(|t| t.0.name == n));
+        name.is_none() || self.forced_tile.is_some()
+    }
+
+    /// Turns the page-locked staging of the pixel copy on (the default) or off (a plain
+    /// pageable copy): for benchmarks.
+    pub fn set_pinned_staging(&mut self, on: bool) -> Result<()> {
+        if on && self.staging.is_none() {
+            let ctx = self.stream.context();
+            // SAFETY: as in `new`.
+            self.staging =
+                Some(unsafe { ctx.alloc_pinned::<u8>((self.input_len * self.max_batch).max(1)) }?);
+        } else if !on {
+            self.staging = None;
+        }
+        Ok(())
+    }
+
+    /// Runs `pixels` like [`CudaModel::run`] and times every step on the device with events:
+    /// `(label, milliseconds)` for the pixel copy in, the input conversion, each op (its kernel
+    /// named) and the logits copy out.
+    pub fn profile(&mut self, pixels: &[u8]) -> Result<Vec<(String, f32)>> {
+        let batch = self.batch_of(pixels.len())?;
+        let ctx = self.stream.context().clone();
+        let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(timed)?;
+        start.record(&self.stream)?;
+        let mut marks: Marks = Vec::new();
+        self.copy_in(pixels, batch)?;
+        marks.push(("copy pixels in".into(), self.stream.record_event(timed)?));
+        self.enqueue(batch, Some(&mut marks))?;
+        let mut out = std::mem::take(&mut self.host_out);
+        let n_out = batch * self.output_len;
+        let r = self.copy_out(&mut out[..n_out]);
+        self.host_out = out;
+        r?;
+        marks.push(("copy logits out".into(), self.stream.record_event(timed)?));
+        self.stream.synchronize()?;
+        let mut prev = &start;
+        let mut times = Vec::with_capacity(marks.len());
+        for (label, ev) in &marks {
+            times.push((label.clone(), prev.elapsed_ms(ev)?));
+            prev = ev;
+        }
+        Ok(times)
     }
 
     /// Images in `pixels`, or the typed error.
@@ -644,31 +805,74 @@ impl CudaModel {
                 got: out.len(),
             });
         }
-        {
-            let mut dst =
-                self.pixels
-                    .try_slice_mut(..pixels.len())
-                    .ok_or(CudaError::BatchTooLarge {
-                        batch,
-                        max: self.max_batch,
-                    })?;
-            self.stream.memcpy_htod(pixels, &mut dst)?;
-        }
-        self.enqueue(batch)?;
-        let src = self
-            .acts
-            .try_slice(self.output_off..self.output_off + n_out)
-            .ok_or(CudaError::BatchTooLarge {
-                batch,
-                max: self.max_batch,
-            })?;
-        self.stream.memcpy_dtoh(&src, out)?;
+        self.copy_in(pixels, batch)?;
+        self.enqueue(batch, None)?;
+        self.copy_out(out)?;
         self.stream.synchronize()?;
         Ok(())
     }
 
+    /// Queues the copy of `pixels` (checked: `batch` images) to the device.
+    fn copy_in(&mut self, pixels: &[u8], batch: usize) -> Result<()> {
+        let too_large = CudaError::BatchTooLarge {
+            batch,
+            max: self.max_batch,
+        };
+        if pixels.len() > self.pixels.len() {
+            return Err(too_large);
+        }
+        let Some(staging) = self.staging.as_mut() else {
+            let mut dst = self.pixels.try_slice_mut(..pixels.len()).ok_or(too_large)?;
+            self.stream.memcpy_htod(pixels, &mut dst)?;
+            return Ok(());
+        };
+        if pixels.len() > staging.len() {
+            return Err(too_large);
+        }
+        // Waits for the staging buffer's last use (none in flight: every run synchronises).
+        let host = staging.as_mut_ptr()?;
+        for (i, chunk) in pixels.chunks(STAGE_CHUNK).enumerate() {
+            let off = i * STAGE_CHUNK;
+            // SAFETY: `off + chunk.len() ≤ pixels.len() ≤ staging.len()`; the region is not in
+            // use by an earlier copy (see above); the device region holds `pixels.len()` bytes.
+            // The chunk's copy is queued after it is written, so the DMA of chunk i overlaps
+            // the host writing chunk i + 1.
+            unsafe {
+                std::ptr::copy_nonoverlapping(chunk.as_ptr(), host.add(off), chunk.len());
+                let src = std::slice::from_raw_parts(host.add(off), chunk.len());
+                result::memcpy_htod_async(
+                    self.pixels_ptr + off as u64,
+                    src,
+                    self.stream.cu_stream(),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the copy of the logits (`out.len()` bytes) to `out`.
+    fn copy_out(&mut self, out: &mut [i8]) -> Result<()> {
+        let src = self
+            .acts
+            .try_slice(self.output_off..self.output_off + out.len())
+            .ok_or(CudaError::OutputLength {
+                expected: out.len(),
+                got: out.len(),
+            })?;
+        self.stream.memcpy_dtoh(&src, out)?;
+        Ok(())
+    }
+
     /// Launches the input conversion and every op for `batch` images (no synchronisation).
-    fn enqueue(&self, batch: usize) -> Result<()> {
+    /// With `marks`, records a timing event after each launch.
+    fn enqueue(&self, batch: usize, mut marks: Option<&mut Marks>) -> Result<()> {
+        let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut mark = |label: &dyn Fn() -> String| -> Result<()> {
+            if let Some(m) = marks.as_mut() {
+                m.push((label(), self.stream.record_event(timed)?));
+            }
+            Ok(())
+        };
         let s = &self.stream;
         let base = self.acts_ptr;
         let ptr = |off: usize| base + off as u64;
@@ -682,10 +886,20 @@ impl CudaModel {
             // SAFETY: pointers and sizes come from the plan (regions hold max_batch ≥ batch
             // images); the kernel's signature matches these arguments.
             unsafe { l.launch(grid_stride(total as usize)) }?;
+            mark(&|| "input u8 -> hwc".into())?;
         }
         for step in &self.steps {
             match step {
-                Step::Dense(d) => self.launch_dense(d, batch, ptr(d.x), ptr(d.y))?,
+                Step::Dense(d) => {
+                    let kernel = self.launch_dense(d, batch, ptr(d.x), ptr(d.y))?;
+                    mark(&|| {
+                        let kind = if d.fc { "fc" } else { "conv" };
+                        format!(
+                            "{kind} {}x{} s{} {}->{} {}x{} [{kernel}]",
+                            d.kh, d.kw, d.stride, d.cin, d.cout, d.ho, d.wo
+                        )
+                    })?;
+                }
                 Step::Pool(p) => {
                     let (x, y) = (ptr(p.x), ptr(p.y));
                     let total = (batch * p.ho as usize * p.wo as usize * p.c as usize) as i64;
@@ -704,6 +918,7 @@ impl CudaModel {
                     l.arg(&p.q.act_min).arg(&p.q.act_max);
                     // SAFETY: as above.
                     unsafe { l.launch(grid_stride(total as usize)) }?;
+                    mark(&|| if p.avg { "avg_pool" } else { "max_pool" }.into())?;
                 }
                 Step::Add(a) => {
                     let (x0, x1, y) = (ptr(a.a), ptr(a.b), ptr(a.y));
@@ -714,13 +929,43 @@ impl CudaModel {
                     l.arg(&a.q.zout).arg(&a.q.act_min).arg(&a.q.act_max);
                     // SAFETY: as above.
                     unsafe { l.launch(grid_stride(total as usize)) }?;
+                    mark(&|| "add".into())?;
                 }
             }
         }
         Ok(())
     }
 
-    fn launch_dense(&self, d: &Dense, batch: usize, x: u64, y: u64) -> Result<()> {
+    /// The tensor-core tile for a conv/fc of `m` output pixels, or `None` for the dp4a kernel
+    /// (tensor cores off or absent). C_in % 16 == 0 loads 16-byte pieces of taps directly;
+    /// other channel counts gather words. Of the tiles that fit C_out, the largest whose grid
+    /// still fills every multiprocessor once, else the smallest.
+    fn mma_tile(&self, d: &Dense, m: usize) -> Option<&(MmaTile, CudaFunction)> {
+        if !self.tensor_cores {
+            return None;
+        }
+        let gather = d.cin % 16 != 0 || !d.aligned16;
+        if let Some(t) = self.forced_tile.and_then(|i| self.funcs.mma.get(i)) {
+            if t.0.gather == gather {
+                return Some(t);
+            }
+        }
+        let n = d.cout as usize;
+        let mut pick = None;
+        for t in self.funcs.mma.iter() {
+            if t.0.gather != gather || (t.0.bn > 64 && n <= 64) {
+                continue;
+            }
+            pick = Some(t);
+            if m.div_ceil(t.0.bm) * n.div_ceil(t.0.bn) >= self.sms {
+                break;
+            }
+        }
+        pick
+    }
+
+    /// Launches one conv/fc; returns the kernel's name.
+    fn launch_dense(&self, d: &Dense, batch: usize, x: u64, y: u64) -> Result<&'static str> {
         let s = &self.stream;
         let (w, rq, padv) = {
             let (w, _a) = d.w.device_ptr(s);
@@ -744,20 +989,40 @@ impl CudaModel {
             l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
             // SAFETY: pointers and sizes come from the plan and the uploaded constants.
             unsafe { l.launch(cfg) }?;
-            return Ok(());
+            return Ok("fc_warp");
         }
         let m = batch * (d.ho * d.wo) as usize; // ≤ 2^31 − 1: checked against max_batch
         let m32 = m as i32;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                m.div_ceil(TILE_M) as u32,
-                (d.cout as usize).div_ceil(TILE_N) as u32,
-                1,
+        let (name, f, cfg) = match self.mma_tile(d, m) {
+            Some((t, f)) => (
+                t.name,
+                f,
+                LaunchConfig {
+                    grid_dim: (
+                        m.div_ceil(t.bm) as u32,
+                        (d.cout as usize).div_ceil(t.bn) as u32,
+                        1,
+                    ),
+                    block_dim: (t.threads, 1, 1),
+                    shared_mem_bytes: t.smem(),
+                },
             ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            None => (
+                "conv2d_dp4a",
+                &self.funcs.conv,
+                LaunchConfig {
+                    grid_dim: (
+                        m.div_ceil(TILE_M) as u32,
+                        (d.cout as usize).div_ceil(TILE_N) as u32,
+                        1,
+                    ),
+                    block_dim: (THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+            ),
         };
-        let mut l = s.launch_builder(&self.funcs.conv);
+        // Both kernels take the same arguments.
+        let mut l = s.launch_builder(f);
         l.arg(&x).arg(&y).arg(&w).arg(&rq).arg(&padv);
         l.arg(&m32)
             .arg(&d.h)
@@ -772,8 +1037,10 @@ impl CudaModel {
             .arg(&d.pad)
             .arg(&d.cin_words);
         l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
-        // SAFETY: pointers and sizes come from the plan and the uploaded constants.
+        // SAFETY: pointers and sizes come from the plan and the uploaded constants; the mma
+        // kernels' 16-byte loads need C_in % 16 == 0 (checked by `mma_tile`), 16-byte aligned
+        // regions (REGION_ALIGN) and constants (driver allocations are 256-byte aligned).
         unsafe { l.launch(cfg) }?;
-        Ok(())
+        Ok(name)
     }
 }
