@@ -491,27 +491,65 @@ fn profile_resnet18() {
             println!("| {label} | {b} | {ms:.3} | {:.0} |", b as f64 * 1e3 / ms);
         }
     }
-    for (mma, b) in [(true, 1024), (false, 1024), (true, 1)] {
+    g.set_pinned_staging(true).unwrap();
+    for (mma, b) in [(true, 1024), (true, 1)] {
         g.set_tensor_cores(mma);
-        g.set_pinned_staging(true).unwrap();
-        let p = &px[..b * n_in];
-        for _ in 0..3 {
-            g.profile(p).unwrap();
-        }
-        let runs = 10;
-        let mut sum: Vec<(String, f32)> = Vec::new();
-        for _ in 0..runs {
-            for (i, (l, ms)) in g.profile(p).unwrap().into_iter().enumerate() {
-                if i == sum.len() {
-                    sum.push((l, 0.0));
-                }
-                sum[i].1 += ms / runs as f32;
-            }
-        }
+        let sum = mean_profile(&mut g, &px[..b * n_in], 10);
         let total: f32 = sum.iter().map(|s| s.1).sum();
         println!("\nper step, batch {b}, tensor cores {mma}: total {total:.3} ms (device)");
         for (l, ms) in &sum {
             println!("{ms:8.3} ms  {:5.1}%  {l}", 100.0 * ms / total);
         }
     }
+    // Every direct tile forced on every conv: which tile suits which shape.
+    g.set_tensor_cores(true);
+    for b in [1024, 256, 1] {
+        let tiles: Vec<&str> = KERNEL_NAMES
+            .iter()
+            .copied()
+            .filter(|n| n.starts_with("conv_mma_") && !n.ends_with("_gather"))
+            .collect();
+        let mut rows: Vec<(String, Vec<f32>)> = Vec::new();
+        for (ti, tile) in tiles.iter().enumerate() {
+            assert!(g.force_mma_tile(Some(tile)));
+            for (l, ms) in mean_profile(&mut g, &px[..b * n_in], 5) {
+                let Some(shape) = l.strip_prefix("conv ").and_then(|l| l.split(" [").next())
+                else {
+                    continue;
+                };
+                if shape.contains(" 3->") {
+                    continue;
+                }
+                match rows.iter_mut().find(|r| r.0 == shape) {
+                    Some(r) if r.1.len() > ti => {}
+                    Some(r) => r.1.push(ms),
+                    None => rows.push((shape.to_string(), vec![ms])),
+                }
+            }
+        }
+        g.force_mma_tile(None);
+        println!("\nms per conv shape and forced tile, batch {b}");
+        println!("shape | {}", tiles.join(" | ").replace("conv_mma_", ""));
+        for (shape, t) in &rows {
+            let cells: Vec<String> = t.iter().map(|v| format!("{v:.3}")).collect();
+            println!("{shape} | {}", cells.join(" | "));
+        }
+    }
+}
+
+/// Mean per-step device times of `runs` profiled runs (after 3 untimed ones).
+fn mean_profile(g: &mut CudaModel, pixels: &[u8], runs: usize) -> Vec<(String, f32)> {
+    for _ in 0..3 {
+        g.profile(pixels).unwrap();
+    }
+    let mut sum: Vec<(String, f32)> = Vec::new();
+    for _ in 0..runs {
+        for (i, (l, ms)) in g.profile(pixels).unwrap().into_iter().enumerate() {
+            if i == sum.len() {
+                sum.push((l, 0.0));
+            }
+            sum[i].1 += ms / runs as f32;
+        }
+    }
+    sum
 }

@@ -6,22 +6,20 @@
 // packed weight row, kh·kw taps of cin_words words (4 int8 each). A (M×K') and B (N×K', the
 // weights) are both K-contiguous: exactly mma's row.col operands, loaded with ldmatrix.
 //
-// A block computes a BM×BN tile, K' in steps of 64 bytes through a STAGES-deep shared-memory
-// ring. Two ways to fill the A tile:
+// A block computes a BM×BN tile, K' in steps of BK bytes (64 or 128) through a STAGES-deep
+// shared-memory ring. Two ways to fill the A tile:
 //  - direct (C_in % 16 == 0): a 16-byte piece of an A row is 16 channels of one tap, contiguous
 //    in the NHWC input, so it is one cp.async. A tap outside the image reads the pad bytes of
 //    `padv` instead (same channels), so padding costs nothing; pieces past K' are zero-filled.
 //  - gather (any C_in, e.g. the first conv's 3 channels): word by word, as conv2d_dp4a packs
-//    them, through registers. Used for convs with few channels, where K' is short.
-// Shared rows are 64 bytes (4 pieces of 16); piece p of row r lives at p ^ ((r >> 1) & 3), so
-// the 8 rows an ldmatrix reads hit 8 different 16-byte bank groups.
+//    them, through registers (BK = 64). Used for convs with few channels, where K' is short.
+// Shared rows are BK bytes, pieces of 16 bytes swizzled (XOR with row bits) so that the 8 rows
+// an ldmatrix reads hit 8 different 16-byte bank groups.
 
 // conv2d_dp4a's tile macros are not this kernel's template parameters.
 #undef BM
 #undef BN
 #undef BKW
-
-#define MMA_BK 64
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     unsigned r;
@@ -29,8 +27,12 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return r;
 }
 
+template <int BK>
 __device__ __forceinline__ int swz(int row, int piece) {
-    return row * MMA_BK + ((piece ^ ((row >> 1) & 3)) << 4);
+    // 128-byte rows: 8 consecutive rows cover the 8 groups; 64-byte rows: rows r and r + 1
+    // share a 128-byte line, so the XOR uses r >> 1.
+    if (BK == 128) return row * 128 + ((piece ^ (row & 7)) << 4);
+    return row * 64 + ((piece ^ ((row >> 1) & 3)) << 4);
 }
 
 #if __CUDA_ARCH__ >= 800
@@ -58,7 +60,7 @@ __device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, u
 }
 #endif
 
-template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, bool GATHER>
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool GATHER>
 __device__ __forceinline__ void conv_mma(
     const i8* __restrict__ x, i8* __restrict__ y, const int* __restrict__ w,
     const int4* __restrict__ rq, const i8* __restrict__ padv, int M, int H, int W, int cin,
@@ -68,8 +70,11 @@ __device__ __forceinline__ void conv_mma(
     constexpr int T = WARPS_M * WARPS_N * 32;
     constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // warp tile
     constexpr int MT = WTM / 16, NT = WTN / 8;              // mma tiles per warp
-    constexpr int A_BYTES = BM * MMA_BK, STAGE_BYTES = (BM + BN) * MMA_BK;
+    constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
+    constexpr int PIECES = BK / 16, RP = T / PIECES;  // 16-byte pieces per row; rows per pass
     static_assert(NT % 2 == 0, "B fragments are loaded two n-tiles at a time");
+    static_assert(BK == 64 || (BK == 128 && !GATHER), "BK is 64 or 128; gather needs 64");
+    static_assert(BM % RP == 0 && BN % RP == 0, "whole rows per pass");
     extern __shared__ __align__(128) unsigned char smem[];
     const unsigned sbase = smem_addr(smem);
 
@@ -78,18 +83,18 @@ __device__ __forceinline__ void conv_mma(
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int kwords = kh * kw * cin_words;
     const int kbytes = kwords * 4;  // K' (bytes of a packed weight row)
-    const int ktiles = (kbytes + MMA_BK - 1) / MMA_BK;
+    const int ktiles = (kbytes + BK - 1) / BK;
 
     // Direct mode: this thread's A rows (fixed 16-byte piece `pc`), precomputed once.
-    constexpr int A_ROWS = GATHER ? 1 : BM * 4 / T;
-    const int pc = tid & 3;
+    constexpr int A_ROWS = GATHER ? 1 : BM / RP;
+    const int pc = tid % PIECES;
     int rbase[A_ROWS], riy[A_ROWS], rix[A_ROWS];
     // Running position of piece pc of the next k-tile to load: tap (ky, kx), channel ch.
     int ky = 0, kx = 0, ch = pc * 16;
     if (!GATHER) {
 #pragma unroll
         for (int i = 0; i < A_ROWS; ++i) {
-            const int m = m0 + (tid >> 2) + i * (T / 4);
+            const int m = m0 + tid / PIECES + i * RP;
             int b = 0, oy = 0, ox = 0;
             if (m < M) {
                 ox = m % Wo;
@@ -114,23 +119,23 @@ __device__ __forceinline__ void conv_mma(
             const int toff = (ky * W + kx) * cin + ch;
 #pragma unroll
             for (int i = 0; i < A_ROWS; ++i) {
-                const int r = (tid >> 2) + i * (T / 4);
+                const int r = tid / PIECES + i * RP;
                 const int iy = riy[i] + ky, ix = rix[i] + kx;
                 const bool in = iy >= 0 && iy < H && ix >= 0 && ix < W;
                 const i8* src = in ? x + (rbase[i] + toff) : padv + (kin ? ch : 0);
-                cp_async16(sa + swz(r, pc), src, kin ? 16 : 0);
+                cp_async16(sa + swz<BK>(r, pc), src, kin ? 16 : 0);
             }
 #pragma unroll
-            for (int i = 0; i < BN * 4 / T; ++i) {
-                const int r = (tid >> 2) + i * (T / 4);
+            for (int i = 0; i < BN / RP; ++i) {
+                const int r = tid / PIECES + i * RP;
                 const int n = n0 + r;
-                const int kb = kt * MMA_BK + pc * 16;
+                const int kb = kt * BK + pc * 16;
                 const bool ok = n < cout && kb < kbytes;
                 const i8* src = (const i8*)w + (ok ? (i64)n * kbytes + kb : 0);
-                cp_async16(sb + swz(r, pc), src, ok ? 16 : 0);
+                cp_async16(sb + swz<BK>(r, pc), src, ok ? 16 : 0);
             }
-            // Advance piece pc by one k-tile (64 bytes).
-            ch += MMA_BK;
+            // Advance piece pc by one k-tile.
+            ch += BK;
             while (ch >= cin) {
                 ch -= cin;
                 if (++kx == kw) kx = 0, ++ky;
@@ -138,7 +143,7 @@ __device__ __forceinline__ void conv_mma(
         } else {
             // One word of the tile per (row, word slot); word slot fixed per thread.
             const int ws = tid & 15;
-            const int gk = kt * (MMA_BK / 4) + ws;
+            const int gk = kt * (BK / 4) + ws;
             const bool kin = gk < kwords;
             int tap = 0, c = 0, gy = 0, gx = 0;
             if (kin) {
@@ -172,14 +177,14 @@ __device__ __forceinline__ void conv_mma(
                                   c + 3 < cin ? p[3] : 0);
                     }
                 }
-                *(int*)(smem + (sa - sbase) + swz(r, ws >> 2) + (ws & 3) * 4) = v;
+                *(int*)(smem + (sa - sbase) + swz<BK>(r, ws >> 2) + (ws & 3) * 4) = v;
             }
 #pragma unroll 4
             for (int i = 0; i < BN * 16 / T; ++i) {
                 const int r = (tid >> 4) + i * (T / 16);
                 const int n = n0 + r;
                 const int v = (kin && n < cout) ? w[(i64)n * kwords + gk] : 0;
-                *(int*)(smem + (sb - sbase) + swz(r, ws >> 2) + (ws & 3) * 4) = v;
+                *(int*)(smem + (sb - sbase) + swz<BK>(r, ws >> 2) + (ws & 3) * 4) = v;
             }
         }
     };
@@ -208,18 +213,18 @@ __device__ __forceinline__ void conv_mma(
         }
         const unsigned sa = sbase + (kt % STAGES) * STAGE_BYTES, sb = sa + A_BYTES;
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {  // two k32 steps per 64-byte tile
+        for (int kk = 0; kk < BK / 32; ++kk) {  // k32 steps of the tile
             unsigned af[MT][4], bf[NT][2];
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
                 const int r = wm * WTM + i * 16 + (lane & 15);
-                ldsm4(sa + swz(r, kk * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2],
+                ldsm4(sa + swz<BK>(r, kk * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2],
                       af[i][3]);
             }
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 const int r = wn * WTN + j * 8 + (lane & 7) + ((lane >> 4) << 3);
-                ldsm4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), bf[j][0], bf[j][1],
+                ldsm4(sb + swz<BK>(r, kk * 2 + ((lane >> 3) & 1)), bf[j][0], bf[j][1],
                       bf[j + 1][0], bf[j + 1][1]);
             }
 #pragma unroll
@@ -283,8 +288,8 @@ __device__ __forceinline__ void conv_mma(
 #endif
 }
 
-// Instantiations: name = conv_mma_<BM>x<BN>[_gather]; the host picks one per layer and
-// batch (mod.rs: MMA_TILES must match these).
+// Instantiations: name = conv_mma_<BM>x<BN>[x<BK>][_gather]; the host picks one per layer
+// and batch (mod.rs: MMA_TILES must match these).
 #define CONV_MMA_ARGS                                                                          \
     const i8 *__restrict__ x, i8 *__restrict__ y, const int *__restrict__ w,                   \
         const int4 *__restrict__ rq, const i8 *__restrict__ padv, int M, int H, int W,         \
@@ -292,13 +297,17 @@ __device__ __forceinline__ void conv_mma(
         int zout, int act_min, int act_max
 #define CONV_MMA_PASS \
     x, y, w, rq, padv, M, H, W, cin, Ho, Wo, cout, kh, kw, stride, pad, cin_words, zout, act_min, act_max
-#define CONV_MMA(NAME, BM, BN, WMS, WNS, ST, GATHER)                              \
+#define CONV_MMA(NAME, BM, BN, BK, WMS, WNS, ST, GATHER)                              \
     extern "C" __global__ void __launch_bounds__(WMS * WNS * 32) NAME(CONV_MMA_ARGS) { \
-        conv_mma<BM, BN, WMS, WNS, ST, GATHER>(CONV_MMA_PASS);                    \
+        conv_mma<BM, BN, BK, WMS, WNS, ST, GATHER>(CONV_MMA_PASS);                    \
     }
 
-CONV_MMA(conv_mma_128x128, 128, 128, 2, 4, 4, false)
-CONV_MMA(conv_mma_128x64, 128, 64, 2, 2, 4, false)
-CONV_MMA(conv_mma_64x64, 64, 64, 2, 2, 4, false)
-CONV_MMA(conv_mma_128x64_gather, 128, 64, 2, 2, 2, true)
-CONV_MMA(conv_mma_64x64_gather, 64, 64, 2, 2, 2, true)
+CONV_MMA(conv_mma_256x128, 256, 128, 64, 4, 2, 3, false)
+CONV_MMA(conv_mma_128x128x128, 128, 128, 128, 2, 2, 3, false)
+CONV_MMA(conv_mma_128x128x128w8, 128, 128, 128, 2, 4, 3, false)
+CONV_MMA(conv_mma_128x128, 128, 128, 64, 2, 4, 4, false)
+CONV_MMA(conv_mma_128x64x128, 128, 64, 128, 2, 2, 4, false)
+CONV_MMA(conv_mma_128x64, 128, 64, 64, 2, 2, 4, false)
+CONV_MMA(conv_mma_64x64, 64, 64, 64, 2, 2, 4, false)
+CONV_MMA(conv_mma_128x64_gather, 128, 64, 64, 2, 2, 2, true)
+CONV_MMA(conv_mma_64x64_gather, 64, 64, 64, 2, 2, 2, true)

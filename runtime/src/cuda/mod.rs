@@ -52,28 +52,37 @@ use crate::{Model, OpKind};
 pub const KERNEL_SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("conv_mma.cu"));
 
 /// Kernel entry points in [`KERNEL_SOURCE`].
-pub const KERNEL_NAMES: [&str; 11] = [
+pub const KERNEL_NAMES: [&str; 15] = [
     "input_u8_to_hwc",
     "conv2d_dp4a",
     "fc_warp",
     "max_pool",
     "avg_pool",
     "add_requant",
+    "conv_mma_256x128",
+    "conv_mma_128x128x128",
+    "conv_mma_128x128x128w8",
     "conv_mma_128x128",
+    "conv_mma_128x64x128",
     "conv_mma_128x64",
     "conv_mma_64x64",
     "conv_mma_128x64_gather",
     "conv_mma_64x64_gather",
 ];
 
-/// Tensor-core conv tiles, as instantiated in conv_mma.cu: (entry point, BM, BN, threads,
-/// pipeline stages, gather). The host takes the largest tile that still fills the GPU.
-const MMA_TILES: [MmaTile; 5] = [
-    MmaTile::new("conv_mma_128x128", 128, 128, 256, 4, false),
-    MmaTile::new("conv_mma_128x64", 128, 64, 128, 4, false),
-    MmaTile::new("conv_mma_64x64", 64, 64, 128, 4, false),
-    MmaTile::new("conv_mma_128x64_gather", 128, 64, 128, 2, true),
-    MmaTile::new("conv_mma_64x64_gather", 64, 64, 128, 2, true),
+/// Tensor-core conv tiles, as instantiated in conv_mma.cu: (entry point, BM, BN, BK, threads,
+/// pipeline stages, gather, automatic). The host takes the largest automatic tile that still
+/// fills the GPU; the others are there only for `force_mma_tile`.
+const MMA_TILES: [MmaTile; 9] = [
+    MmaTile::new("conv_mma_256x128", 256, 128, 64, 256, 3, false, false),
+    MmaTile::new("conv_mma_128x128x128", 128, 128, 128, 128, 3, false, false),
+    MmaTile::new("conv_mma_128x128x128w8", 128, 128, 128, 256, 3, false, false),
+    MmaTile::new("conv_mma_128x128", 128, 128, 64, 256, 4, false, true),
+    MmaTile::new("conv_mma_128x64x128", 128, 64, 128, 128, 4, false, false),
+    MmaTile::new("conv_mma_128x64", 128, 64, 64, 128, 4, false, true),
+    MmaTile::new("conv_mma_64x64", 64, 64, 64, 128, 4, false, true),
+    MmaTile::new("conv_mma_128x64_gather", 128, 64, 64, 128, 2, true, true),
+    MmaTile::new("conv_mma_64x64_gather", 64, 64, 64, 128, 2, true, true),
 ];
 
 /// One instantiation of the tensor-core conv.
@@ -82,33 +91,40 @@ struct MmaTile {
     name: &'static str,
     bm: usize,
     bn: usize,
+    bk: usize,
     threads: u32,
     stages: usize,
     gather: bool,
+    auto: bool,
 }
 
 impl MmaTile {
+    #[allow(clippy::too_many_arguments)]
     const fn new(
         name: &'static str,
         bm: usize,
         bn: usize,
+        bk: usize,
         threads: u32,
         stages: usize,
         gather: bool,
+        auto: bool,
     ) -> Self {
         MmaTile {
             name,
             bm,
             bn,
+            bk,
             threads,
             stages,
             gather,
+            auto,
         }
     }
 
-    /// Dynamic shared memory: the k-tile ring (64-byte rows of A and B per stage).
+    /// Dynamic shared memory: the k-tile ring (BK-byte rows of A and B per stage).
     fn smem(&self) -> u32 {
-        (self.stages * (self.bm + self.bn) * 64) as u32
+        (self.stages * (self.bm + self.bn) * self.bk) as u32
     }
 }
 
@@ -398,7 +414,7 @@ pub struct CudaModel {
 }
 
 /// Bytes per chunk of the staged host→device pixel copy.
-const STAGE_CHUNK: usize = 1 << 20;
+const STAGE_CHUNK: usize = 1 << 18;
 
 /// Labels and end events of the launches of one profiled run.
 type Marks = Vec<(String, CudaEvent)>;
@@ -927,8 +943,8 @@ impl CudaModel {
                     l.arg(&x0).arg(&x1).arg(&y).arg(&total);
                     l.arg(&a.z0).arg(&a.m0).arg(&a.z1).arg(&a.m1).arg(&a.n);
                     l.arg(&a.q.zout).arg(&a.q.act_min).arg(&a.q.act_max);
-                    // SAFETY: as above.
-                    unsafe { l.launch(grid_stride(total as usize)) }?;
+                    // SAFETY: as above (16-byte steps: regions are REGION_ALIGN-aligned).
+                    unsafe { l.launch(grid_stride((total as usize).div_ceil(16))) }?;
                     mark(&|| "add".into())?;
                 }
             }
@@ -953,7 +969,7 @@ impl CudaModel {
         let n = d.cout as usize;
         let mut pick = None;
         for t in self.funcs.mma.iter() {
-            if t.0.gather != gather || (t.0.bn > 64 && n <= 64) {
+            if !t.0.auto || t.0.gather != gather || (t.0.bn > 64 && n <= 64) {
                 continue;
             }
             pick = Some(t);
