@@ -426,6 +426,27 @@ proptest! {
         all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
     }
 
+    /// A residual block: the add after the second conv is fused into that conv's epilogue on
+    /// the tensor-core path (C_out % 16 == 0), with the conv's output as either add input.
+    #[test]
+    fn random_residual_block_matches_cpu(
+        seed in any::<u64>(), c16 in 1u16..=4, h in 1u16..=12, w in 1u16..=12,
+        conv_first in any::<bool>(), relu in any::<bool>(), batch in 1usize..=24,
+    ) {
+        let c = 16 * c16;
+        let mut b = Builder::new(c, h, w, seed);
+        let x = b.conv(0, c, 3, 1, 1, true);
+        let y = b.conv(x, c, 3, 1, 1, false);
+        let z = if conv_first { b.add(y, x, relu) } else { b.add(x, y, relu) };
+        b.fc(z, 7, false);
+        let bytes = b.encode();
+        let model = Model::parse(&bytes).unwrap();
+        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
+        let pixels = Rng::new(seed ^ 0x7777).bytes(batch * model.input_len());
+        let want = cpu(&model, &pixels);
+        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
+    }
+
     #[test]
     fn random_fc_matches_cpu(
         seed in any::<u64>(), k in 1u16..=300, n in 1u16..=70, relu in any::<bool>(),
@@ -477,13 +498,15 @@ fn profile_resnet18() {
     let want = cpu(&model, &px[..1024 * n_in]);
     assert_eq!(g.run(&px[..1024 * n_in]).unwrap(), want.as_slice());
     println!("| path | batch | ms | img/s |\n|---|---:|---:|---:|");
-    for (label, mma, pinned) in [
-        ("mma, pinned", true, true),
-        ("mma, pageable", true, false),
-        ("dp4a, pinned", false, true),
+    for (label, mma, pinned, fuse) in [
+        ("mma, pinned", true, true, true),
+        ("mma, pageable", true, false, true),
+        ("mma, pinned, adds unfused", true, true, false),
+        ("dp4a, pinned", false, true, true),
     ] {
         g.set_tensor_cores(mma);
         g.set_pinned_staging(pinned).unwrap();
+        g.set_fused_adds(fuse);
         for b in [1, 256, 1024, 4096] {
             let (p, o) = (&px[..b * n_in], &mut out[..b * n_out]);
             let reps = if b <= 256 { 50 } else { 15 };
@@ -492,6 +515,7 @@ fn profile_resnet18() {
         }
     }
     g.set_pinned_staging(true).unwrap();
+    g.set_fused_adds(true);
     for (mma, b) in [(true, 1024), (true, 1)] {
         g.set_tensor_cores(mma);
         let sum = mean_profile(&mut g, &px[..b * n_in], 10);
@@ -503,7 +527,7 @@ fn profile_resnet18() {
     }
     // Every direct tile forced on every conv: which tile suits which shape.
     g.set_tensor_cores(true);
-    for b in [1024, 256, 1] {
+    for b in [1024, 256] {
         let tiles: Vec<&str> = KERNEL_NAMES
             .iter()
             .copied()

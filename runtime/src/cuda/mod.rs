@@ -52,18 +52,16 @@ use crate::{Model, OpKind};
 pub const KERNEL_SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("conv_mma.cu"));
 
 /// Kernel entry points in [`KERNEL_SOURCE`].
-pub const KERNEL_NAMES: [&str; 15] = [
+pub const KERNEL_NAMES: [&str; 13] = [
     "input_u8_to_hwc",
     "conv2d_dp4a",
     "fc_warp",
     "max_pool",
     "avg_pool",
     "add_requant",
-    "conv_mma_256x128",
-    "conv_mma_128x128x128",
-    "conv_mma_128x128x128w8",
+    "conv_mma_128x128_ca",
     "conv_mma_128x128",
-    "conv_mma_128x64x128",
+    "conv_mma_128x64_ca",
     "conv_mma_128x64",
     "conv_mma_64x64",
     "conv_mma_128x64_gather",
@@ -72,13 +70,11 @@ pub const KERNEL_NAMES: [&str; 15] = [
 
 /// Tensor-core conv tiles, as instantiated in conv_mma.cu: (entry point, BM, BN, BK, threads,
 /// pipeline stages, gather, automatic). The host takes the largest automatic tile that still
-/// fills the GPU; the others are there only for `force_mma_tile`.
-const MMA_TILES: [MmaTile; 9] = [
-    MmaTile::new("conv_mma_256x128", 256, 128, 64, 256, 3, false, false),
-    MmaTile::new("conv_mma_128x128x128", 128, 128, 128, 128, 3, false, false),
-    MmaTile::new("conv_mma_128x128x128w8", 128, 128, 128, 256, 3, false, false),
-    MmaTile::new("conv_mma_128x128", 128, 128, 64, 256, 4, false, true),
-    MmaTile::new("conv_mma_128x64x128", 128, 64, 128, 128, 4, false, false),
+/// half-fills the GPU (see `mma_tile`); non-automatic tiles would serve only `force_mma_tile`.
+const MMA_TILES: [MmaTile; 7] = [
+    MmaTile::new("conv_mma_128x128_ca", 128, 128, 128, 256, 3, false, false),
+    MmaTile::new("conv_mma_128x128", 128, 128, 128, 256, 3, false, true),
+    MmaTile::new("conv_mma_128x64_ca", 128, 64, 64, 128, 4, false, false),
     MmaTile::new("conv_mma_128x64", 128, 64, 64, 128, 4, false, true),
     MmaTile::new("conv_mma_64x64", 64, 64, 64, 128, 4, false, true),
     MmaTile::new("conv_mma_128x64_gather", 128, 64, 64, 128, 2, true, true),
@@ -362,6 +358,9 @@ struct Pool {
 }
 
 struct Add {
+    /// Fusable into the conv before it: `Some(true)` when that conv's output is input `a`,
+    /// `Some(false)` when it is `b`.
+    fuse: Option<bool>,
     a: usize,
     b: usize,
     y: usize,
@@ -372,6 +371,13 @@ struct Add {
     m1: i32,
     n: i32,
     q: Quant,
+}
+
+impl Add {
+    /// The fused-add arguments of an mma launch without an add.
+    fn default_fused() -> (u64, i32, i32, i32, i32, i32, i32, i32, i32) {
+        (0, 0, 0, 0, 0, 1, 0, -128, 127)
+    }
 }
 
 enum Step {
@@ -407,6 +413,8 @@ pub struct CudaModel {
     tensor_cores: bool,
     /// Test hook: this [`MMA_TILES`] entry instead of the automatic pick, where it applies.
     forced_tile: Option<usize>,
+    /// Whether adds are fused into the conv before them where possible.
+    fuse_adds: bool,
     /// Multiprocessors: the tile choice aims at one full wave of blocks.
     sms: usize,
     device_bytes: usize,
@@ -415,6 +423,8 @@ pub struct CudaModel {
 
 /// Bytes per chunk of the staged host→device pixel copy.
 const STAGE_CHUNK: usize = 1 << 18;
+/// Most threads writing the staging buffer.
+const STAGE_THREADS: usize = 4;
 
 /// Labels and end events of the launches of one profiled run.
 type Marks = Vec<(String, CudaEvent)>;
@@ -540,6 +550,28 @@ impl CudaModel {
             )))
         };
 
+        // Readers per tensor (the model output counts one): an add can be fused into the conv
+        // before it only if the conv's output has no other reader.
+        let mut readers = vec![0usize; model.num_tensors()];
+        for o in model.ops() {
+            for t in [Some(o.input0), o.input1].into_iter().flatten() {
+                if let Some(r) = readers.get_mut(t as usize) {
+                    *r += 1;
+                }
+            }
+        }
+        if let Some(r) = readers.get_mut(model.output_tensor() as usize) {
+            *r += 1;
+        }
+        let region = |t: u16| -> Result<std::ops::Range<usize>> {
+            let o = off(t)?;
+            Ok(o..o + tensor(t)?.len() * max_batch)
+        };
+        let disjoint = |a: &std::ops::Range<usize>, b: &std::ops::Range<usize>| {
+            a.end <= b.start || b.end <= a.start
+        };
+        // (output, input) of the previous op when it is a conv/fc.
+        let mut prev_dense: Option<(u16, u16)> = None;
         let mut steps = Vec::with_capacity(model.num_ops());
         for o in model.ops() {
             let tin = tensor(o.input0)?;
@@ -640,7 +672,21 @@ impl CudaModel {
                         sys::CUresult::CUDA_ERROR_INVALID_VALUE,
                     )))?;
                     let tin1 = tensor(t1)?;
+                    // Fusable into the previous conv: it writes one of our inputs that nothing
+                    // else reads, and our output shares memory with neither the conv's input
+                    // nor the other input (plan.rs keeps the conv's input alive until here).
+                    let mut fuse = None;
+                    if let Some((d_out, d_in)) = prev_dense {
+                        if (o.input0 == d_out || t1 == d_out) && readers[d_out as usize] == 1 {
+                            let res = if o.input0 == d_out { t1 } else { o.input0 };
+                            let y = region(o.output)?;
+                            if disjoint(&y, &region(d_in)?) && disjoint(&y, &region(res)?) {
+                                fuse = Some(o.input0 == d_out);
+                            }
+                        }
+                    }
                     Step::Add(Add {
+                        fuse,
                         a: off(o.input0)?,
                         b: off(t1)?,
                         y: off(o.output)?,
@@ -653,6 +699,10 @@ impl CudaModel {
                         q,
                     })
                 }
+            };
+            prev_dense = match step {
+                Step::Dense(_) => Some((o.output, o.input0)),
+                _ => None,
             };
             steps.push(step);
         }
@@ -690,6 +740,7 @@ impl CudaModel {
             staging,
             tensor_cores: cc >= (8, 0),
             forced_tile: None,
+            fuse_adds: true,
             sms,
             device_bytes: needed,
             compute_capability: cc,
@@ -735,6 +786,13 @@ impl CudaModel {
     pub fn force_mma_tile(&mut self, name: Option<&str>) -> bool {
         self.forced_tile = name.and_then(|n| self.funcs.mma.iter().position(|t| t.0.name == n));
         name.is_none() || self.forced_tile.is_some()
+    }
+
+    /// Benchmark hook: fuse each residual add into the tensor-core conv before it (the default)
+    /// or run it as its own kernel.
+    #[doc(hidden)]
+    pub fn set_fused_adds(&mut self, on: bool) {
+        self.fuse_adds = on;
     }
 
     /// Turns the page-locked staging of the pixel copy on (the default) or off (a plain
@@ -846,24 +904,48 @@ impl CudaModel {
             return Err(too_large);
         }
         // Waits for the staging buffer's last use (none in flight: every run synchronises).
-        let host = staging.as_mut_ptr()?;
-        for (i, chunk) in pixels.chunks(STAGE_CHUNK).enumerate() {
-            let off = i * STAGE_CHUNK;
-            // SAFETY: `off + chunk.len() ≤ pixels.len() ≤ staging.len()`; the region is not in
-            // use by an earlier copy (see above); the device region holds `pixels.len()` bytes.
-            // The chunk's copy is queued after it is written, so the DMA of chunk i overlaps
-            // the host writing chunk i + 1.
-            unsafe {
-                std::ptr::copy_nonoverlapping(chunk.as_ptr(), host.add(off), chunk.len());
-                let src = std::slice::from_raw_parts(host.add(off), chunk.len());
-                result::memcpy_htod_async(
-                    self.pixels_ptr + off as u64,
-                    src,
-                    self.stream.cu_stream(),
-                )?;
+        let host = &mut staging.as_mut_slice()?[..pixels.len()];
+        // Large batches: a few threads each copy a part into the staging buffer (one thread's
+        // memcpy into page-locked memory ran at about 8 GB/s) and queue its DMA in chunks.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(STAGE_THREADS)
+            .min(pixels.len().div_ceil(STAGE_CHUNK))
+            .max(1);
+        let per = pixels.len().div_ceil(threads).next_multiple_of(STAGE_CHUNK);
+        let (dev, stream) = (self.pixels_ptr, &self.stream);
+        let copy_part = |i: usize, src: &[u8], dst: &mut [u8]| -> Result<()> {
+            stream.context().bind_to_thread()?;
+            for (j, (s, d)) in src
+                .chunks(STAGE_CHUNK)
+                .zip(dst.chunks_mut(STAGE_CHUNK))
+                .enumerate()
+            {
+                d.copy_from_slice(s);
+                let off = (i * per + j * STAGE_CHUNK) as u64;
+                // SAFETY: `d` is page-locked, written above and not touched again before the
+                // run's final synchronisation; the device region holds `pixels.len()` bytes.
+                // The chunk's DMA overlaps the writing of the next chunk.
+                unsafe { result::memcpy_htod_async(dev + off, d, stream.cu_stream()) }?;
             }
+            Ok(())
+        };
+        if threads == 1 {
+            return copy_part(0, pixels, host);
         }
-        Ok(())
+        std::thread::scope(|sc| {
+            let parts: Vec<_> = pixels
+                .chunks(per)
+                .zip(host.chunks_mut(per))
+                .enumerate()
+                .map(|(i, (src, dst))| sc.spawn(move || copy_part(i, src, dst)))
+                .collect();
+            parts
+                .into_iter()
+                .try_for_each(|p| p.join().unwrap_or(Err(CudaError::Driver(DriverError(
+                    sys::CUresult::CUDA_ERROR_UNKNOWN,
+                )))))
+        })
     }
 
     /// Queues the copy of the logits (`out.len()` bytes) to `out`.
@@ -904,18 +986,27 @@ impl CudaModel {
             unsafe { l.launch(grid_stride(total as usize)) }?;
             mark(&|| "input u8 -> hwc".into())?;
         }
-        for step in &self.steps {
+        let mut fused_add = false;
+        for (i, step) in self.steps.iter().enumerate() {
             match step {
                 Step::Dense(d) => {
-                    let kernel = self.launch_dense(d, batch, ptr(d.x), ptr(d.y))?;
+                    let next_add = match self.steps.get(i + 1) {
+                        Some(Step::Add(a)) if a.fuse.is_some() && self.fuse_adds => Some(a),
+                        _ => None,
+                    };
+                    let (kernel, fused) =
+                        self.launch_dense(d, batch, ptr(d.x), ptr(d.y), next_add)?;
+                    fused_add = fused;
                     mark(&|| {
                         let kind = if d.fc { "fc" } else { "conv" };
+                        let add = if fused { " + add" } else { "" };
                         format!(
-                            "{kind} {}x{} s{} {}->{} {}x{} [{kernel}]",
+                            "{kind} {}x{} s{} {}->{} {}x{}{add} [{kernel}]",
                             d.kh, d.kw, d.stride, d.cin, d.cout, d.ho, d.wo
                         )
                     })?;
                 }
+                Step::Add(_) if fused_add => fused_add = false,
                 Step::Pool(p) => {
                     let (x, y) = (ptr(p.x), ptr(p.y));
                     let total = (batch * p.ho as usize * p.wo as usize * p.c as usize) as i64;
@@ -955,7 +1046,9 @@ impl CudaModel {
     /// The tensor-core tile for a conv/fc of `m` output pixels, or `None` for the dp4a kernel
     /// (tensor cores off or absent). C_in % 16 == 0 loads 16-byte pieces of taps directly;
     /// other channel counts gather words. Of the tiles that fit C_out, the largest whose grid
-    /// still fills every multiprocessor once, else the smallest.
+    /// has at least one block per two multiprocessors, else the smallest. (H100, ResNet-18 at
+    /// b256: a 128×128 grid of 128 blocks on 132 SMs still ran the 512-channel convs 2.7×
+    /// faster than 128×64 tiles: the larger tile's reuse outweighs the idle SMs.)
     fn mma_tile(&self, d: &Dense, m: usize) -> Option<&(MmaTile, CudaFunction)> {
         if !self.tensor_cores {
             return None;
@@ -973,15 +1066,24 @@ impl CudaModel {
                 continue;
             }
             pick = Some(t);
-            if m.div_ceil(t.0.bm) * n.div_ceil(t.0.bn) >= self.sms {
+            if 2 * m.div_ceil(t.0.bm) * n.div_ceil(t.0.bn) >= self.sms {
                 break;
             }
         }
         pick
     }
 
-    /// Launches one conv/fc; returns the kernel's name.
-    fn launch_dense(&self, d: &Dense, batch: usize, x: u64, y: u64) -> Result<&'static str> {
+    /// Launches one conv/fc, with the add `add` that follows it fused into its epilogue where
+    /// the kernel can (a tensor-core tile, C_out % 16 == 0); returns the kernel's name and
+    /// whether the add was fused.
+    fn launch_dense(
+        &self,
+        d: &Dense,
+        batch: usize,
+        x: u64,
+        y: u64,
+        add: Option<&Add>,
+    ) -> Result<(&'static str, bool)> {
         let s = &self.stream;
         let (w, rq, padv) = {
             let (w, _a) = d.w.device_ptr(s);
@@ -1005,11 +1107,13 @@ impl CudaModel {
             l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
             // SAFETY: pointers and sizes come from the plan and the uploaded constants.
             unsafe { l.launch(cfg) }?;
-            return Ok("fc_warp");
+            return Ok(("fc_warp", false));
         }
         let m = batch * (d.ho * d.wo) as usize; // ≤ 2^31 − 1: checked against max_batch
         let m32 = m as i32;
-        let (name, f, cfg) = match self.mma_tile(d, m) {
+        let tile = self.mma_tile(d, m);
+        let fuse = add.filter(|_| tile.is_some() && d.cout % 16 == 0);
+        let (name, f, cfg) = match tile {
             Some((t, f)) => (
                 t.name,
                 f,
@@ -1039,6 +1143,7 @@ impl CudaModel {
         };
         // Both kernels take the same arguments.
         let mut l = s.launch_builder(f);
+        let y = fuse.map_or(y, |a| self.acts_ptr + a.y as u64);
         l.arg(&x).arg(&y).arg(&w).arg(&rq).arg(&padv);
         l.arg(&m32)
             .arg(&d.h)
@@ -1053,10 +1158,29 @@ impl CudaModel {
             .arg(&d.pad)
             .arg(&d.cin_words);
         l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
+        // The mma kernels' fused add: residual pointer (0: none), (z, m) of the residual and
+        // of the conv's side, then the add's shift, zero point and clamp.
+        let fz = Add::default_fused();
+        let (res, rz, rm, cz, cm, an, az, amin, amax) = match fuse {
+            Some(a) => {
+                let (r, rz, rm, cz, cm) = if a.fuse == Some(true) {
+                    (a.b, a.z1, a.m1, a.z0, a.m0)
+                } else {
+                    (a.a, a.z0, a.m0, a.z1, a.m1)
+                };
+                let r = self.acts_ptr + r as u64;
+                (r, rz, rm, cz, cm, a.n, a.q.zout, a.q.act_min, a.q.act_max)
+            }
+            None => fz,
+        };
+        if tile.is_some() {
+            l.arg(&res).arg(&rz).arg(&rm).arg(&cz).arg(&cm);
+            l.arg(&an).arg(&az).arg(&amin).arg(&amax);
+        }
         // SAFETY: pointers and sizes come from the plan and the uploaded constants; the mma
         // kernels' 16-byte loads need C_in % 16 == 0 (checked by `mma_tile`), 16-byte aligned
         // regions (REGION_ALIGN) and constants (driver allocations are 256-byte aligned).
         unsafe { l.launch(cfg) }?;
-        Ok(name)
+        Ok((name, fuse.is_some()))
     }
 }
