@@ -537,8 +537,7 @@ fn profile_resnet18() {
         for (ti, tile) in tiles.iter().enumerate() {
             assert!(g.force_mma_tile(Some(tile)));
             for (l, ms) in mean_profile(&mut g, &px[..b * n_in], 5) {
-                let Some(shape) = l.strip_prefix("conv ").and_then(|l| l.split(" [").next())
-                else {
+                let Some(shape) = l.strip_prefix("conv ").and_then(|l| l.split(" [").next()) else {
                     continue;
                 };
                 if shape.contains(" 3->") {

@@ -18,11 +18,23 @@ __device__ __forceinline__ i8 clamp_out(i64 v, int act_min, int act_max) {
     return (i8)v;
 }
 
+// clamp(s + zout, act_min, act_max) for a 64-bit s, in 32-bit arithmetic: saturate s to the
+// int32 range (cvt.sat), clamp it to [act_min − zout, act_max − zout] (both in int32 range:
+// zero points and clamps are int8), then add zout. Adding a constant commutes with clamping,
+// so the value is that of the 64-bit clamp.
+__device__ __forceinline__ i8 clamp_shifted(i64 s, int zout, int act_min, int act_max) {
+    int v;
+    asm("cvt.sat.s32.s64 %0, %1;" : "=r"(v) : "l"(s));
+    v = max(v, act_min - zout);
+    v = min(v, act_max - zout);
+    return (i8)(v + zout);
+}
+
 // `sum` is Σ q·w (wrapping i32); the CPU starts from the bias instead: the same value mod 2^32.
 __device__ __forceinline__ i8 finish(int sum, int4 r, int zout, int act_min, int act_max) {
     const int acc = (int)((unsigned)sum + (unsigned)r.x);
-    const i64 v = (((i64)acc * (i64)r.y + (1LL << (r.z - 1))) >> r.z) + (i64)zout;
-    return clamp_out(v, act_min, act_max);
+    const i64 s = ((i64)acc * r.y + (1LL << (r.z - 1))) >> r.z;
+    return clamp_shifted(s, zout, act_min, act_max);
 }
 
 __device__ __forceinline__ int pack4(int b0, int b1, int b2, int b3) {
@@ -245,8 +257,8 @@ __device__ __forceinline__ unsigned add_byte(unsigned wa, unsigned wb, int k, in
     const int qa = (int)(i8)(wa >> (8 * k)), qb = (int)(i8)(wb >> (8 * k));
     // q − z fits 32 bits: two 32×32→64 multiplies instead of 64×64 ones, same values.
     const i64 t = (i64)(qa - z0) * m0 + (i64)(qb - z1) * m1;
-    const i64 v = ((t + (1LL << (n - 1))) >> n) + (i64)zout;
-    return (unsigned)(u8)clamp_out(v, act_min, act_max) << (8 * k);
+    return (unsigned)(u8)clamp_shifted((t + (1LL << (n - 1))) >> n, zout, act_min, act_max)
+           << (8 * k);
 }
 
 // 16 bytes per thread and step (the regions are 256-byte aligned), the last total % 16 bytes

@@ -52,16 +52,14 @@ use crate::{Model, OpKind};
 pub const KERNEL_SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("conv_mma.cu"));
 
 /// Kernel entry points in [`KERNEL_SOURCE`].
-pub const KERNEL_NAMES: [&str; 13] = [
+pub const KERNEL_NAMES: [&str; 11] = [
     "input_u8_to_hwc",
     "conv2d_dp4a",
     "fc_warp",
     "max_pool",
     "avg_pool",
     "add_requant",
-    "conv_mma_128x128_ca",
     "conv_mma_128x128",
-    "conv_mma_128x64_ca",
     "conv_mma_128x64",
     "conv_mma_64x64",
     "conv_mma_128x64_gather",
@@ -71,10 +69,8 @@ pub const KERNEL_NAMES: [&str; 13] = [
 /// Tensor-core conv tiles, as instantiated in conv_mma.cu: (entry point, BM, BN, BK, threads,
 /// pipeline stages, gather, automatic). The host takes the largest automatic tile that still
 /// half-fills the GPU (see `mma_tile`); non-automatic tiles would serve only `force_mma_tile`.
-const MMA_TILES: [MmaTile; 7] = [
-    MmaTile::new("conv_mma_128x128_ca", 128, 128, 128, 256, 3, false, false),
+const MMA_TILES: [MmaTile; 5] = [
     MmaTile::new("conv_mma_128x128", 128, 128, 128, 256, 3, false, true),
-    MmaTile::new("conv_mma_128x64_ca", 128, 64, 64, 128, 4, false, false),
     MmaTile::new("conv_mma_128x64", 128, 64, 64, 128, 4, false, true),
     MmaTile::new("conv_mma_64x64", 64, 64, 64, 128, 4, false, true),
     MmaTile::new("conv_mma_128x64_gather", 128, 64, 64, 128, 2, true, true),
@@ -423,8 +419,6 @@ pub struct CudaModel {
 
 /// Bytes per chunk of the staged host→device pixel copy.
 const STAGE_CHUNK: usize = 1 << 18;
-/// Most threads writing the staging buffer.
-const STAGE_THREADS: usize = 4;
 
 /// Labels and end events of the launches of one profiled run.
 type Marks = Vec<(String, CudaEvent)>;
@@ -905,47 +899,22 @@ impl CudaModel {
         }
         // Waits for the staging buffer's last use (none in flight: every run synchronises).
         let host = &mut staging.as_mut_slice()?[..pixels.len()];
-        // Large batches: a few threads each copy a part into the staging buffer (one thread's
-        // memcpy into page-locked memory ran at about 8 GB/s) and queue its DMA in chunks.
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(STAGE_THREADS)
-            .min(pixels.len().div_ceil(STAGE_CHUNK))
-            .max(1);
-        let per = pixels.len().div_ceil(threads).next_multiple_of(STAGE_CHUNK);
-        let (dev, stream) = (self.pixels_ptr, &self.stream);
-        let copy_part = |i: usize, src: &[u8], dst: &mut [u8]| -> Result<()> {
-            stream.context().bind_to_thread()?;
-            for (j, (s, d)) in src
-                .chunks(STAGE_CHUNK)
-                .zip(dst.chunks_mut(STAGE_CHUNK))
-                .enumerate()
-            {
-                d.copy_from_slice(s);
-                let off = (i * per + j * STAGE_CHUNK) as u64;
-                // SAFETY: `d` is page-locked, written above and not touched again before the
-                // run's final synchronisation; the device region holds `pixels.len()` bytes.
-                // The chunk's DMA overlaps the writing of the next chunk.
-                unsafe { result::memcpy_htod_async(dev + off, d, stream.cu_stream()) }?;
-            }
-            Ok(())
-        };
-        if threads == 1 {
-            return copy_part(0, pixels, host);
+        for (i, (src, dst)) in pixels
+            .chunks(STAGE_CHUNK)
+            .zip(host.chunks_mut(STAGE_CHUNK))
+            .enumerate()
+        {
+            dst.copy_from_slice(src);
+            let off = (i * STAGE_CHUNK) as u64;
+            // SAFETY: `dst` is page-locked, written above and not touched again before the
+            // run's final synchronisation; the device region holds `pixels.len()` bytes. The
+            // chunk's DMA overlaps the writing of the next chunk. (Four threads writing the
+            // staging buffer were no faster on an H100 host.)
+            unsafe {
+                result::memcpy_htod_async(self.pixels_ptr + off, dst, self.stream.cu_stream())
+            }?;
         }
-        std::thread::scope(|sc| {
-            let parts: Vec<_> = pixels
-                .chunks(per)
-                .zip(host.chunks_mut(per))
-                .enumerate()
-                .map(|(i, (src, dst))| sc.spawn(move || copy_part(i, src, dst)))
-                .collect();
-            parts
-                .into_iter()
-                .try_for_each(|p| p.join().unwrap_or(Err(CudaError::Driver(DriverError(
-                    sys::CUresult::CUDA_ERROR_UNKNOWN,
-                )))))
-        })
+        Ok(())
     }
 
     /// Queues the copy of the logits (`out.len()` bytes) to `out`.
