@@ -118,16 +118,16 @@ fn check_batches(name: &str, bytes: &[u8], batches: &[usize], seed: u64) {
         let mut again = vec![0i8; want.len()];
         g.run_into(&pixels, &mut again).unwrap();
         assert_eq!(again, want, "{name} batch {b} (run_into)");
-        // The dp4a fallback and the pageable copy give the same bytes too.
+        // The dp4a fallback and the pinned staging copy give the same bytes too.
         g.set_tensor_cores(false);
-        g.set_pinned_staging(false).unwrap();
+        g.set_pinned_staging(true).unwrap();
         assert_eq!(
             g.run(&pixels).unwrap(),
             want,
-            "{name} batch {b} (dp4a, pageable)"
+            "{name} batch {b} (dp4a, pinned)"
         );
         g.set_tensor_cores(true);
-        g.set_pinned_staging(true).unwrap();
+        g.set_pinned_staging(false).unwrap();
     }
 }
 
@@ -514,7 +514,7 @@ fn profile_resnet18() {
             println!("| {label} | {b} | {ms:.3} | {:.0} |", b as f64 * 1e3 / ms);
         }
     }
-    g.set_pinned_staging(true).unwrap();
+    g.set_pinned_staging(false).unwrap();
     g.set_fused_adds(true);
     for (mma, b) in [(true, 1024), (true, 1)] {
         g.set_tensor_cores(mma);
