@@ -1,7 +1,8 @@
 //! The GPU path (feature `cuda`): `CudaModel::run` gives the same bytes as `Model::run` for
-//! every test model, batch size and random conv / fc shape; typed errors. Without a CUDA
+//! every test model, batch size and random conv / fc shape, through every conv kernel (the
+//! automatic pick, the dp4a fallback, each tensor-core tile); typed errors. Without a CUDA
 //! device each GPU test prints "skipping: no CUDA device" and passes; the NVRTC test needs
-//! only NVRTC.
+//! only NVRTC. `profile_resnet18` (ignored) is the GPU benchmark of the kernels.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -10,6 +11,7 @@ use common::{hand_model, lenet, resnet18, small_resnet, Builder, OpSpec, Rng};
 use octet_runtime::cuda::{compile_ptx, CudaError, CudaModel, FC_WARP_MAX_BATCH, KERNEL_NAMES};
 use octet_runtime::{quantize_multiplier, Model};
 use proptest::prelude::*;
+use std::time::Instant;
 
 /// The CPU reference: `Model::run` over the batch, split across threads (each chunk is its
 /// own `Model::run` call; images are independent, so the bytes are those of one call).
@@ -50,6 +52,46 @@ fn gpu(model: &Model, max_batch: usize) -> Option<CudaModel> {
     }
 }
 
+/// The conv kernel choices to test: the automatic pick, the dp4a fallback, each mma tile.
+fn conv_paths() -> Vec<Option<&'static str>> {
+    let mut v = vec![None, Some("dp4a")];
+    v.extend(
+        KERNEL_NAMES
+            .iter()
+            .filter(|n| n.starts_with("conv_mma_"))
+            .map(|&n| Some(n)),
+    );
+    v
+}
+
+/// Selects a conv path on `g` (see [`conv_paths`]); false when the device lacks it.
+fn select_path(g: &mut CudaModel, path: Option<&str>) -> bool {
+    g.set_tensor_cores(path != Some("dp4a"));
+    match path {
+        Some("dp4a") | None => g.force_mma_tile(None),
+        Some(tile) => g.force_mma_tile(Some(tile)),
+    }
+}
+
+/// GPU bytes through every conv path, each against the CPU bytes `want`.
+fn all_paths(g: &mut CudaModel, pixels: &[u8], want: &[i8]) -> Result<(), String> {
+    for path in conv_paths() {
+        if !select_path(g, path) {
+            continue; // below sm_80: no tensor-core tiles
+        }
+        let got = g.run(pixels).map_err(|e| e.to_string())?;
+        if got != want {
+            let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
+            return Err(format!(
+                "path {path:?}: GPU != CPU at byte {first}: {} vs {}",
+                got[first], want[first]
+            ));
+        }
+    }
+    select_path(g, None);
+    Ok(())
+}
+
 fn check_batches(name: &str, bytes: &[u8], batches: &[usize], seed: u64) {
     let model = Model::parse(bytes).unwrap();
     let max = *batches.iter().max().unwrap();
@@ -76,6 +118,16 @@ fn check_batches(name: &str, bytes: &[u8], batches: &[usize], seed: u64) {
         let mut again = vec![0i8; want.len()];
         g.run_into(&pixels, &mut again).unwrap();
         assert_eq!(again, want, "{name} batch {b} (run_into)");
+        // The dp4a fallback and the pinned staging copy give the same bytes too.
+        g.set_tensor_cores(false);
+        g.set_pinned_staging(true).unwrap();
+        assert_eq!(
+            g.run(&pixels).unwrap(),
+            want,
+            "{name} batch {b} (dp4a, pinned)"
+        );
+        g.set_tensor_cores(true);
+        g.set_pinned_staging(false).unwrap();
     }
 }
 
@@ -223,7 +275,35 @@ fn small_resnet_matches_cpu() {
 
 #[test]
 fn resnet18_matches_cpu() {
-    check_batches("resnet18", &resnet18(4).encode(), &[1, 3, 64], 4);
+    // 256 images: the automatic pick uses every direct tile size somewhere.
+    check_batches("resnet18", &resnet18(4).encode(), &[1, 3, 64, 256], 4);
+}
+
+/// ResNet-18's conv shapes (C_in 64…512, 3×3 and strided 1×1) through every path, with M
+/// large enough for several row tiles.
+#[test]
+fn resnet_shapes_match_cpu_on_every_path() {
+    let shapes = [
+        ((64, 32, 32), 64, 3, 1, 1, 6),
+        ((64, 32, 32), 128, 3, 2, 1, 5),
+        ((64, 32, 32), 128, 1, 2, 0, 5),
+        ((128, 16, 16), 256, 3, 2, 1, 7),
+        ((256, 8, 8), 512, 1, 2, 0, 9),
+        ((512, 4, 4), 512, 3, 1, 1, 33),
+        ((3, 32, 32), 64, 3, 1, 1, 6),
+    ];
+    for (i, &(chw, cout, k, stride, pad, batch)) in shapes.iter().enumerate() {
+        let seed = 40 + i as u64;
+        let b = conv_model(seed, chw, cout, (k, k), stride, pad, i % 2 == 0, true, None);
+        let bytes = b.encode();
+        let model = Model::parse(&bytes).unwrap();
+        let Some(mut g) = gpu(&model, batch) else {
+            return;
+        };
+        let pixels = Rng::new(seed).bytes(batch * model.input_len());
+        let want = cpu(&model, &pixels);
+        all_paths(&mut g, &pixels, &want).unwrap_or_else(|e| panic!("shape {i}: {e}"));
+    }
 }
 
 #[test]
@@ -322,7 +402,49 @@ proptest! {
         let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
         let pixels = Rng::new(seed ^ 0x5555).bytes(batch * model.input_len());
         let want = cpu(&model, &pixels);
-        prop_assert_eq!(g.run(&pixels).unwrap(), want.as_slice());
+        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
+    }
+
+    /// C_in a multiple of 16 (half of them of 32): the tensor cores' direct tiles; C_out and
+    /// M on and off the tile sizes, C_out % 16 ≠ 0 (the byte-store epilogue) and = 0.
+    #[test]
+    fn random_mma_conv_matches_cpu(
+        seed in any::<u64>(),
+        cin16 in 1u16..=8, h in 1u16..=12, w in 1u16..=12, cout in 1u16..=160,
+        kh in 1u8..=3, kw in 1u8..=3, stride in 1u8..=3, pad in 0u8..=2,
+        pad_values in any::<bool>(), relu in any::<bool>(), fc in prop::option::of(1u16..=20),
+        batch in 1usize..=24,
+    ) {
+        prop_assume!(h + 2 * pad as u16 >= kh as u16 && w + 2 * pad as u16 >= kw as u16);
+        let cin = 16 * cin16;
+        let b = conv_model(seed, (cin, h, w), cout, (kh, kw), stride, pad, pad_values, relu, fc);
+        let bytes = b.encode();
+        let model = Model::parse(&bytes).unwrap();
+        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
+        let pixels = Rng::new(seed ^ 0x3333).bytes(batch * model.input_len());
+        let want = cpu(&model, &pixels);
+        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
+    }
+
+    /// A residual block: the add after the second conv is fused into that conv's epilogue on
+    /// the tensor-core path (C_out % 16 == 0), with the conv's output as either add input.
+    #[test]
+    fn random_residual_block_matches_cpu(
+        seed in any::<u64>(), c16 in 1u16..=4, h in 1u16..=12, w in 1u16..=12,
+        conv_first in any::<bool>(), relu in any::<bool>(), batch in 1usize..=24,
+    ) {
+        let c = 16 * c16;
+        let mut b = Builder::new(c, h, w, seed);
+        let x = b.conv(0, c, 3, 1, 1, true);
+        let y = b.conv(x, c, 3, 1, 1, false);
+        let z = if conv_first { b.add(y, x, relu) } else { b.add(x, y, relu) };
+        b.fc(z, 7, false);
+        let bytes = b.encode();
+        let model = Model::parse(&bytes).unwrap();
+        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
+        let pixels = Rng::new(seed ^ 0x7777).bytes(batch * model.input_len());
+        let want = cpu(&model, &pixels);
+        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
     }
 
     #[test]
@@ -337,6 +459,120 @@ proptest! {
         let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
         let pixels = Rng::new(seed ^ 0xAAAA).bytes(batch * model.input_len());
         let want = cpu(&model, &pixels);
-        prop_assert_eq!(g.run(&pixels).unwrap(), want.as_slice());
+        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
     }
+}
+
+/// Median of `reps` timed calls of `f` (milliseconds), after `warm` untimed ones.
+fn median_ms(warm: usize, reps: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    t[reps / 2]
+}
+
+/// The GPU benchmark of the kernels on the ResNet-18 fixture (random weights):
+/// `cargo test --release -p octet-runtime --features cuda --test cuda -- --ignored profile
+/// --nocapture`. Host pixels → host logits per batch for the tensor-core and dp4a paths,
+/// pinned and pageable copies, then the per-kernel device times (CUDA events) at batch 1024.
+#[test]
+#[ignore = "GPU benchmark"]
+fn profile_resnet18() {
+    let bytes = resnet18(4).encode();
+    let model = Model::parse(&bytes).unwrap();
+    let Some(mut g) = gpu(&model, 4096) else {
+        return;
+    };
+    let (n_in, n_out) = (model.input_len(), model.output_len());
+    let px = Rng::new(1).bytes(4096 * n_in);
+    let mut out = vec![0i8; 4096 * n_out];
+    // Same bytes as the CPU at batch 1024 on the path timed below.
+    let want = cpu(&model, &px[..1024 * n_in]);
+    assert_eq!(g.run(&px[..1024 * n_in]).unwrap(), want.as_slice());
+    println!("| path | batch | ms | img/s |\n|---|---:|---:|---:|");
+    for (label, mma, pinned, fuse) in [
+        ("mma, pinned", true, true, true),
+        ("mma, pageable", true, false, true),
+        ("mma, pinned, adds unfused", true, true, false),
+        ("dp4a, pinned", false, true, true),
+    ] {
+        g.set_tensor_cores(mma);
+        g.set_pinned_staging(pinned).unwrap();
+        g.set_fused_adds(fuse);
+        for b in [1, 256, 1024, 4096] {
+            let (p, o) = (&px[..b * n_in], &mut out[..b * n_out]);
+            let reps = if b <= 256 { 50 } else { 15 };
+            let ms = median_ms(3, reps, || g.run_into(p, o).unwrap());
+            println!("| {label} | {b} | {ms:.3} | {:.0} |", b as f64 * 1e3 / ms);
+        }
+    }
+    g.set_pinned_staging(false).unwrap();
+    g.set_fused_adds(true);
+    for (mma, b) in [(true, 1024), (true, 1)] {
+        g.set_tensor_cores(mma);
+        let sum = mean_profile(&mut g, &px[..b * n_in], 10);
+        let total: f32 = sum.iter().map(|s| s.1).sum();
+        println!("\nper step, batch {b}, tensor cores {mma}: total {total:.3} ms (device)");
+        for (l, ms) in &sum {
+            println!("{ms:8.3} ms  {:5.1}%  {l}", 100.0 * ms / total);
+        }
+    }
+    // Every direct tile forced on every conv: which tile suits which shape.
+    g.set_tensor_cores(true);
+    for b in [1024, 256] {
+        let tiles: Vec<&str> = KERNEL_NAMES
+            .iter()
+            .copied()
+            .filter(|n| n.starts_with("conv_mma_") && !n.ends_with("_gather"))
+            .collect();
+        let mut rows: Vec<(String, Vec<f32>)> = Vec::new();
+        for (ti, tile) in tiles.iter().enumerate() {
+            assert!(g.force_mma_tile(Some(tile)));
+            for (l, ms) in mean_profile(&mut g, &px[..b * n_in], 5) {
+                let Some(shape) = l.strip_prefix("conv ").and_then(|l| l.split(" [").next()) else {
+                    continue;
+                };
+                if shape.contains(" 3->") {
+                    continue;
+                }
+                match rows.iter_mut().find(|r| r.0 == shape) {
+                    Some(r) if r.1.len() > ti => {}
+                    Some(r) => r.1.push(ms),
+                    None => rows.push((shape.to_string(), vec![ms])),
+                }
+            }
+        }
+        g.force_mma_tile(None);
+        println!("\nms per conv shape and forced tile, batch {b}");
+        println!("shape | {}", tiles.join(" | ").replace("conv_mma_", ""));
+        for (shape, t) in &rows {
+            let cells: Vec<String> = t.iter().map(|v| format!("{v:.3}")).collect();
+            println!("{shape} | {}", cells.join(" | "));
+        }
+    }
+}
+
+/// Mean per-step device times of `runs` profiled runs (after 3 untimed ones).
+fn mean_profile(g: &mut CudaModel, pixels: &[u8], runs: usize) -> Vec<(String, f32)> {
+    for _ in 0..3 {
+        g.profile(pixels).unwrap();
+    }
+    let mut sum: Vec<(String, f32)> = Vec::new();
+    for _ in 0..runs {
+        for (i, (l, ms)) in g.profile(pixels).unwrap().into_iter().enumerate() {
+            if i == sum.len() {
+                sum.push((l, 0.0));
+            }
+            sum[i].1 += ms / runs as f32;
+        }
+    }
+    sum
 }

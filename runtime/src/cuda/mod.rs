@@ -22,10 +22,13 @@
 //!   op on one stream, copy the logits out, synchronise.
 //!
 //! Kernels (all integer; requantization exactly `requant.rs`, in 64-bit integer arithmetic):
-//! conv2d as an implicit GEMM with `__dp4a` (int8×int8→int32), fully_connected as the same
-//! GEMM (a 1×1 conv over a 1×1×K input) or, for batches of at most [`FC_WARP_MAX_BATCH`]
-//! images, one warp per output with `__dp4a`; max_pool, avg_pool and the requantizing add one
-//! thread per output value.
+//! conv2d as an implicit GEMM, fully_connected as the same GEMM (a 1×1 conv over a 1×1×K
+//! input) or, for batches of at most [`FC_WARP_MAX_BATCH`] images, one warp per output with
+//! `__dp4a`. On sm_80+ the GEMM runs on the int8 tensor cores (`conv_mma.cu`: `mma.sync`
+//! m16n8k32, a `cp.async` shared-memory ring, `ldmatrix`), with the tile chosen per layer and
+//! batch, and a residual add that directly follows a conv fused into its epilogue; below sm_80
+//! (or with [`CudaModel::set_tensor_cores`] off) it is the `__dp4a` kernel of `kernels.cu`.
+//! max_pool, avg_pool and the requantizing add (16 bytes per thread) are element-wise.
 //!
 //! The driver library (`libcuda.so.1`) and NVRTC (`libnvrtc.so.13`) are linked dynamically, as
 //! candle's CUDA build links them: a machine without them cannot start the binary. A machine
@@ -39,25 +42,86 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{
-    result::DriverError, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream,
-    DevicePtr, LaunchConfig, PushKernelArg,
+    result::{self, DriverError},
+    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+    LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 
 use crate::{Model, OpKind};
 
-/// The CUDA C source of every kernel (self-contained, compiled at run time with NVRTC).
-pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+/// The CUDA C source of every kernel (self-contained, compiled at run time with NVRTC): the
+/// dp4a and element-wise kernels, then the tensor-core conv, which uses their helpers.
+pub const KERNEL_SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("conv_mma.cu"));
 
 /// Kernel entry points in [`KERNEL_SOURCE`].
-pub const KERNEL_NAMES: [&str; 6] = [
+pub const KERNEL_NAMES: [&str; 11] = [
     "input_u8_to_hwc",
     "conv2d_dp4a",
     "fc_warp",
     "max_pool",
     "avg_pool",
     "add_requant",
+    "conv_mma_128x128",
+    "conv_mma_128x64",
+    "conv_mma_64x64",
+    "conv_mma_128x64_gather",
+    "conv_mma_64x64_gather",
 ];
+
+/// Tensor-core conv tiles, as instantiated in conv_mma.cu: (entry point, BM, BN, BK, threads,
+/// pipeline stages, gather, automatic). The host takes the largest automatic tile that still
+/// half-fills the GPU (see `mma_tile`); non-automatic tiles would serve only `force_mma_tile`.
+const MMA_TILES: [MmaTile; 5] = [
+    MmaTile::new("conv_mma_128x128", 128, 128, 128, 256, 3, false, true),
+    MmaTile::new("conv_mma_128x64", 128, 64, 64, 128, 4, false, true),
+    MmaTile::new("conv_mma_64x64", 64, 64, 64, 128, 4, false, true),
+    MmaTile::new("conv_mma_128x64_gather", 128, 64, 64, 128, 2, true, true),
+    MmaTile::new("conv_mma_64x64_gather", 64, 64, 64, 128, 2, true, true),
+];
+
+/// One instantiation of the tensor-core conv.
+#[derive(Clone, Copy, Debug)]
+struct MmaTile {
+    name: &'static str,
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    threads: u32,
+    stages: usize,
+    gather: bool,
+    auto: bool,
+}
+
+impl MmaTile {
+    #[allow(clippy::too_many_arguments)]
+    const fn new(
+        name: &'static str,
+        bm: usize,
+        bn: usize,
+        bk: usize,
+        threads: u32,
+        stages: usize,
+        gather: bool,
+        auto: bool,
+    ) -> Self {
+        MmaTile {
+            name,
+            bm,
+            bn,
+            bk,
+            threads,
+            stages,
+            gather,
+            auto,
+        }
+    }
+
+    /// Dynamic shared memory: the k-tile ring (BK-byte rows of A and B per stage).
+    fn smem(&self) -> u32 {
+        (self.stages * (self.bm + self.bn) * self.bk) as u32
+    }
+}
 
 /// fully_connected uses the warp-per-output kernel up to this batch, the GEMM above it.
 pub const FC_WARP_MAX_BATCH: usize = 8;
@@ -230,6 +294,8 @@ fn cached_ptx(arch: &str) -> Result<Ptx> {
 struct Funcs {
     input: CudaFunction,
     conv: CudaFunction,
+    /// The tensor-core convs, one per [`MMA_TILES`] entry (empty below sm_80).
+    mma: Vec<(MmaTile, CudaFunction)>,
     fc_warp: CudaFunction,
     max_pool: CudaFunction,
     avg_pool: CudaFunction,
@@ -255,6 +321,8 @@ struct Dense {
     rq: CudaSlice<i32>,
     /// Pad value per input channel (the input zero point where the model has none).
     padv: CudaSlice<i8>,
+    /// `w` and `padv` start on 16-byte boundaries (driver allocations do).
+    aligned16: bool,
     /// Per image: input (h, w, c), output (h, w, c).
     h: i32,
     w_in: i32,
@@ -289,6 +357,9 @@ struct Pool {
 }
 
 struct Add {
+    /// Fusable into the conv before it: `Some(true)` when that conv's output is input `a`,
+    /// `Some(false)` when it is `b`.
+    fuse: Option<bool>,
     a: usize,
     b: usize,
     y: usize,
@@ -299,6 +370,13 @@ struct Add {
     m1: i32,
     n: i32,
     q: Quant,
+}
+
+impl Add {
+    /// The fused-add arguments of an mma launch without an add.
+    fn default_fused() -> (u64, i32, i32, i32, i32, i32, i32, i32, i32) {
+        (0, 0, 0, 0, 0, 1, 0, -128, 127)
+    }
 }
 
 enum Step {
@@ -327,9 +405,28 @@ pub struct CudaModel {
     output_len: usize,
     max_batch: usize,
     host_out: Vec<i8>,
+    /// Page-locked copy of the pixels, in chunks whose DMA overlaps the host-side copy into it
+    /// (`None`, the default: plain pageable copies). Off by default because on the H100 host it
+    /// was measured no faster: ResNet-18 b1024 3.18 ms pinned vs 3.07 ms pageable, the copy
+    /// bound by the host-side memcpy rather than the DMA.
+    staging: Option<PinnedHostSlice<u8>>,
+    /// Whether conv/fc use the tensor-core kernels where they apply (sm_80+).
+    tensor_cores: bool,
+    /// Test hook: this [`MMA_TILES`] entry instead of the automatic pick, where it applies.
+    forced_tile: Option<usize>,
+    /// Whether adds are fused into the conv before them where possible.
+    fuse_adds: bool,
+    /// Multiprocessors: the tile choice aims at one full wave of blocks.
+    sms: usize,
     device_bytes: usize,
     compute_capability: (i32, i32),
 }
+
+/// Bytes per chunk of the staged host→device pixel copy.
+const STAGE_CHUNK: usize = 1 << 18;
+
+/// Labels and end events of the launches of one profiled run.
+type Marks = Vec<(String, CudaEvent)>;
 
 fn rq_words(bias: i32, m0: i32, shift: i32) -> [i32; 4] {
     // n = 31 − shift, shift clamped to [−31, 30] as requant.rs does.
@@ -412,9 +509,24 @@ impl CudaModel {
 
         let ptx = cached_ptx(&format!("compute_{}{}", cc.0, cc.1))?;
         let module = ctx.load_module(ptx)?;
+        let mut mma = Vec::new();
+        if cc >= (8, 0) {
+            for t in MMA_TILES {
+                let f = module.load_function(t.name)?;
+                f.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    t.smem() as i32,
+                )?;
+                mma.push((t, f));
+            }
+        }
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            .max(1) as usize;
         let funcs = Funcs {
             input: module.load_function("input_u8_to_hwc")?,
             conv: module.load_function("conv2d_dp4a")?,
+            mma,
             fc_warp: module.load_function("fc_warp")?,
             max_pool: module.load_function("max_pool")?,
             avg_pool: module.load_function("avg_pool")?,
@@ -437,6 +549,28 @@ impl CudaModel {
             )))
         };
 
+        // Readers per tensor (the model output counts one): an add can be fused into the conv
+        // before it only if the conv's output has no other reader.
+        let mut readers = vec![0usize; model.num_tensors()];
+        for o in model.ops() {
+            for t in [Some(o.input0), o.input1].into_iter().flatten() {
+                if let Some(r) = readers.get_mut(t as usize) {
+                    *r += 1;
+                }
+            }
+        }
+        if let Some(r) = readers.get_mut(model.output_tensor() as usize) {
+            *r += 1;
+        }
+        let region = |t: u16| -> Result<std::ops::Range<usize>> {
+            let o = off(t)?;
+            Ok(o..o + tensor(t)?.len() * max_batch)
+        };
+        let disjoint = |a: &std::ops::Range<usize>, b: &std::ops::Range<usize>| {
+            a.end <= b.start || b.end <= a.start
+        };
+        // (output, input) of the previous op when it is a conv/fc.
+        let mut prev_dense: Option<(u16, u16)> = None;
         let mut steps = Vec::with_capacity(model.num_ops());
         for o in model.ops() {
             let tin = tensor(o.input0)?;
@@ -477,13 +611,21 @@ impl CudaModel {
                     let padv: Vec<i8> = (0..cin.max(1))
                         .map(|c| o.pad_values.get(c).copied().unwrap_or(zin))
                         .collect();
+                    let (wp, padv) = (stream.clone_htod(&wp)?, stream.clone_htod(&padv)?);
+                    // The direct tensor-core tiles read 16-byte pieces of weights and pad bytes.
+                    let aligned16 = {
+                        let (a, _s0) = wp.device_ptr(&stream);
+                        let (b, _s1) = padv.device_ptr(&stream);
+                        (a | b) % 16 == 0
+                    };
                     Step::Dense(Dense {
                         fc,
                         x: off(o.input0)?,
                         y: off(o.output)?,
-                        w: stream.clone_htod(&wp)?,
+                        w: wp,
                         rq: stream.clone_htod(&rq)?,
-                        padv: stream.clone_htod(&padv)?,
+                        padv,
+                        aligned16,
                         h: to_i32(h)?,
                         w_in: to_i32(w)?,
                         cin: to_i32(cin)?,
@@ -529,7 +671,21 @@ impl CudaModel {
                         sys::CUresult::CUDA_ERROR_INVALID_VALUE,
                     )))?;
                     let tin1 = tensor(t1)?;
+                    // Fusable into the previous conv: it writes one of our inputs that nothing
+                    // else reads, and our output shares memory with neither the conv's input
+                    // nor the other input (plan.rs keeps the conv's input alive until here).
+                    let mut fuse = None;
+                    if let Some((d_out, d_in)) = prev_dense {
+                        if (o.input0 == d_out || t1 == d_out) && readers[d_out as usize] == 1 {
+                            let res = if o.input0 == d_out { t1 } else { o.input0 };
+                            let y = region(o.output)?;
+                            if disjoint(&y, &region(d_in)?) && disjoint(&y, &region(res)?) {
+                                fuse = Some(o.input0 == d_out);
+                            }
+                        }
+                    }
                     Step::Add(Add {
+                        fuse,
                         a: off(o.input0)?,
                         b: off(t1)?,
                         y: off(o.output)?,
@@ -542,6 +698,10 @@ impl CudaModel {
                         q,
                     })
                 }
+            };
+            prev_dense = match step {
+                Step::Dense(_) => Some((o.output, o.input0)),
+                _ => None,
             };
             steps.push(step);
         }
@@ -573,6 +733,11 @@ impl CudaModel {
             output_len,
             max_batch,
             host_out: vec![0; output_len * max_batch],
+            staging: None,
+            tensor_cores: cc >= (8, 0),
+            forced_tile: None,
+            fuse_adds: true,
+            sms,
             device_bytes: needed,
             compute_capability: cc,
         })
@@ -601,6 +766,73 @@ impl CudaModel {
     /// The device's compute capability (major, minor).
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
+    }
+
+    /// Turns the tensor-core conv kernels on (the default on sm_80+) or off (every conv and fc
+    /// then runs the dp4a kernel): for tests and benchmarks of both paths. No effect below sm_80.
+    pub fn set_tensor_cores(&mut self, on: bool) {
+        self.tensor_cores = on && !self.funcs.mma.is_empty();
+    }
+
+    /// Test hook: every conv/fc that the tensor cores take runs with the tile kernel `name` (a
+    /// `conv_mma_*` entry of [`KERNEL_NAMES`]) where it applies (gather tiles for C_in % 16 ≠ 0,
+    /// direct tiles otherwise), instead of the automatic pick; `None` restores the pick.
+    /// Returns whether `name` is a tile kernel this device has.
+    #[doc(hidden)]
+    pub fn force_mma_tile(&mut self, name: Option<&str>) -> bool {
+        self.forced_tile = name.and_then(|n| self.funcs.mma.iter().position(|t| t.0.name == n));
+        name.is_none() || self.forced_tile.is_some()
+    }
+
+    /// Benchmark hook: fuse each residual add into the tensor-core conv before it (the default)
+    /// or run it as its own kernel.
+    #[doc(hidden)]
+    pub fn set_fused_adds(&mut self, on: bool) {
+        self.fuse_adds = on;
+    }
+
+    /// Turns the page-locked staging of the pixel copy on or off (the default: a plain
+    /// pageable copy, which measured as fast): for benchmarks and hosts where DMA bound.
+    pub fn set_pinned_staging(&mut self, on: bool) -> Result<()> {
+        if on && self.staging.is_none() {
+            let ctx = self.stream.context();
+            // SAFETY: the staging buffer is only written by `copy_in` before its copies are
+            // queued, and every run ends with a stream synchronisation.
+            self.staging =
+                Some(unsafe { ctx.alloc_pinned::<u8>((self.input_len * self.max_batch).max(1)) }?);
+        } else if !on {
+            self.staging = None;
+        }
+        Ok(())
+    }
+
+    /// Runs `pixels` like [`CudaModel::run`] and times every step on the device with events:
+    /// `(label, milliseconds)` for the pixel copy in, the input conversion, each op (its kernel
+    /// named) and the logits copy out.
+    pub fn profile(&mut self, pixels: &[u8]) -> Result<Vec<(String, f32)>> {
+        let batch = self.batch_of(pixels.len())?;
+        let ctx = self.stream.context().clone();
+        let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(timed)?;
+        start.record(&self.stream)?;
+        let mut marks: Marks = Vec::new();
+        self.copy_in(pixels, batch)?;
+        marks.push(("copy pixels in".into(), self.stream.record_event(timed)?));
+        self.enqueue(batch, Some(&mut marks))?;
+        let mut out = std::mem::take(&mut self.host_out);
+        let n_out = batch * self.output_len;
+        let r = self.copy_out(&mut out[..n_out]);
+        self.host_out = out;
+        r?;
+        marks.push(("copy logits out".into(), self.stream.record_event(timed)?));
+        self.stream.synchronize()?;
+        let mut prev = &start;
+        let mut times = Vec::with_capacity(marks.len());
+        for (label, ev) in &marks {
+            times.push((label.clone(), prev.elapsed_ms(ev)?));
+            prev = ev;
+        }
+        Ok(times)
     }
 
     /// Images in `pixels`, or the typed error.
@@ -644,31 +876,73 @@ impl CudaModel {
                 got: out.len(),
             });
         }
-        {
-            let mut dst =
-                self.pixels
-                    .try_slice_mut(..pixels.len())
-                    .ok_or(CudaError::BatchTooLarge {
-                        batch,
-                        max: self.max_batch,
-                    })?;
-            self.stream.memcpy_htod(pixels, &mut dst)?;
-        }
-        self.enqueue(batch)?;
-        let src = self
-            .acts
-            .try_slice(self.output_off..self.output_off + n_out)
-            .ok_or(CudaError::BatchTooLarge {
-                batch,
-                max: self.max_batch,
-            })?;
-        self.stream.memcpy_dtoh(&src, out)?;
+        self.copy_in(pixels, batch)?;
+        self.enqueue(batch, None)?;
+        self.copy_out(out)?;
         self.stream.synchronize()?;
         Ok(())
     }
 
+    /// Queues the copy of `pixels` (checked: `batch` images) to the device.
+    fn copy_in(&mut self, pixels: &[u8], batch: usize) -> Result<()> {
+        let too_large = CudaError::BatchTooLarge {
+            batch,
+            max: self.max_batch,
+        };
+        if pixels.len() > self.pixels.len() {
+            return Err(too_large);
+        }
+        let Some(staging) = self.staging.as_mut() else {
+            let mut dst = self.pixels.try_slice_mut(..pixels.len()).ok_or(too_large)?;
+            self.stream.memcpy_htod(pixels, &mut dst)?;
+            return Ok(());
+        };
+        if pixels.len() > staging.len() {
+            return Err(too_large);
+        }
+        // Waits for the staging buffer's last use (none in flight: every run synchronises).
+        let host = &mut staging.as_mut_slice()?[..pixels.len()];
+        for (i, (src, dst)) in pixels
+            .chunks(STAGE_CHUNK)
+            .zip(host.chunks_mut(STAGE_CHUNK))
+            .enumerate()
+        {
+            dst.copy_from_slice(src);
+            let off = (i * STAGE_CHUNK) as u64;
+            // SAFETY: `dst` is page-locked, written above and not touched again before the
+            // run's final synchronisation; the device region holds `pixels.len()` bytes. The
+            // chunk's DMA overlaps the writing of the next chunk. (Four threads writing the
+            // staging buffer were no faster on an H100 host.)
+            unsafe {
+                result::memcpy_htod_async(self.pixels_ptr + off, dst, self.stream.cu_stream())
+            }?;
+        }
+        Ok(())
+    }
+
+    /// Queues the copy of the logits (`out.len()` bytes) to `out`.
+    fn copy_out(&mut self, out: &mut [i8]) -> Result<()> {
+        let src = self
+            .acts
+            .try_slice(self.output_off..self.output_off + out.len())
+            .ok_or(CudaError::OutputLength {
+                expected: out.len(),
+                got: out.len(),
+            })?;
+        self.stream.memcpy_dtoh(&src, out)?;
+        Ok(())
+    }
+
     /// Launches the input conversion and every op for `batch` images (no synchronisation).
-    fn enqueue(&self, batch: usize) -> Result<()> {
+    /// With `marks`, records a timing event after each launch.
+    fn enqueue(&self, batch: usize, mut marks: Option<&mut Marks>) -> Result<()> {
+        let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut mark = |label: &dyn Fn() -> String| -> Result<()> {
+            if let Some(m) = marks.as_mut() {
+                m.push((label(), self.stream.record_event(timed)?));
+            }
+            Ok(())
+        };
         let s = &self.stream;
         let base = self.acts_ptr;
         let ptr = |off: usize| base + off as u64;
@@ -682,10 +956,29 @@ impl CudaModel {
             // SAFETY: pointers and sizes come from the plan (regions hold max_batch ≥ batch
             // images); the kernel's signature matches these arguments.
             unsafe { l.launch(grid_stride(total as usize)) }?;
+            mark(&|| "input u8 -> hwc".into())?;
         }
-        for step in &self.steps {
+        let mut fused_add = false;
+        for (i, step) in self.steps.iter().enumerate() {
             match step {
-                Step::Dense(d) => self.launch_dense(d, batch, ptr(d.x), ptr(d.y))?,
+                Step::Dense(d) => {
+                    let next_add = match self.steps.get(i + 1) {
+                        Some(Step::Add(a)) if a.fuse.is_some() && self.fuse_adds => Some(a),
+                        _ => None,
+                    };
+                    let (kernel, fused) =
+                        self.launch_dense(d, batch, ptr(d.x), ptr(d.y), next_add)?;
+                    fused_add = fused;
+                    mark(&|| {
+                        let kind = if d.fc { "fc" } else { "conv" };
+                        let add = if fused { " + add" } else { "" };
+                        format!(
+                            "{kind} {}x{} s{} {}->{} {}x{}{add} [{kernel}]",
+                            d.kh, d.kw, d.stride, d.cin, d.cout, d.ho, d.wo
+                        )
+                    })?;
+                }
+                Step::Add(_) if fused_add => fused_add = false,
                 Step::Pool(p) => {
                     let (x, y) = (ptr(p.x), ptr(p.y));
                     let total = (batch * p.ho as usize * p.wo as usize * p.c as usize) as i64;
@@ -704,6 +997,7 @@ impl CudaModel {
                     l.arg(&p.q.act_min).arg(&p.q.act_max);
                     // SAFETY: as above.
                     unsafe { l.launch(grid_stride(total as usize)) }?;
+                    mark(&|| if p.avg { "avg_pool" } else { "max_pool" }.into())?;
                 }
                 Step::Add(a) => {
                     let (x0, x1, y) = (ptr(a.a), ptr(a.b), ptr(a.y));
@@ -712,15 +1006,56 @@ impl CudaModel {
                     l.arg(&x0).arg(&x1).arg(&y).arg(&total);
                     l.arg(&a.z0).arg(&a.m0).arg(&a.z1).arg(&a.m1).arg(&a.n);
                     l.arg(&a.q.zout).arg(&a.q.act_min).arg(&a.q.act_max);
-                    // SAFETY: as above.
-                    unsafe { l.launch(grid_stride(total as usize)) }?;
+                    // SAFETY: as above (16-byte steps: regions are REGION_ALIGN-aligned).
+                    unsafe { l.launch(grid_stride((total as usize).div_ceil(16))) }?;
+                    mark(&|| "add".into())?;
                 }
             }
         }
         Ok(())
     }
 
-    fn launch_dense(&self, d: &Dense, batch: usize, x: u64, y: u64) -> Result<()> {
+    /// The tensor-core tile for a conv/fc of `m` output pixels, or `None` for the dp4a kernel
+    /// (tensor cores off or absent). C_in % 16 == 0 loads 16-byte pieces of taps directly;
+    /// other channel counts gather words. Of the tiles that fit C_out, the largest whose grid
+    /// has at least one block per two multiprocessors, else the smallest. (H100, ResNet-18 at
+    /// b256: a 128×128 grid of 128 blocks on 132 SMs still ran the 512-channel convs 2.7×
+    /// faster than 128×64 tiles: the larger tile's reuse outweighs the idle SMs.)
+    fn mma_tile(&self, d: &Dense, m: usize) -> Option<&(MmaTile, CudaFunction)> {
+        if !self.tensor_cores {
+            return None;
+        }
+        let gather = d.cin % 16 != 0 || !d.aligned16;
+        if let Some(t) = self.forced_tile.and_then(|i| self.funcs.mma.get(i)) {
+            if t.0.gather == gather {
+                return Some(t);
+            }
+        }
+        let n = d.cout as usize;
+        let mut pick = None;
+        for t in self.funcs.mma.iter() {
+            if !t.0.auto || t.0.gather != gather || (t.0.bn > 64 && n <= 64) {
+                continue;
+            }
+            pick = Some(t);
+            if 2 * m.div_ceil(t.0.bm) * n.div_ceil(t.0.bn) >= self.sms {
+                break;
+            }
+        }
+        pick
+    }
+
+    /// Launches one conv/fc, with the add `add` that follows it fused into its epilogue where
+    /// the kernel can (a tensor-core tile, C_out % 16 == 0); returns the kernel's name and
+    /// whether the add was fused.
+    fn launch_dense(
+        &self,
+        d: &Dense,
+        batch: usize,
+        x: u64,
+        y: u64,
+        add: Option<&Add>,
+    ) -> Result<(&'static str, bool)> {
         let s = &self.stream;
         let (w, rq, padv) = {
             let (w, _a) = d.w.device_ptr(s);
@@ -744,20 +1079,43 @@ impl CudaModel {
             l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
             // SAFETY: pointers and sizes come from the plan and the uploaded constants.
             unsafe { l.launch(cfg) }?;
-            return Ok(());
+            return Ok(("fc_warp", false));
         }
         let m = batch * (d.ho * d.wo) as usize; // ≤ 2^31 − 1: checked against max_batch
         let m32 = m as i32;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                m.div_ceil(TILE_M) as u32,
-                (d.cout as usize).div_ceil(TILE_N) as u32,
-                1,
+        let tile = self.mma_tile(d, m);
+        let fuse = add.filter(|_| tile.is_some() && d.cout % 16 == 0);
+        let (name, f, cfg) = match tile {
+            Some((t, f)) => (
+                t.name,
+                f,
+                LaunchConfig {
+                    grid_dim: (
+                        m.div_ceil(t.bm) as u32,
+                        (d.cout as usize).div_ceil(t.bn) as u32,
+                        1,
+                    ),
+                    block_dim: (t.threads, 1, 1),
+                    shared_mem_bytes: t.smem(),
+                },
             ),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            None => (
+                "conv2d_dp4a",
+                &self.funcs.conv,
+                LaunchConfig {
+                    grid_dim: (
+                        m.div_ceil(TILE_M) as u32,
+                        (d.cout as usize).div_ceil(TILE_N) as u32,
+                        1,
+                    ),
+                    block_dim: (THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+            ),
         };
-        let mut l = s.launch_builder(&self.funcs.conv);
+        // Both kernels take the same arguments.
+        let mut l = s.launch_builder(f);
+        let y = fuse.map_or(y, |a| self.acts_ptr + a.y as u64);
         l.arg(&x).arg(&y).arg(&w).arg(&rq).arg(&padv);
         l.arg(&m32)
             .arg(&d.h)
@@ -772,8 +1130,29 @@ impl CudaModel {
             .arg(&d.pad)
             .arg(&d.cin_words);
         l.arg(&d.q.zout).arg(&d.q.act_min).arg(&d.q.act_max);
-        // SAFETY: pointers and sizes come from the plan and the uploaded constants.
+        // The mma kernels' fused add: residual pointer (0: none), (z, m) of the residual and
+        // of the conv's side, then the add's shift, zero point and clamp.
+        let fz = Add::default_fused();
+        let (res, rz, rm, cz, cm, an, az, amin, amax) = match fuse {
+            Some(a) => {
+                let (r, rz, rm, cz, cm) = if a.fuse == Some(true) {
+                    (a.b, a.z1, a.m1, a.z0, a.m0)
+                } else {
+                    (a.a, a.z0, a.m0, a.z1, a.m1)
+                };
+                let r = self.acts_ptr + r as u64;
+                (r, rz, rm, cz, cm, a.n, a.q.zout, a.q.act_min, a.q.act_max)
+            }
+            None => fz,
+        };
+        if tile.is_some() {
+            l.arg(&res).arg(&rz).arg(&rm).arg(&cz).arg(&cm);
+            l.arg(&an).arg(&az).arg(&amin).arg(&amax);
+        }
+        // SAFETY: pointers and sizes come from the plan and the uploaded constants; the mma
+        // kernels' 16-byte loads need C_in % 16 == 0 (checked by `mma_tile`), 16-byte aligned
+        // regions (REGION_ALIGN) and constants (driver allocations are 256-byte aligned).
         unsafe { l.launch(cfg) }?;
-        Ok(())
+        Ok((name, fuse.is_some()))
     }
 }

@@ -3,8 +3,11 @@
 //! lifetimes overlap never share memory (the same rule the exporter's arena plan follows, minus
 //! the scratch the GPU kernels do not need). Lifetimes are op indices: from the op that writes a
 //! tensor (−1 for the model input) to the last op that reads it (`n_ops` for the model output).
+//! The input of a conv/fc directly followed by an add of its output lives until that add: the
+//! GPU may fuse the add into the conv's epilogue, which then writes the add's output while
+//! other blocks still read the conv's input.
 
-use crate::Model;
+use crate::{Model, OpKind};
 
 /// Alignment of each region (bytes): keeps 4-byte loads of HWC rows with C_in % 4 = 0 aligned.
 pub(crate) const REGION_ALIGN: usize = 256;
@@ -38,6 +41,16 @@ pub(crate) fn plan(model: &Model, max_batch: usize) -> Option<Layout> {
     }
     if let Some(Some((_, last))) = life.get_mut(model.output_tensor() as usize) {
         *last = n_ops;
+    }
+    let ops: Vec<_> = model.ops().collect();
+    for pair in ops.windows(2) {
+        let (d, a) = (&pair[0], &pair[1]);
+        let dense = matches!(d.kind, OpKind::Conv2d | OpKind::FullyConnected);
+        if dense && a.kind == OpKind::Add && (a.input0 == d.output || a.input1 == Some(d.output)) {
+            if let Some(Some((_, last))) = life.get_mut(d.input0 as usize) {
+                *last = (*last).max(a.index as i64);
+            }
+        }
     }
     let mut offsets: Vec<Option<usize>> = vec![None; n_t];
     let mut placed: Vec<(usize, usize, i64, i64)> = Vec::new(); // start, end, first, last
