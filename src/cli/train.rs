@@ -90,6 +90,10 @@ pub struct TrainArgs {
     /// collective to finish before deciding a peer has died.
     #[arg(long, default_value_t = 300)]
     dist_timeout: u64,
+    /// CUDA: full-f32 convolutions (by default cuDNN may use TF32 tensor cores, as PyTorch
+    /// does); slower, for runs that must agree closely with the CPU or another GPU count.
+    #[arg(long)]
+    no_tf32: bool,
 }
 
 impl TrainArgs {
@@ -154,6 +158,9 @@ impl TrainArgs {
 }
 
 pub fn run(a: TrainArgs) -> anyhow::Result<()> {
+    if a.no_tf32 {
+        octet_models::ops::set_conv_tf32(false);
+    }
     let resume = match &a.resume {
         Some(p) => Some(checkpoint::load(p)?),
         None => None,

@@ -13,6 +13,7 @@ mod normalize;
 pub mod optim;
 pub mod step_clock;
 pub mod train;
+pub mod upload;
 
 pub use error::{Result, TrainError};
 pub use normalize::Normalizer;

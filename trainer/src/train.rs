@@ -20,6 +20,7 @@ use crate::eval::evaluate_shard;
 use crate::metrics::{write_csv, EpochRecord, EpochTimes, RankTimes};
 use crate::optim::{LrPlan, Schedule, Sgd};
 use crate::step_clock::{Phase, StepClock};
+use crate::upload::Uploader;
 use crate::{Normalizer, Result, TrainError};
 
 /// Everything that decides the result of a run. Stored in every checkpoint, so `--resume`
@@ -374,6 +375,7 @@ impl Trainer {
         let _ = self.dp.collective().take_stats()?;
         let mut times = EpochTimes::default();
         let mut clock = StepClock::new(&self.dev);
+        let mut uploader = Uploader::new();
         let mut tally = Tally::default();
         let mut lr = self.plan.lr(self.step);
         let mut pending: Option<GradStore> = None;
@@ -390,12 +392,9 @@ impl Trainer {
             clock.start()?;
             let n = batch.len;
             let shape = (n, ds.channels, ds.height, ds.width);
-            let upload = || -> candle_core::Result<(Tensor, Tensor)> {
-                let x = Tensor::from_vec(batch.images, shape, &self.dev)?;
-                let y = Tensor::from_vec(batch.labels, n, &self.dev)?.to_dtype(DType::U32)?;
-                Ok((x, y))
-            };
-            let (x, y) = upload().map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
+            let (x, y) = uploader
+                .upload(batch.images, batch.labels, shape, &self.dev)
+                .map_err(|e| TrainError::from_step(e, cfg.batch_size))?;
             clock.end(Phase::H2d)?;
 
             micro += 1;
