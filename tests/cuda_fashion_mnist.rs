@@ -1,0 +1,137 @@
+//! The CUDA int8 path on real data: LeNet and ResNet-18 are trained for one epoch on the GPU
+//! (full Fashion-MNIST), exported to int8 (calibrated on 1,024 training images), and the GPU
+//! runtime's output bytes for all 10,000 test images must equal the CPU runtime's.
+//!
+//! Needs a CUDA device and the full Fashion-MNIST (`$OCTET_FASHION_MNIST`, else
+//! `/usr/share/datasets/fashion-mnist`); without either it prints why and passes.
+#![cfg(feature = "cuda")]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use candle_core::{Device, Tensor};
+use octet_export::{export, ExportOptions, Input};
+use octet_models::ModelKind;
+use octet_runtime::cuda::{CudaError, CudaModel};
+use octet_runtime::Model;
+use octet_trainer::data::{self, DataSource, DataSplit};
+use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+
+/// Images per GPU call (the planned maximum batch).
+const GPU_BATCH: usize = 1000;
+
+fn fashion_mnist() -> Option<DataSplit> {
+    let dir = std::env::var_os("OCTET_FASHION_MNIST").map(PathBuf::from);
+    match data::load(&DataSource::FashionMnist(dir)) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            println!("skipping: full Fashion-MNIST not found ({e})");
+            None
+        }
+    }
+}
+
+/// One epoch of `kind` on `dev`; the weights on the CPU by name.
+fn train(kind: ModelKind, split: &DataSplit, dev: &Device) -> HashMap<String, Tensor> {
+    let mut cfg = TrainConfig::new(kind, &split.name);
+    cfg.epochs = 1;
+    cfg.seed = 3;
+    cfg.eval_every_epoch = false;
+    let mut t = Trainer::new(cfg, split.clone(), dev, None).expect("trainer");
+    t.run(&RunOptions::new(dev.clone()), &mut |_| {})
+        .expect("one epoch");
+    t.model()
+        .params()
+        .iter()
+        .map(|p| {
+            let v = p.var.as_tensor().to_device(&Device::Cpu).expect("to cpu");
+            (p.name.clone(), v)
+        })
+        .collect()
+}
+
+/// `Model::run` over the images, split across threads (images are independent).
+fn cpu_bytes(model: &Model, pixels: &[u8]) -> Vec<i8> {
+    let n_in = model.input_len();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = (pixels.len() / n_in).div_ceil(threads).max(1);
+    let mut out = vec![0i8; pixels.len() / n_in * model.output_len()];
+    std::thread::scope(|s| {
+        for (px, o) in pixels
+            .chunks(per * n_in)
+            .zip(out.chunks_mut(per * model.output_len()))
+        {
+            s.spawn(move || {
+                let mut arena = vec![0u8; model.arena_bytes_for(px.len() / n_in)];
+                o.copy_from_slice(model.run(px, &mut arena).expect("cpu run"));
+            });
+        }
+    });
+    out
+}
+
+#[test]
+fn gpu_bytes_equal_cpu_bytes_on_the_fashion_mnist_test_set() {
+    let dev = match Device::new_cuda(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipping: no CUDA device ({e})");
+            return;
+        }
+    };
+    let Some(split) = fashion_mnist() else { return };
+    let test = &split.test;
+    assert_eq!(test.len(), 10_000);
+    for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
+        let tensors = train(kind, &split, &dev);
+        let input = Input {
+            kind,
+            tensors: &tensors,
+            mean: &split.norm.mean,
+            std: &split.norm.std,
+            channels: test.channels,
+            height: test.height,
+            width: test.width,
+            classes: test.classes,
+        };
+        let image_len = test.channels * test.height * test.width;
+        let calib = &split.train.images[..1024 * image_len];
+        let bytes = export(&input, calib, &ExportOptions::default())
+            .expect("export")
+            .bytes;
+        let model = Model::parse(&bytes).expect("parse");
+        let want = cpu_bytes(&model, &test.images);
+        let mut gpu = match CudaModel::new(&model, 0, GPU_BATCH) {
+            Ok(g) => g,
+            Err(CudaError::NoDevice { error, .. }) => {
+                println!("skipping: no CUDA device ({error:?})");
+                return;
+            }
+            Err(e) => panic!("CudaModel::new: {e}"),
+        };
+        let mut got = vec![0i8; want.len()];
+        for (px, out) in test
+            .images
+            .chunks(GPU_BATCH * image_len)
+            .zip(got.chunks_mut(GPU_BATCH * model.output_len()))
+        {
+            gpu.run_into(px, out).expect("gpu run");
+        }
+        let differing = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+        let correct = got
+            .chunks(model.output_len())
+            .zip(&test.labels)
+            .filter(|(logits, &label)| {
+                let best = (0..logits.len()).max_by_key(|&i| (logits[i], usize::MAX - i));
+                best == Some(label as usize)
+            })
+            .count();
+        println!(
+            "{kind}: {} test images, {differing} of {} output bytes differ; int8 accuracy {:.2}%",
+            test.len(),
+            want.len(),
+            correct as f64 / 100.0
+        );
+        assert_eq!(differing, 0, "{kind}: GPU bytes differ from CPU bytes");
+    }
+}
