@@ -576,3 +576,24 @@ fn mean_profile(g: &mut CudaModel, pixels: &[u8], runs: usize) -> Vec<(String, f
     }
     sum
 }
+
+/// `load` + `run_loaded` + `read_logits` give `run`'s bytes; running before loading, or after
+/// `run` replaced the loaded images, is a typed error.
+#[test]
+fn loaded_images_give_run_bytes() {
+    let bytes = small_resnet(21).encode();
+    let model = Model::parse(&bytes).unwrap();
+    let Some(mut g) = gpu(&model, 8) else {
+        return;
+    };
+    assert!(matches!(g.run_loaded(), Err(CudaError::NothingLoaded)));
+    let pixels = Rng::new(22).bytes(8 * model.input_len());
+    let want = g.run(&pixels).unwrap().to_vec();
+    assert_eq!(g.load(&pixels).unwrap(), 8);
+    for _ in 0..2 {
+        g.run_loaded().unwrap();
+        assert_eq!(g.read_logits().unwrap(), &want[..]);
+    }
+    g.run(&pixels[..model.input_len()]).unwrap();
+    assert!(matches!(g.run_loaded(), Err(CudaError::NothingLoaded)));
+}
