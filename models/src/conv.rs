@@ -44,10 +44,14 @@ impl Conv2d {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // cuDNN forward and backward on CUDA, candle's conv2d elsewhere.
-        let y = crate::ops::conv2d(x, &self.weight, self.padding, self.stride)?;
+        // cuDNN forward and backward on CUDA, candle's conv2d elsewhere. Parameters follow the
+        // input's dtype (bf16 inference keeps f32 weights and casts them here).
+        let w = self.weight.to_dtype(x.dtype())?;
+        let y = crate::ops::conv2d(x, &w, self.padding, self.stride)?;
         match &self.bias {
-            Some(b) => y.broadcast_add(&b.reshape((1, b.elem_count(), 1, 1))?),
+            Some(b) => {
+                y.broadcast_add(&b.to_dtype(x.dtype())?.reshape((1, b.elem_count(), 1, 1))?)
+            }
             None => Ok(y),
         }
     }

@@ -34,6 +34,11 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)
+        // Parameters follow the input's dtype (bf16 inference keeps f32 weights).
+        let (w, b) = (
+            self.weight.to_dtype(x.dtype())?,
+            self.bias.to_dtype(x.dtype())?,
+        );
+        x.matmul(&w.t()?)?.broadcast_add(&b)
     }
 }

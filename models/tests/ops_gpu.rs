@@ -346,3 +346,34 @@ fn relu_matches_candle_on_cpu() -> Result<()> {
     }
     Ok(())
 }
+
+/// Inference on bf16 inputs (f32 weights cast per layer, cuDNN bf16 convolutions) gives the
+/// f32 logits up to bf16 rounding.
+#[test]
+fn bf16_inference_follows_f32() -> Result<()> {
+    let Some(dev) = cuda() else { return Ok(()) };
+    let _g = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    for kind in [
+        octet_models::ModelKind::LeNet,
+        octet_models::ModelKind::ResNet18,
+    ] {
+        let net = octet_models::build(kind, 3, 10, 4, &dev).map_err(candle_core::Error::wrap)?;
+        let x = uniform(&[8, 3, 32, 32], -1.0, 1.0, 9, &dev)?;
+        let f = net.forward(&x, false)?.flatten_all()?.to_vec1::<f32>()?;
+        let b = net
+            .forward(&x.to_dtype(DType::BF16)?, false)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let scale = f.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+        let worst = f
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (a, c)| m.max((a - c).abs() / scale));
+        assert!(
+            worst < 5e-2,
+            "{kind}: bf16 logits off by {worst} of the largest"
+        );
+    }
+    Ok(())
+}

@@ -597,3 +597,30 @@ fn loaded_images_give_run_bytes() {
     g.run(&pixels[..model.input_len()]).unwrap();
     assert!(matches!(g.run_loaded(), Err(CudaError::NothingLoaded)));
 }
+
+/// Replaying captured CUDA graphs (the default) gives the bytes of launching every op, for
+/// several batch sizes in turn (one graph each) and after the graphs are turned off and on.
+#[test]
+fn cuda_graphs_give_the_same_bytes() {
+    let bytes = resnet18(31).encode();
+    let model = Model::parse(&bytes).unwrap();
+    let Some(mut g) = gpu(&model, 16) else {
+        return;
+    };
+    let mut rng = Rng::new(32);
+    let n = model.input_len();
+    let inputs: Vec<Vec<u8>> = [1usize, 16, 5, 16, 1]
+        .iter()
+        .map(|&b| rng.bytes(b * n))
+        .collect();
+    for px in &inputs {
+        let want = cpu(&model, px);
+        assert_eq!(g.run(px).unwrap(), want.as_slice());
+        g.set_cuda_graphs(false);
+        assert_eq!(g.run(px).unwrap(), want.as_slice());
+        g.set_cuda_graphs(true);
+        g.load(px).unwrap();
+        g.run_loaded().unwrap();
+        assert_eq!(g.read_logits().unwrap(), want.as_slice());
+    }
+}

@@ -119,7 +119,9 @@ pub(crate) fn normalize(
     let shift = beta
         .reshape((1, c, 1, 1))?
         .broadcast_sub(&mean.broadcast_mul(&scale)?)?;
-    x.broadcast_mul(&scale)?.broadcast_add(&shift)
+    // Statistics in the parameters' precision, applied in the input's (bf16 inference).
+    x.broadcast_mul(&scale.to_dtype(x.dtype())?)?
+        .broadcast_add(&shift.to_dtype(x.dtype())?)
 }
 
 /// [`batch_norm_train`] through the fused custom ops on any device (plain loops on the

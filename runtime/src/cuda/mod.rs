@@ -43,8 +43,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{
     result::{self, DriverError},
-    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
-    LaunchConfig, PinnedHostSlice, PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream,
+    DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 
@@ -426,9 +426,15 @@ pub struct CudaModel {
     sms: usize,
     /// Images of the last [`CudaModel::load`] still in the pixel buffer (0: none).
     loaded: usize,
+    /// The whole forward captured as a CUDA graph, per batch size, replayed by later runs
+    /// (one launch instead of one per op); `None` when graphs are off.
+    graphs: Option<Vec<(usize, CudaGraph)>>,
     device_bytes: usize,
     compute_capability: (i32, i32),
 }
+
+/// Batch sizes whose captured forward graphs a model keeps.
+const MAX_GRAPHS: usize = 8;
 
 /// Bytes per chunk of the staged host→device pixel copy.
 const STAGE_CHUNK: usize = 1 << 18;
@@ -540,7 +546,8 @@ impl CudaModel {
             avg_pool: module.load_function("avg_pool")?,
             add: module.load_function("add_requant")?,
         };
-        let stream = ctx.default_stream();
+        // Its own stream: the legacy default stream cannot be captured into a CUDA graph.
+        let stream = ctx.new_stream()?;
         let off = |t: u16| -> Result<usize> {
             layout
                 .offsets
@@ -747,6 +754,7 @@ impl CudaModel {
             fuse_adds: true,
             sms,
             loaded: 0,
+            graphs: Some(Vec::new()),
             device_bytes: needed,
             compute_capability: cc,
         })
@@ -887,7 +895,7 @@ impl CudaModel {
         }
         self.loaded = 0;
         self.copy_in(pixels, batch)?;
-        self.enqueue(batch, None)?;
+        self.forward(batch)?;
         self.copy_out(out)?;
         self.stream.synchronize()?;
         Ok(())
@@ -910,8 +918,50 @@ impl CudaModel {
         if self.loaded == 0 {
             return Err(CudaError::NothingLoaded);
         }
-        self.enqueue(self.loaded, None)?;
+        self.forward(self.loaded)?;
         self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Turns the replay of captured CUDA graphs on (the default) or off (every op launched
+    /// one by one, as `profile` does); turning them off drops the captured graphs.
+    pub fn set_cuda_graphs(&mut self, on: bool) {
+        self.graphs = on.then(|| self.graphs.take().unwrap_or_default());
+    }
+
+    /// Queues the forward of `batch` images: the captured graph for this batch size, captured
+    /// now if it is the first run at this size.
+    fn forward(&mut self, batch: usize) -> Result<()> {
+        let Some(mut graphs) = self.graphs.take() else {
+            return self.enqueue(batch, None);
+        };
+        let r = self.forward_graph(batch, &mut graphs);
+        self.graphs = Some(graphs);
+        r
+    }
+
+    fn forward_graph(&self, batch: usize, graphs: &mut Vec<(usize, CudaGraph)>) -> Result<()> {
+        if let Some((_, g)) = graphs.iter().find(|(b, _)| *b == batch) {
+            g.launch()?;
+            return Ok(());
+        }
+        // Thread-local capture: other threads' CUDA calls (other models) are not affected.
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        self.stream.begin_capture(mode)?;
+        let queued = self.enqueue(batch, None);
+        let captured = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        queued?;
+        let Some(graph) = captured? else {
+            // Nothing was captured (cannot happen: the forward launches at least one kernel).
+            return self.enqueue(batch, None);
+        };
+        graph.launch()?;
+        // A few sizes at most in practice; bound the cache anyway (each graph holds the
+        // launch parameters of every op, a few KB).
+        if graphs.len() >= MAX_GRAPHS {
+            graphs.remove(0);
+        }
+        graphs.push((batch, graph));
         Ok(())
     }
 

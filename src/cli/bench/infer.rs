@@ -1,7 +1,8 @@
 //! `octet bench infer`: int8 against float, on CPU and GPU, for the peer models' shapes (3×32×32
 //! LeNet and ResNet-18, random weights: speed only, as `shared/peers/peer_torch_infer.py`).
 //! Batch-1 latency and throughput at larger batches, median of timed runs after a warm-up:
-//! the int8 runtime on CPU (all cores) and on CUDA, candle f32 on CPU and CUDA. GPU float rows
+//! the int8 runtime on CPU (all cores) and on CUDA, candle f32 on CPU and CUDA, candle bf16 on
+//! CUDA (NCHW, cuDNN bf16 convolutions, weights cast from f32 in each forward). GPU float rows
 //! time the forward of a batch already on the device, as the peer does; the int8 CUDA rows time
 //! `CudaModel::run` from host pixels to host logits (upload and download included), and the
 //! `int8-cuda-on-device` rows the same model on a batch already on the device
@@ -160,6 +161,14 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
                 Ok(())
             })?;
             rows.push(row(&name, "f32-cuda", b, s, None));
+            // bf16 activations and weights (cast once per forward), cuDNN bf16 convolutions.
+            let xb = x.to_dtype(candle_core::DType::BF16)?;
+            let s = median(3, iters(b), || {
+                gnet.forward(&xb, false)?;
+                dev.synchronize()?;
+                Ok(())
+            })?;
+            rows.push(row(&name, "bf16-cuda", b, s, None));
             cuda_int8(&model, &name, b, &px, iters(b), &mut rows)?;
         }
     }
