@@ -18,8 +18,11 @@
 //!   `max_batch` images (batch-major, HWC per image), placed first-fit so that tensors with
 //!   overlapping lifetimes never share memory — the CPU arena's rule, without the scratch the
 //!   GPU kernels do not need (see `plan.rs`).
-//! - **Run.** Copy the pixels in, convert them to int8 HWC on the device, launch one kernel per
-//!   op on one stream, copy the logits out, synchronise.
+//! - **Run.** Copy the pixels in, convert them to int8 HWC on the device, run the forward on
+//!   the model's own stream, copy the logits out, synchronise. The forward (one kernel per op)
+//!   is captured as a CUDA graph the first time a batch size runs and replayed after, one
+//!   launch instead of one per op. [`CudaModel::load`] + [`CudaModel::run_loaded`] keep a batch
+//!   on the device and run the model on it without copies.
 //!
 //! Kernels (all integer; requantization exactly `requant.rs`, in 64-bit integer arithmetic):
 //! conv2d as an implicit GEMM, fully_connected as the same GEMM (a 1×1 conv over a 1×1×K
