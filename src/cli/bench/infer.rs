@@ -155,20 +155,19 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         for &b in &a.batch_sizes {
             let px = pixels(b, 7);
             let x = float_input(&px, b, dev)?;
-            let s = median(3, iters(b), || {
-                gnet.forward(&x, false)?;
-                dev.synchronize()?;
-                Ok(())
-            })?;
-            rows.push(row(&name, "f32-cuda", b, s, None));
-            // bf16 activations and weights (cast once per forward), cuDNN bf16 convolutions.
-            let xb = x.to_dtype(candle_core::DType::BF16)?;
-            let s = median(3, iters(b), || {
-                gnet.forward(&xb, false)?;
-                dev.synchronize()?;
-                Ok(())
-            })?;
-            rows.push(row(&name, "bf16-cuda", b, s, None));
+            // bf16: activations in bf16, weights cast per forward, cuDNN bf16 convolutions.
+            for (dtype, engine) in [
+                (candle_core::DType::F32, "f32-cuda"),
+                (candle_core::DType::BF16, "bf16-cuda"),
+            ] {
+                let x = x.to_dtype(dtype)?;
+                let s = median(3, iters(b), || {
+                    gnet.forward(&x, false)?;
+                    dev.synchronize()?;
+                    Ok(())
+                })?;
+                rows.push(row(&name, engine, b, s, None));
+            }
             cuda_int8(&model, &name, b, &px, iters(b), &mut rows)?;
         }
     }
