@@ -13,6 +13,7 @@ use candle_core::{Device, Tensor};
 use octet_export::{export, ExportOptions, Input};
 use octet_models::ModelKind;
 use octet_runtime::cuda::{CudaError, CudaModel};
+use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
 use octet_runtime::Model;
 use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
@@ -50,24 +51,15 @@ fn train(kind: ModelKind, split: &DataSplit, dev: &Device) -> HashMap<String, Te
         .collect()
 }
 
-/// `Model::run` over the images, split across threads (images are independent).
+/// The CPU runtime's bytes for `pixels`, on every core (`run_parallel` gives `Model::run`'s
+/// bytes: images are independent).
 fn cpu_bytes(model: &Model, pixels: &[u8]) -> Vec<i8> {
-    let n_in = model.input_len();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per = (pixels.len() / n_in).div_ceil(threads).max(1);
-    let mut out = vec![0i8; pixels.len() / n_in * model.output_len()];
-    std::thread::scope(|s| {
-        for (px, o) in pixels
-            .chunks(per * n_in)
-            .zip(out.chunks_mut(per * model.output_len()))
-        {
-            s.spawn(move || {
-                let mut arena = vec![0u8; model.arena_bytes_for(px.len() / n_in)];
-                o.copy_from_slice(model.run(px, &mut arena).expect("cpu run"));
-            });
-        }
-    });
-    out
+    let batch = pixels.len() / model.input_len();
+    let mut arena = vec![0u8; arena_bytes_parallel(model, batch, threads)];
+    run_parallel(model, pixels, &mut arena, threads)
+        .expect("cpu run")
+        .to_vec()
 }
 
 #[test]

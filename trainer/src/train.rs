@@ -561,7 +561,7 @@ fn forward_backward(
 
 /// Steps queued between two read-backs of the loss: each read-back waits for the device, so
 /// this bounds how far the host runs ahead and how late a non-finite loss is noticed.
-const READBACK_STEPS: usize = 20;
+pub(crate) const READBACK_STEPS: usize = 20;
 
 /// Losses and correct counts of the steps since the last read-back, on the device.
 #[derive(Default)]

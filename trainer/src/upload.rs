@@ -9,9 +9,9 @@
 use candle_core::{DType, Device, Result, Tensor};
 
 /// Pinned buffers in the ring: more than the steps the host may queue between two read-backs
-/// of the loss (`train::READBACK_STEPS`), so a buffer's previous copy has always finished.
+/// of the loss, so a buffer's previous copy has always finished when it is reused.
 #[cfg(feature = "cuda")]
-const RING: usize = 24;
+const RING: usize = crate::train::READBACK_STEPS + 4;
 
 pub struct Uploader {
     #[cfg(feature = "cuda")]

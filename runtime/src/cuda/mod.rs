@@ -839,11 +839,7 @@ impl CudaModel {
         self.copy_in(pixels, batch)?;
         marks.push(("copy pixels in".into(), self.stream.record_event(timed)?));
         self.enqueue(batch, Some(&mut marks))?;
-        let mut out = std::mem::take(&mut self.host_out);
-        let n_out = batch * self.output_len;
-        let r = self.copy_out(&mut out[..n_out]);
-        self.host_out = out;
-        r?;
+        self.fill_host_out(batch * self.output_len, |m, out| m.copy_out(out))?;
         marks.push(("copy logits out".into(), self.stream.record_event(timed)?));
         self.stream.synchronize()?;
         let mut prev = &start;
@@ -878,9 +874,18 @@ impl CudaModel {
     /// them); returns `batch · output_len()` logits, the same bytes as [`Model::run`].
     pub fn run(&mut self, pixels: &[u8]) -> Result<&[i8]> {
         let batch = self.batch_of(pixels.len())?;
-        let n = batch * self.output_len;
+        self.fill_host_out(batch * self.output_len, |m, out| m.run_into(pixels, out))
+    }
+
+    /// Fills the first `n` bytes of the model's host logits buffer with `fill` (which also
+    /// needs the model, hence the buffer is lent out meanwhile) and returns them.
+    fn fill_host_out(
+        &mut self,
+        n: usize,
+        fill: impl FnOnce(&mut Self, &mut [i8]) -> Result<()>,
+    ) -> Result<&[i8]> {
         let mut out = std::mem::take(&mut self.host_out);
-        let r = self.run_into(pixels, &mut out[..n]);
+        let r = fill(self, &mut out[..n]);
         self.host_out = out;
         r?;
         Ok(&self.host_out[..n])
@@ -973,14 +978,10 @@ impl CudaModel {
         if self.loaded == 0 {
             return Err(CudaError::NothingLoaded);
         }
-        let n = self.loaded * self.output_len;
-        let mut out = std::mem::take(&mut self.host_out);
-        let r = self
-            .copy_out(&mut out[..n])
-            .and_then(|()| Ok(self.stream.synchronize()?));
-        self.host_out = out;
-        r?;
-        Ok(&self.host_out[..n])
+        self.fill_host_out(self.loaded * self.output_len, |m, out| {
+            m.copy_out(out)?;
+            Ok(m.stream.synchronize()?)
+        })
     }
 
     /// Queues the copy of `pixels` (checked: `batch` images) to the device.

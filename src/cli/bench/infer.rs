@@ -188,18 +188,23 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
 }
 
 /// Images/s against log2(batch), one line per model and engine; the peer's dashed.
+/// The distinct items, in order of first appearance.
+fn first_seen<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for k in items {
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
 fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<()> {
     use plotters::style::{Color, Palette, Palette99, RGBColor};
     octet_export::register_font()?;
     let mut series: Vec<super::scaling_plot::Series> = Vec::new();
     // One series per (model, engine), in order of first appearance (rows interleave engines).
-    let mut keys: Vec<(String, String)> = Vec::new();
-    for r in rows {
-        let k = (r.model.clone(), r.engine.clone());
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
+    let keys = first_seen(rows.iter().map(|r| (r.model.clone(), r.engine.clone())));
     let colour = |i: usize| {
         let c = Palette99::pick(i).to_rgba();
         RGBColor(c.0, c.1, c.2)
@@ -212,16 +217,12 @@ fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<(
             .collect();
         series.push((format!("{m} {e}"), colour(i), false, pts));
     }
-    let mut pk: Vec<(String, String)> = Vec::new();
-    for p in peer {
-        let k = (
+    let pk = first_seen(peer.iter().map(|p| {
+        (
             p["model"].as_str().unwrap_or("?").to_string(),
             p["precision"].as_str().unwrap_or("?").to_string(),
-        );
-        if !pk.contains(&k) {
-            pk.push(k);
-        }
-    }
+        )
+    }));
     for (i, (m, p)) in pk.iter().enumerate() {
         let pts = peer
             .iter()
