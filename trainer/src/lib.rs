@@ -11,9 +11,11 @@ pub mod eval;
 pub mod metrics;
 mod normalize;
 pub mod optim;
+mod precision;
 pub mod step_clock;
 pub mod train;
 pub mod upload;
 
 pub use error::{Result, TrainError};
 pub use normalize::Normalizer;
+pub use precision::Precision;
