@@ -244,3 +244,30 @@ proptest! {
         prop_assert_eq!(bits(ga.get(x.as_tensor()).unwrap()), bits(gb.get(x.as_tensor()).unwrap()));
     }
 }
+
+/// An input nothing upstream needs a gradient for (the network's first layer) gets none, and
+/// the weight gradient is unchanged.
+#[test]
+fn conv_skips_the_input_gradient_of_an_untracked_input() -> Result<()> {
+    use candle_core::Var;
+    let x = uniform(&[2, 3, 6, 6], -1.0, 1.0, 1, &Device::Cpu)?;
+    let w = Var::from_tensor(&uniform(&[4, 3, 3, 3], -0.5, 0.5, 2, &Device::Cpu)?)?;
+    let op = ops::Conv2dOp {
+        padding: 1,
+        stride: 1,
+        channels_last: false,
+    };
+    let y = x.apply_op2(w.as_tensor(), op)?;
+    let g = y.sqr()?.sum_all()?.backward()?;
+    assert!(g.get(&x).is_none(), "no gradient for an untracked input");
+    let reference = x
+        .conv2d(w.as_tensor(), 1, 1, 1, 1)?
+        .sqr()?
+        .sum_all()?
+        .backward()?;
+    assert!(common::same_bits(
+        g.get(w.as_tensor()).expect("weight gradient"),
+        reference.get(w.as_tensor()).expect("weight gradient"),
+    )?);
+    Ok(())
+}

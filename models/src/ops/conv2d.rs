@@ -236,15 +236,21 @@ impl CustomOp2 for Conv2dOp {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let dy = dy.contiguous()?;
-        let dx = dy.apply_op2_no_bwd(
-            w,
-            &Conv2dBackwardData {
-                padding: self.padding,
-                stride: self.stride,
-                x_shape: x.shape().clone(),
-                channels_last: self.channels_last,
-            },
-        )?;
+        // No input gradient where nothing upstream wants one (the network's first layer):
+        // autograd would drop it, and it costs a backward-data convolution.
+        let dx = if x.track_op() {
+            Some(dy.apply_op2_no_bwd(
+                w,
+                &Conv2dBackwardData {
+                    padding: self.padding,
+                    stride: self.stride,
+                    x_shape: x.shape().clone(),
+                    channels_last: self.channels_last,
+                },
+            )?)
+        } else {
+            None
+        };
         let dw = x.apply_op2_no_bwd(
             &dy,
             &Conv2dBackwardFilter {
@@ -254,7 +260,7 @@ impl CustomOp2 for Conv2dOp {
                 channels_last: self.channels_last,
             },
         )?;
-        Ok((Some(dx), Some(dw)))
+        Ok((dx, Some(dw)))
     }
 }
 
