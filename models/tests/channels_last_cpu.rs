@@ -271,3 +271,76 @@ fn conv_skips_the_input_gradient_of_an_untracked_input() -> Result<()> {
     )?);
     Ok(())
 }
+
+/// One rank's "sum over ranks": the identity, which makes synchronised batch norm the
+/// single-device one.
+struct OneRank;
+
+impl octet_models::StatsSync for OneRank {
+    fn sum(&self, t: &Tensor) -> Result<Tensor> {
+        Ok(t.clone())
+    }
+}
+
+/// `--bn sync` in bf16 runs synchronised batch norm over channels-last axes: on one rank it
+/// gives the NCHW synchronised result, in f32 and (through an f32 computation) in bf16.
+#[test]
+fn synced_batch_norm_over_channels_last_matches_nchw() -> Result<()> {
+    use candle_core::Var;
+    use ops::batch_norm::{batch_norm_train_synced, batch_norm_train_synced_over};
+    let inputs = common::bn_inputs(4, 8, 5, 5, 21)?;
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
+        let x = common::rounded(&inputs[0], dtype)?;
+        let run = |cl: bool| -> Result<(Tensor, Tensor, Tensor)> {
+            let xin = if cl {
+                common::nhwc(&x)?.to_dtype(dtype)?
+            } else {
+                x.clone()
+            };
+            let xv = Var::from_tensor(&xin)?;
+            let (g, b) = (Var::from_tensor(&inputs[1])?, Var::from_tensor(&inputs[2])?);
+            let (rm, rv) = (Var::from_tensor(&inputs[3])?, Var::from_tensor(&inputs[4])?);
+            let y = if cl {
+                batch_norm_train_synced_over(
+                    xv.as_tensor(),
+                    g.as_tensor(),
+                    b.as_tensor(),
+                    &rm,
+                    &rv,
+                    0.1,
+                    1e-5,
+                    &OneRank,
+                    true,
+                )?
+            } else {
+                batch_norm_train_synced(
+                    xv.as_tensor(),
+                    g.as_tensor(),
+                    b.as_tensor(),
+                    &rm,
+                    &rv,
+                    0.1,
+                    1e-5,
+                    &OneRank,
+                )?
+            };
+            assert_eq!(y.dtype(), xin.dtype(), "the output keeps the input's dtype");
+            let y = y.to_dtype(DType::F32)?;
+            let y = if cl { common::nchw(&y)? } else { y };
+            let grads = y.sqr()?.sum_all()?.backward()?;
+            let gg = grads.get(g.as_tensor()).expect("gamma gradient").clone();
+            Ok((y, gg, rv.as_tensor().copy()?))
+        };
+        let (a, b) = (run(true)?, run(false)?);
+        let e = [
+            common::rel_err(&a.0, &b.0)?,
+            common::rel_err(&a.1, &b.1)?,
+            common::rel_err(&a.2, &b.2)?,
+        ];
+        assert!(
+            e.iter().all(|&e| e <= tol),
+            "{dtype:?}: output, gamma gradient, running var off by {e:?}"
+        );
+    }
+    Ok(())
+}
