@@ -67,6 +67,15 @@ fn stat_axes(channels_last: bool) -> [usize; 3] {
     }
 }
 
+/// The dtype statistics are computed in: f32 for 16-bit activations, else their own (f32,
+/// or f64 in the reference tests).
+fn compute_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::BF16 | DType::F16 => DType::F32,
+        d => d,
+    }
+}
+
 /// The shape a `(c)` tensor takes to broadcast over the activations.
 pub(crate) fn channel_shape(c: usize, channels_last: bool) -> (usize, usize, usize, usize) {
     if channels_last {
@@ -76,8 +85,9 @@ pub(crate) fn channel_shape(c: usize, channels_last: bool) -> (usize, usize, usi
     }
 }
 
-/// The reference batch norm over either layout. Computed in f32 (a no-op cast for f32
-/// input, so the NCHW f32 result is what octet always computed), returned in `x`'s dtype.
+/// The reference batch norm over either layout. 16-bit input is computed in f32 and returned
+/// in its dtype; f32 and f64 are computed as they are (the NCHW f32 result is what octet
+/// always computed).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn train_over(
     x: &Tensor,
@@ -90,7 +100,7 @@ pub(crate) fn train_over(
     channels_last: bool,
 ) -> Result<Tensor> {
     let dtype = x.dtype();
-    let x = x.to_dtype(DType::F32)?;
+    let x = x.to_dtype(compute_dtype(dtype))?;
     let axes = stat_axes(channels_last);
     let c = gamma.elem_count();
     let mean = x.mean_keepdim(axes)?;
@@ -134,8 +144,8 @@ pub fn batch_norm_train_synced(
     )
 }
 
-/// [`batch_norm_train_synced`] for NCHW or, with `channels_last`, NHWC activations; computed
-/// in f32 (a no-op for f32 input) and returned in `x`'s dtype, so bf16 training can use it.
+/// [`batch_norm_train_synced`] for NCHW or, with `channels_last`, NHWC activations; 16-bit
+/// input is computed in f32 and returned in its dtype, so bf16 training can use it.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_norm_train_synced_over(
     x: &Tensor,
@@ -149,7 +159,7 @@ pub fn batch_norm_train_synced_over(
     channels_last: bool,
 ) -> Result<Tensor> {
     let dtype = x.dtype();
-    let x = &x.to_dtype(DType::F32)?;
+    let x = &x.to_dtype(compute_dtype(dtype))?;
     let axes = stat_axes(channels_last);
     let bshape = channel_shape(gamma.elem_count(), channels_last);
     let c = gamma.elem_count();
