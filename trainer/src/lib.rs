@@ -11,7 +11,9 @@ pub mod eval;
 pub mod metrics;
 mod normalize;
 pub mod optim;
+pub mod saver;
 pub mod step_clock;
+pub mod timeline;
 pub mod train;
 pub mod upload;
 
