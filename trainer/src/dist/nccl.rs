@@ -21,6 +21,7 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, Device, Storage, Tensor};
 
 use super::collective::{Collective, CommMarks, CommStats};
+use super::watchdog;
 use super::{share_bytes, DistEnv};
 use crate::step_clock::{host_us, DeviceClock};
 use crate::{Result, TrainError};
@@ -251,12 +252,11 @@ fn spawn_watchdog(
     rank: usize,
     timeout: Duration,
 ) {
-    let stuck_msg = format!(
-        "a collective has not finished in {} s: another rank has probably died or stopped \
-         (raise --dist-timeout if steps are really this slow)",
-        timeout.as_secs()
+    let (w, c, msg) = (
+        watch.clone(),
+        comm.clone(),
+        watchdog::stuck_message(timeout),
     );
-    let (w, c, msg) = (watch.clone(), comm.clone(), stuck_msg.clone());
     std::thread::spawn(move || {
         // Event queries need the device's context on this thread too; without it every
         // query fails and would read as "not finished".
@@ -293,15 +293,13 @@ fn spawn_watchdog(
     std::thread::spawn(move || {
         while !watch.stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
-            let blocked_in_call = watch.inside_since().is_some_and(|t| t.elapsed() > timeout);
-            // The host has not reached a collective for `timeout` while one it queued is
-            // unfinished: it is blocked on the device behind that collective.
-            let blocked_behind = watch.since_beat() > timeout && watch.any_inflight();
-            let why = if blocked_in_call || blocked_behind {
-                stuck_msg.clone()
-            } else if let Some(v) = watch.verdict.lock().ok().and_then(|v| v.clone()) {
-                v
-            } else {
+            let host = watchdog::HostState {
+                inside_call: watch.inside_since().map(|t| t.elapsed()),
+                since_collective: watch.since_beat(),
+                unfinished: watch.any_inflight(),
+            };
+            let poller = watch.verdict.lock().ok().and_then(|v| v.clone());
+            let Some(why) = watchdog::judge(host, poller.as_deref(), timeout) else {
                 continue;
             };
             if watch.stop.load(Ordering::SeqCst) {
