@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a model and write checkpoints (safetensors) and metrics.csv.
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// Start one training process per GPU on this machine and supervise them as one job.
     ///
     /// Starts N processes, ranks 0..N-1, each with the environment `torchrun` sets: RANK,
@@ -60,7 +60,7 @@ enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Launch(a) => return launch::run(a),
-        Command::Train(a) => train::run(a),
+        Command::Train(a) => train::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Export(a) => export::run(a),
         Command::Run(a) => run::run(a),

@@ -87,8 +87,9 @@ pub struct TrainArgs {
     /// The global batch at which --lr applies unscaled.
     #[arg(long)]
     base_batch: Option<usize>,
-    /// Data-parallel runs: seconds to wait for the other ranks at start-up, and for a
-    /// collective to finish before deciding a peer has died.
+    /// Data-parallel runs: seconds to wait for the other ranks at start-up, for a
+    /// collective to finish, and for this rank to reach its next collective while an earlier
+    /// one is unfinished, before deciding a peer has died and ending the rank.
     #[arg(long, default_value_t = 300)]
     dist_timeout: u64,
     /// CUDA: full-f32 convolutions (by default cuDNN may use TF32 tensor cores, as PyTorch
@@ -100,6 +101,10 @@ pub struct TrainArgs {
     /// --resume unless given.
     #[arg(long)]
     precision: Option<Precision>,
+    /// Write each rank's per-step timeline (host and device times of every step and
+    /// all-reduce, one clock) as CSV into this directory; `bench/timeline.py` summarises it.
+    #[arg(long, value_name = "DIR")]
+    timeline: Option<PathBuf>,
 }
 
 impl TrainArgs {
@@ -241,6 +246,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         stop_after: a.stop_after,
         progress: !a.json && main_rank,
         commit: super::COMMIT.into(),
+        timeline: a.timeline.clone(),
         ..RunOptions::new(device)
     };
     let json = a.json;

@@ -45,6 +45,18 @@ pub struct Checkpoint {
 
 /// Writes model tensors (weights and buffers), optional momentum and metadata atomically.
 pub fn save(path: &Path, params: &Params, opt: Option<&Sgd>, meta: &CheckpointMeta) -> Result<()> {
+    snapshot(params, opt, meta)?.write(path)
+}
+
+/// A checkpoint's contents copied to the host: what [`save`] writes, taken at one moment so
+/// the writing can happen elsewhere (`saver.rs`) while training goes on.
+pub struct Snapshot {
+    tensors: Vec<(String, Tensor)>,
+    meta_json: String,
+}
+
+/// Copies the parameters, buffers, momentum and metadata to the host.
+pub fn snapshot(params: &Params, opt: Option<&Sgd>, meta: &CheckpointMeta) -> Result<Snapshot> {
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
     for p in params.iter() {
         tensors.push((p.name.clone(), p.var.as_tensor().to_device(&Device::Cpu)?));
@@ -54,14 +66,22 @@ pub fn save(path: &Path, params: &Params, opt: Option<&Sgd>, meta: &CheckpointMe
             tensors.push((name, t.to_device(&Device::Cpu)?));
         }
     }
-    let json = serde_json::to_string(meta).map_err(|e| TrainError::Config(e.to_string()))?;
-    let info = HashMap::from([(META_KEY.to_string(), json)]);
-    let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(info))
-        .map_err(|e| TrainError::Checkpoint {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    write_atomic(path, &bytes)
+    let meta_json = serde_json::to_string(meta).map_err(|e| TrainError::Config(e.to_string()))?;
+    Ok(Snapshot { tensors, meta_json })
+}
+
+impl Snapshot {
+    /// Serialises to safetensors and writes atomically.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let info = HashMap::from([(META_KEY.to_string(), self.meta_json.clone())]);
+        let tensors = self.tensors.iter().map(|(n, t)| (n.as_str(), t));
+        let bytes =
+            safetensors::serialize(tensors, Some(info)).map_err(|e| TrainError::Checkpoint {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        write_atomic(path, &bytes)
+    }
 }
 
 /// Reads a checkpoint written by octet or a PyTorch `save_file(model.state_dict())`.

@@ -15,7 +15,11 @@ pub fn parse_device(s: &str) -> Result<Device> {
         },
     };
     match Device::new_cuda(ordinal) {
-        Ok(d) => Ok(d),
+        Ok(d) => {
+            #[cfg(feature = "cuda")]
+            keep_pool_memory(&d)?;
+            Ok(d)
+        }
         Err(candle_core::Error::NotCompiledWithCudaSupport) => Err(TrainError::NoCuda(s.into())),
         Err(e) => Err(TrainError::Config(format!(
             "cannot open CUDA device {ordinal}: {e}. Is a GPU present and the driver loaded?"
@@ -23,9 +27,78 @@ pub fn parse_device(s: &str) -> Result<Device> {
     }
 }
 
+/// Keeps freed device memory in the device's memory pool across synchronisations. candle
+/// (through cudarc) allocates with `cuMemAllocAsync` from that pool, whose release threshold
+/// is 0 by default: every synchronisation (the loss read-back every few steps, the end of an
+/// epoch) hands the free memory back to the driver, and the next steps pay to map it again:
+/// a 2×H200 timeline showed the first ~25 steps after each epoch boundary at 12–14 ms instead
+/// of 7.4 (ResNet-18, batch 128). PyTorch's caching allocator keeps memory the same way.
+#[cfg(feature = "cuda")]
+fn keep_pool_memory(d: &Device) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let Device::Cuda(cd) = d else { return Ok(()) };
+    let ctx = cd.cuda_stream().context().clone();
+    let err = |e: result::DriverError| {
+        TrainError::Config(format!("cannot configure the CUDA memory pool: {e:?}"))
+    };
+    if !ctx.has_async_alloc() {
+        return Ok(());
+    }
+    ctx.bind_to_thread().map_err(err)?;
+    let mut keep_all = u64::MAX;
+    // SAFETY: the device comes from an open context; the attribute takes a u64.
+    unsafe {
+        let pool = result::device::get_mem_pool(ctx.cu_device()).map_err(err)?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut keep_all as *mut u64).cast(),
+        )
+        .map_err(err)?;
+    }
+    Ok(())
+}
+
 /// Waits for the device's queued work, so host clocks measure it.
 pub fn sync(dev: &Device) -> Result<()> {
-    Ok(dev.synchronize()?)
+    Ok(wait_idle(dev)?)
+}
+
+/// [`Device::synchronize`], but on CUDA by polling an event instead of a blocking driver
+/// call. A thread blocked inside the driver (a synchronous copy waiting on a collective that
+/// will never finish because a peer died) can hold driver locks that the NCCL watchdog's
+/// own event queries then wait on: the watchdog would hang with the rank instead of ending
+/// it. Every wait of the training loop goes through here.
+pub fn wait_idle(dev: &Device) -> candle_core::Result<()> {
+    match dev {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(cd) => {
+            let e = cd
+                .cuda_stream()
+                .record_event(None)
+                .map_err(candle_core::Error::wrap)?;
+            wait_event(&e)
+        }
+        _ => dev.synchronize(),
+    }
+}
+
+/// Waits for `e` by polling it (see [`wait_idle`]): yields first, for waits of a few
+/// microseconds, then sleeps 50 µs between queries.
+#[cfg(feature = "cuda")]
+pub fn wait_event(
+    e: &candle_core::cuda_backend::cudarc::driver::CudaEvent,
+) -> candle_core::Result<()> {
+    let mut polls = 0u32;
+    while !e.try_is_complete().map_err(candle_core::Error::wrap)? {
+        if polls < 200 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        polls += 1;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ pub mod metrics;
 mod normalize;
 pub mod optim;
 mod precision;
+pub mod saver;
 pub mod step_clock;
+pub mod timeline;
 pub mod train;
 pub mod upload;
 

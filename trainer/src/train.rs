@@ -17,8 +17,9 @@ use crate::device::sync;
 use crate::dist::data_parallel::accumulate;
 use crate::dist::{BnMode, Collective, DataParallel, Solo};
 use crate::eval::evaluate_shard;
-use crate::metrics::{write_csv, EpochRecord, EpochTimes, RankTimes};
+use crate::metrics::{EpochRecord, EpochTimes, RankTimes};
 use crate::optim::{LrPlan, Schedule, Sgd};
+use crate::saver::Saver;
 use crate::step_clock::{Phase, StepClock};
 use crate::upload::Uploader;
 use crate::{Normalizer, Precision, Result, TrainError};
@@ -175,6 +176,8 @@ pub struct RunOptions {
     pub commit: String,
     /// Batches the loader thread prepares ahead.
     pub prefetch: usize,
+    /// Directory for per-step timelines of every rank and epoch (`timeline.rs`).
+    pub timeline: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -186,6 +189,7 @@ impl RunOptions {
             progress: false,
             commit: "unknown".into(),
             prefetch: 4,
+            timeline: None,
         }
     }
 }
@@ -213,6 +217,7 @@ pub struct Trainer {
     epoch: usize,
     step: usize,
     history: Vec<EpochRecord>,
+    saver: Saver,
 }
 
 impl Trainer {
@@ -287,6 +292,7 @@ impl Trainer {
             epoch,
             step,
             history,
+            saver: Saver::default(),
         })
     }
 
@@ -313,19 +319,25 @@ impl Trainer {
             ran += 1;
             self.history.push(rec.clone());
             if let Some(dir) = opts.out.as_ref().filter(|_| self.dp.rank() == 0) {
+                // Written on a thread while the next epoch runs (`saver.rs`).
                 let path = dir.join("last.safetensors");
-                checkpoint::save(
-                    &path,
+                let snap = checkpoint::snapshot(
                     self.model.params(),
                     Some(&self.opt),
                     &self.meta(&opts.commit),
                 )?;
-                write_csv(&dir.join("metrics.csv"), &self.history)?;
+                self.saver.submit(
+                    snap,
+                    path.clone(),
+                    self.history.clone(),
+                    dir.join("metrics.csv"),
+                )?;
                 ckpt = Some(path);
             }
             on_epoch(&rec);
             records.push(rec);
         }
+        self.saver.wait()?;
         Ok(Summary {
             records,
             checkpoint: ckpt,
@@ -377,9 +389,16 @@ impl Trainer {
             .trainable()
             .map(|p| p.var.clone())
             .collect();
+        // Every rank starts the epoch's clock together, as the PyTorch peer does
+        // (`synchronize(); barrier()`): whatever rank 0 did after the last epoch (copying the
+        // checkpoint to the host, evaluation) belongs to no epoch.
+        self.dp.barrier(&self.dev)?;
         let _ = self.dp.collective().take_stats()?;
         let mut times = EpochTimes::default();
-        let mut clock = StepClock::new(&self.dev);
+        let mut clock = match opts.timeline {
+            Some(_) => StepClock::with_timeline(&self.dev)?,
+            None => StepClock::new(&self.dev),
+        };
         let mut uploader = Uploader::new();
         let mut tally = Tally::default();
         let mut lr = self.plan.lr(self.step);
@@ -453,6 +472,10 @@ impl Trainer {
         bar.finish_and_clear();
         let (loss_sum, correct, seen) = (tally.loss_sum, tally.correct, tally.seen);
 
+        if let (Some(dir), Some(steps)) = (&opts.timeline, clock.timeline()?) {
+            let comm = self.dp.collective().timeline()?;
+            crate::timeline::write(dir, rank, self.epoch + 1, &steps, &comm)?;
+        }
         // Device-timed all-reduce traffic of this rank; the compute phase above includes it.
         let comm = self.dp.collective().take_stats()?;
         times.comm_s = comm.seconds;
@@ -599,7 +622,10 @@ impl Tally {
             .collect::<candle_core::Result<_>>()
             .map_err(NonFinite::Device)?;
         let values = Tensor::cat(&both, 0)
-            .and_then(|t| t.to_vec1::<f32>())
+            .and_then(|t| {
+                crate::device::wait_idle(t.device())?;
+                t.to_vec1::<f32>()
+            })
             .map_err(NonFinite::Device)?;
         for ((_, _, n, step), v) in queued.iter().zip(values.chunks(2)) {
             if !v[0].is_finite() {

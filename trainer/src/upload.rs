@@ -92,7 +92,7 @@ mod pinned {
         fn drop(&mut self) {
             // The DMA may still read the buffer (a step that failed half-way).
             if let Some(e) = self.done.take() {
-                let _ = e.synchronize();
+                let _ = crate::device::wait_event(&e);
             }
         }
     }
@@ -103,7 +103,7 @@ mod pinned {
             let len: usize = parts.iter().map(|p| p.len()).sum();
             // The previous copy out of this buffer must be over before it is rewritten or freed.
             if let Some(e) = self.done.take() {
-                e.synchronize().map_err(candle_core::Error::wrap)?;
+                crate::device::wait_event(&e)?;
             }
             if self.buf.as_ref().is_none_or(|b| b.len() < len) {
                 self.buf = None;

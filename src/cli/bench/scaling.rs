@@ -177,7 +177,7 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
         images: a.images,
         protocol: "synthetic CIFAR-shaped data, batch per GPU, images per epoch shared by the \
                    GPUs; epoch 1 warm-up, epoch 2 timed (h2d, forward, backward, all-reduce, \
-                   update); fp32"
+                   update) from a barrier of all ranks, as the PyTorch peer times it; fp32"
             .into(),
         peak_busbw_gbs: peaks,
         timings,

@@ -15,11 +15,32 @@ pub trait Collective: Send + Sync {
     fn world(&self) -> usize;
     /// Element-wise sum over all ranks of an f32 tensor.
     fn all_reduce_sum(&self, t: &Tensor) -> candle_core::Result<Tensor>;
+    /// [`Collective::all_reduce_sum`] of each tensor, issued in order; an implementation may
+    /// launch them together (NCCL groups them into one launch).
+    fn all_reduce_sum_many(&self, ts: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+        ts.iter().map(|t| self.all_reduce_sum(t)).collect()
+    }
     /// Rank `root`'s `t` on every rank.
     fn broadcast(&self, t: &Tensor, root: usize) -> candle_core::Result<Tensor>;
     /// All-reduce traffic and time since the last call. Times are device times (CUDA events)
     /// where the implementation has them, so call this after the device has synchronised.
     fn take_stats(&self) -> candle_core::Result<CommStats>;
+    /// The timed all-reduces since the last [`Collective::take_stats`], one row each, for a
+    /// timeline; call it before `take_stats`. Empty where there are no device events.
+    fn timeline(&self) -> candle_core::Result<Vec<CommMarks>> {
+        Ok(Vec::new())
+    }
+}
+
+/// One all-reduce on a timeline, µs on the host clock (`step_clock::host_us`): when the host
+/// queued it and when the device reached it, had every rank (the wait ends) and finished.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommMarks {
+    pub host: f64,
+    pub dev_arrived: f64,
+    pub dev_start: f64,
+    pub dev_end: f64,
+    pub bytes: u64,
 }
 
 /// Traffic of the gradient all-reduces. `bytes` counts each call's payload once, as the

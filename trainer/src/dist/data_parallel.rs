@@ -111,20 +111,31 @@ impl DataParallel {
         if world == 1 {
             return Ok(());
         }
-        for bucket in &self.plan.buckets {
-            let flat = bucket
-                .members
-                .iter()
-                .map(|m| {
-                    let v = &self.vars[m.index];
-                    match grads.get(v.as_tensor()) {
-                        Some(g) => g.flatten_all(),
-                        None => Tensor::zeros(m.numel, v.dtype(), v.device()),
-                    }
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let flat = Tensor::cat(&flat, 0)?;
-            let mean = (self.coll.all_reduce_sum(&flat)? / world as f64)?;
+        // Every bucket is packed first and all of them go out together: all-reduces start
+        // after backward (candle's autograd has no per-gradient hook to overlap them with),
+        // so one grouped launch moves them at the bandwidth of one large message.
+        let flats = self
+            .plan
+            .buckets
+            .iter()
+            .map(|bucket| {
+                let parts = bucket
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let v = &self.vars[m.index];
+                        match grads.get(v.as_tensor()) {
+                            Some(g) => g.flatten_all(),
+                            None => Tensor::zeros(m.numel, v.dtype(), v.device()),
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Tensor::cat(&parts, 0)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let sums = self.coll.all_reduce_sum_many(&flats)?;
+        for (bucket, sum) in self.plan.buckets.iter().zip(sums) {
+            let mean = (sum / world as f64)?;
             for m in &bucket.members {
                 let v = &self.vars[m.index];
                 let g = mean.narrow(0, m.offset, m.numel)?.reshape(v.shape())?;
@@ -145,8 +156,15 @@ impl DataParallel {
             v.len(),
             dev,
         )?;
-        let s = self.coll.all_reduce_sum(&t)?.to_vec1::<f32>()?;
+        let s = self.coll.all_reduce_sum(&t)?;
+        crate::device::wait_idle(dev)?;
+        let s = s.to_vec1::<f32>()?;
         Ok(s.into_iter().map(f64::from).collect())
+    }
+
+    /// Returns once every rank has reached it and this rank's device has finished its work.
+    pub fn barrier(&self, dev: &candle_core::Device) -> Result<()> {
+        self.sum(&[0.0], dev).map(|_| ())
     }
 
     /// Every rank's `v`, in rank order (an all-gather built from one all-reduce).

@@ -11,6 +11,8 @@ mod env;
 pub mod nccl;
 mod rendezvous;
 pub mod sync_bn;
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+mod watchdog;
 
 pub use bucket::{Bucket, BucketPlan, Member, DEFAULT_BUCKET_BYTES};
 pub use collective::{thread_group, Collective, CommStats, Solo, ThreadRank};

@@ -14,14 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use candle_core::cuda_backend::cudarc::driver::{
-    sys::CUevent_flags, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    sys::CUevent_flags, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
 };
 use candle_core::cuda_backend::cudarc::nccl::{result as nr, sys as ns};
-use candle_core::cuda_backend::CudaDevice;
-use candle_core::{CpuStorage, CudaStorage, CustomOp1, Device, Layout, Shape, Tensor};
+use candle_core::op::BackpropOp;
+use candle_core::{CudaStorage, Device, Storage, Tensor};
 
-use super::collective::{Collective, CommStats};
+use super::collective::{Collective, CommMarks, CommStats};
+use super::watchdog;
 use super::{share_bytes, DistEnv};
+use crate::step_clock::{host_us, DeviceClock};
 use crate::{Result, TrainError};
 
 /// Exit code of a rank the watchdog ended.
@@ -43,32 +45,92 @@ pub struct Nccl {
     watch: Arc<Watch>,
     /// One float for the all-reduce that lines the ranks up before each timed transfer.
     tiny: CudaSlice<f32>,
+    /// Maps the events onto the host clock for timelines.
+    origin: DeviceClock,
 }
 
 #[derive(Default)]
 struct Pending {
-    /// (arrived, synchronised, done, bytes) of all-reduces whose events are unread.
-    timed: Vec<(CudaEvent, CudaEvent, CudaEvent, u64)>,
+    /// All-reduces whose events are unread.
+    timed: Vec<Timed>,
+}
+
+struct Timed {
+    /// When the host queued it (µs, `host_us`).
+    host: f64,
+    arrived: CudaEvent,
+    synchronised: CudaEvent,
+    done: CudaEvent,
+    bytes: u64,
 }
 
 struct Watch {
     /// Collectives not yet seen finished: when each was enqueued, and its completion event.
-    inflight: Mutex<VecDeque<(Instant, CudaEvent)>>,
+    inflight: Mutex<VecDeque<(Instant, Arc<CudaEvent>)>>,
+    /// Since when the host has been inside an NCCL call, if it is.
+    inside: Mutex<Option<Instant>>,
+    /// When the host last entered or left a collective.
+    beat: Mutex<Instant>,
+    /// Why the poller thinks the job is stuck, once it does.
+    verdict: Mutex<Option<String>>,
     stop: AtomicBool,
 }
 
 impl Watch {
+    fn new() -> Watch {
+        Watch {
+            inflight: Mutex::new(VecDeque::new()),
+            inside: Mutex::new(None),
+            beat: Mutex::new(Instant::now()),
+            verdict: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    fn enter(&self) -> Inside<'_> {
+        let now = Instant::now();
+        if let Ok(mut t) = self.inside.lock() {
+            *t = Some(now);
+        }
+        if let Ok(mut b) = self.beat.lock() {
+            *b = now;
+        }
+        Inside(self)
+    }
+
+    fn inside_since(&self) -> Option<Instant> {
+        self.inside.lock().ok().and_then(|t| *t)
+    }
+
+    fn since_beat(&self) -> Duration {
+        self.beat.lock().map_or(Duration::ZERO, |b| b.elapsed())
+    }
+
+    fn any_inflight(&self) -> bool {
+        self.inflight.lock().is_ok_and(|q| !q.is_empty())
+    }
+
     /// Drops the finished collectives at the head of the queue and says how long the
     /// oldest unfinished one has waited: since it was enqueued, or since its predecessor
-    /// was seen finished if that is later (the host may enqueue many steps ahead).
+    /// was seen finished if that is later (the host may enqueue many steps ahead). The
+    /// queue is not locked during the event queries, which may block in the driver.
     fn oldest_wait(&self, last_progress: &mut Instant) -> Option<Duration> {
-        let mut q = self.inflight.lock().ok()?;
-        while q.front().is_some_and(|(_, done)| done.is_complete()) {
-            q.pop_front();
+        loop {
+            let (queued, done) = {
+                let q = self.inflight.lock().ok()?;
+                let (queued, done) = q.front()?;
+                (*queued, done.clone())
+            };
+            if !done.is_complete() {
+                return Some(queued.max(*last_progress).elapsed());
+            }
+            if let Ok(mut q) = self.inflight.lock() {
+                if q.front().is_some_and(|(_, e)| Arc::ptr_eq(e, &done)) {
+                    q.pop_front();
+                }
+            }
             *last_progress = Instant::now();
         }
-        q.front()
-            .map(|(queued, _)| (*queued).max(*last_progress).elapsed())
     }
 }
 
@@ -118,15 +180,14 @@ impl Nccl {
             comm.assume_init()
         };
         let comm = Arc::new(RawComm(comm));
-        let watch = Arc::new(Watch {
-            inflight: Mutex::new(VecDeque::new()),
-            stop: AtomicBool::new(false),
-        });
-        spawn_watchdog(comm.clone(), watch.clone(), env.rank, watchdog);
+        let watch = Arc::new(Watch::new());
+        let ctx = stream.context().clone();
+        spawn_watchdog(comm.clone(), watch.clone(), ctx, env.rank, watchdog);
         let tiny = stream
             .alloc_zeros::<f32>(1)
             .map_err(candle_core::Error::wrap)?;
         Ok(Self {
+            origin: DeviceClock::new(&stream)?,
             tiny,
             comm,
             rank: env.rank,
@@ -144,7 +205,7 @@ impl Nccl {
             .record_event(None)
             .map_err(candle_core::Error::wrap)?;
         if let Ok(mut q) = self.watch.inflight.lock() {
-            q.push_back((Instant::now(), done));
+            q.push_back((Instant::now(), Arc::new(done)));
         }
         Ok(())
     }
@@ -154,129 +215,220 @@ impl Nccl {
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(candle_core::Error::wrap)
     }
+
+    /// A timing event, not yet recorded.
+    fn new_event(&self) -> candle_core::Result<CudaEvent> {
+        self.stream
+            .context()
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(candle_core::Error::wrap)
+    }
 }
 
 impl Drop for Nccl {
     fn drop(&mut self) {
+        // Queued collectives must finish before the communicator goes. The watchdog stays
+        // on meanwhile: if a peer died, this wait never ends and the watchdog ends the
+        // process with its error instead of leaving it hanging.
+        if let Ok(idle) = self.stream.record_event(None) {
+            let _ = crate::device::wait_event(&idle);
+        }
         self.watch.stop.store(true, Ordering::SeqCst);
-        // Queued collectives must finish before the communicator goes.
-        let _ = self.stream.synchronize();
         unsafe {
             let _ = nr::comm_destroy(self.comm.0);
         }
     }
 }
 
-fn spawn_watchdog(comm: Arc<RawComm>, watch: Arc<Watch>, rank: usize, timeout: Duration) {
+/// Two threads: a poller that queries the collectives' events and NCCL's asynchronous
+/// error, and a judge that decides from what the host and the poller last reported. The
+/// poller's queries may block inside the driver while the main thread is blocked in it
+/// (a full launch queue, a copy behind a collective that never finishes); the judge makes
+/// no driver or NCCL call until it aborts, so a dead peer always ends this rank.
+fn spawn_watchdog(
+    comm: Arc<RawComm>,
+    watch: Arc<Watch>,
+    ctx: Arc<CudaContext>,
+    rank: usize,
+    timeout: Duration,
+) {
+    let (w, c, msg) = (
+        watch.clone(),
+        comm.clone(),
+        watchdog::stuck_message(timeout),
+    );
     std::thread::spawn(move || {
+        // Event queries need the device's context on this thread too; without it every
+        // query fails and would read as "not finished".
+        if let Err(e) = ctx.bind_to_thread() {
+            eprintln!("warning: rank {rank}: the NCCL watchdog cannot use the device: {e:?}");
+        }
         let mut last_progress = Instant::now();
+        while !w.stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+            let why = if w
+                .oldest_wait(&mut last_progress)
+                .is_some_and(|waited| waited > timeout)
+            {
+                msg.clone()
+            } else if w.inside_since().is_some() {
+                // NCCL may hold the communicator while a call runs; polling it now could
+                // block this thread too.
+                continue;
+            } else {
+                let mut async_err = ns::ncclResult_t::ncclSuccess;
+                let polled = unsafe { ns::ncclCommGetAsyncError(c.0, &mut async_err) };
+                if polled == ns::ncclResult_t::ncclSuccess
+                    && async_err == ns::ncclResult_t::ncclSuccess
+                {
+                    continue;
+                }
+                format!("NCCL reported an asynchronous error ({async_err:?}): a peer rank failed")
+            };
+            if let Ok(mut v) = w.verdict.lock() {
+                v.get_or_insert(why);
+            }
+        }
+    });
+    std::thread::spawn(move || {
         while !watch.stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
-            let mut async_err = ns::ncclResult_t::ncclSuccess;
-            let polled = unsafe { ns::ncclCommGetAsyncError(comm.0, &mut async_err) };
-            let stuck = watch
-                .oldest_wait(&mut last_progress)
-                .is_some_and(|waited| waited > timeout);
-            let why = if polled != ns::ncclResult_t::ncclSuccess
-                || async_err != ns::ncclResult_t::ncclSuccess
-            {
-                format!("NCCL reported an asynchronous error ({async_err:?}): a peer rank failed")
-            } else if stuck {
-                format!(
-                    "a collective has not finished in {} s: another rank has probably died or \
-                     stopped (raise --dist-timeout if steps are really this slow)",
-                    timeout.as_secs()
-                )
-            } else {
+            let host = watchdog::HostState {
+                inside_call: watch.inside_since().map(|t| t.elapsed()),
+                since_collective: watch.since_beat(),
+                unfinished: watch.any_inflight(),
+            };
+            let poller = watch.verdict.lock().ok().and_then(|v| v.clone());
+            let Some(why) = watchdog::judge(host, poller.as_deref(), timeout) else {
                 continue;
             };
             if watch.stop.load(Ordering::SeqCst) {
                 return;
             }
             eprintln!("error: rank {rank}: {why}; aborting this rank");
-            unsafe {
-                let _ = ns::ncclCommAbort(comm.0);
+            // A checkpoint being written is the last finished epoch's: let it land.
+            if !crate::saver::wait_for_writes(Duration::from_secs(60)) {
+                eprintln!("error: rank {rank}: a checkpoint write did not finish in 60 s");
             }
+            // Abort can itself wait on a blocked communicator: give it a few seconds.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let c = comm.clone();
+            std::thread::spawn(move || {
+                unsafe {
+                    let _ = ns::ncclCommAbort(c.0);
+                }
+                let _ = tx.send(());
+            });
+            let _ = rx.recv_timeout(Duration::from_secs(10));
             std::process::exit(WATCHDOG_EXIT);
         }
     });
 }
 
-/// Runs the collective inside candle's custom-op interface, which hands over the storage.
-struct Op<'a> {
-    nccl: &'a Nccl,
-    /// `None`: all-reduce sum; `Some(root)`: broadcast from `root`.
-    root: Option<usize>,
+/// Marks the host as inside an NCCL call until dropped.
+struct Inside<'a>(&'a Watch);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.0.inside.lock() {
+            *t = None;
+        }
+        if let Ok(mut b) = self.0.beat.lock() {
+            *b = Instant::now();
+        }
+    }
 }
 
-impl CustomOp1 for Op<'_> {
-    fn name(&self) -> &'static str {
-        "nccl"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("NCCL collectives need tensors on a CUDA device")
-    }
-
-    fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        let n = self.nccl;
-        let Some((a, b)) = l.contiguous_offsets() else {
-            candle_core::bail!("NCCL collectives need a contiguous tensor")
+impl Nccl {
+    /// Sums over ranks (`root` `None`) or broadcasts from `root` every tensor of `ts`, as one
+    /// NCCL group: NCCL fuses the calls into one launch, so the buckets of a step move at the
+    /// bandwidth of one message of their total size. Collectives are issued in `ts` order.
+    fn collective(&self, ts: &[Tensor], root: Option<usize>) -> candle_core::Result<Vec<Tensor>> {
+        let guards: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
+        let mut srcs = Vec::with_capacity(ts.len());
+        let mut dev = None;
+        for (s, l) in &guards {
+            let Storage::Cuda(cs) = &**s else {
+                candle_core::bail!("NCCL collectives need tensors on a CUDA device")
+            };
+            let Some((a, b)) = l.contiguous_offsets() else {
+                candle_core::bail!("NCCL collectives need a contiguous tensor")
+            };
+            srcs.push(cs.as_cuda_slice::<f32>()?.slice(a..b));
+            dev.get_or_insert_with(|| cs.device.clone());
+        }
+        let Some(dev) = dev else {
+            return Ok(Vec::new());
         };
-        let src = s.as_cuda_slice::<f32>()?.slice(a..b);
-        let dev: CudaDevice = s.device.clone();
-        let mut dst = unsafe { dev.alloc::<f32>(b - a)? };
-        let arrived = n.event()?;
-        let stream = n.stream.cu_stream() as ns::cudaStream_t;
-        if self.root.is_none() {
-            // Ranks reach a collective at different times; a one-float all-reduce absorbs
-            // the wait so the events around the real one time the transfer alone.
-            let (tp, _t) = n.tiny.device_ptr(&n.stream);
-            unsafe {
-                nr::all_reduce(
-                    tp as _,
-                    tp as _,
-                    1,
-                    ns::ncclDataType_t::ncclFloat32,
-                    ns::ncclRedOp_t::ncclSum,
-                    n.comm.0,
-                    stream,
-                )
+        let mut dsts = srcs
+            .iter()
+            .map(|s| unsafe { dev.alloc::<f32>(s.len()) })
+            .collect::<candle_core::Result<Vec<CudaSlice<f32>>>>()?;
+        let elems: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
+        let reads: Vec<_> = srcs.iter().map(|s| s.device_ptr(&self.stream)).collect();
+        let writes: Vec<_> = dsts
+            .iter_mut()
+            .map(|d| d.device_ptr_mut(&self.stream))
+            .collect();
+        let (tp, tiny) = self.tiny.device_ptr(&self.stream);
+        // Events are made before and only recorded between the launches: when the host is
+        // the bottleneck the device reaches each mark as soon as it is queued, and host work
+        // between the marks would count as transfer time.
+        let [arrived, start] = [self.new_event()?, self.new_event()?];
+        let stream = self.stream.cu_stream() as ns::cudaStream_t;
+        let record = |e: &CudaEvent| e.record(&self.stream).map_err(candle_core::Error::wrap);
+        let (ty, sum) = (ns::ncclDataType_t::ncclFloat32, ns::ncclRedOp_t::ncclSum);
+        let _inside = self.watch.enter();
+        let host = host_us();
+        record(&arrived)?;
+        if root.is_none() {
+            // Ranks reach a collective at different times; a one-float all-reduce absorbs the
+            // wait so the events around the real ones time the transfer alone.
+            unsafe { nr::all_reduce(tp as _, tp as _, 1, ty, sum, self.comm.0, stream) }
                 .map_err(|e| nccl_err("all-reduce", e))?;
+        }
+        record(&start)?;
+        nr::group_start().map_err(|e| nccl_err("ncclGroupStart", e))?;
+        let issued = (|| {
+            for (((sp, _), (dp, _)), &n) in reads.iter().zip(&writes).zip(&elems) {
+                let (sp, dp) = (*sp as *const _, *dp as *mut _);
+                unsafe {
+                    match root {
+                        None => nr::all_reduce(sp, dp, n, ty, sum, self.comm.0, stream)
+                            .map_err(|e| nccl_err("all-reduce", e))?,
+                        Some(r) => nr::broadcast(sp, dp, n, ty, r as i32, self.comm.0, stream)
+                            .map_err(|e| nccl_err("broadcast", e))?,
+                    };
+                }
+            }
+            Ok::<_, candle_core::Error>(())
+        })();
+        // The group must be closed even when a call in it failed.
+        let closed = nr::group_end().map_err(|e| nccl_err("ncclGroupEnd", e));
+        issued?;
+        closed?;
+        let done = self.event()?;
+        drop((reads, writes, tiny));
+        self.watch()?;
+        if root.is_none() {
+            if let Ok(mut p) = self.pending.lock() {
+                p.timed.push(Timed {
+                    host,
+                    arrived,
+                    synchronised: start,
+                    done,
+                    bytes: 4 * elems.iter().sum::<usize>() as u64,
+                });
             }
         }
-        let start = n.event()?;
-        {
-            let (sp, _r) = src.device_ptr(&n.stream);
-            let (dp, _w) = dst.device_ptr_mut(&n.stream);
-            let ty = ns::ncclDataType_t::ncclFloat32;
-            unsafe {
-                match self.root {
-                    None => nr::all_reduce(
-                        sp as _,
-                        dp as _,
-                        b - a,
-                        ty,
-                        ns::ncclRedOp_t::ncclSum,
-                        n.comm.0,
-                        stream,
-                    )
-                    .map_err(|e| nccl_err("all-reduce", e))?,
-                    Some(root) => {
-                        nr::broadcast(sp as _, dp as _, b - a, ty, root as i32, n.comm.0, stream)
-                            .map_err(|e| nccl_err("broadcast", e))?
-                    }
-                };
-            }
-        }
-        n.watch()?;
-        if self.root.is_none() {
-            let end = n.event()?;
-            if let Ok(mut p) = n.pending.lock() {
-                p.timed.push((arrived, start, end, 4 * (b - a) as u64));
-            }
-        }
-        Ok((CudaStorage::wrap_cuda_slice(dst, dev), l.shape().clone()))
+        Ok(dsts
+            .into_iter()
+            .zip(ts)
+            .map(|(d, t)| {
+                let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(d, dev.clone()));
+                Tensor::from_storage(storage, t.shape().clone(), BackpropOp::none(), false)
+            })
+            .collect())
     }
 }
 
@@ -288,16 +440,15 @@ impl Collective for Nccl {
         self.world
     }
     fn all_reduce_sum(&self, t: &Tensor) -> candle_core::Result<Tensor> {
-        t.apply_op1_no_bwd(&Op {
-            nccl: self,
-            root: None,
-        })
+        Ok(self.collective(std::slice::from_ref(t), None)?.remove(0))
+    }
+    fn all_reduce_sum_many(&self, ts: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+        self.collective(ts, None)
     }
     fn broadcast(&self, t: &Tensor, root: usize) -> candle_core::Result<Tensor> {
-        t.apply_op1_no_bwd(&Op {
-            nccl: self,
-            root: Some(root),
-        })
+        Ok(self
+            .collective(std::slice::from_ref(t), Some(root))?
+            .remove(0))
     }
     fn take_stats(&self) -> candle_core::Result<CommStats> {
         let timed = match self.pending.lock() {
@@ -305,18 +456,39 @@ impl Collective for Nccl {
             Err(_) => Vec::new(),
         };
         let mut s = CommStats::default();
-        for (arrived, start, end, bytes) in timed {
-            let wait = arrived
-                .elapsed_ms(&start)
+        for t in timed {
+            let wait = t
+                .arrived
+                .elapsed_ms(&t.synchronised)
                 .map_err(candle_core::Error::wrap)?;
-            let ms = start.elapsed_ms(&end).map_err(candle_core::Error::wrap)?;
+            let ms = t
+                .synchronised
+                .elapsed_ms(&t.done)
+                .map_err(candle_core::Error::wrap)?;
             s.add(CommStats {
                 calls: 1,
-                bytes,
+                bytes: t.bytes,
                 seconds: ms as f64 / 1e3,
                 wait_s: wait as f64 / 1e3,
             });
         }
         Ok(s)
+    }
+    fn timeline(&self) -> candle_core::Result<Vec<CommMarks>> {
+        let Ok(p) = self.pending.lock() else {
+            return Ok(Vec::new());
+        };
+        p.timed
+            .iter()
+            .map(|t| {
+                Ok(CommMarks {
+                    host: t.host,
+                    dev_arrived: self.origin.at(&t.arrived)?,
+                    dev_start: self.origin.at(&t.synchronised)?,
+                    dev_end: self.origin.at(&t.done)?,
+                    bytes: t.bytes,
+                })
+            })
+            .collect()
     }
 }
