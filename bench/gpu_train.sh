@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The GPU training benchmark and acceptance runs, in one command on the GPU machine.
 #
-#   bash bench/gpu_train.sh bench [IMAGES]   # octet bench train + PyTorch peer, same machine, same command
+#   bash bench/gpu_train.sh bench [IMAGES] [PRECISIONS]  # octet bench train (f32,bf16 by default) + PyTorch peer, same command
 #   bash bench/gpu_train.sh lenet            # LeNet on full Fashion-MNIST, 15 epochs
-#   bash bench/gpu_train.sh resnet [EPOCHS]  # ResNet-18 on full Fashion-MNIST, 10 epochs (resumes runs/gpu-resnet18)
+#   bash bench/gpu_train.sh resnet [EPOCHS] [PRECISION]  # ResNet-18 on full Fashion-MNIST, 10 epochs (resumes runs/gpu-resnet18[-bf16])
+#
+# OCTET_BENCH_MODELS and OCTET_BENCH_BATCHES narrow the bench stage (defaults: lenet,resnet18 and
+# 32,...,32768, each series stopping at its first out-of-memory batch).
 #   bash bench/gpu_train.sh oom              # a batch too large for the GPU: expect a clear error
 #
 # Expects, in the ignored folder .carry/: octet.tar.gz (the release binary built with
@@ -24,11 +27,12 @@ stage=${1:-bench}
 case "$stage" in
   bench)
     images=${2:-50000}
+    precisions=${3:-f32,bf16}
     quick=""; [ "$images" = 10000 ] && quick="--quick"
     # Batches grow until the GPU runs out of memory; the failing batch is reported.
-    timeout "${OCTET_BENCH_LIMIT:-900}" "$BIN" bench train --models lenet,resnet18 \
-      --batch-sizes 32,128,512,2048,4096,8192,16384,32768 --images "$images" \
-      --device cuda --out "$OUT/octet_train.json" 2>&1 | tee "$OUT/octet_train.txt"
+    timeout "${OCTET_BENCH_LIMIT:-900}" "$BIN" bench train --models "${OCTET_BENCH_MODELS:-lenet,resnet18}" \
+      --batch-sizes "${OCTET_BENCH_BATCHES:-32,128,512,2048,4096,8192,16384,32768}" --images "$images" \
+      --precision "$precisions" --device cuda --out "$OUT/octet_train.json" 2>&1 | tee "$OUT/octet_train.txt"
     PYTHONUNBUFFERED=1 python3 "$C/peer_torch.py" $quick --out "$OUT" 2>&1 | tee "$OUT/peer.txt"
     ;;
   lenet)
@@ -37,17 +41,19 @@ case "$stage" in
     rm -f "$OUT/lenet/last.safetensors"
     ;;
   resnet)
-    run=runs/gpu-resnet18
+    precision=${3:-f32}
+    run=runs/gpu-resnet18; tag=resnet
+    [ "$precision" = f32 ] || { run=$run-$precision; tag=resnet_$precision; }
     args=(--stop-after "${2:-10}" --device cuda --json)
     if [ -f "$run/last.safetensors" ]; then
-      "$BIN" train --resume "$run/last.safetensors" "${args[@]}" 2>&1 | tee -a "$OUT/resnet.jsonl"
+      "$BIN" train --resume "$run/last.safetensors" "${args[@]}" 2>&1 | tee -a "$OUT/$tag.jsonl"
     else
       "$BIN" train --model resnet18 --data "fashion-mnist:$C/fashion-mnist" --epochs 10 --out "$run" \
-        "${args[@]}" 2>&1 | tee "$OUT/resnet.jsonl"
+        --precision "$precision" "${args[@]}" 2>&1 | tee "$OUT/$tag.jsonl"
     fi
-    cp "$run/metrics.csv" "$OUT/resnet_metrics.csv"
+    cp "$run/metrics.csv" "$OUT/${tag}_metrics.csv"
     # A finished run's weights come back without momentum, in parts under the 16 MiB file limit.
-    if grep -q '"epochs_done":10' "$OUT/resnet.jsonl"; then
+    if [ "$precision" = f32 ] && grep -q '"epochs_done":10' "$OUT/$tag.jsonl"; then
       python3 - "$run/last.safetensors" /tmp/resnet18_weights.safetensors <<'PY'
 import sys
 from safetensors import safe_open

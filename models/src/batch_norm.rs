@@ -81,6 +81,49 @@ impl BatchNorm2d {
     }
 }
 
+impl BatchNorm2d {
+    /// [`Self::forward`] on a channels-last `(n, h, w, c)` input, followed by a ReLU when
+    /// `relu` (fused into the batch-norm kernels on CUDA).
+    pub fn forward_channels_last(&self, x: &Tensor, train: bool, relu: bool) -> Result<Tensor> {
+        let then_relu = |y: Tensor| if relu { crate::ops::relu(&y) } else { Ok(y) };
+        if let Some(sync) = self.sync.get().filter(|_| train) {
+            let y = crate::ops::batch_norm::batch_norm_train_synced_over(
+                x,
+                &self.weight,
+                &self.bias,
+                &self.running_mean,
+                &self.running_var,
+                MOMENTUM,
+                EPS,
+                sync.as_ref(),
+                true,
+            )?;
+            return then_relu(y);
+        }
+        if train {
+            return crate::ops::batch_norm_train_channels_last(
+                x,
+                &self.weight,
+                &self.bias,
+                &self.running_mean,
+                &self.running_var,
+                MOMENTUM,
+                EPS,
+                relu,
+            );
+        }
+        let shape = (1, 1, 1, self.channels);
+        then_relu(crate::ops::batch_norm::normalize(
+            x,
+            self.running_mean.as_tensor().reshape(shape)?,
+            self.running_var.as_tensor().reshape(shape)?,
+            &self.weight,
+            &self.bias,
+            EPS,
+        )?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

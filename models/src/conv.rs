@@ -55,4 +55,18 @@ impl Conv2d {
             None => Ok(y),
         }
     }
+
+    /// The convolution of a channels-last `(n, h, w, c)` input: the f32 weight is cast to
+    /// the input's dtype in the `(k, kh, kw, c)` layout every call (its gradient comes back
+    /// f32 in PyTorch's layout), and the output is channels-last too.
+    pub fn forward_channels_last(&self, x: &Tensor) -> Result<Tensor> {
+        let w = crate::ops::weight_channels_last(&self.weight, x.dtype())?;
+        let y = crate::ops::conv2d_channels_last(x, &w, self.padding, self.stride)?;
+        match &self.bias {
+            Some(b) => {
+                y.broadcast_add(&b.to_dtype(x.dtype())?.reshape((1, 1, 1, b.elem_count()))?)
+            }
+            None => Ok(y),
+        }
+    }
 }

@@ -20,6 +20,11 @@ pub enum ModelError {
         name: String,
         source: candle_core::Error,
     },
+    #[error(
+        "{0:?} activations need a CUDA device: candle has no {0:?} matrix multiply on the CPU \
+         (use --precision f32 there, or --device cuda)"
+    )]
+    DtypeNeedsCuda(candle_core::DType),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

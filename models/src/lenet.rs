@@ -1,8 +1,9 @@
 use candle_core::{Device, Result, Tensor};
 
+use crate::activations::nchw_f32;
 use crate::init::Init;
 use crate::ops::relu;
-use crate::{Conv2d, Linear, Network, Params};
+use crate::{Activations, Conv2d, Linear, Network, Params};
 
 /// The lab's LeNet-style CNN for 32×32 inputs: conv 5×5→6, max-pool 2, conv 5×5→16,
 /// max-pool 2, fc 400→120→84→classes, ReLU between.
@@ -13,6 +14,7 @@ pub struct LeNet {
     fc2: Linear,
     fc3: Linear,
     params: Params,
+    act: Activations,
 }
 
 impl LeNet {
@@ -21,6 +23,7 @@ impl LeNet {
         classes: usize,
         init: &mut Init,
         dev: &Device,
+        act: Activations,
     ) -> crate::Result<Self> {
         let mut p = Params::new(dev);
         Ok(Self {
@@ -30,14 +33,27 @@ impl LeNet {
             fc2: Linear::new(&mut p, "fc2", 120, 84, init, dev)?,
             fc3: Linear::new(&mut p, "fc3", 84, classes, init, dev)?,
             params: p,
+            act,
         })
     }
 }
 
 impl Network for LeNet {
     fn forward(&self, x: &Tensor, _train: bool) -> Result<Tensor> {
-        let x = relu(&self.conv1.forward(x)?)?.max_pool2d(2)?;
-        let x = relu(&self.conv2.forward(&x)?)?.max_pool2d(2)?;
+        let x = if self.act.channels_last() {
+            // The convolutions channels-last; max pooling is candle's NCHW op (small tensors),
+            // and the second pool's NCHW output flattens in PyTorch's (c, h, w) order, so fc1's
+            // weights mean the same in either format.
+            let x = self.act.enter(x)?;
+            let x = relu(&self.conv1.forward_channels_last(&x)?)?;
+            let x = x.permute((0, 3, 1, 2))?.contiguous()?.max_pool2d(2)?;
+            let x = x.permute((0, 2, 3, 1))?.contiguous()?;
+            let x = relu(&self.conv2.forward_channels_last(&x)?)?;
+            nchw_f32(&x)?.max_pool2d(2)?
+        } else {
+            let x = relu(&self.conv1.forward(x)?)?.max_pool2d(2)?;
+            relu(&self.conv2.forward(&x)?)?.max_pool2d(2)?
+        };
         let x = x.flatten_from(1)?;
         let x = relu(&self.fc1.forward(&x)?)?;
         let x = relu(&self.fc2.forward(&x)?)?;
@@ -46,5 +62,9 @@ impl Network for LeNet {
 
     fn params(&self) -> &Params {
         &self.params
+    }
+
+    fn activations(&self) -> Activations {
+        self.act
     }
 }

@@ -1,8 +1,9 @@
 use candle_core::{Device, Result, Tensor};
 
+use crate::activations::nchw_f32;
 use crate::init::Init;
 use crate::ops::relu;
-use crate::{BatchNorm2d, Conv2d, Linear, Network, Params};
+use crate::{Activations, BatchNorm2d, Conv2d, Linear, Network, Params};
 
 /// Two 3×3 convolutions with batch norm and an identity or 1×1-conv shortcut.
 struct BasicBlock {
@@ -87,6 +88,21 @@ impl BasicBlock {
         };
         relu(&(out + short)?)
     }
+
+    /// The same block on channels-last activations, the first ReLU fused into bn1.
+    fn forward_channels_last(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        let out = self.conv1.forward_channels_last(x)?;
+        let out = self.bn1.forward_channels_last(&out, train, true)?;
+        let out = self.conv2.forward_channels_last(&out)?;
+        let out = self.bn2.forward_channels_last(&out, train, false)?;
+        let short = match &self.shortcut {
+            Some((conv, bn)) => {
+                bn.forward_channels_last(&conv.forward_channels_last(x)?, train, false)?
+            }
+            None => x.clone(),
+        };
+        relu(&(out + short)?)
+    }
 }
 
 /// ResNet-18, CIFAR variant: 3×3 stem, four stages of two BasicBlocks (64, 128, 256, 512),
@@ -97,6 +113,7 @@ pub struct ResNet18 {
     blocks: Vec<BasicBlock>,
     linear: Linear,
     params: Params,
+    act: Activations,
 }
 
 impl ResNet18 {
@@ -105,6 +122,7 @@ impl ResNet18 {
         classes: usize,
         init: &mut Init,
         dev: &Device,
+        act: Activations,
     ) -> crate::Result<Self> {
         let mut p = Params::new(dev);
         let conv1 = Conv2d::new(&mut p, "conv1", in_channels, 64, 3, 1, 1, false, init, dev)?;
@@ -128,12 +146,24 @@ impl ResNet18 {
             blocks,
             linear,
             params: p,
+            act,
         })
     }
 }
 
 impl Network for ResNet18 {
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        if self.act.channels_last() {
+            let x = self.act.enter(x)?;
+            let x = self.conv1.forward_channels_last(&x)?;
+            let mut x = self.bn1.forward_channels_last(&x, train, true)?;
+            for b in &self.blocks {
+                x = b.forward_channels_last(&x, train)?;
+            }
+            // Pooling and the classifier in f32 on NCHW: a few kilobytes a batch.
+            let x = nchw_f32(&x)?.avg_pool2d(4)?.flatten_from(1)?;
+            return self.linear.forward(&x);
+        }
         let mut x = relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
         for b in &self.blocks {
             x = b.forward(&x, train)?;
@@ -144,5 +174,9 @@ impl Network for ResNet18 {
 
     fn params(&self) -> &Params {
         &self.params
+    }
+
+    fn activations(&self) -> Activations {
+        self.act
     }
 }

@@ -49,6 +49,7 @@ fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
                     Conv2dOp {
                         padding: p,
                         stride: st,
+                        channels_last: false,
                     },
                 )
             },

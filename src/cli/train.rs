@@ -10,6 +10,7 @@ use octet_trainer::dist::{self, DistEnv};
 use octet_trainer::metrics::EpochRecord;
 use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+use octet_trainer::Precision;
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -95,6 +96,11 @@ pub struct TrainArgs {
     /// does); slower, for runs that must agree closely with the CPU or another GPU count.
     #[arg(long)]
     no_tf32: bool,
+    /// f32, or bf16: bf16 channels-last activations with f32 master weights, batch-norm
+    /// statistics, classifier and loss (PyTorch's bf16 autocast + channels_last). Kept by
+    /// --resume unless given.
+    #[arg(long)]
+    precision: Option<Precision>,
     /// Write each rank's per-step timeline (host and device times of every step and
     /// all-reduce, one clock) as CSV into this directory; `bench/timeline.py` summarises it.
     #[arg(long, value_name = "DIR")]
@@ -158,6 +164,9 @@ impl TrainArgs {
         if let Some(l) = &self.lr_scaling {
             c.lr_scaling = l.parse().map_err(anyhow::Error::msg)?;
         }
+        if let Some(p) = self.precision {
+            c.precision = p;
+        }
         Ok(c)
     }
 }
@@ -209,8 +218,9 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     let world = coll.world();
     if !a.json && main_rank {
         eprintln!(
-            "octet train: {} on {} ({} train / {} test images from {}), {} epochs, batch {}{}, lr {} {}, device {}",
+            "octet train: {} ({}) on {} ({} train / {} test images from {}), {} epochs, batch {}{}, lr {} {}, device {}",
             cfg.model,
+            cfg.precision,
             split.name,
             split.train.len(),
             split.test.len(),

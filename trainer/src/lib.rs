@@ -11,6 +11,7 @@ pub mod eval;
 pub mod metrics;
 mod normalize;
 pub mod optim;
+mod precision;
 pub mod saver;
 pub mod step_clock;
 pub mod timeline;
@@ -19,3 +20,4 @@ pub mod upload;
 
 pub use error::{Result, TrainError};
 pub use normalize::Normalizer;
+pub use precision::Precision;

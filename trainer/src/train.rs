@@ -22,7 +22,7 @@ use crate::optim::{LrPlan, Schedule, Sgd};
 use crate::saver::Saver;
 use crate::step_clock::{Phase, StepClock};
 use crate::upload::Uploader;
-use crate::{Normalizer, Result, TrainError};
+use crate::{Normalizer, Precision, Result, TrainError};
 
 /// Everything that decides the result of a run. Stored in every checkpoint, so `--resume`
 /// continues exactly the run that was interrupted.
@@ -55,6 +55,9 @@ pub struct TrainConfig {
     pub lr_scaling: LrScaling,
     #[serde(default = "default_base_batch")]
     pub base_batch: usize,
+    /// f32, or bf16 channels-last activations (checkpoints from before this field are f32).
+    #[serde(default)]
+    pub precision: Precision,
 }
 
 fn one() -> usize {
@@ -126,6 +129,7 @@ impl TrainConfig {
             bn: BnMode::Local,
             lr_scaling: LrScaling::None,
             base_batch: default_base_batch(),
+            precision: Precision::F32,
         }
     }
 
@@ -242,7 +246,8 @@ impl Trainer {
         if ds.is_empty() {
             return Err(TrainError::Config("the training set is empty".into()));
         }
-        let model = octet_models::build(kind, ds.channels, ds.classes, cfg.seed, dev)?;
+        let act = cfg.precision.activations();
+        let model = octet_models::build_with(kind, ds.channels, ds.classes, cfg.seed, dev, act)?;
         let opt = Sgd::new(model.params(), cfg.momentum, cfg.weight_decay)?;
         let world = coll.world();
         let per_rank = Sampler::new(ds.len(), true, cfg.seed)

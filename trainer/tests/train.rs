@@ -178,3 +178,34 @@ fn bad_checkpoints_are_refused_naming_the_problem() {
         Ok(_) => panic!("resumed without optimizer state"),
     }
 }
+
+/// `--precision bf16` needs CUDA: on the CPU the trainer refuses it up front, naming the fix.
+#[test]
+fn bf16_on_cpu_is_refused_with_the_fix() {
+    let mut c = config();
+    c.precision = octet_trainer::Precision::Bf16;
+    let err = Trainer::new(c, small_split(), &Device::Cpu, None)
+        .err()
+        .expect("bf16 on the CPU is refused")
+        .to_string();
+    assert!(
+        err.contains("CUDA") && err.contains("--precision f32"),
+        "{err}"
+    );
+}
+
+/// The precision is part of the recorded configuration (so `--resume` keeps it); a
+/// configuration written before it existed reads as f32.
+#[test]
+fn precision_is_recorded_and_defaults_to_f32() {
+    let mut c = config();
+    c.precision = octet_trainer::Precision::Bf16;
+    let v = serde_json::to_value(&c).unwrap();
+    assert_eq!(v["precision"], "bf16");
+    let back: TrainConfig = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(back, c);
+    let mut old = v;
+    old.as_object_mut().unwrap().remove("precision");
+    let old: TrainConfig = serde_json::from_value(old).unwrap();
+    assert_eq!(old.precision, octet_trainer::Precision::F32);
+}

@@ -46,10 +46,66 @@ pub fn batch_norm_train_reference(
     momentum: f64,
     eps: f64,
 ) -> Result<Tensor> {
+    train_over(
+        x,
+        gamma,
+        beta,
+        running_mean,
+        running_var,
+        momentum,
+        eps,
+        false,
+    )
+}
+
+/// The reduction axes of per-channel statistics: (0, 2, 3) for NCHW, (0, 1, 2) for NHWC.
+fn stat_axes(channels_last: bool) -> [usize; 3] {
+    if channels_last {
+        [0, 1, 2]
+    } else {
+        [0, 2, 3]
+    }
+}
+
+/// The dtype statistics are computed in: f32 for 16-bit activations, else their own (f32,
+/// or f64 in the reference tests).
+fn compute_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::BF16 | DType::F16 => DType::F32,
+        d => d,
+    }
+}
+
+/// The shape a `(c)` tensor takes to broadcast over the activations.
+pub(crate) fn channel_shape(c: usize, channels_last: bool) -> (usize, usize, usize, usize) {
+    if channels_last {
+        (1, 1, 1, c)
+    } else {
+        (1, c, 1, 1)
+    }
+}
+
+/// The reference batch norm over either layout. 16-bit input is computed in f32 and returned
+/// in its dtype; f32 and f64 are computed as they are (the NCHW f32 result is what octet
+/// always computed).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn train_over(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    running_mean: &Var,
+    running_var: &Var,
+    momentum: f64,
+    eps: f64,
+    channels_last: bool,
+) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let x = x.to_dtype(compute_dtype(dtype))?;
+    let axes = stat_axes(channels_last);
     let c = gamma.elem_count();
-    let mean = x.mean_keepdim((0, 2, 3))?;
+    let mean = x.mean_keepdim(axes)?;
     let centred = x.broadcast_sub(&mean)?;
-    let var = centred.sqr()?.mean_keepdim((0, 2, 3))?;
+    let var = centred.sqr()?.mean_keepdim(axes)?;
     let n = (x.elem_count() / c) as f64;
     let unbiased = if n > 1.0 { n / (n - 1.0) } else { 1.0 };
     let m = mean.detach().flatten_all()?;
@@ -58,7 +114,7 @@ pub fn batch_norm_train_reference(
     let rv = ((running_var.as_tensor() * (1.0 - momentum))? + (v * (momentum * unbiased))?)?;
     running_mean.set(&rm)?;
     running_var.set(&rv)?;
-    normalize(x, mean, var, gamma, beta, eps)
+    normalize(&x, mean, var, gamma, beta, eps)?.to_dtype(dtype)
 }
 
 /// Training-mode batch norm with statistics over every rank of a data-parallel job
@@ -75,17 +131,48 @@ pub fn batch_norm_train_synced(
     eps: f64,
     sync: &dyn crate::StatsSync,
 ) -> Result<Tensor> {
+    batch_norm_train_synced_over(
+        x,
+        gamma,
+        beta,
+        running_mean,
+        running_var,
+        momentum,
+        eps,
+        sync,
+        false,
+    )
+}
+
+/// [`batch_norm_train_synced`] for NCHW or, with `channels_last`, NHWC activations; 16-bit
+/// input is computed in f32 and returned in its dtype, so bf16 training can use it.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_train_synced_over(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    running_mean: &Var,
+    running_var: &Var,
+    momentum: f64,
+    eps: f64,
+    sync: &dyn crate::StatsSync,
+    channels_last: bool,
+) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let x = &x.to_dtype(compute_dtype(dtype))?;
+    let axes = stat_axes(channels_last);
+    let bshape = channel_shape(gamma.elem_count(), channels_last);
     let c = gamma.elem_count();
     let local = (x.elem_count() / c.max(1)) as f64;
     // Two passes (mean, then centred squares), as precise as the one-rank path; one
     // sum of E[x²] − E[x]² loses digits to cancellation.
-    let s1 = x.sum_keepdim((0, 2, 3))?.flatten_all()?;
+    let s1 = x.sum_keepdim(axes)?.flatten_all()?;
     let count = Tensor::new(&[local as f32], x.device())?.to_dtype(x.dtype())?;
     let all = sync.sum(&Tensor::cat(&[&s1, &count], 0)?)?;
     let n = all.narrow(0, c, 1)?;
     let mean = all.narrow(0, 0, c)?.broadcast_div(&n)?;
-    let centred = x.broadcast_sub(&mean.reshape((1, c, 1, 1))?)?;
-    let s2 = centred.sqr()?.sum_keepdim((0, 2, 3))?.flatten_all()?;
+    let centred = x.broadcast_sub(&mean.reshape(bshape)?)?;
+    let s2 = centred.sqr()?.sum_keepdim(axes)?.flatten_all()?;
     let var = sync.sum(&s2)?.broadcast_div(&n)?;
     // The running estimate takes the unbiased variance of the whole global batch.
     let unbiased = var.broadcast_mul(&n.broadcast_div(&(&n - 1.0)?.maximum(1.0)?)?)?;
@@ -95,16 +182,18 @@ pub fn batch_norm_train_synced(
     running_var.set(&rv)?;
     normalize(
         x,
-        mean.reshape((1, c, 1, 1))?,
-        var.reshape((1, c, 1, 1))?,
+        mean.reshape(bshape)?,
+        var.reshape(bshape)?,
         gamma,
         beta,
         eps,
-    )
+    )?
+    .to_dtype(dtype)
 }
 
-/// `(x - mean) / sqrt(var + eps) * gamma + beta` with candle's ops, `mean` and `var` of
-/// shape `(1, c, 1, 1)`; also the inference path of [`crate::BatchNorm2d`].
+/// `(x - mean) / sqrt(var + eps) * gamma + beta` with candle's ops, `mean` and `var` shaped
+/// to broadcast over `x` (`(1, c, 1, 1)`, or `(1, 1, 1, c)` channels-last); also the inference
+/// path of [`crate::BatchNorm2d`].
 pub(crate) fn normalize(
     x: &Tensor,
     mean: Tensor,
@@ -113,11 +202,11 @@ pub(crate) fn normalize(
     beta: &Tensor,
     eps: f64,
 ) -> Result<Tensor> {
-    let c = gamma.elem_count();
+    let bshape = mean.shape().clone();
     let inv_std = (var + eps)?.sqrt()?.recip()?;
-    let scale = gamma.reshape((1, c, 1, 1))?.broadcast_mul(&inv_std)?;
+    let scale = gamma.reshape(&bshape)?.broadcast_mul(&inv_std)?;
     let shift = beta
-        .reshape((1, c, 1, 1))?
+        .reshape(&bshape)?
         .broadcast_sub(&mean.broadcast_mul(&scale)?)?;
     // Statistics in the parameters' precision, applied in the input's (bf16 inference).
     x.broadcast_mul(&scale.to_dtype(x.dtype())?)?
@@ -194,11 +283,12 @@ fn nchw(l: &Layout) -> Result<(usize, usize, usize)> {
 /// backward accounts for the statistics' dependence on x).
 struct BnStats;
 
-/// `running = keep * running + take * stats[row]`, in place.
-struct BnRunningUpdate {
-    row: usize,
-    keep: f32,
-    take: f32,
+/// `running = keep * running + take * stats[row]`, in place (also used by the
+/// channels-last ops, whose statistics have the same `(2, c)` layout).
+pub(super) struct BnRunningUpdate {
+    pub(super) row: usize,
+    pub(super) keep: f32,
+    pub(super) take: f32,
 }
 
 /// The normalisation itself, a custom op on `(x, gamma, beta)` using `stats`.

@@ -1,5 +1,5 @@
-//! 2-D convolution (NCHW, square stride and padding, no dilation or groups) whose CUDA
-//! forward and both backward passes call cuDNN. candle's own CUDA backward runs a naive
+//! 2-D convolution (NCHW, or channels-last NHWC with a `(K, R, S, C)` weight; square stride
+//! and padding, no dilation or groups) whose CUDA forward and both backward passes call cuDNN. candle's own CUDA backward runs a naive
 //! transposed-convolution kernel for the input gradient; cuDNN's backward-data and
 //! backward-filter are what PyTorch uses.
 
@@ -22,11 +22,69 @@ pub fn set_conv_tf32(allow: bool) {
 /// and bf16 tensors on a CUDA device and through candle's own op everywhere else.
 pub fn conv2d(x: &Tensor, weight: &Tensor, padding: usize, stride: usize) -> Result<Tensor> {
     if uses_cudnn(x, weight) {
-        return x
-            .contiguous()?
-            .apply_op2(&weight.contiguous()?, Conv2dOp { padding, stride });
+        return x.contiguous()?.apply_op2(
+            &weight.contiguous()?,
+            Conv2dOp {
+                padding,
+                stride,
+                channels_last: false,
+            },
+        );
     }
     x.conv2d(weight, padding, stride, 1, 1)
+}
+
+/// The convolution of a channels-last input `x` `(n, h, w, c)` with a `(k, kh, kw, c)`
+/// weight (see [`super::weight_channels_last`]), giving a contiguous `(n, oh, ow, k)` tensor.
+/// cuDNN with NHWC descriptors on CUDA (no layout transposes around its kernels); elsewhere
+/// candle's conv2d on NCHW views, permuted back.
+pub fn conv2d_channels_last(
+    x: &Tensor,
+    weight: &Tensor,
+    padding: usize,
+    stride: usize,
+) -> Result<Tensor> {
+    if uses_cudnn(x, weight) {
+        return x.contiguous()?.apply_op2(
+            &weight.contiguous()?,
+            Conv2dOp {
+                padding,
+                stride,
+                channels_last: true,
+            },
+        );
+    }
+    let (xn, wn) = (to_nchw(x)?, to_nchw(weight)?);
+    to_nhwc(&xn.conv2d(&wn, padding, stride, 1, 1)?)
+}
+
+/// `(n, h, w, c)` → contiguous `(n, c, h, w)`.
+fn to_nchw(t: &Tensor) -> Result<Tensor> {
+    t.permute((0, 3, 1, 2))?.contiguous()
+}
+
+/// `(n, c, h, w)` → contiguous `(n, h, w, c)`.
+fn to_nhwc(t: &Tensor) -> Result<Tensor> {
+    t.permute((0, 2, 3, 1))?.contiguous()
+}
+
+/// NCHW dims of a tensor given in `channels_last` order when that flag is set.
+fn logical(d: &[usize], channels_last: bool) -> Vec<usize> {
+    if channels_last && d.len() == 4 {
+        vec![d[0], d[3], d[1], d[2]]
+    } else {
+        d.to_vec()
+    }
+}
+
+/// NHWC dims of NCHW dims `d` when `channels_last`, else `d`.
+#[cfg(feature = "cuda")]
+fn physical(d: &[usize], channels_last: bool) -> Shape {
+    if channels_last && d.len() == 4 {
+        Shape::from((d[0], d[2], d[3], d[1]))
+    } else {
+        Shape::from(d.to_vec())
+    }
 }
 
 fn uses_cudnn(x: &Tensor, weight: &Tensor) -> bool {
@@ -40,11 +98,13 @@ fn uses_cudnn(x: &Tensor, weight: &Tensor) -> bool {
 }
 
 /// The convolution as a custom op on `(x, weight)`. On the CPU it runs candle's conv2d, so
-/// applying it there gives exactly what candle gives.
+/// applying it there gives exactly what candle gives. With `channels_last`, `x` is
+/// `(n, h, w, c)`, the weight `(k, kh, kw, c)` and the output `(n, oh, ow, k)`.
 #[derive(Debug, Clone, Copy)]
 pub struct Conv2dOp {
     pub padding: usize,
     pub stride: usize,
+    pub channels_last: bool,
 }
 
 /// Gradient of the input: a custom op on `(grad_y, weight)` giving a tensor of `x_shape`.
@@ -52,7 +112,9 @@ pub struct Conv2dOp {
 pub struct Conv2dBackwardData {
     pub padding: usize,
     pub stride: usize,
+    /// The input's shape, in the op's layout.
     pub x_shape: Shape,
+    pub channels_last: bool,
 }
 
 /// Gradient of the weight: a custom op on `(x, grad_y)` giving a tensor of `w_shape`.
@@ -60,7 +122,9 @@ pub struct Conv2dBackwardData {
 pub struct Conv2dBackwardFilter {
     pub padding: usize,
     pub stride: usize,
+    /// The weight's shape, in the op's layout.
     pub w_shape: Shape,
+    pub channels_last: bool,
 }
 
 fn check_geom(x: &[usize], w: &[usize], padding: usize, stride: usize) -> Result<()> {
@@ -132,9 +196,19 @@ impl CustomOp2 for Conv2dOp {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        check_geom(l1.dims(), l2.dims(), self.padding, self.stride)?;
-        let y =
-            cpu::tensor(s1, l1)?.conv2d(&cpu::tensor(s2, l2)?, self.padding, self.stride, 1, 1)?;
+        let cl = self.channels_last;
+        check_geom(
+            &logical(l1.dims(), cl),
+            &logical(l2.dims(), cl),
+            self.padding,
+            self.stride,
+        )?;
+        let (x, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
+        let y = if cl {
+            to_nhwc(&to_nchw(&x)?.conv2d(&to_nchw(&w)?, self.padding, self.stride, 1, 1)?)?
+        } else {
+            x.conv2d(&w, self.padding, self.stride, 1, 1)?
+        };
         Ok((cpu::storage(&y)?, y.shape().clone()))
     }
 
@@ -146,10 +220,12 @@ impl CustomOp2 for Conv2dOp {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        check_geom(l1.dims(), l2.dims(), self.padding, self.stride)?;
-        let g = cuda::geom(l1.dims(), l2.dims(), self.padding, self.stride);
-        let y = cuda::forward(s1, l1, s2, l2, g)?;
-        Ok((y, Shape::from((g.n, g.c_out, g.out_h(), g.out_w()))))
+        let cl = self.channels_last;
+        let (x, w) = (logical(l1.dims(), cl), logical(l2.dims(), cl));
+        check_geom(&x, &w, self.padding, self.stride)?;
+        let g = cuda::geom(&x, &w, self.padding, self.stride);
+        let y = cuda::forward(s1, l1, s2, l2, g, cl)?;
+        Ok((y, physical(&[g.n, g.c_out, g.out_h(), g.out_w()], cl)))
     }
 
     fn bwd(
@@ -160,23 +236,31 @@ impl CustomOp2 for Conv2dOp {
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let dy = dy.contiguous()?;
-        let dx = dy.apply_op2_no_bwd(
-            w,
-            &Conv2dBackwardData {
-                padding: self.padding,
-                stride: self.stride,
-                x_shape: x.shape().clone(),
-            },
-        )?;
+        // No input gradient where nothing upstream wants one (the network's first layer):
+        // autograd would drop it, and it costs a backward-data convolution.
+        let dx = if x.track_op() {
+            Some(dy.apply_op2_no_bwd(
+                w,
+                &Conv2dBackwardData {
+                    padding: self.padding,
+                    stride: self.stride,
+                    x_shape: x.shape().clone(),
+                    channels_last: self.channels_last,
+                },
+            )?)
+        } else {
+            None
+        };
         let dw = x.apply_op2_no_bwd(
             &dy,
             &Conv2dBackwardFilter {
                 padding: self.padding,
                 stride: self.stride,
                 w_shape: w.shape().clone(),
+                channels_last: self.channels_last,
             },
         )?;
-        Ok((Some(dx), Some(dw)))
+        Ok((dx, Some(dw)))
     }
 }
 
@@ -193,7 +277,19 @@ impl CustomOp2 for Conv2dBackwardData {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (dy, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let dx = reference_grad_x(&dy, &w, &self.x_shape, self.padding, self.stride)?;
+        let dx = if self.channels_last {
+            let x_shape = Shape::from(logical(self.x_shape.dims(), true));
+            let (dy, w) = (to_nchw(&dy)?, to_nchw(&w)?);
+            to_nhwc(&reference_grad_x(
+                &dy,
+                &w,
+                &x_shape,
+                self.padding,
+                self.stride,
+            )?)?
+        } else {
+            reference_grad_x(&dy, &w, &self.x_shape, self.padding, self.stride)?
+        };
         Ok((cpu::storage(&dx)?, self.x_shape.clone()))
     }
 
@@ -205,18 +301,19 @@ impl CustomOp2 for Conv2dBackwardData {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (x, w) = (self.x_shape.dims(), l2.dims());
-        check_geom(x, w, self.padding, self.stride)?;
-        let (oh, ow) = cuda::out_hw(x, w, self.padding, self.stride);
-        if l1.dims() != [x[0], w[0], oh, ow] {
+        let cl = self.channels_last;
+        let (x, w) = (logical(self.x_shape.dims(), cl), logical(l2.dims(), cl));
+        check_geom(&x, &w, self.padding, self.stride)?;
+        let (oh, ow) = cuda::out_hw(&x, &w, self.padding, self.stride);
+        if logical(l1.dims(), cl) != [x[0], w[0], oh, ow] {
             bail!(
                 "conv2d backward: output gradient {:?} does not match",
                 l1.dims()
             )
         }
-        let g = cuda::geom(x, w, self.padding, self.stride);
+        let g = cuda::geom(&x, &w, self.padding, self.stride);
         Ok((
-            cuda::backward_data(s1, l1, s2, l2, g)?,
+            cuda::backward_data(s1, l1, s2, l2, g, cl)?,
             self.x_shape.clone(),
         ))
     }
@@ -235,7 +332,19 @@ impl CustomOp2 for Conv2dBackwardFilter {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (x, dy) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let dw = reference_grad_w(&x, &dy, &self.w_shape, self.padding, self.stride)?;
+        let dw = if self.channels_last {
+            let w_shape = Shape::from(logical(self.w_shape.dims(), true));
+            let (x, dy) = (to_nchw(&x)?, to_nchw(&dy)?);
+            to_nhwc(&reference_grad_w(
+                &x,
+                &dy,
+                &w_shape,
+                self.padding,
+                self.stride,
+            )?)?
+        } else {
+            reference_grad_w(&x, &dy, &self.w_shape, self.padding, self.stride)?
+        };
         Ok((cpu::storage(&dw)?, self.w_shape.clone()))
     }
 
@@ -247,18 +356,19 @@ impl CustomOp2 for Conv2dBackwardFilter {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (x, w) = (l1.dims(), self.w_shape.dims());
-        check_geom(x, w, self.padding, self.stride)?;
-        let (oh, ow) = cuda::out_hw(x, w, self.padding, self.stride);
-        if l2.dims() != [x[0], w[0], oh, ow] {
+        let cl = self.channels_last;
+        let (x, w) = (logical(l1.dims(), cl), logical(self.w_shape.dims(), cl));
+        check_geom(&x, &w, self.padding, self.stride)?;
+        let (oh, ow) = cuda::out_hw(&x, &w, self.padding, self.stride);
+        if logical(l2.dims(), cl) != [x[0], w[0], oh, ow] {
             bail!(
                 "conv2d backward: output gradient {:?} does not match",
                 l2.dims()
             )
         }
-        let g = cuda::geom(x, w, self.padding, self.stride);
+        let g = cuda::geom(&x, &w, self.padding, self.stride);
         Ok((
-            cuda::backward_filter(s1, l1, s2, l2, g)?,
+            cuda::backward_filter(s1, l1, s2, l2, g, cl)?,
             self.w_shape.clone(),
         ))
     }
@@ -336,8 +446,9 @@ mod cuda {
         w: &CudaStorage,
         wl: &Layout,
         g: ConvGeom,
+        cl: bool,
     ) -> Result<CudaStorage> {
-        dispatch!(x, w, forward_t(x, xl, w, wl, g))
+        dispatch!(x, w, forward_t(x, xl, w, wl, g, cl))
     }
 
     fn forward_t<T: Elem>(
@@ -346,13 +457,14 @@ mod cuda {
         w: &CudaStorage,
         wl: &Layout,
         g: ConvGeom,
+        cl: bool,
     ) -> Result<CudaStorage> {
         let dev = &x.device;
         let (xv, wv) = (
             view::<T>(x, xl, g.x_elems())?,
             view::<T>(w, wl, g.w_elems())?,
         );
-        let p = plan::<T>(dev, T::DTYPE, g, tf32())?;
+        let p = plan::<T>(dev, T::DTYPE, g, tf32(), cl)?;
         let op = ConvForward {
             conv: &p.conv,
             x: &p.x,
@@ -401,8 +513,9 @@ mod cuda {
         w: &CudaStorage,
         wl: &Layout,
         g: ConvGeom,
+        cl: bool,
     ) -> Result<CudaStorage> {
-        dispatch!(dy, w, backward_data_t(dy, dyl, w, wl, g))
+        dispatch!(dy, w, backward_data_t(dy, dyl, w, wl, g, cl))
     }
 
     fn backward_data_t<T: Elem>(
@@ -411,13 +524,14 @@ mod cuda {
         w: &CudaStorage,
         wl: &Layout,
         g: ConvGeom,
+        cl: bool,
     ) -> Result<CudaStorage> {
         let dev = &dy.device;
         let (dyv, wv) = (
             view::<T>(dy, dyl, g.y_elems())?,
             view::<T>(w, wl, g.w_elems())?,
         );
-        let p = plan::<T>(dev, T::DTYPE, g, tf32())?;
+        let p = plan::<T>(dev, T::DTYPE, g, tf32(), cl)?;
         let op = ConvBackwardData {
             conv: &p.conv,
             dx: &p.x,
@@ -453,8 +567,9 @@ mod cuda {
         dy: &CudaStorage,
         dyl: &Layout,
         g: ConvGeom,
+        cl: bool,
     ) -> Result<CudaStorage> {
-        dispatch!(x, dy, backward_filter_t(x, xl, dy, dyl, g))
+        dispatch!(x, dy, backward_filter_t(x, xl, dy, dyl, g, cl))
     }
 
     fn backward_filter_t<T: Elem>(
@@ -463,13 +578,14 @@ mod cuda {
         dy: &CudaStorage,
         dyl: &Layout,
         g: ConvGeom,
+        cl: bool,
     ) -> Result<CudaStorage> {
         let dev = &x.device;
         let (xv, dyv) = (
             view::<T>(x, xl, g.x_elems())?,
             view::<T>(dy, dyl, g.y_elems())?,
         );
-        let p = plan::<T>(dev, T::DTYPE, g, tf32())?;
+        let p = plan::<T>(dev, T::DTYPE, g, tf32(), cl)?;
         let op = ConvBackwardFilter {
             conv: &p.conv,
             x: &p.x,

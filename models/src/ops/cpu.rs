@@ -1,5 +1,6 @@
 //! Moving between a custom op's raw CPU storage and candle tensors.
 
+use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, DType, Device, Layout, Result, Tensor, WithDType};
 use half::{bf16, f16};
 
@@ -35,5 +36,24 @@ pub(crate) fn storage(t: &Tensor) -> Result<CpuStorage> {
         DType::BF16 => bf16::to_cpu_storage_owned(t.to_vec1()?),
         DType::F16 => f16::to_cpu_storage_owned(t.to_vec1()?),
         d => bail!("custom op: unsupported dtype {d:?}"),
+    })
+}
+
+/// The elements of a contiguous f32 or bf16 layout, as f32 (the channels-last ops compute
+/// in f32 whatever they store).
+pub(crate) fn to_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
+    match s {
+        CpuStorage::F32(_) => Ok(slice::<f32>(s, l)?.to_vec()),
+        CpuStorage::BF16(_) => Ok(slice::<bf16>(s, l)?.iter().map(|v| v.to_f32()).collect()),
+        _ => bail!("custom op: expected f32 or bf16, got {:?}", s.dtype()),
+    }
+}
+
+/// `v` stored as `dtype` (f32, or bf16 rounded to nearest even).
+pub(crate) fn from_f32(dtype: DType, v: Vec<f32>) -> Result<CpuStorage> {
+    Ok(match dtype {
+        DType::F32 => CpuStorage::F32(v),
+        DType::BF16 => CpuStorage::BF16(v.into_iter().map(bf16::from_f32).collect()),
+        d => bail!("custom op: expected f32 or bf16, got {d:?}"),
     })
 }

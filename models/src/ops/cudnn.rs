@@ -16,7 +16,7 @@ use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaViewMut};
 use candle_core::cuda_backend::{CudaDevice, DeviceId};
 use candle_core::{DType, Result};
 
-/// Geometry of one NCHW convolution with a square kernel, stride and padding.
+/// Geometry of one convolution in NCHW terms (the memory layout is the plan's) with a square kernel, stride and padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct ConvGeom {
     pub n: usize,
@@ -66,6 +66,7 @@ struct PlanKey {
     dtype: DType,
     geom: ConvGeom,
     tf32: bool,
+    channels_last: bool,
 }
 
 // cuDNN handles and descriptors are neither Send nor Sync, hence thread-local caches (as
@@ -87,18 +88,21 @@ fn handle(dev: &CudaDevice) -> Result<Arc<Cudnn>> {
     })
 }
 
-/// The cached plan for `geom` with element type `T`, built on first use.
+/// The cached plan for `geom` with element type `T`, built on first use. `channels_last`:
+/// input and output NHWC, filter `(K, R, S, C)` (cuDNN's NHWC formats).
 pub(crate) fn plan<T: CudnnDataType + 'static>(
     dev: &CudaDevice,
     dtype: DType,
     geom: ConvGeom,
     tf32: bool,
+    channels_last: bool,
 ) -> Result<Rc<ConvPlan<T>>> {
     let key = PlanKey {
         device: dev.id(),
         dtype,
         geom,
         tf32,
+        channels_last,
     };
     if let Some(p) = PLANS.with(|p| p.borrow().get(&key).cloned()) {
         if let Ok(p) = p.downcast::<ConvPlan<T>>() {
@@ -122,10 +126,16 @@ pub(crate) fn plan<T: CudnnDataType + 'static>(
         sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
     };
     conv.set_math_type(math)?;
-    let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
-    let x = cudnn.create_4d_tensor::<T>(nchw, [i(g.n), i(g.c_in), i(g.h), i(g.w)])?;
-    let w = cudnn.create_4d_filter::<T>(nchw, [i(g.c_out), i(g.c_in), i(g.k_h), i(g.k_w)])?;
-    let y = cudnn.create_4d_tensor::<T>(nchw, [i(g.n), i(g.c_out), i(g.out_h()), i(g.out_w())])?;
+    // Dimensions are given as (N, C, H, W) for either format; the format sets the strides.
+    let format = if channels_last {
+        sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC
+    } else {
+        sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW
+    };
+    let x = cudnn.create_4d_tensor::<T>(format, [i(g.n), i(g.c_in), i(g.h), i(g.w)])?;
+    let w = cudnn.create_4d_filter::<T>(format, [i(g.c_out), i(g.c_in), i(g.k_h), i(g.k_w)])?;
+    let y =
+        cudnn.create_4d_tensor::<T>(format, [i(g.n), i(g.c_out), i(g.out_h()), i(g.out_w())])?;
     let p = Rc::new(ConvPlan {
         conv,
         x,

@@ -1,5 +1,7 @@
 //! Training ops as candle custom ops: cuDNN convolution (forward, backward-data,
-//! backward-filter), fused batch-norm kernels and a one-kernel ReLU backward. candle's own CUDA backward for conv2d
+//! backward-filter; NCHW or channels-last), fused batch-norm kernels (f32 NCHW, and bf16
+//! channels-last with an optional fused ReLU), a one-kernel ReLU backward and the cast of
+//! conv weights to the channels-last layout. candle's own CUDA backward for conv2d
 //! (a naive transposed convolution) and its many-small-op batch norm dominate a ResNet-18
 //! step; these replace them on CUDA tensors and leave CPU tensors on candle's ops.
 //!
@@ -8,16 +10,27 @@
 //! CPU so CPU results stay bit-identical to plain candle.
 
 pub mod batch_norm;
+pub mod batch_norm_cl;
 pub mod conv2d;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cudnn;
 #[cfg(feature = "cuda")]
 mod kernels;
+#[cfg(feature = "cuda")]
+mod kernels_cl;
+mod layout;
 mod relu;
 
 pub use batch_norm::{batch_norm_train, batch_norm_train_fused, batch_norm_train_reference};
-pub use conv2d::{conv2d, set_conv_tf32, Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp};
+pub use batch_norm_cl::{
+    batch_norm_train_channels_last, batch_norm_train_channels_last_fused,
+    batch_norm_train_channels_last_reference,
+};
+pub use conv2d::{
+    conv2d, conv2d_channels_last, set_conv_tf32, Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp,
+};
+pub use layout::{weight_channels_last, weight_channels_last_fused};
 pub use relu::{relu, relu_fused};
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,18 +2,19 @@
 //! the mask with a comparison and a cast, then multiplies: three full passes over the
 //! activation and a tensor of zeros, for each of a ResNet-18's seventeen ReLUs.
 
+use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
 use super::cpu;
 
-/// `max(x, 0)`. One-kernel forward and backward for f32 tensors on a CUDA device, candle's
+/// `max(x, 0)`. One-kernel forward and backward for f32 and bf16 tensors on a CUDA device, candle's
 /// `relu` elsewhere (CPU results stay those of plain candle). The gradient is candle's:
 /// `dy` where `x >= 0`.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
     if cfg!(feature = "cuda")
         && super::fast_ops()
         && x.device().is_cuda()
-        && x.dtype() == DType::F32
+        && matches!(x.dtype(), DType::F32 | DType::BF16)
     {
         relu_fused(x)
     } else {
@@ -37,9 +38,15 @@ impl CustomOp1 for Relu {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let x = cpu::slice::<f32>(s, l)?;
-        let y = x.iter().map(|&v| v.max(0.0)).collect();
-        Ok((CpuStorage::F32(y), l.shape().clone()))
+        let x = cpu::to_f32(s, l)?;
+        let y = match s.dtype() {
+            // candle's f32 ReLU.
+            DType::F32 => x.iter().map(|&v| v.max(0.0)).collect(),
+            // candle's bf16 ReLU (half's max): v where v >= 0, -0 kept, NaN to +0; exact,
+            // the values are bf16 values.
+            _ => x.iter().map(|&v| if v >= 0.0 { v } else { 0.0 }).collect(),
+        };
+        Ok((cpu::from_f32(s.dtype(), y)?, l.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -71,13 +78,13 @@ impl CustomOp2 for ReluBackward {
         if l1.dims() != l2.dims() {
             bail!("relu backward: x {:?} but dy {:?}", l1.dims(), l2.dims())
         }
-        let (x, dy) = (cpu::slice::<f32>(s1, l1)?, cpu::slice::<f32>(s2, l2)?);
+        let (x, dy) = (cpu::to_f32(s1, l1)?, cpu::to_f32(s2, l2)?);
         let dx = x
             .iter()
             .zip(dy)
-            .map(|(&v, &g)| if v >= 0.0 { g } else { 0.0 })
+            .map(|(&v, g)| if v >= 0.0 { g } else { 0.0 })
             .collect();
-        Ok((CpuStorage::F32(dx), l1.shape().clone()))
+        Ok((cpu::from_f32(s2.dtype(), dx)?, l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -100,14 +107,59 @@ impl CustomOp2 for ReluBackward {
 
 #[cfg(feature = "cuda")]
 mod cuda {
+    use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-    use candle_core::{bail, CudaStorage, Layout, Result};
+    use candle_core::{bail, CudaStorage, DType, Layout, Result};
+    use half::bf16;
 
-    use super::super::kernels;
+    use super::super::{kernels, kernels_cl};
 
-    /// Runs the element-wise kernel `name` over equal-length contiguous f32 inputs into a new
-    /// output; float4 loads when every operand is 16-byte aligned and the length allows.
+    /// Runs the element-wise kernel `name` (f32) or `name_bf16` over equal-length contiguous
+    /// inputs of one dtype into a new output.
     pub(super) fn launch(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
+        let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype()).collect();
+        match dtypes.as_slice() {
+            [DType::F32, ..] if dtypes.iter().all(|&d| d == DType::F32) => launch_f32(name, inputs),
+            [DType::BF16, ..] if dtypes.iter().all(|&d| d == DType::BF16) => {
+                launch_bf16(&format!("{name}_bf16"), inputs)
+            }
+            d => bail!("relu: supported on CUDA for f32 or bf16 tensors, got {d:?}"),
+        }
+    }
+
+    /// bf16: 8-value (16-byte) loads when every operand starts on a whole vector.
+    fn launch_bf16(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
+        let dev = &inputs[0].0.device;
+        let n = inputs[0].1.shape().elem_count();
+        let mut views = Vec::with_capacity(inputs.len());
+        for (s, l) in inputs {
+            let Some((a, b)) = l.contiguous_offsets() else {
+                bail!("relu: input is not contiguous")
+            };
+            views.push(s.as_cuda_slice::<bf16>()?.slice(a..b));
+        }
+        let vec = n.is_multiple_of(8)
+            && inputs
+                .iter()
+                .all(|(_, l)| l.start_offset().is_multiple_of(8));
+        let items = if vec { n / 8 } else { n };
+        // SAFETY: the kernel writes every element.
+        let mut y = unsafe { dev.alloc::<bf16>(n.max(1))? };
+        let (items_i, vflag) = (items as i64, vec as i32);
+        let (stream, f) = kernels_cl::func(dev, name)?;
+        let mut b = stream.launch_builder(&f);
+        for v in &views {
+            b.arg(v);
+        }
+        b.arg(&mut y).arg(&items_i).arg(&vflag);
+        // SAFETY: argument types and counts match relu_fwd_bf16 (x, y, items, vec) and
+        // relu_bwd_bf16 (x, dy, dx, items, vec).
+        unsafe { b.launch(kernels::elementwise(items))? };
+        Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+    }
+
+    /// f32: float4 loads when every operand is 16-byte aligned and the length allows.
+    fn launch_f32(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
         let dev = &inputs[0].0.device;
         let n = inputs[0].1.shape().elem_count();
         if n > i32::MAX as usize {

@@ -95,3 +95,122 @@ pub fn bn_inputs(n: usize, c: usize, h: usize, w: usize, seed: u64) -> Result<[T
         uniform(&[c], 0.5, 1.5, seed + 4, &dev)?,
     ])
 }
+
+/// A channels-last batch norm under test: `(x, gamma, beta, running_mean, running_var,
+/// momentum, eps, relu)`.
+pub type BnClFn = fn(&Tensor, &Tensor, &Tensor, &Var, &Var, f64, f64, bool) -> Result<Tensor>;
+
+/// `t` rounded to `dtype` and back to f32: the values a `dtype` run actually sees.
+pub fn rounded(t: &Tensor, dtype: candle_core::DType) -> Result<Tensor> {
+    t.to_dtype(dtype)?.to_dtype(candle_core::DType::F32)
+}
+
+/// `(n, c, h, w)` → contiguous `(n, h, w, c)`, and back.
+pub fn nhwc(t: &Tensor) -> Result<Tensor> {
+    t.permute((0, 2, 3, 1))?.contiguous()
+}
+pub fn nchw(t: &Tensor) -> Result<Tensor> {
+    t.permute((0, 3, 1, 2))?.contiguous()
+}
+
+/// Runs a channels-last batch norm (then ReLU when `relu`) on `dev` with activations in
+/// `dtype`, and candle's f32 NCHW reference on the CPU on the same (rounded) values, under
+/// loss Σ y·r. Returns (under test, reference), both NCHW f32 on the CPU.
+pub fn bn_cl_pair(
+    f: BnClFn,
+    inputs: &[Tensor; 5],
+    relu: bool,
+    dtype: candle_core::DType,
+    dev: &Device,
+) -> Result<(BnOut, BnOut)> {
+    use candle_core::DType;
+    let x = rounded(&inputs[0], dtype)?;
+    let r = rounded(&uniform(x.dims(), -1.0, 1.0, 99, &Device::Cpu)?, dtype)?;
+    let run = |cl: bool, dev: &Device| -> Result<BnOut> {
+        let xin = if cl {
+            nhwc(&x)?.to_dtype(dtype)?
+        } else {
+            x.clone()
+        };
+        let xv = var_on(&xin, dev)?;
+        let v = |t: &Tensor| var_on(t, dev);
+        let (g, b, rm, rv) = (
+            v(&inputs[1])?,
+            v(&inputs[2])?,
+            v(&inputs[3])?,
+            v(&inputs[4])?,
+        );
+        let y = if cl {
+            f(
+                xv.as_tensor(),
+                g.as_tensor(),
+                b.as_tensor(),
+                &rm,
+                &rv,
+                0.1,
+                1e-5,
+                relu,
+            )?
+        } else {
+            let y = octet_models::ops::batch_norm_train_reference(
+                xv.as_tensor(),
+                g.as_tensor(),
+                b.as_tensor(),
+                &rm,
+                &rv,
+                0.1,
+                1e-5,
+            )?;
+            if relu {
+                y.relu()?
+            } else {
+                y
+            }
+        };
+        let rr = if cl {
+            nhwc(&r)?.to_dtype(dtype)?
+        } else {
+            r.clone()
+        };
+        let grads = (&y * rr.to_device(dev)?)?
+            .to_dtype(DType::F32)?
+            .sum_all()?
+            .backward()?;
+        let back = |t: &Tensor| -> Result<Tensor> {
+            let t = t.to_dtype(DType::F32)?.to_device(&Device::Cpu)?;
+            if cl && t.rank() == 4 {
+                nchw(&t)
+            } else {
+                Ok(t)
+            }
+        };
+        let grad = |t: &Tensor| back(grads.get(t).expect("gradient"));
+        Ok(BnOut {
+            grads: [
+                grad(xv.as_tensor())?,
+                grad(g.as_tensor())?,
+                grad(b.as_tensor())?,
+            ],
+            running: [back(rm.as_tensor())?, back(rv.as_tensor())?],
+            y: back(&y)?,
+        })
+    };
+    Ok((run(true, dev)?, run(false, &Device::Cpu)?))
+}
+
+/// Largest relative error of each part of a batch-norm result: (output, [x, gamma, beta]
+/// gradients, [running mean, running var]).
+pub fn bn_errors(got: &BnOut, reference: &BnOut) -> Result<(f32, [f32; 3], [f32; 2])> {
+    Ok((
+        rel_err(&got.y, &reference.y)?,
+        [
+            rel_err(&got.grads[0], &reference.grads[0])?,
+            rel_err(&got.grads[1], &reference.grads[1])?,
+            rel_err(&got.grads[2], &reference.grads[2])?,
+        ],
+        [
+            rel_err(&got.running[0], &reference.running[0])?,
+            rel_err(&got.running[1], &reference.running[1])?,
+        ],
+    ))
+}

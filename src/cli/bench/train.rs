@@ -7,7 +7,7 @@ use octet_trainer::data::{self, DataSource};
 use octet_trainer::device::parse_device;
 use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
-use octet_trainer::TrainError;
+use octet_trainer::{Precision, TrainError};
 use serde::Serialize;
 
 #[derive(Args)]
@@ -17,6 +17,9 @@ pub struct TrainBench {
     models: Vec<String>,
     #[arg(long, default_value = "32,128,512,2048", value_delimiter = ',')]
     batch_sizes: Vec<usize>,
+    /// Precisions to time, comma-separated: f32, bf16 (bf16 channels-last activations).
+    #[arg(long, default_value = "f32", value_delimiter = ',')]
+    precision: Vec<String>,
     /// Images per epoch (the lab uses CIFAR-10's 50,000).
     #[arg(long, default_value_t = 50_000)]
     images: usize,
@@ -33,6 +36,7 @@ pub struct TrainBench {
 #[derive(Serialize)]
 struct Row {
     model: String,
+    precision: String,
     batch: usize,
     images: usize,
     epoch1_s: Option<f64>,
@@ -52,17 +56,36 @@ pub fn run(a: TrainBench) -> anyhow::Result<()> {
         test: 0,
         seed: 0,
     })?;
+    let precisions = a
+        .precision
+        .iter()
+        .map(|p| p.parse::<Precision>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
     let mut rows = Vec::new();
     if !a.json {
         println!(
-            "{:<9} {:>6} {:>9} {:>9} {:>10} {:>7} {:>7} {:>9}",
-            "model", "batch", "epoch1 s", "epoch2 s", "img/s", "data s", "h2d s", "compute s"
+            "{:<9} {:>5} {:>6} {:>9} {:>9} {:>10} {:>7} {:>7} {:>9}",
+            "model",
+            "prec",
+            "batch",
+            "epoch1 s",
+            "epoch2 s",
+            "img/s",
+            "data s",
+            "h2d s",
+            "compute s"
         );
     }
-    for m in &a.models {
+    let runs = a
+        .models
+        .iter()
+        .flat_map(|m| precisions.iter().map(move |&p| (m, p)));
+    for (m, precision) in runs {
         let kind: ModelKind = m.parse()?;
         for &batch in &a.batch_sizes {
             let mut cfg = TrainConfig::new(kind, "synthetic");
+            cfg.precision = precision;
             cfg.epochs = 2;
             cfg.batch_size = batch;
             cfg.schedule = Schedule::Constant;
@@ -72,6 +95,7 @@ pub fn run(a: TrainBench) -> anyhow::Result<()> {
                 .and_then(|mut t| t.run(&RunOptions::new(device.clone()), &mut |_| {}));
             let mut row = Row {
                 model: kind.to_string(),
+                precision: precision.to_string(),
                 batch,
                 images: a.images,
                 epoch1_s: None,
@@ -110,8 +134,9 @@ pub fn run(a: TrainBench) -> anyhow::Result<()> {
                 let f =
                     |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "OOM".into());
                 println!(
-                    "{:<9} {:>6} {:>9} {:>9} {:>10} {:>7} {:>7} {:>9}",
+                    "{:<9} {:>5} {:>6} {:>9} {:>9} {:>10} {:>7} {:>7} {:>9}",
                     row.model,
+                    row.precision,
                     batch,
                     f(row.epoch1_s),
                     f(row.epoch2_s),
@@ -139,7 +164,7 @@ fn save(a: &TrainBench, rows: &[Row]) -> anyhow::Result<()> {
         let v = serde_json::json!({
             "bench": "train", "commit": crate::cli::COMMIT, "device": a.device,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "protocol": "synthetic CIFAR-shaped data, epoch 1 warm-up, epoch 2 timed, fp32, no augmentation",
+            "protocol": "synthetic CIFAR-shaped data, epoch 1 warm-up, epoch 2 timed, no augmentation; precision per row (f32: NCHW, TF32 convolutions; bf16: bf16 channels-last activations, f32 master weights)",
             "rows": rows,
         });
         write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;

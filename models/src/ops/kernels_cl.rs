@@ -1,0 +1,449 @@
+//! CUDA kernels of the bf16 channels-last training path (`--precision bf16`): batch norm over
+//! NHWC tensors with f32 statistics (optionally with the following ReLU fused in), a bf16
+//! ReLU, and the cast of an f32 `(K, C, R, S)` weight to cuDNN's bf16 `(K, R, S, C)` layout
+//! and back. Compiled with NVRTC like [`super::kernels`]; bf16 is handled as raw 16-bit
+//! words (no `cuda_bf16.h`, so NVRTC needs no include path). The per-channel reductions
+//! write their partial results in the layout of the NCHW kernels' `bn_stats_final` and
+//! `bn_bwd_final`, which finish them.
+
+use std::sync::{Arc, OnceLock};
+
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
+use candle_core::cuda_backend::cudarc::nvrtc;
+use candle_core::cuda_backend::CudaDevice;
+use candle_core::Result;
+
+const MODULE: &str = "octet_channels_last";
+
+/// Threads of every block of these kernels.
+pub(crate) const THREADS: u32 = 256;
+
+/// Blocks a reduction aims for (as in the NCHW kernels: ~8 resident blocks per H100 SM).
+const TARGET_BLOCKS: usize = 1024;
+
+/// The fewest rows a partial block walks, so small tensors are not cut into idle blocks.
+const MIN_ROWS_PER_BLOCK: usize = 64;
+
+pub(crate) const SOURCE: &str = r#"
+typedef unsigned short bf16;
+
+__device__ __forceinline__ float from_bf16(bf16 v) { return __uint_as_float(((unsigned)v) << 16); }
+
+// Round to nearest even, NaN kept a (quiet) NaN: what half::bf16::from_f32 and PyTorch do.
+__device__ __forceinline__ bf16 to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16)(u >> 16);
+}
+
+// V consecutive bf16 values as floats; V is 8 (one 16-byte load, p 16-byte aligned) or 1.
+template <int V> __device__ __forceinline__ void load(const bf16* __restrict__ p, float* v) {
+    if (V == 8) {
+        uint4 u = *reinterpret_cast<const uint4*>(p);
+        unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = __uint_as_float(w[i] << 16);
+            v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    } else {
+        v[0] = from_bf16(p[0]);
+    }
+}
+
+template <int V> __device__ __forceinline__ void store(bf16* __restrict__ p, const float* v) {
+    if (V == 8) {
+        unsigned w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = (unsigned)to_bf16(v[2 * i]) | ((unsigned)to_bf16(v[2 * i + 1]) << 16);
+        *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+        p[0] = to_bf16(v[0]);
+    }
+}
+
+// The reductions see an (m, c) row-major tensor (m = n*h*w rows). A block takes the rows
+// [split*chunk, (split+1)*chunk) of a tile of channel groups (V channels each): `tpr`
+// threads per row, one group each, `rows` rows at a time (tpr * rows <= blockDim.x). Block
+// (tile, split) is blockIdx.x = tile * splits + split.
+struct Tile {
+    int g, r0, rows, tpr, split, splits, start, end;
+    bool active;
+    __device__ Tile(int groups, int m, int chunk, int splits_) {
+        splits = splits_;
+        int tile = blockIdx.x / splits;
+        split = blockIdx.x - tile * splits;
+        tpr = min(groups, (int)blockDim.x);
+        rows = blockDim.x / tpr;
+        g = tile * tpr + (int)threadIdx.x % tpr;
+        r0 = threadIdx.x / tpr;
+        active = r0 < rows && g < groups;
+        start = split * chunk;
+        end = min(start + chunk, m);
+    }
+};
+
+struct Moments {
+    float n, mean, m2;
+};
+
+// Chan, Golub and LeVeque's pairwise merge (as in the NCHW kernels).
+__device__ __forceinline__ Moments merge(Moments a, Moments b) {
+    if (b.n == 0.0f) return a;
+    if (a.n == 0.0f) return b;
+    Moments r;
+    r.n = a.n + b.n;
+    float fb = b.n / r.n;
+    float d = b.mean - a.mean;
+    r.mean = a.mean + d * fb;
+    r.m2 = a.m2 + b.m2 + d * d * (a.n * fb);
+    return r;
+}
+
+// Per-(block, channel) moments; part holds 3 floats per (channel, split), channel-major, as
+// bn_stats_final reads them (the count as an int's bits).
+template <int V>
+__device__ void stats_partial(const bf16* __restrict__ x, float* __restrict__ part, int c,
+                              int m, int chunk, int splits) {
+    __shared__ Moments sh[256];
+    Tile t(c / V, m, chunk, splits);
+    float mean[V], m2[V], n = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; i++) mean[i] = m2[i] = 0.0f;
+    if (t.active) {
+        for (long long r = t.start + t.r0; r < t.end; r += t.rows) {
+            float v[V];
+            load<V>(x + r * c + (long long)t.g * V, v);
+            n += 1.0f;
+            float inv = 1.0f / n;  // one division per row, shared by the V channels
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                float d = v[i] - mean[i];
+                mean[i] += d * inv;
+                m2[i] += d * (v[i] - mean[i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        Moments own = {n, mean[i], m2[i]};
+        sh[threadIdx.x] = own;
+        __syncthreads();
+        if (t.active && t.r0 == 0) {
+            Moments acc = own;
+            for (int k = 1; k < t.rows; k++) acc = merge(acc, sh[threadIdx.x + k * t.tpr]);
+            long long at = 3 * ((long long)(t.g * V + i) * splits + t.split);
+            part[at] = __int_as_float((int)acc.n);
+            part[at + 1] = acc.mean;
+            part[at + 2] = acc.m2;
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void cl_stats_partial(const bf16* __restrict__ x, float* __restrict__ part,
+                                            int c, int m, int chunk, int splits, int vec) {
+    if (vec) stats_partial<8>(x, part, c, m, chunk, splits);
+    else stats_partial<1>(x, part, c, m, chunk, splits);
+}
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta, then max(y, 0) when relu.
+template <int V>
+__device__ void apply(const bf16* __restrict__ x, const float* __restrict__ stats,
+                      const float* __restrict__ gamma, const float* __restrict__ beta,
+                      bf16* __restrict__ y, int c, long long items, float eps, int relu) {
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
+         k += (long long)gridDim.x * blockDim.x) {
+        int ch0 = (int)((k * V) % c);
+        float v[V];
+        load<V>(x + k * V, v);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int ch = ch0 + i;
+            float inv = 1.0f / sqrtf(stats[c + ch] + eps);
+            float r = (v[i] - stats[ch]) * (gamma[ch] * inv) + beta[ch];
+            v[i] = relu ? fmaxf(r, 0.0f) : r;
+        }
+        store<V>(y + k * V, v);
+    }
+}
+
+extern "C" __global__ void cl_apply(const bf16* __restrict__ x, const float* __restrict__ stats,
+                                    const float* __restrict__ gamma, const float* __restrict__ beta,
+                                    bf16* __restrict__ y, int c, long long items, float eps,
+                                    int relu, int vec) {
+    if (vec) apply<8>(x, stats, gamma, beta, y, c, items, eps, relu);
+    else apply<1>(x, stats, gamma, beta, y, c, items, eps, relu);
+}
+
+// The gradient reaching the normalisation: dy, or dy where the fused ReLU's output y > 0.
+template <int V>
+__device__ __forceinline__ void grad_in(const bf16* __restrict__ dy, const bf16* __restrict__ y,
+                                        long long at, int relu, float* g) {
+    load<V>(dy + at, g);
+    if (relu) {
+        float o[V];
+        load<V>(y + at, o);
+#pragma unroll
+        for (int i = 0; i < V; i++) g[i] = o[i] > 0.0f ? g[i] : 0.0f;
+    }
+}
+
+// Per-(block, channel) [sum(g * (x - mean)), sum(g)]; 2 floats per (channel, split),
+// channel-major, as bn_bwd_final reads them.
+template <int V>
+__device__ void bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__ dy,
+                            const bf16* __restrict__ y, const float* __restrict__ stats,
+                            float* __restrict__ part, int c, int m, int chunk, int splits,
+                            int relu) {
+    __shared__ float sh[2][256];
+    Tile t(c / V, m, chunk, splits);
+    float sdy[V], sdyx[V], mean[V];
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        sdy[i] = sdyx[i] = 0.0f;
+        mean[i] = t.active ? stats[t.g * V + i] : 0.0f;
+    }
+    if (t.active) {
+        for (long long r = t.start + t.r0; r < t.end; r += t.rows) {
+            long long at = r * c + (long long)t.g * V;
+            float v[V], g[V];
+            load<V>(x + at, v);
+            grad_in<V>(dy, y, at, relu, g);
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                sdy[i] += g[i];
+                sdyx[i] += g[i] * (v[i] - mean[i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        sh[0][threadIdx.x] = sdyx[i];
+        sh[1][threadIdx.x] = sdy[i];
+        __syncthreads();
+        if (t.active && t.r0 == 0) {
+            float a = sdyx[i], b = sdy[i];
+            for (int k = 1; k < t.rows; k++) {
+                a += sh[0][threadIdx.x + k * t.tpr];
+                b += sh[1][threadIdx.x + k * t.tpr];
+            }
+            long long at = 2 * ((long long)(t.g * V + i) * splits + t.split);
+            part[at] = a;
+            part[at + 1] = b;
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void cl_bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__ dy,
+                                          const bf16* __restrict__ y,
+                                          const float* __restrict__ stats, float* __restrict__ part,
+                                          int c, int m, int chunk, int splits, int relu, int vec) {
+    if (vec) bwd_partial<8>(x, dy, y, stats, part, c, m, chunk, splits, relu);
+    else bwd_partial<1>(x, dy, y, stats, part, c, m, chunk, splits, relu);
+}
+
+// dx = gamma * inv * (g - sum(g) / m - xhat * sum(g * xhat) / m).
+template <int V>
+__device__ void bwd_dx(const bf16* __restrict__ x, const bf16* __restrict__ dy,
+                       const bf16* __restrict__ y, const float* __restrict__ stats,
+                       const float* __restrict__ gamma, const float* __restrict__ sums,
+                       bf16* __restrict__ dx, int c, long long items, float m, float eps,
+                       int relu) {
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
+         k += (long long)gridDim.x * blockDim.x) {
+        int ch0 = (int)((k * V) % c);
+        float v[V], g[V];
+        load<V>(x + k * V, v);
+        grad_in<V>(dy, y, k * V, relu, g);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int ch = ch0 + i;
+            float inv = 1.0f / sqrtf(stats[c + ch] + eps);
+            float xhat = (v[i] - stats[ch]) * inv;
+            v[i] = gamma[ch] * inv * (g[i] - sums[c + ch] / m - xhat * (sums[ch] / m));
+        }
+        store<V>(dx + k * V, v);
+    }
+}
+
+extern "C" __global__ void cl_bwd_dx(const bf16* __restrict__ x, const bf16* __restrict__ dy,
+                                     const bf16* __restrict__ y, const float* __restrict__ stats,
+                                     const float* __restrict__ gamma, const float* __restrict__ sums,
+                                     bf16* __restrict__ dx, int c, long long items, float m,
+                                     float eps, int relu, int vec) {
+    if (vec) bwd_dx<8>(x, dy, y, stats, gamma, sums, dx, c, items, m, eps, relu);
+    else bwd_dx<1>(x, dy, y, stats, gamma, sums, dx, c, items, m, eps, relu);
+}
+
+// ReLU on bf16 (candle's gradient: dy where x >= 0); items counts 8-value vectors when vec.
+template <int V>
+__device__ void relu_f(const bf16* __restrict__ x, bf16* __restrict__ y, long long items) {
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
+         k += (long long)gridDim.x * blockDim.x) {
+        float v[V];
+        load<V>(x + k * V, v);
+        // candle's bf16 ReLU: x where x >= 0 (so -0 stays -0), else +0 (NaN included).
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = v[i] >= 0.0f ? v[i] : 0.0f;
+        store<V>(y + k * V, v);
+    }
+}
+
+template <int V>
+__device__ void relu_b(const bf16* __restrict__ x, const bf16* __restrict__ dy,
+                       bf16* __restrict__ dx, long long items) {
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
+         k += (long long)gridDim.x * blockDim.x) {
+        float v[V], g[V];
+        load<V>(x + k * V, v);
+        load<V>(dy + k * V, g);
+#pragma unroll
+        for (int i = 0; i < V; i++) g[i] = v[i] >= 0.0f ? g[i] : 0.0f;
+        store<V>(dx + k * V, g);
+    }
+}
+
+extern "C" __global__ void relu_fwd_bf16(const bf16* __restrict__ x, bf16* __restrict__ y,
+                                         long long items, int vec) {
+    if (vec) relu_f<8>(x, y, items);
+    else relu_f<1>(x, y, items);
+}
+
+extern "C" __global__ void relu_bwd_bf16(const bf16* __restrict__ x, const bf16* __restrict__ dy,
+                                         bf16* __restrict__ dx, long long items, int vec) {
+    if (vec) relu_b<8>(x, dy, dx, items);
+    else relu_b<1>(x, dy, dx, items);
+}
+
+// f32 (k, c, rs) -> bf16 (k, rs, c): the weight in cuDNN's NHWC filter layout. One thread
+// per output element (writes coalesced; weights are small).
+extern "C" __global__ void kcrs_to_krsc_bf16(const float* __restrict__ w, bf16* __restrict__ out,
+                                             int k, int c, int rs) {
+    long long total = (long long)k * c * rs;
+    for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < total;
+         o += (long long)gridDim.x * blockDim.x) {
+        int ci = (int)(o % c);
+        long long rest = o / c;
+        int p = (int)(rest % rs);
+        long long ki = rest / rs;
+        out[o] = to_bf16(w[(ki * c + ci) * rs + p]);
+    }
+}
+
+// The gradient back: bf16 (k, rs, c) -> f32 (k, c, rs), exact.
+extern "C" __global__ void krsc_bf16_to_kcrs(const bf16* __restrict__ g, float* __restrict__ out,
+                                             int k, int c, int rs) {
+    long long total = (long long)k * c * rs;
+    for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < total;
+         o += (long long)gridDim.x * blockDim.x) {
+        int p = (int)(o % rs);
+        long long rest = o / rs;
+        int ci = (int)(rest % c);
+        long long ki = rest / c;
+        out[o] = from_bf16(g[(ki * rs + p) * c + ci]);
+    }
+}
+"#;
+
+fn ptx() -> Result<&'static str> {
+    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    PTX.get_or_init(|| {
+        nvrtc::compile_ptx(SOURCE)
+            .map(|p| p.to_src())
+            .map_err(|e| format!("compiling octet's channels-last kernels with NVRTC: {e:?}"))
+    })
+    .as_deref()
+    .map_err(|e| candle_core::Error::Msg(e.clone()))
+}
+
+/// The kernel `name` of this module, loaded on `dev`, and the device's stream.
+pub(crate) fn func(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
+    let f = dev.get_or_load_custom_func(name, MODULE, ptx()?)?;
+    Ok((dev.cuda_stream(), f.into_cuda_function()))
+}
+
+/// How a channels-last reduction is cut: `tiles` tiles of channel groups (one thread per
+/// group and row), each split over `splits` blocks of `chunk` consecutive rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RowSplit {
+    pub tiles: usize,
+    pub splits: usize,
+    pub chunk: usize,
+}
+
+impl RowSplit {
+    /// `groups` channel groups (channels / vector width) over `rows` rows.
+    pub(crate) fn new(groups: usize, rows: usize) -> Self {
+        let groups = groups.max(1);
+        let rows = rows.max(1);
+        let per_row = groups.min(THREADS as usize);
+        let tiles = groups.div_ceil(per_row);
+        let rows_at_once = (THREADS as usize / per_row).max(1);
+        let splits = TARGET_BLOCKS
+            .div_ceil(tiles)
+            .min(rows.div_ceil(MIN_ROWS_PER_BLOCK.max(rows_at_once)))
+            .max(1);
+        let chunk = rows.div_ceil(splits);
+        Self {
+            tiles,
+            splits: rows.div_ceil(chunk),
+            chunk,
+        }
+    }
+
+    pub(crate) fn launch(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: ((self.tiles * self.splits) as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NVRTC accepts the kernels (needs libnvrtc, hence ignored by default).
+    #[test]
+    #[ignore = "needs libnvrtc"]
+    fn kernels_compile_with_nvrtc() {
+        let ptx = nvrtc::compile_ptx(SOURCE).expect("NVRTC compiles the channels-last kernels");
+        for name in [
+            "cl_stats_partial",
+            "cl_apply",
+            "cl_bwd_partial",
+            "cl_bwd_dx",
+            "relu_fwd_bf16",
+            "relu_bwd_bf16",
+            "kcrs_to_krsc_bf16",
+            "krsc_bf16_to_kcrs",
+        ] {
+            assert!(ptx.to_src().contains(name), "{name} missing from the PTX");
+        }
+    }
+
+    #[test]
+    fn row_splits_cover_every_row_once() {
+        for (groups, rows) in [
+            (8, 131_072),
+            (64, 8),
+            (1, 1),
+            (3, 1000),
+            (300, 77),
+            (16, 65),
+        ] {
+            let s = RowSplit::new(groups, rows);
+            assert!(s.splits >= 1 && s.chunk >= 1, "{groups} {rows}: {s:?}");
+            assert!((s.splits - 1) * s.chunk < rows, "{groups} {rows}: {s:?}");
+            assert!(s.splits * s.chunk >= rows, "{groups} {rows}: {s:?}");
+            assert!(s.tiles * groups.min(THREADS as usize) >= groups);
+        }
+        // 64 channels in groups of 8 over b512's 32×32 rows: the GPU is filled.
+        assert_eq!(RowSplit::new(8, 512 * 1024).splits, TARGET_BLOCKS);
+    }
+}

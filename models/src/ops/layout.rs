@@ -1,0 +1,229 @@
+//! The convolution weight of the channels-last path: the f32 master weight `(K, C, R, S)`
+//! (PyTorch's layout, what checkpoints and the optimiser hold) as a `(K, R, S, C)` tensor of
+//! the activations' dtype, cuDNN's NHWC filter layout. Its gradient comes back as an f32
+//! `(K, C, R, S)` tensor, so autograd hands the f32 `Var` an f32 gradient in its own layout
+//! and SGD stays as it is.
+
+use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+
+use super::cpu;
+
+/// `w` `(k, c, r, s)` permuted to `(k, r, s, c)` and cast to `dtype`, contiguous. One kernel
+/// each way for an f32 weight going to bf16 on a CUDA device; candle's permute and cast
+/// otherwise (the same values: both round to nearest even).
+pub fn weight_channels_last(w: &Tensor, dtype: DType) -> Result<Tensor> {
+    if w.rank() != 4 {
+        bail!(
+            "channels-last weight: expected (out, in, kh, kw), got {:?}",
+            w.dims()
+        )
+    }
+    if cfg!(feature = "cuda")
+        && super::fast_ops()
+        && w.device().is_cuda()
+        && w.dtype() == DType::F32
+        && dtype == DType::BF16
+    {
+        return weight_channels_last_fused(w, dtype);
+    }
+    w.permute((0, 2, 3, 1))?.to_dtype(dtype)?.contiguous()
+}
+
+/// The custom op on any device (its CPU version tests the wiring without a GPU). `w` must be
+/// f32; `dtype` f32 or bf16.
+pub fn weight_channels_last_fused(w: &Tensor, dtype: DType) -> Result<Tensor> {
+    if w.dtype() != DType::F32 || !matches!(dtype, DType::F32 | DType::BF16) {
+        bail!(
+            "channels-last weight: converts an f32 weight to f32 or bf16, got {:?} to {dtype:?}",
+            w.dtype()
+        )
+    }
+    w.contiguous()?.apply_op1(ToChannelsLast { dtype })
+}
+
+/// f32 `(k, c, r, s)` → `dtype` `(k, r, s, c)`.
+struct ToChannelsLast {
+    dtype: DType,
+}
+
+/// Its gradient: `(k, r, s, c)` of any float dtype → f32 `(k, c, r, s)`.
+struct FromChannelsLast;
+
+fn dims4(l: &Layout, what: &str) -> Result<[usize; 4]> {
+    match l.dims() {
+        &[a, b, c, d] => Ok([a, b, c, d]),
+        d => bail!("{what}: expected a 4-d tensor, got {d:?}"),
+    }
+}
+
+impl CustomOp1 for ToChannelsLast {
+    fn name(&self) -> &'static str {
+        "octet-weight-channels-last"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let [k, c, r, q] = dims4(l, "channels-last weight")?;
+        let w = cpu::slice::<f32>(s, l)?;
+        let mut out = Vec::with_capacity(w.len());
+        for ki in 0..k {
+            for p in 0..r * q {
+                for ci in 0..c {
+                    out.push(w[(ki * c + ci) * r * q + p]);
+                }
+            }
+        }
+        Ok((cpu::from_f32(self.dtype, out)?, Shape::from((k, r, q, c))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let [k, c, r, q] = dims4(l, "channels-last weight")?;
+        if self.dtype != DType::BF16 {
+            bail!("channels-last weight: the CUDA op writes bf16 (use candle's cast for f32)")
+        }
+        let y = cuda::to_krsc(s, l, [k, c, r * q])?;
+        Ok((y, Shape::from((k, r, q, c))))
+    }
+
+    fn bwd(&self, _w: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&FromChannelsLast)?))
+    }
+}
+
+impl CustomOp1 for FromChannelsLast {
+    fn name(&self) -> &'static str {
+        "octet-weight-channels-last-bwd"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let [k, r, q, c] = dims4(l, "channels-last weight gradient")?;
+        let g = cpu::to_f32(s, l)?;
+        let mut out = Vec::with_capacity(g.len());
+        for ki in 0..k {
+            for ci in 0..c {
+                for p in 0..r * q {
+                    out.push(g[(ki * r * q + p) * c + ci]);
+                }
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from((k, c, r, q))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let [k, r, q, c] = dims4(l, "channels-last weight gradient")?;
+        let y = cuda::from_krsc(s, l, [k, c, r * q])?;
+        Ok((y, Shape::from((k, c, r, q))))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+    use candle_core::{bail, CudaStorage, DType, Layout, Result};
+    use half::bf16;
+
+    use super::super::{kernels, kernels_cl};
+
+    fn i32s(d: [usize; 3]) -> Result<[i32; 3]> {
+        if d.iter().product::<usize>() > i32::MAX as usize {
+            bail!("channels-last weight: {d:?} is too large")
+        }
+        Ok(d.map(|v| v as i32))
+    }
+
+    pub(super) fn to_krsc(s: &CudaStorage, l: &Layout, d: [usize; 3]) -> Result<CudaStorage> {
+        let Some((a, b)) = l.contiguous_offsets() else {
+            bail!("channels-last weight: input is not contiguous")
+        };
+        let dev = &s.device;
+        let w = s.as_cuda_slice::<f32>()?.slice(a..b);
+        let n = b - a;
+        // SAFETY: the kernel writes every element.
+        let mut out = unsafe { dev.alloc::<bf16>(n.max(1))? };
+        let [k, c, rs] = i32s(d)?;
+        let (stream, f) = kernels_cl::func(dev, "kcrs_to_krsc_bf16")?;
+        let mut lb = stream.launch_builder(&f);
+        lb.arg(&w).arg(&mut out).arg(&k).arg(&c).arg(&rs);
+        // SAFETY: argument types and counts match kcrs_to_krsc_bf16.
+        unsafe { lb.launch(kernels::elementwise(n))? };
+        Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+    }
+
+    pub(super) fn from_krsc(s: &CudaStorage, l: &Layout, d: [usize; 3]) -> Result<CudaStorage> {
+        if s.dtype() != DType::BF16 {
+            bail!(
+                "channels-last weight gradient: the CUDA op reads bf16, got {:?}",
+                s.dtype()
+            )
+        }
+        let Some((a, b)) = l.contiguous_offsets() else {
+            bail!("channels-last weight gradient: input is not contiguous")
+        };
+        let dev = &s.device;
+        let g = s.as_cuda_slice::<bf16>()?.slice(a..b);
+        let n = b - a;
+        // SAFETY: the kernel writes every element.
+        let mut out = unsafe { dev.alloc::<f32>(n.max(1))? };
+        let [k, c, rs] = i32s(d)?;
+        let (stream, f) = kernels_cl::func(dev, "krsc_bf16_to_kcrs")?;
+        let mut lb = stream.launch_builder(&f);
+        lb.arg(&g).arg(&mut out).arg(&k).arg(&c).arg(&rs);
+        // SAFETY: argument types and counts match krsc_bf16_to_kcrs.
+        unsafe { lb.launch(kernels::elementwise(n))? };
+        Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    /// The op and its gradient equal candle's permute + cast on the CPU, bit for bit.
+    #[test]
+    fn fused_matches_candle_permute_and_cast() -> Result<()> {
+        let v: Vec<f32> = (0..2 * 3 * 2 * 2)
+            .map(|i| (i as f32 * 0.37).sin() * 3.1)
+            .collect();
+        let w = Var::from_vec(v, (2, 3, 2, 2), &Device::Cpu)?;
+        for dtype in [DType::F32, DType::BF16] {
+            let ours = weight_channels_last_fused(w.as_tensor(), dtype)?;
+            let theirs = w.as_tensor().permute((0, 2, 3, 1))?.to_dtype(dtype)?;
+            assert_eq!(ours.dims(), [2, 2, 2, 3]);
+            let (a, b) = (
+                ours.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?,
+                theirs
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            );
+            assert_eq!(a, b, "{dtype:?}");
+            let r = Tensor::arange(0f32, 24.0, &Device::Cpu)?
+                .reshape((2, 2, 2, 3))?
+                .to_dtype(dtype)?;
+            let g_ours = (ours * &r)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            let g_theirs = (theirs * &r)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            let (ga, gb) = (
+                g_ours.get(w.as_tensor()).expect("gradient"),
+                g_theirs.get(w.as_tensor()).expect("gradient"),
+            );
+            assert_eq!(ga.dtype(), DType::F32);
+            assert_eq!(ga.dims(), [2, 3, 2, 2]);
+            assert_eq!(
+                ga.flatten_all()?.to_vec1::<f32>()?,
+                gb.flatten_all()?.to_vec1::<f32>()?
+            );
+        }
+        Ok(())
+    }
+}

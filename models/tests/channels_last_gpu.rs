@@ -1,0 +1,260 @@
+//! The bf16 channels-last ops (`--precision bf16`) on a CUDA device against candle's f32
+//! NCHW ops on the CPU, run on the same bf16-rounded values: convolution forward and both
+//! gradients (through the weight cast), batch norm with and without the fused ReLU, the
+//! bf16 ReLU and the weight cast (bit-exact, property tests), and one training step of each
+//! network. Skips, saying so, where there is no CUDA device.
+
+mod common;
+
+use std::sync::Mutex;
+
+use candle_core::{DType, Device, Result, Tensor, Var};
+use common::{bn_cl_pair, bn_errors, nchw, nhwc, rel_err, rounded, uniform};
+use octet_models::{ops, Activations, ModelKind};
+use proptest::prelude::*;
+
+static GPU: Mutex<()> = Mutex::new(());
+
+fn cuda() -> Option<Device> {
+    match Device::new_cuda(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            println!("skipping: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// (n, c_in, c_out, size, kernel, stride, padding); channel counts below 8 and odd ones
+/// included (ResNet's first layer has 3 input channels, LeNet's 1 or 3 and 6).
+const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 9] = [
+    (1, 3, 5, 7, 3, 1, 1),
+    (2, 4, 6, 8, 3, 2, 1),
+    (3, 5, 3, 9, 1, 2, 0),
+    (2, 3, 4, 10, 5, 1, 0),
+    (4, 1, 6, 12, 5, 1, 0),
+    (8, 7, 9, 11, 3, 2, 0),
+    (5, 16, 8, 8, 1, 1, 0),
+    (8, 32, 64, 16, 3, 1, 1),
+    (16, 64, 128, 8, 1, 2, 0),
+];
+
+/// bf16 storage (8-bit mantissa) of inputs and output, f32 accumulation.
+const BF16_TOL: f32 = 3e-2;
+
+#[test]
+fn channels_last_bf16_conv_matches_f32_reference() -> Result<()> {
+    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dev) = cuda() else { return Ok(()) };
+    let cpu = Device::Cpu;
+    for (i, &(n, ci, co, s, k, st, p)) in CONV_CASES.iter().enumerate() {
+        let seed = 300 + 10 * i as u64;
+        let x = rounded(
+            &uniform(&[n, ci, s, s], -1.0, 1.0, seed, &cpu)?,
+            DType::BF16,
+        )?;
+        let w = rounded(
+            &uniform(&[co, ci, k, k], -0.5, 0.5, seed + 1, &cpu)?,
+            DType::BF16,
+        )?;
+        let oh = (s + 2 * p - k) / st + 1;
+        let r = rounded(
+            &uniform(&[n, co, oh, oh], -1.0, 1.0, seed + 2, &cpu)?,
+            DType::BF16,
+        )?;
+        // Reference: f32 NCHW on the CPU.
+        let (xr, wr) = (Var::from_tensor(&x)?, Var::from_tensor(&w)?);
+        let yr = xr.as_tensor().conv2d(wr.as_tensor(), p, st, 1, 1)?;
+        let gr = (&yr * &r)?.sum_all()?.backward()?;
+        // Under test: bf16 NHWC activations, the f32 master weight cast per call.
+        for round in 0..2 {
+            let xv = Var::from_tensor(&nhwc(&x)?.to_dtype(DType::BF16)?.to_device(&dev)?)?;
+            let wv = Var::from_tensor(&w.to_device(&dev)?)?;
+            let wc = ops::weight_channels_last(wv.as_tensor(), DType::BF16)?;
+            let y = ops::conv2d_channels_last(xv.as_tensor(), &wc, p, st)?;
+            assert_eq!(y.dims(), [n, oh, oh, co]);
+            let rr = nhwc(&r)?.to_dtype(DType::BF16)?.to_device(&dev)?;
+            let g = (&y * &rr)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            let dw = g.get(wv.as_tensor()).expect("weight gradient");
+            assert_eq!((dw.dtype(), dw.dims()), (DType::F32, w.dims()));
+            let case = format!("case {i} {:?}, round {round}", CONV_CASES[i]);
+            let back = |t: &Tensor| nchw(&t.to_dtype(DType::F32)?.to_device(&cpu)?);
+            let e = rel_err(&back(&y)?, &yr)?;
+            assert!(e <= BF16_TOL, "{case}: output off by {e}");
+            let e = rel_err(
+                &back(g.get(xv.as_tensor()).unwrap())?,
+                gr.get(xr.as_tensor()).unwrap(),
+            )?;
+            assert!(e <= BF16_TOL, "{case}: input gradient off by {e}");
+            let e = rel_err(&dw.to_device(&cpu)?, gr.get(wr.as_tensor()).unwrap())?;
+            assert!(e <= BF16_TOL, "{case}: weight gradient off by {e}");
+        }
+    }
+    Ok(())
+}
+
+/// (n, c, h, w): vectorised (c a multiple of 8) and scalar paths, one or many row blocks,
+/// more channel groups than a block has threads (c = 2400: two tiles).
+const BN_CASES: [(usize, usize, usize, usize); 8] = [
+    (2, 8, 4, 4),
+    (3, 5, 7, 7),
+    (8, 24, 5, 5),
+    (16, 512, 4, 4),
+    (64, 64, 16, 16),
+    (2, 2400, 2, 2),
+    (1, 3, 1, 1),
+    (128, 128, 8, 8),
+];
+
+#[test]
+fn channels_last_bf16_batch_norm_matches_f32_reference() -> Result<()> {
+    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dev) = cuda() else { return Ok(()) };
+    for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
+        for relu in [false, true] {
+            let inputs = common::bn_inputs(n, c, h, w, 500 + i as u64)?;
+            let case = format!("case {i} {:?}, relu {relu}", BN_CASES[i]);
+            let mut first: Option<common::BnOut> = None;
+            for f in [
+                ops::batch_norm_train_channels_last as common::BnClFn,
+                ops::batch_norm_train_channels_last_fused,
+            ] {
+                let (got, reference) = bn_cl_pair(f, &inputs, relu, DType::BF16, &dev)?;
+                let (y, g, r) = bn_errors(&got, &reference)?;
+                println!("{case}: output {y:.1e}, gradients {g:?}, running {r:?}");
+                // Output and input gradient are stored in bf16; the statistics and the
+                // gamma/beta gradients are f32 sums of the same values in another order.
+                assert!(y <= 1e-2, "{case}: output off by {y}");
+                assert!(g[0] <= 2e-2, "{case}: input gradient off by {}", g[0]);
+                assert!(
+                    g[1] <= 1e-3 && g[2] <= 1e-3,
+                    "{case}: gamma/beta gradients {g:?}"
+                );
+                assert!(
+                    r[0] <= 1e-4 && r[1] <= 1e-4,
+                    "{case}: running statistics {r:?}"
+                );
+                // Deterministic: partials combine in a fixed order.
+                if let Some(a) = &first {
+                    assert!(common::same_bits(&a.y, &got.y)?, "{case}: output differs");
+                    for j in 0..3 {
+                        assert!(
+                            common::same_bits(&a.grads[j], &got.grads[j])?,
+                            "{case}: gradient {j} differs"
+                        );
+                    }
+                }
+                first = Some(got);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One training step, bf16 channels-last on the GPU against f32 NCHW on the CPU from the
+/// same seed: logits and every gradient close (bf16 rounding at each of ~20 layers).
+#[test]
+fn bf16_networks_step_follows_f32() -> Result<()> {
+    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dev) = cuda() else { return Ok(()) };
+    let x = uniform(&[8, 3, 32, 32], -2.0, 2.0, 5, &Device::Cpu)?;
+    let labels = Tensor::new(&[1u32, 7, 3, 9, 0, 2, 2, 5], &Device::Cpu)?;
+    for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
+        let step = |d: &Device, act: Activations| -> Result<(Tensor, Vec<(String, Tensor)>)> {
+            let m = octet_models::build_with(kind, 3, 10, 42, d, act)
+                .map_err(candle_core::Error::wrap)?;
+            let logits = m.forward(&x.to_device(d)?, true)?;
+            let loss = candle_nn::loss::cross_entropy(&logits, &labels.to_device(d)?)?;
+            let grads = loss.backward()?;
+            let mut out = Vec::new();
+            for p in m.params().iter() {
+                let t = match grads.get(p.var.as_tensor()) {
+                    Some(g) => g.clone(),
+                    None => p.var.as_tensor().clone(),
+                };
+                assert_eq!(t.dtype(), DType::F32, "{}", p.name);
+                out.push((p.name.clone(), t.to_device(&Device::Cpu)?));
+            }
+            Ok((logits.to_device(&Device::Cpu)?, out))
+        };
+        let (lr, gr) = step(&Device::Cpu, Activations::Nchw)?;
+        let (lb, gb) = step(&dev, Activations::ChannelsLast(DType::BF16))?;
+        let e = rel_err(&lb, &lr)?;
+        println!("{kind}: logits off by {e:.2e}");
+        assert!(e <= 5e-2, "{kind}: logits off by {e}");
+        let mut errs = Vec::new();
+        for ((name, g), (_, r)) in gb.iter().zip(&gr) {
+            errs.push((rel_err(g, r)?, name.clone()));
+        }
+        errs.sort_by(|a, b| b.0.total_cmp(&a.0));
+        println!(
+            "{kind}: worst gradients/buffers {:?}",
+            &errs[..3.min(errs.len())]
+        );
+        for (e, name) in &errs {
+            assert!(*e <= 0.15, "{kind}: {name} off by {e}");
+        }
+    }
+    Ok(())
+}
+
+fn bits_bf16(t: &Tensor) -> Vec<u16> {
+    t.flatten_all()
+        .and_then(|t| t.to_device(&Device::Cpu))
+        .and_then(|t| t.to_vec1::<half::bf16>())
+        .expect("bf16 values")
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The CUDA weight cast and its gradient give the CPU's (candle's) bits, NaN and
+    /// infinities included.
+    #[test]
+    fn cuda_weight_cast_is_bit_exact(
+        k in 1usize..9, c in 1usize..9, r in 1usize..4,
+        bits in proptest::collection::vec(any::<u32>(), 8 * 8 * 3 * 3),
+    ) {
+        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(dev) = cuda() else { return Ok(()) };
+        let n = k * c * r * r;
+        let v: Vec<f32> = bits[..n].iter().map(|&b| f32::from_bits(b)).collect();
+        let w = Tensor::from_vec(v, (k, c, r, r), &Device::Cpu).unwrap();
+        let on_gpu = ops::weight_channels_last(&w.to_device(&dev).unwrap(), DType::BF16).unwrap();
+        let on_cpu = w.permute((0, 2, 3, 1)).unwrap().to_dtype(DType::BF16).unwrap();
+        prop_assert_eq!(bits_bf16(&on_gpu), bits_bf16(&on_cpu));
+        // The gradient path: the bf16 values back to f32 (k, c, r, s), exactly.
+        let wv = Var::from_tensor(&w.abs().unwrap().to_device(&dev).unwrap()).unwrap();
+        let y = ops::weight_channels_last(wv.as_tensor(), DType::BF16).unwrap();
+        let g = y.to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+        let g = g.get(wv.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap();
+        prop_assert_eq!(g.dims(), &[k, c, r, r]);
+        prop_assert!(g.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().all(|&v| v == 1.0));
+    }
+
+    /// The bf16 ReLU on CUDA gives candle's CPU ReLU and gradient bit for bit (8-value
+    /// vectors and the scalar path, exact zeros included).
+    #[test]
+    fn cuda_bf16_relu_is_bit_exact(
+        vals in proptest::collection::vec(prop_oneof![Just(0f32), Just(-0f32), Just(f32::NAN), -4f32..4.0], 1..300),
+    ) {
+        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(dev) = cuda() else { return Ok(()) };
+        let n = vals.len();
+        let x = Tensor::from_vec(vals, n, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let r = (Tensor::arange(0f32, n as f32, &Device::Cpu).unwrap() - (n / 2) as f64).unwrap().to_dtype(DType::BF16).unwrap();
+        let run = |d: &Device| {
+            let xv = Var::from_tensor(&x.to_device(d).unwrap()).unwrap();
+            let y = ops::relu(xv.as_tensor()).unwrap();
+            let g = (&y * r.to_device(d).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+            // The output bit for bit; the gradient equal as numbers (candle's is dy·0, -0
+            // for negative dy).
+            let dx = g.get(xv.as_tensor()).unwrap().to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap();
+            (bits_bf16(&y), dx.to_vec1::<f32>().unwrap())
+        };
+        prop_assert_eq!(run(&dev), run(&Device::Cpu));
+    }
+}

@@ -1,0 +1,79 @@
+//! `--precision bf16` (bf16 channels-last activations, f32 master weights) against f32 on the
+//! same GPU: a seeded two-epoch ResNet-18 run on 2,048 images of the bundled subset follows
+//! the f32 loss curve. TF32 is off for the f32 run, so the difference is bf16's rounding;
+//! tolerances as for the fast-ops check (`fast_ops_gpu.rs`): 5% relative on each epoch's
+//! mean training loss, 5 points of test accuracy. Skips, saying so, without a CUDA device.
+
+use candle_core::Device;
+use octet_models::{ops, ModelKind};
+use octet_trainer::data::{self, DataSource, DataSplit};
+use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+use octet_trainer::Precision;
+
+const LOSS_TOL: f64 = 0.05;
+const ACCURACY_TOL: f64 = 0.05;
+
+fn split() -> DataSplit {
+    let mut s = data::load(&DataSource::Bundled).expect("bundled subset (set OCTET_DATA_DIR)");
+    s.train = s.train.subset(&(0..2048).collect::<Vec<_>>());
+    s.test = s.test.subset(&(0..1000).collect::<Vec<_>>());
+    s
+}
+
+fn run(dev: &Device, kind: ModelKind, precision: Precision) -> Vec<(f64, f64)> {
+    let mut cfg = TrainConfig::new(kind, "bundled");
+    cfg.epochs = 2;
+    cfg.batch_size = 128;
+    cfg.lr = 0.05;
+    cfg.seed = 5;
+    cfg.augment = false;
+    cfg.precision = precision;
+    let summary = Trainer::new(cfg, split(), dev, None)
+        .unwrap()
+        .run(&RunOptions::new(dev.clone()), &mut |_| {})
+        .unwrap();
+    summary
+        .records
+        .iter()
+        .map(|r| (r.train_loss, r.test_accuracy.unwrap_or(0.0)))
+        .collect()
+}
+
+#[test]
+fn bf16_follows_the_f32_loss_curve() {
+    let dev = match Device::new_cuda(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipping: no CUDA device ({e})");
+            return;
+        }
+    };
+    ops::set_conv_tf32(false);
+    for kind in [ModelKind::ResNet18, ModelKind::LeNet] {
+        let f32_run = run(&dev, kind, Precision::F32);
+        let bf16_run = run(&dev, kind, Precision::Bf16);
+        for (epoch, (b, f)) in bf16_run.iter().zip(&f32_run).enumerate() {
+            let rel = (b.0 - f.0).abs() / f.0;
+            println!(
+                "{kind} epoch {}: loss bf16 {:.5} f32 {:.5} (rel {rel:.2e}), test accuracy {:.4} vs {:.4}",
+                epoch + 1,
+                b.0,
+                f.0,
+                b.1,
+                f.1
+            );
+            assert!(
+                rel <= LOSS_TOL,
+                "{kind} epoch {} loss {b:?} vs {f:?}",
+                epoch + 1
+            );
+            assert!(
+                (b.1 - f.1).abs() <= ACCURACY_TOL,
+                "{kind} epoch {}",
+                epoch + 1
+            );
+        }
+        assert_eq!(bf16_run.len(), 2);
+    }
+    ops::set_conv_tf32(true);
+}
