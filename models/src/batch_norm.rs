@@ -46,79 +46,62 @@ impl BatchNorm2d {
     /// Training mode uses the batch's statistics and updates the running ones (fused
     /// kernels on CUDA, candle's ops elsewhere); inference mode the running ones.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        if let Some(sync) = self.sync.get().filter(|_| train) {
-            return crate::ops::batch_norm::batch_norm_train_synced(
-                x,
-                &self.weight,
-                &self.bias,
-                &self.running_mean,
-                &self.running_var,
-                MOMENTUM,
-                EPS,
-                sync.as_ref(),
-            );
-        }
-        if train {
-            return crate::ops::batch_norm_train(
-                x,
-                &self.weight,
-                &self.bias,
-                &self.running_mean,
-                &self.running_var,
-                MOMENTUM,
-                EPS,
-            );
-        }
-        let c = self.channels;
-        crate::ops::batch_norm::normalize(
-            x,
-            self.running_mean.as_tensor().reshape((1, c, 1, 1))?,
-            self.running_var.as_tensor().reshape((1, c, 1, 1))?,
-            &self.weight,
-            &self.bias,
-            EPS,
-        )
+        self.forward_in(x, train, false, false)
     }
-}
 
-impl BatchNorm2d {
     /// [`Self::forward`] on a channels-last `(n, h, w, c)` input, followed by a ReLU when
     /// `relu` (fused into the batch-norm kernels on CUDA).
     pub fn forward_channels_last(&self, x: &Tensor, train: bool, relu: bool) -> Result<Tensor> {
+        self.forward_in(x, train, true, relu)
+    }
+
+    fn forward_in(
+        &self,
+        x: &Tensor,
+        train: bool,
+        channels_last: bool,
+        relu: bool,
+    ) -> Result<Tensor> {
+        use crate::ops::batch_norm as bn;
         let then_relu = |y: Tensor| if relu { crate::ops::relu(&y) } else { Ok(y) };
+        let (w, b, rm, rv) = (
+            &self.weight,
+            &self.bias,
+            &self.running_mean,
+            &self.running_var,
+        );
         if let Some(sync) = self.sync.get().filter(|_| train) {
-            let y = crate::ops::batch_norm::batch_norm_train_synced_over(
+            let y = bn::batch_norm_train_synced_over(
                 x,
-                &self.weight,
-                &self.bias,
-                &self.running_mean,
-                &self.running_var,
+                w,
+                b,
+                rm,
+                rv,
                 MOMENTUM,
                 EPS,
                 sync.as_ref(),
-                true,
+                channels_last,
             )?;
             return then_relu(y);
         }
-        if train {
+        if train && channels_last {
+            // The ReLU is fused into the channels-last kernels.
             return crate::ops::batch_norm_train_channels_last(
-                x,
-                &self.weight,
-                &self.bias,
-                &self.running_mean,
-                &self.running_var,
-                MOMENTUM,
-                EPS,
-                relu,
+                x, w, b, rm, rv, MOMENTUM, EPS, relu,
             );
         }
-        let shape = (1, 1, 1, self.channels);
-        then_relu(crate::ops::batch_norm::normalize(
+        if train {
+            return then_relu(crate::ops::batch_norm_train(
+                x, w, b, rm, rv, MOMENTUM, EPS,
+            )?);
+        }
+        let shape = bn::channel_shape(self.channels, channels_last);
+        then_relu(bn::normalize(
             x,
-            self.running_mean.as_tensor().reshape(shape)?,
-            self.running_var.as_tensor().reshape(shape)?,
-            &self.weight,
-            &self.bias,
+            rm.as_tensor().reshape(shape)?,
+            rv.as_tensor().reshape(shape)?,
+            w,
+            b,
             EPS,
         )?)
     }

@@ -575,10 +575,7 @@ mod cuda {
     use super::{nchw, BnRunningUpdate};
 
     fn view<'a>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, f32>> {
-        let Some((a, b)) = l.contiguous_offsets() else {
-            bail!("batch norm: input is not contiguous")
-        };
-        Ok(s.as_cuda_slice::<f32>()?.slice(a..b))
+        kernels::view(s, l, "batch norm: input")
     }
 
     /// Runs `f` with a view of a CUDA tensor held by an op (statistics, gamma).

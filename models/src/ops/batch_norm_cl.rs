@@ -444,17 +444,11 @@ mod cuda {
                 s.dtype()
             )
         }
-        let Some((a, b)) = l.contiguous_offsets() else {
-            bail!("batch norm: input is not contiguous")
-        };
-        Ok(s.as_cuda_slice::<bf16>()?.slice(a..b))
+        kernels::view(s, l, "batch norm: input")
     }
 
     fn view_f32<'a>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, f32>> {
-        let Some((a, b)) = l.contiguous_offsets() else {
-            bail!("batch norm: parameter is not contiguous")
-        };
-        Ok(s.as_cuda_slice::<f32>()?.slice(a..b))
+        kernels::view(s, l, "batch norm: parameter")
     }
 
     /// Runs `f` with a view of a CUDA tensor held by an op.

@@ -54,8 +54,22 @@ pub fn conv2d_channels_last(
             },
         );
     }
-    let (xn, wn) = (to_nchw(x)?, to_nchw(weight)?);
-    to_nhwc(&xn.conv2d(&wn, padding, stride, 1, 1)?)
+    in_nchw(x, weight, true, |x, w| x.conv2d(w, padding, stride, 1, 1))
+}
+
+/// `f`, an NCHW computation, on two tensors in the op's layout: with `channels_last` both
+/// are made NCHW first and the result is made NHWC again.
+fn in_nchw(
+    a: &Tensor,
+    b: &Tensor,
+    channels_last: bool,
+    f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    if channels_last {
+        to_nhwc(&f(&to_nchw(a)?, &to_nchw(b)?)?)
+    } else {
+        f(a, b)
+    }
 }
 
 /// `(n, h, w, c)` → contiguous `(n, c, h, w)`.
@@ -204,11 +218,9 @@ impl CustomOp2 for Conv2dOp {
             self.stride,
         )?;
         let (x, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let y = if cl {
-            to_nhwc(&to_nchw(&x)?.conv2d(&to_nchw(&w)?, self.padding, self.stride, 1, 1)?)?
-        } else {
-            x.conv2d(&w, self.padding, self.stride, 1, 1)?
-        };
+        let y = in_nchw(&x, &w, cl, |x, w| {
+            x.conv2d(w, self.padding, self.stride, 1, 1)
+        })?;
         Ok((cpu::storage(&y)?, y.shape().clone()))
     }
 
@@ -277,19 +289,10 @@ impl CustomOp2 for Conv2dBackwardData {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (dy, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let dx = if self.channels_last {
-            let x_shape = Shape::from(logical(self.x_shape.dims(), true));
-            let (dy, w) = (to_nchw(&dy)?, to_nchw(&w)?);
-            to_nhwc(&reference_grad_x(
-                &dy,
-                &w,
-                &x_shape,
-                self.padding,
-                self.stride,
-            )?)?
-        } else {
-            reference_grad_x(&dy, &w, &self.x_shape, self.padding, self.stride)?
-        };
+        let x_shape = Shape::from(logical(self.x_shape.dims(), self.channels_last));
+        let dx = in_nchw(&dy, &w, self.channels_last, |dy, w| {
+            reference_grad_x(dy, w, &x_shape, self.padding, self.stride)
+        })?;
         Ok((cpu::storage(&dx)?, self.x_shape.clone()))
     }
 
@@ -332,19 +335,10 @@ impl CustomOp2 for Conv2dBackwardFilter {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (x, dy) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let dw = if self.channels_last {
-            let w_shape = Shape::from(logical(self.w_shape.dims(), true));
-            let (x, dy) = (to_nchw(&x)?, to_nchw(&dy)?);
-            to_nhwc(&reference_grad_w(
-                &x,
-                &dy,
-                &w_shape,
-                self.padding,
-                self.stride,
-            )?)?
-        } else {
-            reference_grad_w(&x, &dy, &self.w_shape, self.padding, self.stride)?
-        };
+        let w_shape = Shape::from(logical(self.w_shape.dims(), self.channels_last));
+        let dw = in_nchw(&x, &dy, self.channels_last, |x, dy| {
+            reference_grad_w(x, dy, &w_shape, self.padding, self.stride)
+        })?;
         Ok((cpu::storage(&dw)?, self.w_shape.clone()))
     }
 

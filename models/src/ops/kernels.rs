@@ -374,22 +374,65 @@ extern "C" __global__ void relu_bwd(const float* __restrict__ x, const float* __
 }
 "#;
 
-fn ptx() -> Result<&'static str> {
-    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        nvrtc::compile_ptx(SOURCE)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("compiling octet's fused-op kernels with NVRTC: {e:?}"))
-    })
-    .as_deref()
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
+/// A module of octet's kernels: NVRTC compiles its source once per process, candle loads it
+/// once per device (and caches it).
+pub(crate) struct Module {
+    name: &'static str,
+    source: &'static str,
+    /// What the kernels are, for the compile error.
+    what: &'static str,
+    ptx: OnceLock<std::result::Result<String, String>>,
 }
 
-/// The kernel `name`, loaded on `dev` (candle caches the module per device), and the
-/// device's stream to launch it on.
+impl Module {
+    pub(crate) const fn new(name: &'static str, source: &'static str, what: &'static str) -> Self {
+        Self {
+            name,
+            source,
+            what,
+            ptx: OnceLock::new(),
+        }
+    }
+
+    fn ptx(&self) -> Result<&str> {
+        self.ptx
+            .get_or_init(|| {
+                nvrtc::compile_ptx(self.source)
+                    .map(|p| p.to_src())
+                    .map_err(|e| format!("compiling {} with NVRTC: {e:?}", self.what))
+            })
+            .as_deref()
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+    }
+
+    /// The kernel `name`, loaded on `dev`, and the device's stream to launch it on.
+    pub(crate) fn func(
+        &self,
+        dev: &CudaDevice,
+        name: &str,
+    ) -> Result<(Arc<CudaStream>, CudaFunction)> {
+        let f = dev.get_or_load_custom_func(name, self.name, self.ptx()?)?;
+        Ok((dev.cuda_stream(), f.into_cuda_function()))
+    }
+}
+
+static FAST_OPS: Module = Module::new(MODULE, SOURCE, "octet's fused-op kernels");
+
+/// A kernel of this module (see [`Module::func`]).
 pub(crate) fn func(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
-    let f = dev.get_or_load_custom_func(name, MODULE, ptx()?)?;
-    Ok((dev.cuda_stream(), f.into_cuda_function()))
+    FAST_OPS.func(dev, name)
+}
+
+/// A contiguous view of `T` elements of a CUDA tensor, or an error naming `what` it is.
+pub(crate) fn view<'a, T: candle_core::cuda_backend::CudaDType>(
+    s: &'a candle_core::CudaStorage,
+    l: &candle_core::Layout,
+    what: &str,
+) -> Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, T>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        candle_core::bail!("{what} is not contiguous")
+    };
+    Ok(s.as_cuda_slice::<T>()?.slice(a..b))
 }
 
 /// How a per-channel reduction over `items` items (float4s or floats) a channel is cut:

@@ -6,10 +6,9 @@
 //! write their partial results in the layout of the NCHW kernels' `bn_stats_final` and
 //! `bn_bwd_final`, which finish them.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
-use candle_core::cuda_backend::cudarc::nvrtc;
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::Result;
 
@@ -349,21 +348,12 @@ extern "C" __global__ void krsc_bf16_to_kcrs(const bf16* __restrict__ g, float* 
 }
 "#;
 
-fn ptx() -> Result<&'static str> {
-    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        nvrtc::compile_ptx(SOURCE)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("compiling octet's channels-last kernels with NVRTC: {e:?}"))
-    })
-    .as_deref()
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
-}
+static CHANNELS_LAST: super::kernels::Module =
+    super::kernels::Module::new(MODULE, SOURCE, "octet's channels-last kernels");
 
-/// The kernel `name` of this module, loaded on `dev`, and the device's stream.
+/// A kernel of this module (see [`super::kernels::Module::func`]).
 pub(crate) fn func(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
-    let f = dev.get_or_load_custom_func(name, MODULE, ptx()?)?;
-    Ok((dev.cuda_stream(), f.into_cuda_function()))
+    CHANNELS_LAST.func(dev, name)
 }
 
 /// How a channels-last reduction is cut: `tiles` tiles of channel groups (one thread per
@@ -407,6 +397,7 @@ impl RowSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::cuda_backend::cudarc::nvrtc;
 
     /// NVRTC accepts the kernels (needs libnvrtc, hence ignored by default).
     #[test]

@@ -128,7 +128,8 @@ impl CustomOp1 for FromChannelsLast {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg, ValidAsZeroBits};
+    use candle_core::cuda_backend::CudaDType;
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
     use half::bf16;
 
@@ -141,22 +142,31 @@ mod cuda {
         Ok(d.map(|v| v as i32))
     }
 
-    pub(super) fn to_krsc(s: &CudaStorage, l: &Layout, d: [usize; 3]) -> Result<CudaStorage> {
-        let Some((a, b)) = l.contiguous_offsets() else {
-            bail!("channels-last weight: input is not contiguous")
-        };
+    /// One launch of the permuting kernel `kernel` from `I` to `O` elements over the
+    /// `(k, c, rs)` weight `d` (either direction: the kernel knows which).
+    fn permute<I: CudaDType, O: CudaDType + DeviceRepr + ValidAsZeroBits>(
+        kernel: &str,
+        what: &str,
+        s: &CudaStorage,
+        l: &Layout,
+        d: [usize; 3],
+    ) -> Result<CudaStorage> {
         let dev = &s.device;
-        let w = s.as_cuda_slice::<f32>()?.slice(a..b);
-        let n = b - a;
+        let src = kernels::view::<I>(s, l, what)?;
+        let n = src.len();
         // SAFETY: the kernel writes every element.
-        let mut out = unsafe { dev.alloc::<bf16>(n.max(1))? };
+        let mut out = unsafe { dev.alloc::<O>(n.max(1))? };
         let [k, c, rs] = i32s(d)?;
-        let (stream, f) = kernels_cl::func(dev, "kcrs_to_krsc_bf16")?;
+        let (stream, f) = kernels_cl::func(dev, kernel)?;
         let mut lb = stream.launch_builder(&f);
-        lb.arg(&w).arg(&mut out).arg(&k).arg(&c).arg(&rs);
-        // SAFETY: argument types and counts match kcrs_to_krsc_bf16.
+        lb.arg(&src).arg(&mut out).arg(&k).arg(&c).arg(&rs);
+        // SAFETY: argument types and counts match both kernels (in, out, k, c, rs).
         unsafe { lb.launch(kernels::elementwise(n))? };
         Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+    }
+
+    pub(super) fn to_krsc(s: &CudaStorage, l: &Layout, d: [usize; 3]) -> Result<CudaStorage> {
+        permute::<f32, bf16>("kcrs_to_krsc_bf16", "channels-last weight", s, l, d)
     }
 
     pub(super) fn from_krsc(s: &CudaStorage, l: &Layout, d: [usize; 3]) -> Result<CudaStorage> {
@@ -166,21 +176,13 @@ mod cuda {
                 s.dtype()
             )
         }
-        let Some((a, b)) = l.contiguous_offsets() else {
-            bail!("channels-last weight gradient: input is not contiguous")
-        };
-        let dev = &s.device;
-        let g = s.as_cuda_slice::<bf16>()?.slice(a..b);
-        let n = b - a;
-        // SAFETY: the kernel writes every element.
-        let mut out = unsafe { dev.alloc::<f32>(n.max(1))? };
-        let [k, c, rs] = i32s(d)?;
-        let (stream, f) = kernels_cl::func(dev, "krsc_bf16_to_kcrs")?;
-        let mut lb = stream.launch_builder(&f);
-        lb.arg(&g).arg(&mut out).arg(&k).arg(&c).arg(&rs);
-        // SAFETY: argument types and counts match krsc_bf16_to_kcrs.
-        unsafe { lb.launch(kernels::elementwise(n))? };
-        Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+        permute::<bf16, f32>(
+            "krsc_bf16_to_kcrs",
+            "channels-last weight gradient",
+            s,
+            l,
+            d,
+        )
     }
 }
 

@@ -108,7 +108,7 @@ impl CustomOp2 for ReluBackward {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+    use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
     use half::bf16;
 
@@ -127,21 +127,28 @@ mod cuda {
         }
     }
 
+    /// Contiguous views of the inputs, their common length, and whether every operand
+    /// starts on a whole vector of `width` elements (so the kernel can take vector loads).
+    fn views<'a, T: candle_core::cuda_backend::CudaDType>(
+        inputs: &[(&'a CudaStorage, &Layout)],
+        width: usize,
+    ) -> Result<(Vec<CudaView<'a, T>>, usize, bool)> {
+        let n = inputs[0].1.shape().elem_count();
+        let views = inputs
+            .iter()
+            .map(|(s, l)| kernels::view::<T>(s, l, "relu: input"))
+            .collect::<Result<Vec<_>>>()?;
+        let vec = n.is_multiple_of(width)
+            && inputs
+                .iter()
+                .all(|(_, l)| l.start_offset().is_multiple_of(width));
+        Ok((views, n, vec))
+    }
+
     /// bf16: 8-value (16-byte) loads when every operand starts on a whole vector.
     fn launch_bf16(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
         let dev = &inputs[0].0.device;
-        let n = inputs[0].1.shape().elem_count();
-        let mut views = Vec::with_capacity(inputs.len());
-        for (s, l) in inputs {
-            let Some((a, b)) = l.contiguous_offsets() else {
-                bail!("relu: input is not contiguous")
-            };
-            views.push(s.as_cuda_slice::<bf16>()?.slice(a..b));
-        }
-        let vec = n.is_multiple_of(8)
-            && inputs
-                .iter()
-                .all(|(_, l)| l.start_offset().is_multiple_of(8));
+        let (views, n, vec) = views::<bf16>(inputs, 8)?;
         let items = if vec { n / 8 } else { n };
         // SAFETY: the kernel writes every element.
         let mut y = unsafe { dev.alloc::<bf16>(n.max(1))? };
@@ -161,21 +168,10 @@ mod cuda {
     /// f32: float4 loads when every operand is 16-byte aligned and the length allows.
     fn launch_f32(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
         let dev = &inputs[0].0.device;
-        let n = inputs[0].1.shape().elem_count();
+        let (views, n, vec) = views::<f32>(inputs, 4)?;
         if n > i32::MAX as usize {
             bail!("relu: {n} elements (supported: up to {})", i32::MAX)
         }
-        let mut views = Vec::with_capacity(inputs.len());
-        for (s, l) in inputs {
-            let Some((a, b)) = l.contiguous_offsets() else {
-                bail!("relu: input is not contiguous")
-            };
-            views.push(s.as_cuda_slice::<f32>()?.slice(a..b));
-        }
-        let vec = n.is_multiple_of(4)
-            && inputs
-                .iter()
-                .all(|(_, l)| l.start_offset().is_multiple_of(4));
         let items = if vec { n / 4 } else { n };
         // SAFETY: the kernel writes every element.
         let mut y = unsafe { dev.alloc::<f32>(n.max(1))? };

@@ -60,7 +60,7 @@ struct Timed {
     host: f64,
     arrived: CudaEvent,
     synchronised: CudaEvent,
-    done: CudaEvent,
+    done: Arc<CudaEvent>,
     bytes: u64,
 }
 
@@ -198,16 +198,11 @@ impl Nccl {
         })
     }
 
-    /// Hands the collective just enqueued to the watchdog.
-    fn watch(&self) -> candle_core::Result<()> {
-        let done = self
-            .stream
-            .record_event(None)
-            .map_err(candle_core::Error::wrap)?;
+    /// Hands the collective just enqueued, ending at `done`, to the watchdog.
+    fn watch(&self, done: Arc<CudaEvent>) {
         if let Ok(mut q) = self.watch.inflight.lock() {
-            q.push_back((Instant::now(), Arc::new(done)));
+            q.push_back((Instant::now(), done));
         }
-        Ok(())
     }
 
     fn event(&self) -> candle_core::Result<CudaEvent> {
@@ -407,9 +402,9 @@ impl Nccl {
         let closed = nr::group_end().map_err(|e| nccl_err("ncclGroupEnd", e));
         issued?;
         closed?;
-        let done = self.event()?;
+        let done = Arc::new(self.event()?);
         drop((reads, writes, tiny));
-        self.watch()?;
+        self.watch(done.clone());
         if root.is_none() {
             if let Ok(mut p) = self.pending.lock() {
                 p.timed.push(Timed {
