@@ -24,6 +24,22 @@ exec > >(tee -a "$F/log.txt") 2>&1
 DATA="fashion-mnist:$C/fashion-mnist"
 common=(--model lenet --data "$DATA" --device cuda --no-augment --seed 7 --epochs 3 --json)
 
+# A hang is the failure this script looks for: wait at most $2 seconds for pid $1, then
+# record where its threads sit (for the report) and kill it, so one hang cannot eat the run.
+wait_bounded() {
+  local pid=$1 limit=$2 t=0
+  while kill -0 "$pid" 2>/dev/null && [ "$t" -lt $((limit * 5)) ]; do sleep 0.2; t=$((t + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "HANG: pid $pid still running after ${limit} s; thread states:"
+    for d in /proc/$pid/task/*; do
+      echo "  $(cat $d/comm) state=$(awk '{print $3}' $d/stat) wchan=$(cat $d/wchan 2>/dev/null)"
+    done
+    command -v gdb >/dev/null && timeout 30 gdb -p "$pid" -batch -ex "thread apply all bt 8" 2>/dev/null | grep -E "^Thread|^#" | head -60
+    kill -9 "$pid"; wait "$pid"; return 124
+  fi
+  wait "$pid"
+}
+
 echo "== 1. equivalence"
 "$BIN" train "${common[@]}" --batch-size 128 --out /tmp/eq1 > "$F/eq_1gpu.jsonl"
 "$BIN" launch --gpus 2 -- train "${common[@]}" --batch-size 64 --out /tmp/eq2 > "$F/eq_2gpu.jsonl"
@@ -47,7 +63,7 @@ done
 until [ -f /tmp/kill/metrics.csv ]; do sleep 0.2; done
 sha_before=$(sha256sum /tmp/kill/last.safetensors | cut -c1-16)
 sleep 1; kill -9 "$pid1"; t0=$(date +%s.%N)
-wait "$pid0"; rc0=$?; t1=$(date +%s.%N)
+wait_bounded "$pid0" 60; rc0=$?; t1=$(date +%s.%N)
 sha_after=$(sha256sum /tmp/kill/last.safetensors | cut -c1-16)
 echo "rank 0 exit $rc0 after $(python3 -c "print(round($t1-$t0,1))") s; checkpoint $sha_before -> $sha_after"
 tail -2 "$F/kill_rank0.err"
@@ -58,7 +74,7 @@ rm -rf /tmp/kill2 && mkdir -p /tmp/kill2
 lp=$!
 until [ -f /tmp/kill2/metrics.csv ]; do sleep 0.2; done
 sleep 1; victim=$(pgrep -f "octet train" | while read p; do grep -q "RANK=1" /proc/$p/environ 2>/dev/null && tr '\0' '\n' < /proc/$p/environ | grep -qx "RANK=1" && echo $p; done | head -1)
-t0=$(date +%s.%N); kill -9 "$victim"; wait "$lp"; rc=$?; t1=$(date +%s.%N)
+t0=$(date +%s.%N); kill -9 "$victim"; wait_bounded "$lp" 60; rc=$?; t1=$(date +%s.%N)
 echo "launch exit $rc after $(python3 -c "print(round($t1-$t0,1))") s; orphans: $(pgrep -fc 'octet train' || true)"
 tail -3 "$F/launch.err"
 
@@ -66,3 +82,26 @@ echo "== 4. resume the 2-GPU checkpoint on 1 GPU"
 "$BIN" train --resume /tmp/kill/last.safetensors --device cuda --json > "$F/resume.jsonl"; echo "resume exit $?"
 grep -c '"epoch"' "$F/resume.jsonl"
 tail -1 "$F/resume.jsonl"
+
+sleep 1  # let tee flush the log the summary is read from
+gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | awk '{$1=$1" x"; print}' | paste -sd,)
+python3 - "$F" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$gpus" "$F/log.txt" <<'PY'
+import json, sys
+d, commit, machine, log = sys.argv[1:5]
+rows = [[json.loads(l) for l in open(f"{d}/{n}") if l.startswith("{") and '"epoch"' in l and '"train_loss"' in l] for n in ("eq_1gpu.jsonl", "eq_2gpu.jsonl")]
+eq = [dict(epoch=a["epoch"], loss_1gpu_b128=a["train_loss"], loss_2gpu_b64=b["train_loss"],
+           rel_diff=abs(a["train_loss"]-b["train_loss"])/a["train_loss"], test_1gpu=a["test_accuracy"], test_2gpu=b["test_accuracy"]) for a, b in zip(*rows)]
+L = open(log).read().splitlines()
+def after(tag, n):
+    i = next(i for i, l in enumerate(L) if l.startswith(tag)); return L[i+1:i+1+n]
+k = [l for l in after("== 2.", 6) if l.startswith(("rank 0 exit", "error:", "HANG"))]
+la = [l for l in after("== 3.", 6) if l.startswith(("launch exit", "octet launch: rank", "octet launch: exiting", "HANG"))]
+r = after("== 4.", 3)
+out = {"machine": machine, "command": "bash bench/gpu_faults.sh", "commit_note": f"tree of commit {commit}",
+       "equivalence": {"setup": "LeNet, full Fashion-MNIST, seed 7, no augmentation, 3 epochs; TF32 convolutions on (default). Loose check; the rigorous one is dp_equivalence_h200x2.json", "rows": eq},
+       "rank_killed_by_hand": {"result": k[0], "rank0_stderr": k[1:]},
+       "rank_killed_under_launch": la,
+       "resume_on_1_gpu": {"exit": int(r[0].split()[-1]), "epochs_after_resume": int(r[1]), "last": r[2]}}
+json.dump(out, open(f"{d}/dp_faults.json", "w"), indent=1)
+PY
+echo "wrote $F/dp_faults.json (commit it as bench/results/dp_faults_<gpu>.json)"

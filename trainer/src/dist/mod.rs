@@ -19,6 +19,7 @@ pub use collective::{thread_group, Collective, CommStats, Solo, ThreadRank};
 pub use data_parallel::{BnMode, DataParallel};
 pub use env::DistEnv;
 pub use rendezvous::{barrier, share_bytes, PROTOCOL_VERSION};
+pub use watchdog::aborting;
 
 use std::sync::Arc;
 use std::time::Duration;

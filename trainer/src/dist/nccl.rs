@@ -300,6 +300,7 @@ fn spawn_watchdog(
             if watch.stop.load(Ordering::SeqCst) {
                 return;
             }
+            watchdog::begin_abort();
             eprintln!("error: rank {rank}: {why}; aborting this rank");
             // A checkpoint being written is the last finished epoch's: let it land.
             if !crate::saver::wait_for_writes(Duration::from_secs(60)) {

@@ -3,7 +3,21 @@
 //! without GPUs. The judge reads host-side facts only, so it cannot block where the rank is
 //! blocked (inside the driver or NCCL).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Set once this process's watchdog has decided to abort: the errors the abort then causes
+/// on other threads (a failed CUDA call) are consequences, and the watchdog reports the cause.
+static ABORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the watchdog is aborting this process (it then exits it itself).
+pub fn aborting() -> bool {
+    ABORTING.load(Ordering::SeqCst)
+}
+
+pub(crate) fn begin_abort() {
+    ABORTING.store(true, Ordering::SeqCst);
+}
 
 /// What the host side of a rank knows at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
