@@ -21,7 +21,7 @@ for stage in "$@"; do
       tar xzf .carry/tests.tar.gz -C /tmp/octet-tests || exit 1
       for t in channels_last_gpu ops_gpu bf16_gpu; do
         echo "== $t"
-        timeout 400 /tmp/octet-tests/$t --test-threads=1 --nocapture > "$OUT/$t.txt" 2>&1
+        timeout 150 /tmp/octet-tests/$t --test-threads=1 --nocapture > "$OUT/$t.txt" 2>&1
         echo "exit $?"; grep -E "^test |panicked|off by|test result|loss bf16|logits|worst" "$OUT/$t.txt" | head -40
       done
       ;;

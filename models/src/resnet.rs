@@ -2,7 +2,7 @@ use candle_core::{Device, Result, Tensor};
 
 use crate::activations::nchw_f32;
 use crate::init::Init;
-use crate::ops::relu;
+use crate::ops::{add_relu, relu};
 use crate::{Activations, BatchNorm2d, Conv2d, Linear, Network, Params};
 
 /// Two 3×3 convolutions with batch norm and an identity or 1×1-conv shortcut.
@@ -86,7 +86,7 @@ impl BasicBlock {
             Some((conv, bn)) => bn.forward(&conv.forward(x)?, train)?,
             None => x.clone(),
         };
-        relu(&(out + short)?)
+        add_relu(&out, &short)
     }
 
     /// The same block on channels-last activations, the first ReLU fused into bn1.
@@ -101,7 +101,7 @@ impl BasicBlock {
             }
             None => x.clone(),
         };
-        relu(&(out + short)?)
+        add_relu(&out, &short)
     }
 }
 

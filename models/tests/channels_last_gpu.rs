@@ -152,13 +152,18 @@ fn channels_last_bf16_batch_norm_matches_f32_reference() -> Result<()> {
 }
 
 /// One training step, bf16 channels-last on the GPU against f32 NCHW on the CPU from the
-/// same seed: logits and every gradient close (bf16 rounding at each of ~20 layers).
+/// same seed: logits close, and the gradients close in the L2 sense. Per-element and max-norm
+/// errors are the wrong measure here: a bias gradient is a sum over the batch and the image
+/// with heavy cancellation (bf16 rounding of ~6,000 terms left LeNet's conv1 bias 58% off in
+/// max-norm at batch 8), and a pre-activation within rounding of zero flips a ReLU. A wiring
+/// bug (a wrong layout or permute, a lost gradient) gives an L2 error near 1 or above.
 #[test]
 fn bf16_networks_step_follows_f32() -> Result<()> {
     let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dev) = cuda() else { return Ok(()) };
-    let x = uniform(&[8, 3, 32, 32], -2.0, 2.0, 5, &Device::Cpu)?;
-    let labels = Tensor::new(&[1u32, 7, 3, 9, 0, 2, 2, 5], &Device::Cpu)?;
+    let x = uniform(&[32, 3, 32, 32], -2.0, 2.0, 5, &Device::Cpu)?;
+    let labels: Vec<u32> = (0..32).map(|i| (i * 7 + 3) % 10).collect();
+    let labels = Tensor::new(labels.as_slice(), &Device::Cpu)?;
     for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
         let step = |d: &Device, act: Activations| -> Result<(Tensor, Vec<(String, Tensor)>)> {
             let m = octet_models::build_with(kind, 3, 10, 42, d, act)
@@ -182,20 +187,28 @@ fn bf16_networks_step_follows_f32() -> Result<()> {
         let e = rel_err(&lb, &lr)?;
         println!("{kind}: logits off by {e:.2e}");
         assert!(e <= 5e-2, "{kind}: logits off by {e}");
-        let mut errs = Vec::new();
+        let (mut errs, mut diff2, mut ref2) = (Vec::new(), 0.0, 0.0);
         for ((name, g), (_, r)) in gb.iter().zip(&gr) {
-            errs.push((rel_err(g, r)?, name.clone()));
+            let (d, n) = (sum_sq(&(g - r)?)?, sum_sq(r)?);
+            errs.push(((d / n.max(f64::MIN_POSITIVE)).sqrt(), name.clone()));
+            (diff2, ref2) = (diff2 + d, ref2 + n);
         }
+        let total = (diff2 / ref2).sqrt();
         errs.sort_by(|a, b| b.0.total_cmp(&a.0));
         println!(
-            "{kind}: worst gradients/buffers {:?}",
+            "{kind}: all gradients and buffers off by {total:.2e} (L2); worst {:?}",
             &errs[..3.min(errs.len())]
         );
+        assert!(total <= 0.1, "{kind}: gradients off by {total} (L2)");
         for (e, name) in &errs {
-            assert!(*e <= 0.15, "{kind}: {name} off by {e}");
+            assert!(*e <= 0.5, "{kind}: {name} off by {e} (L2)");
         }
     }
     Ok(())
+}
+
+fn sum_sq(t: &Tensor) -> Result<f64> {
+    t.to_dtype(DType::F64)?.sqr()?.sum_all()?.to_scalar::<f64>()
 }
 
 fn bits_bf16(t: &Tensor) -> Vec<u16> {
@@ -256,5 +269,33 @@ proptest! {
             (bits_bf16(&y), dx.to_vec1::<f32>().unwrap())
         };
         prop_assert_eq!(run(&dev), run(&Device::Cpu));
+    }
+
+    /// The fused residual add + ReLU on CUDA gives the CPU fused op's output and gradients
+    /// bit for bit (both gradients: dy where the output is positive), and candle's
+    /// `relu(a + b)` output.
+    #[test]
+    fn cuda_bf16_add_relu_is_bit_exact(
+        vals in proptest::collection::vec((prop_oneof![Just(0f32), Just(-0f32), Just(f32::NAN), -4f32..4.0], -4f32..4.0), 1..300),
+    ) {
+        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(dev) = cuda() else { return Ok(()) };
+        let n = vals.len();
+        let (u, v): (Vec<f32>, Vec<f32>) = vals.into_iter().unzip();
+        let bf = |v: Vec<f32>| Tensor::from_vec(v, n, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let (a, b) = (bf(u), bf(v));
+        let r = (Tensor::arange(0f32, n as f32, &Device::Cpu).unwrap() - (n / 2) as f64).unwrap().to_dtype(DType::BF16).unwrap();
+        let run = |d: &Device| {
+            let av = Var::from_tensor(&a.to_device(d).unwrap()).unwrap();
+            let bv = Var::from_tensor(&b.to_device(d).unwrap()).unwrap();
+            let y = ops::add_relu_fused(av.as_tensor(), bv.as_tensor()).unwrap();
+            let g = (&y * r.to_device(d).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+            let grad = |v: &Var| bits_bf16(g.get(v.as_tensor()).unwrap());
+            (bits_bf16(&y), grad(&av), grad(&bv))
+        };
+        let on_gpu = run(&dev);
+        prop_assert_eq!(&on_gpu, &run(&Device::Cpu));
+        let candle = (&a + &b).unwrap().relu().unwrap();
+        prop_assert_eq!(on_gpu.0, bits_bf16(&candle));
     }
 }

@@ -119,11 +119,14 @@ pub(crate) fn plan<T: CudnnDataType + 'static>(
         [1, 1],
         sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
     )?;
-    // f32 without TF32 keeps full f32 precision; bf16 always may use tensor cores.
-    let math = if dtype == DType::F32 && !tf32 {
-        sys::cudnnMathType_t::CUDNN_FMA_MATH
-    } else {
-        sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
+    // f32 without TF32 keeps full f32 precision; f32 with TF32 gets tensor cores from the
+    // default math on Ampere and later. bf16 must ask for them: under the default math its
+    // NHWC convolutions ran on FMA kernels, ~30× slower (104 s for a b128 ResNet-18 epoch on
+    // an H100 against 3.4 s in f32).
+    let math = match dtype {
+        DType::F32 if !tf32 => sys::cudnnMathType_t::CUDNN_FMA_MATH,
+        DType::F32 => sys::cudnnMathType_t::CUDNN_DEFAULT_MATH,
+        _ => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
     };
     conv.set_math_type(math)?;
     // Dimensions are given as (N, C, H, W) for either format; the format sets the strides.

@@ -27,7 +27,35 @@ pub fn relu_fused(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Relu)
 }
 
+/// `max(a + b, 0)`, a residual block's end. One kernel forward (the bf16 sum, then the ReLU)
+/// and one backward for bf16 tensors of one shape on a CUDA device; `relu(a + b)` elsewhere.
+/// The fused op's gradient, `dy` to both inputs where the output is positive, differs from
+/// candle's (`dy` where the sum is `>= 0`) only where the sum is exactly zero.
+pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if cfg!(feature = "cuda")
+        && super::fast_ops()
+        && a.device().is_cuda()
+        && a.dtype() == DType::BF16
+        && b.dtype() == DType::BF16
+        && a.dims() == b.dims()
+    {
+        add_relu_fused(a, b)
+    } else {
+        relu(&(a + b)?)
+    }
+}
+
+/// The fused op on any device (the CPU version exists to test its autograd wiring).
+pub fn add_relu_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    a.contiguous()?.apply_op2(&b.contiguous()?, AddRelu)
+}
+
 struct Relu;
+
+struct AddRelu;
+
+/// `(y, dy) → dy where y > 0`.
+struct ReluOutBackward;
 
 /// `(x, dy) → dx`.
 struct ReluBackward;
@@ -100,6 +128,129 @@ impl CustomOp2 for ReluBackward {
         }
         Ok((
             cuda::launch("relu_bwd", &[(s1, l1), (s2, l2)])?,
+            l1.shape().clone(),
+        ))
+    }
+}
+
+impl CustomOp2 for AddRelu {
+    fn name(&self) -> &'static str {
+        "octet-add-relu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        if l1.dims() != l2.dims() || s1.dtype() != s2.dtype() {
+            bail!(
+                "add_relu: a {:?} {:?} but b {:?} {:?}",
+                s1.dtype(),
+                l1.dims(),
+                s2.dtype(),
+                l2.dims()
+            )
+        }
+        let (a, b) = (cpu::to_f32(s1, l1)?, cpu::to_f32(s2, l2)?);
+        // Rounding max(s, 0) equals max(round(s), 0): rounding keeps the sign.
+        let y = a
+            .iter()
+            .zip(b)
+            .map(|(&u, w)| {
+                let s = u + w;
+                if s >= 0.0 {
+                    s
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Ok((cpu::from_f32(s1.dtype(), y)?, l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        if l1.dims() != l2.dims() {
+            bail!("add_relu: a {:?} but b {:?}", l1.dims(), l2.dims())
+        }
+        if s1.dtype() != DType::BF16 {
+            bail!(
+                "add_relu: fused on CUDA for bf16 only, got {:?}",
+                s1.dtype()
+            )
+        }
+        Ok((
+            cuda::launch("add_relu", &[(s1, l1), (s2, l2)])?,
+            l1.shape().clone(),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        _a: &Tensor,
+        _b: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = y.apply_op2_no_bwd(&dy.contiguous()?, &ReluOutBackward)?;
+        Ok((Some(g.clone()), Some(g)))
+    }
+}
+
+impl CustomOp2 for ReluOutBackward {
+    fn name(&self) -> &'static str {
+        "octet-relu-out-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        if l1.dims() != l2.dims() {
+            bail!(
+                "add_relu backward: y {:?} but dy {:?}",
+                l1.dims(),
+                l2.dims()
+            )
+        }
+        let (y, dy) = (cpu::to_f32(s1, l1)?, cpu::to_f32(s2, l2)?);
+        let dx = y
+            .iter()
+            .zip(dy)
+            .map(|(&v, g)| if v > 0.0 { g } else { 0.0 })
+            .collect();
+        Ok((cpu::from_f32(s2.dtype(), dx)?, l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        if l1.dims() != l2.dims() {
+            bail!(
+                "add_relu backward: y {:?} but dy {:?}",
+                l1.dims(),
+                l2.dims()
+            )
+        }
+        Ok((
+            cuda::launch("relu_out_bwd", &[(s1, l1), (s2, l2)])?,
             l1.shape().clone(),
         ))
     }
@@ -209,6 +360,39 @@ mod tests {
             g_ours.get(x.as_tensor()).unwrap().to_vec3::<f32>()?,
             g_theirs.get(x.as_tensor()).unwrap().to_vec3::<f32>()?
         );
+        Ok(())
+    }
+
+    /// The fused residual add + ReLU equals candle's `relu(a + b)` on the CPU, forward and
+    /// both gradients, in f32 and bf16 (no sum exactly zero, where the masks may differ).
+    #[test]
+    fn fused_add_relu_matches_candle_with_gradient() -> Result<()> {
+        for dtype in [DType::F32, DType::BF16] {
+            let u: Vec<f32> = (0..24).map(|i| (i as f32 - 11.3) * 0.5).collect();
+            let v: Vec<f32> = (0..24)
+                .map(|i| ((i * 7) % 24) as f32 * 0.25 - 2.9)
+                .collect();
+            let a =
+                Var::from_tensor(&Tensor::from_vec(u, (2, 3, 4), &Device::Cpu)?.to_dtype(dtype)?)?;
+            let b =
+                Var::from_tensor(&Tensor::from_vec(v, (2, 3, 4), &Device::Cpu)?.to_dtype(dtype)?)?;
+            let w = Tensor::arange(0f32, 24.0, &Device::Cpu)?
+                .reshape((2, 3, 4))?
+                .to_dtype(dtype)?;
+            let ours = add_relu_fused(a.as_tensor(), b.as_tensor())?;
+            let theirs = (a.as_tensor() + b.as_tensor())?.relu()?;
+            let f32s = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+            assert_eq!(f32s(&ours)?, f32s(&theirs)?, "{dtype:?}");
+            let g_ours = (ours * &w)?.sum_all()?.backward()?;
+            let g_theirs = (theirs * &w)?.sum_all()?.backward()?;
+            for x in [&a, &b] {
+                assert_eq!(
+                    f32s(g_ours.get(x.as_tensor()).unwrap())?,
+                    f32s(g_theirs.get(x.as_tensor()).unwrap())?,
+                    "{dtype:?}"
+                );
+            }
+        }
         Ok(())
     }
 }

@@ -142,6 +142,18 @@ int main() {
       if (ry[i] != want || rdx[i] != wantg) rbad++;
     }
     CHECK(rbad == 0, "m=%d c=%d: relu %d wrong", m, c, rbad);
+    // residual add + relu and its backward from the output, exact
+    std::vector<bf16> ay(n, 1), adx(n, 1);
+    launch(2, 256, [&] { add_relu_bf16(xr.data(), dy.data(), ay.data(), ritems, vec); });
+    launch(2, 256, [&] { relu_out_bwd_bf16(ay.data(), dy.data(), adx.data(), ritems, vec); });
+    int abad = 0;
+    for (long long i = 0; i < n; i++) {
+      bf16 s = ref_bf16(f(xr[i]) + f(dy[i]));
+      bf16 want = f(s) >= 0.0f ? s : 0;
+      bf16 wantg = f(want) > 0.0f ? dy[i] : 0;
+      if (ay[i] != want || adx[i] != wantg) abad++;
+    }
+    CHECK(abad == 0, "m=%d c=%d: add_relu %d wrong", m, c, abad);
   }
   // weight cast, exact, NaN/inf/subnormal bit patterns included
   for (auto d : std::vector<std::array<int, 3>>{{3, 5, 9}, {64, 3, 9}, {7, 1, 25}, {16, 64, 1}}) {
