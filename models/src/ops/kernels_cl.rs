@@ -309,19 +309,39 @@ __device__ void relu_f(const bf16* __restrict__ x, bf16* __restrict__ y, long lo
     }
 }
 
-template <int V>
-__device__ void relu_b(const bf16* __restrict__ x, const bf16* __restrict__ dy,
-                       bf16* __restrict__ dx, long long items) {
+// out = op(a, b) element-wise over two bf16 tensors of one length.
+template <int V, class Op>
+__device__ void pointwise2(const bf16* __restrict__ a, const bf16* __restrict__ b,
+                           bf16* __restrict__ out, long long items, Op op) {
     for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
          k += (long long)gridDim.x * blockDim.x) {
-        float v[V], g[V];
-        load<V>(x + k * V, v);
-        load<V>(dy + k * V, g);
+        float u[V], w[V];
+        load<V>(a + k * V, u);
+        load<V>(b + k * V, w);
 #pragma unroll
-        for (int i = 0; i < V; i++) g[i] = v[i] >= 0.0f ? g[i] : 0.0f;
-        store<V>(dx + k * V, g);
+        for (int i = 0; i < V; i++) u[i] = op(u[i], w[i]);
+        store<V>(out + k * V, u);
     }
 }
+
+// candle's ReLU gradient: dy where x >= 0.
+struct ReluBwd {
+    __device__ float operator()(float x, float g) const { return x >= 0.0f ? g : 0.0f; }
+};
+
+// A residual block's end, max(a + b, 0): the sum rounded to bf16 first, as candle's add then
+// ReLU give it, in one pass instead of two (and a third for the mask).
+struct AddRelu {
+    __device__ float operator()(float u, float w) const {
+        float s = from_bf16(to_bf16(u + w));
+        return s >= 0.0f ? s : 0.0f;
+    }
+};
+
+// Its gradient from the output: dy where y > 0 (PyTorch's threshold backward).
+struct ReluOutBwd {
+    __device__ float operator()(float y, float g) const { return y > 0.0f ? g : 0.0f; }
+};
 
 extern "C" __global__ void relu_fwd_bf16(const bf16* __restrict__ x, bf16* __restrict__ y,
                                          long long items, int vec) {
@@ -331,55 +351,21 @@ extern "C" __global__ void relu_fwd_bf16(const bf16* __restrict__ x, bf16* __res
 
 extern "C" __global__ void relu_bwd_bf16(const bf16* __restrict__ x, const bf16* __restrict__ dy,
                                          bf16* __restrict__ dx, long long items, int vec) {
-    if (vec) relu_b<8>(x, dy, dx, items);
-    else relu_b<1>(x, dy, dx, items);
-}
-
-// A residual block's end, y = max(a + b, 0): the sum rounded to bf16 first, as candle's
-// add then ReLU give it, in one pass instead of two (and a third for the mask).
-template <int V>
-__device__ void add_relu_f(const bf16* __restrict__ a, const bf16* __restrict__ b,
-                           bf16* __restrict__ y, long long items) {
-    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
-         k += (long long)gridDim.x * blockDim.x) {
-        float u[V], w[V];
-        load<V>(a + k * V, u);
-        load<V>(b + k * V, w);
-#pragma unroll
-        for (int i = 0; i < V; i++) {
-            float s = from_bf16(to_bf16(u[i] + w[i]));
-            u[i] = s >= 0.0f ? s : 0.0f;
-        }
-        store<V>(y + k * V, u);
-    }
-}
-
-// Its gradient from the output: dy where y > 0 (PyTorch's threshold backward).
-template <int V>
-__device__ void relu_out_b(const bf16* __restrict__ y, const bf16* __restrict__ dy,
-                           bf16* __restrict__ dx, long long items) {
-    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
-         k += (long long)gridDim.x * blockDim.x) {
-        float o[V], g[V];
-        load<V>(y + k * V, o);
-        load<V>(dy + k * V, g);
-#pragma unroll
-        for (int i = 0; i < V; i++) g[i] = o[i] > 0.0f ? g[i] : 0.0f;
-        store<V>(dx + k * V, g);
-    }
+    if (vec) pointwise2<8>(x, dy, dx, items, ReluBwd());
+    else pointwise2<1>(x, dy, dx, items, ReluBwd());
 }
 
 extern "C" __global__ void add_relu_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b,
                                          bf16* __restrict__ y, long long items, int vec) {
-    if (vec) add_relu_f<8>(a, b, y, items);
-    else add_relu_f<1>(a, b, y, items);
+    if (vec) pointwise2<8>(a, b, y, items, AddRelu());
+    else pointwise2<1>(a, b, y, items, AddRelu());
 }
 
 extern "C" __global__ void relu_out_bwd_bf16(const bf16* __restrict__ y,
                                              const bf16* __restrict__ dy,
                                              bf16* __restrict__ dx, long long items, int vec) {
-    if (vec) relu_out_b<8>(y, dy, dx, items);
-    else relu_out_b<1>(y, dy, dx, items);
+    if (vec) pointwise2<8>(y, dy, dx, items, ReluOutBwd());
+    else pointwise2<1>(y, dy, dx, items, ReluOutBwd());
 }
 
 // f32 (k, c, rs) -> bf16 (k, rs, c): the weight in cuDNN's NHWC filter layout. One thread

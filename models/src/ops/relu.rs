@@ -47,18 +47,53 @@ pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// The fused op on any device (the CPU version exists to test its autograd wiring).
 pub fn add_relu_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    a.contiguous()?.apply_op2(&b.contiguous()?, AddRelu)
+    a.contiguous()?.apply_op2(&b.contiguous()?, ADD_RELU)
 }
 
 struct Relu;
 
-struct AddRelu;
+/// An element-wise op of two tensors of one shape and dtype: `f` on the CPU (in f32, the
+/// result rounded to the dtype), the CUDA kernel `kernel` (f32) or `kernel_bf16`.
+#[derive(Clone, Copy)]
+struct Pointwise2 {
+    name: &'static str,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    kernel: &'static str,
+    /// Whether the CUDA kernel exists in f32 too.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    f32_kernel: bool,
+    f: fn(f32, f32) -> f32,
+    /// For a differentiable op: the op mapping `(output, dy)` to the gradient of both inputs.
+    grad_from_output: Option<&'static Pointwise2>,
+}
 
-/// `(y, dy) → dy where y > 0`.
-struct ReluOutBackward;
+/// `(x, dy) → dx`, candle's ReLU gradient: `dy` where `x >= 0`.
+static RELU_BACKWARD: Pointwise2 = Pointwise2 {
+    name: "relu backward",
+    kernel: "relu_bwd",
+    f32_kernel: true,
+    f: |x, g| if x >= 0.0 { g } else { 0.0 },
+    grad_from_output: None,
+};
 
-/// `(x, dy) → dx`.
-struct ReluBackward;
+/// `(y, dy) → dy where y > 0`, from a ReLU's output.
+static RELU_OUT_BACKWARD: Pointwise2 = Pointwise2 {
+    name: "add_relu backward",
+    kernel: "relu_out_bwd",
+    f32_kernel: false,
+    f: |y, g| if y > 0.0 { g } else { 0.0 },
+    grad_from_output: None,
+};
+
+/// `(a, b) → max(a + b, 0)`; rounding `max(s, 0)` equals `max(round(s), 0)` (rounding keeps
+/// the sign), so the CPU's f32 result rounded once is the kernel's.
+static ADD_RELU: Pointwise2 = Pointwise2 {
+    name: "add_relu",
+    kernel: "add_relu",
+    f32_kernel: false,
+    f: |u, w| if u + w >= 0.0 { u + w } else { 0.0 },
+    grad_from_output: Some(&RELU_OUT_BACKWARD),
+};
 
 impl CustomOp1 for Relu {
     fn name(&self) -> &'static str {
@@ -87,13 +122,13 @@ impl CustomOp1 for Relu {
     }
 
     fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(x.apply_op2_no_bwd(&dy.contiguous()?, &ReluBackward)?))
+        Ok(Some(x.apply_op2_no_bwd(&dy.contiguous()?, &RELU_BACKWARD)?))
     }
 }
 
-impl CustomOp2 for ReluBackward {
+impl CustomOp2 for Pointwise2 {
     fn name(&self) -> &'static str {
-        "octet-relu-bwd"
+        self.name
     }
 
     fn cpu_fwd(
@@ -103,72 +138,10 @@ impl CustomOp2 for ReluBackward {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        if l1.dims() != l2.dims() {
-            bail!("relu backward: x {:?} but dy {:?}", l1.dims(), l2.dims())
-        }
-        let (x, dy) = (cpu::to_f32(s1, l1)?, cpu::to_f32(s2, l2)?);
-        let dx = x
-            .iter()
-            .zip(dy)
-            .map(|(&v, g)| if v >= 0.0 { g } else { 0.0 })
-            .collect();
-        Ok((cpu::from_f32(s2.dtype(), dx)?, l1.shape().clone()))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        if l1.dims() != l2.dims() {
-            bail!("relu backward: x {:?} but dy {:?}", l1.dims(), l2.dims())
-        }
-        Ok((
-            cuda::launch("relu_bwd", &[(s1, l1), (s2, l2)])?,
-            l1.shape().clone(),
-        ))
-    }
-}
-
-impl CustomOp2 for AddRelu {
-    fn name(&self) -> &'static str {
-        "octet-add-relu"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        if l1.dims() != l2.dims() || s1.dtype() != s2.dtype() {
-            bail!(
-                "add_relu: a {:?} {:?} but b {:?} {:?}",
-                s1.dtype(),
-                l1.dims(),
-                s2.dtype(),
-                l2.dims()
-            )
-        }
+        check(self.name, (s1.dtype(), l1), (s2.dtype(), l2))?;
         let (a, b) = (cpu::to_f32(s1, l1)?, cpu::to_f32(s2, l2)?);
-        // Rounding max(s, 0) equals max(round(s), 0): rounding keeps the sign.
-        let y = a
-            .iter()
-            .zip(b)
-            .map(|(&u, w)| {
-                let s = u + w;
-                if s >= 0.0 {
-                    s
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        Ok((cpu::from_f32(s1.dtype(), y)?, l1.shape().clone()))
+        let out = a.iter().zip(b).map(|(&u, w)| (self.f)(u, w)).collect();
+        Ok((cpu::from_f32(s1.dtype(), out)?, l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -179,17 +152,16 @@ impl CustomOp2 for AddRelu {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        if l1.dims() != l2.dims() {
-            bail!("add_relu: a {:?} but b {:?}", l1.dims(), l2.dims())
-        }
-        if s1.dtype() != DType::BF16 {
+        check(self.name, (s1.dtype(), l1), (s2.dtype(), l2))?;
+        if !self.f32_kernel && s1.dtype() != DType::BF16 {
             bail!(
-                "add_relu: fused on CUDA for bf16 only, got {:?}",
+                "{}: fused on CUDA for bf16 only, got {:?}",
+                self.name,
                 s1.dtype()
             )
         }
         Ok((
-            cuda::launch("add_relu", &[(s1, l1), (s2, l2)])?,
+            cuda::launch(self.kernel, &[(s1, l1), (s2, l2)])?,
             l1.shape().clone(),
         ))
     }
@@ -201,59 +173,26 @@ impl CustomOp2 for AddRelu {
         y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let g = y.apply_op2_no_bwd(&dy.contiguous()?, &ReluOutBackward)?;
+        let Some(op) = self.grad_from_output else {
+            bail!("{} has no gradient (it is itself one)", self.name)
+        };
+        let g = y.apply_op2_no_bwd(&dy.contiguous()?, op)?;
         Ok((Some(g.clone()), Some(g)))
     }
 }
 
-impl CustomOp2 for ReluOutBackward {
-    fn name(&self) -> &'static str {
-        "octet-relu-out-bwd"
+/// Both operands of one shape and dtype.
+fn check(name: &str, a: (DType, &Layout), b: (DType, &Layout)) -> Result<()> {
+    if a.1.dims() != b.1.dims() || a.0 != b.0 {
+        bail!(
+            "{name}: operands {:?} {:?} and {:?} {:?} differ",
+            a.0,
+            a.1.dims(),
+            b.0,
+            b.1.dims()
+        )
     }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        if l1.dims() != l2.dims() {
-            bail!(
-                "add_relu backward: y {:?} but dy {:?}",
-                l1.dims(),
-                l2.dims()
-            )
-        }
-        let (y, dy) = (cpu::to_f32(s1, l1)?, cpu::to_f32(s2, l2)?);
-        let dx = y
-            .iter()
-            .zip(dy)
-            .map(|(&v, g)| if v > 0.0 { g } else { 0.0 })
-            .collect();
-        Ok((cpu::from_f32(s2.dtype(), dx)?, l1.shape().clone()))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        if l1.dims() != l2.dims() {
-            bail!(
-                "add_relu backward: y {:?} but dy {:?}",
-                l1.dims(),
-                l2.dims()
-            )
-        }
-        Ok((
-            cuda::launch("relu_out_bwd", &[(s1, l1), (s2, l2)])?,
-            l1.shape().clone(),
-        ))
-    }
+    Ok(())
 }
 
 #[cfg(feature = "cuda")]
