@@ -225,42 +225,10 @@ pub fn batch_norm_train_fused(
     eps: f64,
 ) -> Result<Tensor> {
     let (n, c, h, w) = x.dims4()?;
-    for (t, what) in [(gamma, "gamma"), (beta, "beta")] {
-        if t.dims() != [c] {
-            bail!(
-                "batch norm: {what} has shape {:?}, expected [{c}]",
-                t.dims()
-            )
-        }
-    }
-    for (t, what) in [(running_mean, "running mean"), (running_var, "running var")] {
-        if t.dims() != [c] {
-            bail!(
-                "batch norm: {what} has shape {:?}, expected [{c}]",
-                t.dims()
-            )
-        }
-    }
+    check_channels(c, x, gamma, beta, running_mean, running_var)?;
     let x = x.contiguous()?;
     let stats = x.apply_op1_no_bwd(&BnStats)?;
-    let m = (n * h * w) as f64;
-    let unbiased = if m > 1.0 { m / (m - 1.0) } else { 1.0 };
-    running_mean.as_tensor().inplace_op2(
-        &stats,
-        &BnRunningUpdate {
-            row: 0,
-            keep: (1.0 - momentum) as f32,
-            take: momentum as f32,
-        },
-    )?;
-    running_var.as_tensor().inplace_op2(
-        &stats,
-        &BnRunningUpdate {
-            row: 1,
-            keep: (1.0 - momentum) as f32,
-            take: (momentum * unbiased) as f32,
-        },
-    )?;
+    update_running(running_mean, running_var, &stats, n * h * w, momentum)?;
     x.apply_op3(
         &gamma.contiguous()?,
         &beta.contiguous()?,
@@ -269,6 +237,60 @@ pub fn batch_norm_train_fused(
             eps: eps as f32,
         },
     )
+}
+
+/// gamma, beta and the running statistics each `(c)` for an input of `c` channels.
+pub(super) fn check_channels(
+    c: usize,
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    running_mean: &Var,
+    running_var: &Var,
+) -> Result<()> {
+    for (t, what) in [
+        (gamma, "gamma"),
+        (beta, "beta"),
+        (running_mean.as_tensor(), "running mean"),
+        (running_var.as_tensor(), "running var"),
+    ] {
+        if t.dims() != [c] {
+            bail!(
+                "batch norm: {what} has shape {:?}, expected [{c}] (input {:?})",
+                t.dims(),
+                x.dims()
+            )
+        }
+    }
+    Ok(())
+}
+
+/// `running = (1 - momentum) * running + momentum * batch` from the `(2, c)` statistics of
+/// `m` values a channel, in place; the variance enters unbiased.
+pub(super) fn update_running(
+    running_mean: &Var,
+    running_var: &Var,
+    stats: &Tensor,
+    m: usize,
+    momentum: f64,
+) -> Result<()> {
+    let m = m as f64;
+    let unbiased = if m > 1.0 { m / (m - 1.0) } else { 1.0 };
+    let keep = (1.0 - momentum) as f32;
+    for (running, row, take) in [
+        (running_mean, 0, momentum),
+        (running_var, 1, momentum * unbiased),
+    ] {
+        running.as_tensor().inplace_op2(
+            stats,
+            &BnRunningUpdate {
+                row,
+                keep,
+                take: take as f32,
+            },
+        )?;
+    }
+    Ok(())
 }
 
 /// Dimensions `(n, c, h·w)` of a 4-d layout.
@@ -283,12 +305,12 @@ fn nchw(l: &Layout) -> Result<(usize, usize, usize)> {
 /// backward accounts for the statistics' dependence on x).
 struct BnStats;
 
-/// `running = keep * running + take * stats[row]`, in place (also used by the
-/// channels-last ops, whose statistics have the same `(2, c)` layout).
-pub(super) struct BnRunningUpdate {
-    pub(super) row: usize,
-    pub(super) keep: f32,
-    pub(super) take: f32,
+/// `running = keep * running + take * stats[row]`, in place (the channels-last ops'
+/// statistics have the same `(2, c)` layout).
+struct BnRunningUpdate {
+    row: usize,
+    keep: f32,
+    take: f32,
 }
 
 /// The normalisation itself, a custom op on `(x, gamma, beta)` using `stats`.
@@ -310,16 +332,16 @@ struct BnBwdDx {
     eps: f32,
 }
 
-/// The f32 elements of a CPU tensor held by an op (statistics, gamma).
-fn held_cpu(t: &Tensor) -> Result<Vec<f32>> {
+/// The elements of a CPU tensor held by an op (statistics, gamma, a bf16 output) as f32.
+pub(super) fn held_cpu(t: &Tensor) -> Result<Vec<f32>> {
     let (s, l) = t.storage_and_layout();
     match &*s {
-        Storage::Cpu(c) => Ok(cpu::slice::<f32>(c, l)?.to_vec()),
+        Storage::Cpu(c) => cpu::to_f32(c, l),
         _ => bail!("batch norm: held tensor is not on the CPU"),
     }
 }
 
-fn inv_std(var: f32, eps: f32) -> f32 {
+pub(super) fn inv_std(var: f32, eps: f32) -> f32 {
     1.0 / (var + eps).sqrt()
 }
 
@@ -569,7 +591,7 @@ impl CustomOp3 for BnBwdDx {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
-    use candle_core::{bail, CudaStorage, Layout, Result, Storage, Tensor};
+    use candle_core::{bail, CudaStorage, Layout, Result, Tensor};
 
     use super::super::kernels;
     use super::{nchw, BnRunningUpdate};
@@ -578,17 +600,13 @@ mod cuda {
         kernels::view(s, l, "batch norm: input")
     }
 
-    /// Runs `f` with a view of a CUDA tensor held by an op (statistics, gamma).
+    /// Runs `f` with a view of an f32 CUDA tensor held by an op (statistics, gamma).
     fn with_held<R>(t: &Tensor, f: impl FnOnce(CudaView<'_, f32>) -> Result<R>) -> Result<R> {
-        let (s, l) = t.storage_and_layout();
-        match &*s {
-            Storage::Cuda(c) => f(view(c, l)?),
-            _ => bail!("batch norm: held tensor is not on a CUDA device"),
-        }
+        kernels::with_held(t, "batch norm: held tensor", f)
     }
 
     fn i32_of(v: usize) -> Result<i32> {
-        i32::try_from(v).map_err(|_| candle_core::Error::Msg(format!("batch norm: {v} too large")))
+        kernels::i32_arg(v, "batch norm")
     }
 
     /// Whether the kernels may load float4s: whole float4s per plane, and every operand

@@ -7,9 +7,9 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape};
-use candle_core::{Storage, Tensor, Var};
+use candle_core::{Tensor, Var};
 
-use super::batch_norm::BnRunningUpdate;
+use super::batch_norm::{check_channels, held_cpu, inv_std, update_running};
 use super::cpu;
 
 /// Training-mode batch norm of channels-last `x`, then `max(·, 0)` when `relu`, updating
@@ -103,41 +103,10 @@ pub fn batch_norm_train_channels_last_fused(
     relu: bool,
 ) -> Result<Tensor> {
     let (n, h, w, c) = x.dims4()?;
-    for (t, what) in [
-        (gamma, "gamma"),
-        (beta, "beta"),
-        (running_mean.as_tensor(), "running mean"),
-        (running_var.as_tensor(), "running var"),
-    ] {
-        if t.dims() != [c] {
-            bail!(
-                "batch norm: {what} has shape {:?}, expected [{c}] (channels-last input {:?})",
-                t.dims(),
-                x.dims()
-            )
-        }
-    }
+    check_channels(c, x, gamma, beta, running_mean, running_var)?;
     let x = x.contiguous()?;
     let stats = x.apply_op1_no_bwd(&ClStats)?;
-    let m = (n * h * w) as f64;
-    let unbiased = if m > 1.0 { m / (m - 1.0) } else { 1.0 };
-    let keep = (1.0 - momentum) as f32;
-    running_mean.as_tensor().inplace_op2(
-        &stats,
-        &BnRunningUpdate {
-            row: 0,
-            keep,
-            take: momentum as f32,
-        },
-    )?;
-    running_var.as_tensor().inplace_op2(
-        &stats,
-        &BnRunningUpdate {
-            row: 1,
-            keep,
-            take: (momentum * unbiased) as f32,
-        },
-    )?;
+    update_running(running_mean, running_var, &stats, n * h * w, momentum)?;
     x.apply_op3(
         &gamma.contiguous()?,
         &beta.contiguous()?,
@@ -181,18 +150,6 @@ struct ClBwdDx {
     y: Tensor,
     eps: f32,
     relu: bool,
-}
-
-fn held_cpu(t: &Tensor) -> Result<Vec<f32>> {
-    let (s, l) = t.storage_and_layout();
-    match &*s {
-        Storage::Cpu(c) => cpu::to_f32(c, l),
-        _ => bail!("batch norm: held tensor is not on the CPU"),
-    }
-}
-
-fn inv_std(var: f32, eps: f32) -> f32 {
-    1.0 / (var + eps).sqrt()
 }
 
 /// The gradient reaching the normalisation (dy, masked where the fused ReLU gave 0).
@@ -451,21 +408,13 @@ mod cuda {
         kernels::view(s, l, "batch norm: parameter")
     }
 
-    /// Runs `f` with a view of a CUDA tensor held by an op.
-    fn with_held<T, R>(
-        t: &Tensor,
-        view: impl for<'a> Fn(&'a CudaStorage, &Layout) -> Result<CudaView<'a, T>>,
-        f: impl FnOnce(CudaView<'_, T>) -> Result<R>,
-    ) -> Result<R> {
-        let (s, l) = t.storage_and_layout();
-        match &*s {
-            Storage::Cuda(c) => f(view(c, l)?),
-            _ => bail!("batch norm: held tensor is not on a CUDA device"),
-        }
+    /// Runs `f` with a view of an f32 CUDA tensor held by an op (statistics, gamma).
+    fn with_held<R>(t: &Tensor, f: impl FnOnce(CudaView<'_, f32>) -> Result<R>) -> Result<R> {
+        kernels::with_held(t, "batch norm: held tensor", f)
     }
 
     fn i32_of(v: usize) -> Result<i32> {
-        i32::try_from(v).map_err(|_| candle_core::Error::Msg(format!("batch norm: {v} too large")))
+        kernels::i32_arg(v, "batch norm")
     }
 
     /// Whether 8-value (16-byte) vectors fit: whole vectors a row, every operand starting
@@ -530,7 +479,7 @@ mod cuda {
         let items = if vec { total / 8 } else { total };
         // SAFETY: the kernel writes every element.
         let mut y = unsafe { dev.alloc::<bf16>(total.max(1))? };
-        with_held(&op.stats, view_f32, |st| {
+        with_held(&op.stats, |st| {
             let (ci, it, relu, vflag) = (i32_of(c)?, items as i64, op.relu as i32, vec as i32);
             let (stream, f) = kernels_cl::func(dev, "cl_apply")?;
             let mut b = stream.launch_builder(&f);
@@ -563,7 +512,7 @@ mod cuda {
         let mut part = unsafe { dev.alloc::<f32>(2 * c * split.splits)? };
         // SAFETY: the final kernel writes all 2c outputs.
         let mut out = unsafe { dev.alloc::<f32>(2 * c)? };
-        with_held(&op.stats, view_f32, |st| {
+        with_held(&op.stats, |st| {
             let (ci, mi) = (i32_of(c)?, i32_of(m)?);
             let (chunk, splits) = (i32_of(split.chunk)?, i32_of(split.splits)?);
             let (relu, vflag) = (op.relu as i32, vec as i32);
@@ -618,8 +567,8 @@ mod cuda {
         let y = view_bf16(ys, yl)?;
         let vec = vectorised(c, &[l1, l2, yl]);
         let items = if vec { total / 8 } else { total };
-        with_held(&op.stats, view_f32, |st| {
-            with_held(&op.gamma, view_f32, |g| {
+        with_held(&op.stats, |st| {
+            with_held(&op.gamma, |g| {
                 let (ci, it, mf) = (i32_of(c)?, items as i64, m as f32);
                 let (relu, vflag) = (op.relu as i32, vec as i32);
                 let (stream, f) = kernels_cl::func(dev, "cl_bwd_dx")?;

@@ -435,6 +435,25 @@ pub(crate) fn view<'a, T: candle_core::cuda_backend::CudaDType>(
     Ok(s.as_cuda_slice::<T>()?.slice(a..b))
 }
 
+/// Runs `f` with a contiguous view of a CUDA tensor an op holds (statistics, gamma, an
+/// output kept for the backward).
+pub(crate) fn with_held<T: candle_core::cuda_backend::CudaDType, R>(
+    t: &candle_core::Tensor,
+    what: &str,
+    f: impl FnOnce(candle_core::cuda_backend::cudarc::driver::CudaView<'_, T>) -> Result<R>,
+) -> Result<R> {
+    let (s, l) = t.storage_and_layout();
+    match &*s {
+        candle_core::Storage::Cuda(c) => f(view(c, l, what)?),
+        _ => candle_core::bail!("{what} is not on a CUDA device"),
+    }
+}
+
+/// A size as a kernel's 32-bit argument.
+pub(crate) fn i32_arg(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| candle_core::Error::Msg(format!("{what}: {v} too large")))
+}
+
 /// How a per-channel reduction over `items` items (float4s or floats) a channel is cut:
 /// `splits` blocks a channel, each taking `chunk` consecutive items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -447,10 +466,16 @@ impl Split {
     /// Enough blocks over all `c` channels to fill the GPU, none smaller than
     /// `MIN_ITEMS_PER_BLOCK` items unless a channel is; no empty blocks.
     pub(crate) fn new(c: usize, items: usize) -> Self {
+        Self::cut(c, items, MIN_ITEMS_PER_BLOCK)
+    }
+
+    /// `items` cut for `across` independent reductions (channels, tiles of channels) so all
+    /// of them together fill the GPU, no block under `min_items` unless the whole is.
+    pub(crate) fn cut(across: usize, items: usize, min_items: usize) -> Self {
         let items = items.max(1);
         let splits = TARGET_BLOCKS
-            .div_ceil(c.max(1))
-            .min(items.div_ceil(MIN_ITEMS_PER_BLOCK))
+            .div_ceil(across.max(1))
+            .min(items.div_ceil(min_items.max(1)))
             .max(1);
         let chunk = items.div_ceil(splits);
         Self {

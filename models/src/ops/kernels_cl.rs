@@ -17,9 +17,6 @@ const MODULE: &str = "octet_channels_last";
 /// Threads of every block of these kernels.
 pub(crate) const THREADS: u32 = 256;
 
-/// Blocks a reduction aims for (as in the NCHW kernels: ~8 resident blocks per H100 SM).
-const TARGET_BLOCKS: usize = 1024;
-
 /// The fewest rows a partial block walks, so small tensors are not cut into idle blocks.
 const MIN_ROWS_PER_BLOCK: usize = 64;
 
@@ -419,19 +416,14 @@ impl RowSplit {
     /// `groups` channel groups (channels / vector width) over `rows` rows.
     pub(crate) fn new(groups: usize, rows: usize) -> Self {
         let groups = groups.max(1);
-        let rows = rows.max(1);
         let per_row = groups.min(THREADS as usize);
         let tiles = groups.div_ceil(per_row);
         let rows_at_once = (THREADS as usize / per_row).max(1);
-        let splits = TARGET_BLOCKS
-            .div_ceil(tiles)
-            .min(rows.div_ceil(MIN_ROWS_PER_BLOCK.max(rows_at_once)))
-            .max(1);
-        let chunk = rows.div_ceil(splits);
+        let cut = super::kernels::Split::cut(tiles, rows, MIN_ROWS_PER_BLOCK.max(rows_at_once));
         Self {
             tiles,
-            splits: rows.div_ceil(chunk),
-            chunk,
+            splits: cut.splits,
+            chunk: cut.chunk,
         }
     }
 
@@ -487,6 +479,6 @@ mod tests {
             assert!(s.tiles * groups.min(THREADS as usize) >= groups);
         }
         // 64 channels in groups of 8 over b512's 32×32 rows: the GPU is filled.
-        assert_eq!(RowSplit::new(8, 512 * 1024).splits, TARGET_BLOCKS);
+        assert_eq!(RowSplit::new(8, 512 * 1024).splits, 1024);
     }
 }
