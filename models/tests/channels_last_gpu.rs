@@ -298,4 +298,23 @@ proptest! {
         let candle = (&a + &b).unwrap().relu().unwrap();
         prop_assert_eq!(on_gpu.0, bits_bf16(&candle));
     }
+
+    /// The gradient sum registered with candle's autograd (`ops::grad_sum`) is candle's bf16
+    /// add bit for bit on CUDA, also for sums far apart in magnitude (NaNs compared as NaN).
+    #[test]
+    fn cuda_bf16_grad_sum_is_candles_add(
+        vals in proptest::collection::vec((prop_oneof![Just(0f32), Just(-0f32), Just(f32::NAN), -4f32..4.0, -1e30f32..1e30], prop_oneof![-4f32..4.0, -1e-30f32..1e-30]), 1..300),
+    ) {
+        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(dev) = cuda() else { return Ok(()) };
+        let n = vals.len();
+        let (u, v): (Vec<f32>, Vec<f32>) = vals.into_iter().unzip();
+        let bf = |v: Vec<f32>| Tensor::from_vec(v, n, &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let (a, b) = (bf(u), bf(v));
+        let ours = ops::grad_sum(&a, &b).unwrap().expect("bf16 on CUDA takes the kernel");
+        let canonical = |t: &Tensor| -> Vec<u16> {
+            bits_bf16(t).into_iter().map(|w| if w & 0x7fff > 0x7f80 { 0x7fc0 } else { w }).collect()
+        };
+        prop_assert_eq!(canonical(&ours), canonical(&(&a + &b).unwrap()));
+    }
 }

@@ -371,15 +371,12 @@ impl CustomOp2 for Conv2dBackwardFilter {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::cudnn::safe::{
-        ConvBackwardData, ConvBackwardFilter, ConvForward, CudnnDataType,
-    };
-    use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr};
+    use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr};
     use candle_core::cuda_backend::CudaDType;
     use candle_core::{bail, CudaStorage, DType, Layout, Result, WithDType};
     use half::bf16;
 
-    use super::super::cudnn::{plan, with_workspace, ConvGeom};
+    use super::super::cudnn::{run, Conv, ConvGeom, Direction};
 
     pub(super) fn tf32() -> bool {
         super::TF32.load(std::sync::atomic::Ordering::Relaxed)
@@ -411,16 +408,20 @@ mod cuda {
         }
     }
 
-    trait Elem: CudnnDataType + CudaDType + DeviceRepr + WithDType {}
+    trait Elem: CudaDType + DeviceRepr + WithDType {}
     impl Elem for f32 {}
     impl Elem for bf16 {}
 
-    fn view<'a, T: Elem>(s: &'a CudaStorage, l: &Layout, len: usize) -> Result<CudaView<'a, T>> {
+    /// The device address of a contiguous operand holding at least `len` elements.
+    fn address<T: Elem>(s: &CudaStorage, l: &Layout, len: usize) -> Result<u64> {
         if !l.is_contiguous() {
             bail!("conv2d: cuDNN path needs contiguous tensors")
         }
         let o = l.start_offset();
-        Ok(s.as_cuda_slice::<T>()?.slice(o..o + len))
+        let view = s.as_cuda_slice::<T>()?.slice(o..o + len);
+        let stream = s.device.cuda_stream();
+        let (ptr, _sync) = view.device_ptr(&stream);
+        Ok(ptr)
     }
 
     /// Runs `f::<T>` for the storages' common element type.
@@ -434,6 +435,54 @@ mod cuda {
         };
     }
 
+    /// The two read operands of one direction, in (x, w, y) order with the written one left
+    /// out, and a fresh buffer for the written one.
+    struct Operands<'a> {
+        a: (&'a CudaStorage, &'a Layout),
+        b: (&'a CudaStorage, &'a Layout),
+    }
+
+    fn convolve<T: Elem>(
+        ops: Operands,
+        g: ConvGeom,
+        cl: bool,
+        dir: Direction,
+    ) -> Result<CudaStorage> {
+        let dev = &ops.a.0.device;
+        let (x_len, w_len, y_len) = (g.x_elems(), g.w_elems(), g.y_elems());
+        let (a_len, b_len, out_len) = match dir {
+            Direction::Forward => (x_len, w_len, y_len),
+            Direction::BackwardData => (w_len, y_len, x_len),
+            Direction::BackwardFilter => (x_len, y_len, w_len),
+        };
+        let a = address::<T>(ops.a.0, ops.a.1, a_len)?;
+        let b = address::<T>(ops.b.0, ops.b.1, b_len)?;
+        // SAFETY: cuDNN writes every element of the output (beta = 0 never reads it).
+        let out = unsafe { dev.alloc::<T>(out_len)? };
+        let stream = dev.cuda_stream();
+        let o = out.device_ptr(&stream).0;
+        let (x, w, y) = match dir {
+            Direction::Forward => (a, b, o),
+            Direction::BackwardData => (o, a, b),
+            Direction::BackwardFilter => (a, o, b),
+        };
+        let conv = Conv {
+            dtype: T::DTYPE,
+            geom: g,
+            tf32: tf32(),
+            channels_last: cl,
+            direction: dir,
+            x,
+            w,
+            y,
+        };
+        // SAFETY: the operands were checked against `g` by the ops (shapes) and above
+        // (contiguous, long enough); `out` is new, and every buffer lives in candle storage
+        // freed in stream order, after the convolution.
+        unsafe { run(dev, &conv)? };
+        Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+    }
+
     pub(super) fn forward(
         x: &CudaStorage,
         xl: &Layout,
@@ -442,63 +491,11 @@ mod cuda {
         g: ConvGeom,
         cl: bool,
     ) -> Result<CudaStorage> {
-        dispatch!(x, w, forward_t(x, xl, w, wl, g, cl))
-    }
-
-    fn forward_t<T: Elem>(
-        x: &CudaStorage,
-        xl: &Layout,
-        w: &CudaStorage,
-        wl: &Layout,
-        g: ConvGeom,
-        cl: bool,
-    ) -> Result<CudaStorage> {
-        let dev = &x.device;
-        let (xv, wv) = (
-            view::<T>(x, xl, g.x_elems())?,
-            view::<T>(w, wl, g.w_elems())?,
-        );
-        let p = plan::<T>(dev, T::DTYPE, g, tf32(), cl)?;
-        let op = ConvForward {
-            conv: &p.conv,
-            x: &p.x,
-            w: &p.w,
-            y: &p.y,
+        let ops = Operands {
+            a: (x, xl),
+            b: (w, wl),
         };
-        let (algo, bytes) = cached(&p.fwd, || {
-            let algo = op.pick_algorithm()?;
-            Ok((algo, op.get_workspace_size(algo)?))
-        })?;
-        // SAFETY: cuDNN writes every element of y (beta = 0 never reads it).
-        let mut y = unsafe { dev.alloc::<T>(g.y_elems())? };
-        with_workspace(dev, bytes, |ws| {
-            // SAFETY: the views and y match the descriptors of the plan for `g`.
-            unsafe {
-                op.launch(
-                    algo,
-                    ws,
-                    (T::from_f64(1.0), T::from_f64(0.0)),
-                    &xv,
-                    &wv,
-                    &mut y,
-                )?
-            };
-            Ok(())
-        })?;
-        Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
-    }
-
-    /// The algorithm and workspace size chosen for a plan, picked on first use.
-    fn cached<A: Copy>(
-        cell: &std::cell::Cell<Option<(A, usize)>>,
-        pick: impl FnOnce() -> Result<(A, usize)>,
-    ) -> Result<(A, usize)> {
-        if let Some(a) = cell.get() {
-            return Ok(a);
-        }
-        let a = pick()?;
-        cell.set(Some(a));
-        Ok(a)
+        dispatch!(x, w, convolve(ops, g, cl, Direction::Forward))
     }
 
     pub(super) fn backward_data(
@@ -509,50 +506,11 @@ mod cuda {
         g: ConvGeom,
         cl: bool,
     ) -> Result<CudaStorage> {
-        dispatch!(dy, w, backward_data_t(dy, dyl, w, wl, g, cl))
-    }
-
-    fn backward_data_t<T: Elem>(
-        dy: &CudaStorage,
-        dyl: &Layout,
-        w: &CudaStorage,
-        wl: &Layout,
-        g: ConvGeom,
-        cl: bool,
-    ) -> Result<CudaStorage> {
-        let dev = &dy.device;
-        let (dyv, wv) = (
-            view::<T>(dy, dyl, g.y_elems())?,
-            view::<T>(w, wl, g.w_elems())?,
-        );
-        let p = plan::<T>(dev, T::DTYPE, g, tf32(), cl)?;
-        let op = ConvBackwardData {
-            conv: &p.conv,
-            dx: &p.x,
-            w: &p.w,
-            dy: &p.y,
+        let ops = Operands {
+            a: (w, wl),
+            b: (dy, dyl),
         };
-        let (algo, bytes) = cached(&p.bwd_data, || {
-            let algo = op.pick_algorithm()?;
-            Ok((algo, op.get_workspace_size(algo)?))
-        })?;
-        // SAFETY: cuDNN writes every element of dx (beta = 0 never reads it).
-        let mut dx = unsafe { dev.alloc::<T>(g.x_elems())? };
-        with_workspace(dev, bytes, |ws| {
-            // SAFETY: the views and dx match the descriptors of the plan for `g`.
-            unsafe {
-                op.launch(
-                    algo,
-                    ws,
-                    (T::from_f64(1.0), T::from_f64(0.0)),
-                    &mut dx,
-                    &wv,
-                    &dyv,
-                )?
-            };
-            Ok(())
-        })?;
-        Ok(CudaStorage::wrap_cuda_slice(dx, dev.clone()))
+        dispatch!(dy, w, convolve(ops, g, cl, Direction::BackwardData))
     }
 
     pub(super) fn backward_filter(
@@ -563,49 +521,10 @@ mod cuda {
         g: ConvGeom,
         cl: bool,
     ) -> Result<CudaStorage> {
-        dispatch!(x, dy, backward_filter_t(x, xl, dy, dyl, g, cl))
-    }
-
-    fn backward_filter_t<T: Elem>(
-        x: &CudaStorage,
-        xl: &Layout,
-        dy: &CudaStorage,
-        dyl: &Layout,
-        g: ConvGeom,
-        cl: bool,
-    ) -> Result<CudaStorage> {
-        let dev = &x.device;
-        let (xv, dyv) = (
-            view::<T>(x, xl, g.x_elems())?,
-            view::<T>(dy, dyl, g.y_elems())?,
-        );
-        let p = plan::<T>(dev, T::DTYPE, g, tf32(), cl)?;
-        let op = ConvBackwardFilter {
-            conv: &p.conv,
-            x: &p.x,
-            dw: &p.w,
-            dy: &p.y,
+        let ops = Operands {
+            a: (x, xl),
+            b: (dy, dyl),
         };
-        let (algo, bytes) = cached(&p.bwd_filter, || {
-            let algo = op.pick_algorithm()?;
-            Ok((algo, op.get_workspace_size(algo)?))
-        })?;
-        // SAFETY: cuDNN writes every element of dw (beta = 0 never reads it).
-        let mut dw = unsafe { dev.alloc::<T>(g.w_elems())? };
-        with_workspace(dev, bytes, |ws| {
-            // SAFETY: the views and dw match the descriptors of the plan for `g`.
-            unsafe {
-                op.launch(
-                    algo,
-                    ws,
-                    (T::from_f64(1.0), T::from_f64(0.0)),
-                    &xv,
-                    &mut dw,
-                    &dyv,
-                )?
-            };
-            Ok(())
-        })?;
-        Ok(CudaStorage::wrap_cuda_slice(dw, dev.clone()))
+        dispatch!(x, dy, convolve(ops, g, cl, Direction::BackwardFilter))
     }
 }

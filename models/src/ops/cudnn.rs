@@ -1,20 +1,27 @@
-//! cuDNN state shared by the convolution ops: one handle per (thread, device) bound to the
-//! candle device's stream, one growing workspace per (thread, device), and cached
-//! descriptors plus the chosen algorithms per convolution shape.
+//! cuDNN state shared by the convolution ops, on cuDNN's backend (graph) API: one handle per
+//! (thread, device) bound to the candle device's stream, one growing workspace per (thread,
+//! device), and one execution plan per convolution shape, direction and operand alignment,
+//! built once. A call then only binds its three pointers (a variant pack) and executes.
+//!
+//! Why not the legacy `cudnnConvolutionForward` family: in cuDNN 9 those entry points
+//! rebuild much of a plan on every call. Sampled on an H100 (pprof), they were 79% of the
+//! host's time in a ResNet-18 bf16 b512 step and 56% in a LeNet f32 b512 step, so the host,
+//! not the GPU, set the pace (NOTES §6).
 
-use std::any::Any;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use candle_core::cuda_backend::cudarc::cudnn::safe::{
-    ConvDescriptor, Cudnn, CudnnDataType, FilterDescriptor, TensorDescriptor,
-};
-use candle_core::cuda_backend::cudarc::cudnn::sys;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaViewMut};
+use candle_core::cuda_backend::cudarc::cudnn::{result, sys};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaStream};
 use candle_core::cuda_backend::{CudaDevice, DeviceId};
 use candle_core::{DType, Result};
+
+use sys::cudnnBackendAttributeName_t as Attr;
+use sys::cudnnBackendAttributeType_t as Ty;
+use sys::cudnnBackendDescriptorType_t as Kind;
 
 /// Geometry of one convolution in NCHW terms (the memory layout is the plan's) with a square kernel, stride and padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,16 +55,31 @@ impl ConvGeom {
     }
 }
 
-/// Descriptors of one convolution and, once picked, its algorithm and workspace size for
-/// each direction. cuDNN's heuristics are queried once per shape, not per call.
-pub(crate) struct ConvPlan<T: CudnnDataType> {
-    pub conv: ConvDescriptor<f32>,
-    pub x: TensorDescriptor<T>,
-    pub w: FilterDescriptor<T>,
-    pub y: TensorDescriptor<T>,
-    pub fwd: Cell<Option<(sys::cudnnConvolutionFwdAlgo_t, usize)>>,
-    pub bwd_data: Cell<Option<(sys::cudnnConvolutionBwdDataAlgo_t, usize)>>,
-    pub bwd_filter: Cell<Option<(sys::cudnnConvolutionBwdFilterAlgo_t, usize)>>,
+/// Which of the three convolutions: each reads two of (x, w, y) and writes the third.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Direction {
+    /// y = conv(x, w).
+    Forward,
+    /// x = dx from y = dy and w.
+    BackwardData,
+    /// w = dw from x and y = dy.
+    BackwardFilter,
+}
+
+/// One convolution to run: its shape and element type, and where its operands live. In
+/// every direction `x` is the input (or its gradient), `w` the filter (or its gradient), `y`
+/// the output (or its gradient), as device addresses.
+pub(crate) struct Conv {
+    pub dtype: DType,
+    pub geom: ConvGeom,
+    /// f32 only: TF32 tensor cores allowed.
+    pub tf32: bool,
+    /// NHWC input and output, `(K, R, S, C)` filter; otherwise NCHW and `(K, C, R, S)`.
+    pub channels_last: bool,
+    pub direction: Direction,
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,100 +89,536 @@ struct PlanKey {
     geom: ConvGeom,
     tf32: bool,
     channels_last: bool,
+    direction: Direction,
+    /// Byte alignment promised for x, w and y (a plan may use vector loads that need it).
+    align: [u8; 3],
 }
 
 // cuDNN handles and descriptors are neither Send nor Sync, hence thread-local caches (as
 // candle does for its own cuDNN handle).
 thread_local! {
-    static HANDLES: RefCell<HashMap<DeviceId, Arc<Cudnn>>> = RefCell::new(HashMap::new());
+    static HANDLES: RefCell<HashMap<DeviceId, Rc<Handle>>> = RefCell::new(HashMap::new());
     static WORKSPACES: RefCell<HashMap<DeviceId, CudaSlice<u8>>> = RefCell::new(HashMap::new());
-    static PLANS: RefCell<HashMap<PlanKey, Rc<dyn Any>>> = RefCell::new(HashMap::new());
+    static PLANS: RefCell<HashMap<PlanKey, Rc<Plan>>> = RefCell::new(HashMap::new());
 }
 
-fn handle(dev: &CudaDevice) -> Result<Arc<Cudnn>> {
+/// A cuDNN handle whose work goes to one stream (kept alive with it).
+struct Handle {
+    raw: sys::cudnnHandle_t,
+    _stream: Arc<CudaStream>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: created by `create_handle` and used by nothing after this.
+        let _ = unsafe { result::destroy_handle(self.raw) };
+    }
+}
+
+fn handle(dev: &CudaDevice) -> Result<Rc<Handle>> {
     HANDLES.with(|h| {
         if let Some(c) = h.borrow().get(&dev.id()) {
             return Ok(c.clone());
         }
-        let c = Cudnn::new(dev.cuda_stream())?;
-        h.borrow_mut().insert(dev.id(), c.clone());
-        Ok(c)
+        let stream = dev.cuda_stream();
+        stream.context().bind_to_thread().map_err(wrap)?;
+        let raw = result::create_handle().map_err(|e| cudnn_error("cudnnCreate", e))?;
+        let handle = Rc::new(Handle {
+            raw,
+            _stream: stream.clone(),
+        });
+        // SAFETY: a live handle and stream; the stream outlives the handle (kept above).
+        unsafe { result::set_stream(raw, stream.cu_stream() as *mut _) }
+            .map_err(|e| cudnn_error("cudnnSetStream", e))?;
+        h.borrow_mut().insert(dev.id(), handle.clone());
+        Ok(handle)
     })
 }
 
-/// The cached plan for `geom` with element type `T`, built on first use. `channels_last`:
-/// input and output NHWC, filter `(K, R, S, C)` (cuDNN's NHWC formats).
-pub(crate) fn plan<T: CudnnDataType + 'static>(
-    dev: &CudaDevice,
-    dtype: DType,
-    geom: ConvGeom,
-    tf32: bool,
-    channels_last: bool,
-) -> Result<Rc<ConvPlan<T>>> {
-    let key = PlanKey {
-        device: dev.id(),
-        dtype,
-        geom,
-        tf32,
-        channels_last,
-    };
-    if let Some(p) = PLANS.with(|p| p.borrow().get(&key).cloned()) {
-        if let Ok(p) = p.downcast::<ConvPlan<T>>() {
-            return Ok(p);
-        }
-    }
-    let cudnn = handle(dev)?;
-    let g = geom;
-    let i = |v: usize| v as i32;
-    // Compute in f32 for f32 and bf16 data (cuDNN has no true-bf16 convolution config).
-    let mut conv = cudnn.create_conv2d::<f32>(
-        [i(g.padding), i(g.padding)],
-        [i(g.stride), i(g.stride)],
-        [1, 1],
-        sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
-    )?;
-    // f32 without TF32 keeps full f32 precision; f32 with TF32 gets tensor cores from the
-    // default math on Ampere and later. bf16 must ask for them: under the default math its
-    // NHWC convolutions ran on FMA kernels, ~30× slower (104 s for a b128 ResNet-18 epoch on
-    // an H100 against 3.4 s in f32).
-    let math = match dtype {
-        DType::F32 if !tf32 => sys::cudnnMathType_t::CUDNN_FMA_MATH,
-        DType::F32 => sys::cudnnMathType_t::CUDNN_DEFAULT_MATH,
-        _ => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
-    };
-    conv.set_math_type(math)?;
-    // Dimensions are given as (N, C, H, W) for either format; the format sets the strides.
-    let format = if channels_last {
-        sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC
-    } else {
-        sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW
-    };
-    let x = cudnn.create_4d_tensor::<T>(format, [i(g.n), i(g.c_in), i(g.h), i(g.w)])?;
-    let w = cudnn.create_4d_filter::<T>(format, [i(g.c_out), i(g.c_in), i(g.k_h), i(g.k_w)])?;
-    let y =
-        cudnn.create_4d_tensor::<T>(format, [i(g.n), i(g.c_out), i(g.out_h()), i(g.out_w())])?;
-    let p = Rc::new(ConvPlan {
-        conv,
-        x,
-        w,
-        y,
-        fwd: Cell::new(None),
-        bwd_data: Cell::new(None),
-        bwd_filter: Cell::new(None),
-    });
-    PLANS.with(|m| m.borrow_mut().insert(key, p.clone() as Rc<dyn Any>));
-    Ok(p)
+fn wrap(e: impl std::error::Error + Send + Sync + 'static) -> candle_core::Error {
+    candle_core::Error::wrap(e)
 }
 
-/// Runs `f` with the device's workspace grown to at least `bytes` (`None` when no workspace
-/// is needed). One buffer per device serves every op: they all run in order on one stream.
-pub(crate) fn with_workspace<R>(
+fn cudnn_error(what: &str, e: result::CudnnError) -> candle_core::Error {
+    candle_core::Error::Msg(format!("cuDNN {what} failed: {e}"))
+}
+
+fn check(status: sys::cudnnStatus_t, what: &str) -> Result<()> {
+    status.result().map_err(|e| cudnn_error(what, e))
+}
+
+/// A backend descriptor, destroyed on drop.
+struct Desc(sys::cudnnBackendDescriptor_t);
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: created by cudnnBackendCreateDescriptor, destroyed once.
+        let _ = unsafe { sys::cudnnBackendDestroyDescriptor(self.0) };
+    }
+}
+
+impl Desc {
+    fn new(kind: Kind) -> Result<Desc> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` receives a new descriptor.
+        check(
+            unsafe { sys::cudnnBackendCreateDescriptor(kind, &mut raw) },
+            "cudnnBackendCreateDescriptor",
+        )?;
+        Ok(Desc(raw))
+    }
+
+    /// Sets attribute `name` to `values`, whose element type cuDNN knows as `ty`.
+    fn set<T>(&self, name: Attr, ty: Ty, values: &[T]) -> Result<()> {
+        // SAFETY: `values` holds `len` elements of the type `ty` names (callers pair them).
+        check(
+            unsafe {
+                sys::cudnnBackendSetAttribute(
+                    self.0,
+                    name,
+                    ty,
+                    values.len() as i64,
+                    values.as_ptr() as *const c_void,
+                )
+            },
+            "cudnnBackendSetAttribute",
+        )
+    }
+
+    fn set_i64(&self, name: Attr, values: &[i64]) -> Result<()> {
+        self.set(name, Ty::CUDNN_TYPE_INT64, values)
+    }
+
+    fn set_desc(&self, name: Attr, d: &Desc) -> Result<()> {
+        self.set(name, Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR, &[d.0])
+    }
+
+    fn finalize(self) -> Result<Desc> {
+        // SAFETY: a live descriptor with its attributes set.
+        check(
+            unsafe { sys::cudnnBackendFinalize(self.0) },
+            "cudnnBackendFinalize",
+        )?;
+        Ok(self)
+    }
+
+    /// Up to `N` values of attribute `name` (read as u32: cuDNN's enums are 32-bit).
+    fn get_u32s<const N: usize>(&self, name: Attr, ty: Ty) -> Result<Vec<u32>> {
+        let mut out = [0u32; N];
+        let mut n = 0i64;
+        // SAFETY: `out` has room for N 32-bit elements.
+        check(
+            unsafe {
+                sys::cudnnBackendGetAttribute(
+                    self.0,
+                    name,
+                    ty,
+                    N as i64,
+                    &mut n,
+                    out.as_mut_ptr() as *mut c_void,
+                )
+            },
+            "cudnnBackendGetAttribute",
+        )?;
+        Ok(out[..(n.max(0) as usize).min(N)].to_vec())
+    }
+}
+
+/// A finalised execution plan, the descriptors it was built from, and its workspace size.
+struct Plan {
+    plan: Desc,
+    workspace: usize,
+    /// Tensors, convolution, operation, graph and engine config: alive as long as the plan.
+    _parts: Vec<Desc>,
+}
+
+const X: i64 = 1;
+const W: i64 = 2;
+const Y: i64 = 3;
+
+/// Runs `conv` on the device's stream; every element of the written operand is written.
+///
+/// # Safety
+/// `conv.x`, `conv.w` and `conv.y` must address device buffers on `dev` of the sizes
+/// `conv.geom` gives, in `conv.dtype` and the layout `conv.channels_last` names, alive until
+/// the stream has run the convolution; the written one must not overlap the others.
+pub(crate) unsafe fn run(dev: &CudaDevice, conv: &Conv) -> Result<()> {
+    let handle = handle(dev)?;
+    let align = [conv.x, conv.w, conv.y].map(|p| 1u8 << p.trailing_zeros().min(4));
+    let key = PlanKey {
+        device: dev.id(),
+        dtype: conv.dtype,
+        geom: conv.geom,
+        tf32: conv.tf32,
+        channels_last: conv.channels_last,
+        direction: conv.direction,
+        align,
+    };
+    let plan = match PLANS.with(|p| p.borrow().get(&key).cloned()) {
+        Some(p) => p,
+        None => {
+            let p = Rc::new(build(&handle, &key)?);
+            PLANS.with(|m| m.borrow_mut().insert(key, p.clone()));
+            p
+        }
+    };
+    with_workspace(dev, plan.workspace, |ws| {
+        let pack = Desc::new(Kind::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+        pack.set_i64(Attr::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &[X, W, Y])?;
+        let ptrs = [conv.x, conv.w, conv.y].map(|p| p as *mut c_void);
+        pack.set(
+            Attr::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+            Ty::CUDNN_TYPE_VOID_PTR,
+            &ptrs,
+        )?;
+        pack.set(
+            Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+            Ty::CUDNN_TYPE_VOID_PTR,
+            &[ws as *mut c_void],
+        )?;
+        let pack = pack.finalize()?;
+        // SAFETY: the plan matches the operands (the caller's contract) and the workspace
+        // holds `plan.workspace` bytes, reserved for this stream's work.
+        check(
+            unsafe { sys::cudnnBackendExecute(handle.raw, plan.plan.0, pack.0) },
+            "cudnnBackendExecute",
+        )
+    })
+}
+
+/// A backend tensor descriptor: dims in (N, C, H, W) order, strides of the layout.
+fn tensor(
+    uid: i64,
+    dtype: sys::cudnnDataType_t,
+    dims: [i64; 4],
+    nhwc: bool,
+    align: u8,
+) -> Result<Desc> {
+    let [_, c, h, w] = dims;
+    let strides = if nhwc {
+        [h * w * c, 1, w * c, c]
+    } else {
+        [c * h * w, h * w, w, 1]
+    };
+    let t = Desc::new(Kind::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+    t.set(
+        Attr::CUDNN_ATTR_TENSOR_DATA_TYPE,
+        Ty::CUDNN_TYPE_DATA_TYPE,
+        &[dtype],
+    )?;
+    t.set_i64(Attr::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
+    t.set_i64(Attr::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
+    t.set_i64(Attr::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
+    t.set_i64(Attr::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[align as i64])?;
+    t.finalize()
+}
+
+/// The operation graph of one convolution, cuDNN's heuristics over it, and the first engine
+/// configuration that finalises into a plan and keeps the numerics asked for.
+fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
+    let g = key.geom;
+    let i = |v: usize| v as i64;
+    let dtype = match key.dtype {
+        DType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        DType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        other => candle_core::bail!("conv2d: cuDNN path supports f32 and bf16, got {other:?}"),
+    };
+    let cl = key.channels_last;
+    let x = tensor(
+        X,
+        dtype,
+        [i(g.n), i(g.c_in), i(g.h), i(g.w)],
+        cl,
+        key.align[0],
+    )?;
+    let w = tensor(
+        W,
+        dtype,
+        [i(g.c_out), i(g.c_in), i(g.k_h), i(g.k_w)],
+        cl,
+        key.align[1],
+    )?;
+    let y = tensor(
+        Y,
+        dtype,
+        [i(g.n), i(g.c_out), i(g.out_h()), i(g.out_w())],
+        cl,
+        key.align[2],
+    )?;
+
+    let conv = Desc::new(Kind::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
+    // Accumulate in f32 for f32 and bf16 data alike.
+    conv.set(
+        Attr::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
+        Ty::CUDNN_TYPE_DATA_TYPE,
+        &[sys::cudnnDataType_t::CUDNN_DATA_FLOAT],
+    )?;
+    conv.set(
+        Attr::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+        Ty::CUDNN_TYPE_CONVOLUTION_MODE,
+        &[sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION],
+    )?;
+    conv.set_i64(Attr::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[2])?;
+    conv.set_i64(Attr::CUDNN_ATTR_CONVOLUTION_DILATIONS, &[1, 1])?;
+    conv.set_i64(
+        Attr::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
+        &[i(g.stride), i(g.stride)],
+    )?;
+    conv.set_i64(
+        Attr::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS,
+        &[i(g.padding), i(g.padding)],
+    )?;
+    conv.set_i64(
+        Attr::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS,
+        &[i(g.padding), i(g.padding)],
+    )?;
+    let conv = conv.finalize()?;
+
+    use Attr::*;
+    let (kind, [ax, aw, ay, ac, alpha, beta]) = match key.direction {
+        Direction::Forward => (
+            Kind::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+            [
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+            ],
+        ),
+        Direction::BackwardData => (
+            Kind::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+            [
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+            ],
+        ),
+        Direction::BackwardFilter => (
+            Kind::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+            [
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+            ],
+        ),
+    };
+    let op = Desc::new(kind)?;
+    op.set_desc(ax, &x)?;
+    op.set_desc(aw, &w)?;
+    op.set_desc(ay, &y)?;
+    op.set_desc(ac, &conv)?;
+    // beta = 0: the output is written, never read.
+    op.set(alpha, Ty::CUDNN_TYPE_FLOAT, &[1.0f32])?;
+    op.set(beta, Ty::CUDNN_TYPE_FLOAT, &[0.0f32])?;
+    let op = op.finalize()?;
+
+    let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+    graph.set(
+        CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+        Ty::CUDNN_TYPE_HANDLE,
+        &[handle.raw],
+    )?;
+    graph.set_desc(CUDNN_ATTR_OPERATIONGRAPH_OPS, &op)?;
+    let graph = graph.finalize()?;
+
+    let mut parts = vec![x, w, y, conv, op];
+    let mut why = Vec::new();
+    // The instant heuristic's ranking, then the fallback list; engines compiled at run time
+    // after all others (their first call compiles for a second or more).
+    let mut ready = Vec::new();
+    let mut compiled = Vec::new();
+    for mode in [
+        sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A,
+        sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK,
+    ] {
+        for cfg in engine_configs(&graph, mode)? {
+            let notes = Notes::of(&cfg)?;
+            if let Some(reason) = notes.refused(key) {
+                why.push(reason.to_string());
+            } else if notes.runtime_compiled() {
+                compiled.push(cfg);
+            } else {
+                ready.push(cfg);
+            }
+        }
+    }
+    for cfg in ready.into_iter().chain(compiled) {
+        let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+        plan.set(
+            CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+            Ty::CUDNN_TYPE_HANDLE,
+            &[handle.raw],
+        )?;
+        plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &cfg)?;
+        let plan = match plan.finalize() {
+            Ok(p) => p,
+            Err(e) => {
+                why.push(e.to_string());
+                continue;
+            }
+        };
+        let mut bytes = 0i64;
+        let mut n = 0i64;
+        // SAFETY: one INT64 value into `bytes`.
+        check(
+            unsafe {
+                sys::cudnnBackendGetAttribute(
+                    plan.0,
+                    CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                    Ty::CUDNN_TYPE_INT64,
+                    1,
+                    &mut n,
+                    &mut bytes as *mut i64 as *mut c_void,
+                )
+            },
+            "cudnnBackendGetAttribute(workspace size)",
+        )?;
+        parts.push(graph);
+        parts.push(cfg);
+        return Ok(Plan {
+            plan,
+            workspace: bytes.max(0) as usize,
+            _parts: parts,
+        });
+    }
+    why.dedup();
+    candle_core::bail!(
+        "cuDNN has no usable engine for the {:?} convolution {:?} ({:?}, channels_last {}, tf32 {}): {}",
+        key.direction,
+        g,
+        key.dtype,
+        key.channels_last,
+        key.tf32,
+        why.join("; ")
+    )
+}
+
+/// The engine configurations cuDNN's heuristic `mode` proposes for `graph`, best first.
+fn engine_configs(graph: &Desc, mode: sys::cudnnBackendHeurMode_t) -> Result<Vec<Desc>> {
+    let heur = Desc::new(Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
+    heur.set_desc(Attr::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)?;
+    heur.set(
+        Attr::CUDNN_ATTR_ENGINEHEUR_MODE,
+        Ty::CUDNN_TYPE_HEUR_MODE,
+        &[mode],
+    )?;
+    let heur = heur.finalize()?;
+    let mut count = 0i64;
+    // SAFETY: a count query (no elements requested).
+    check(
+        unsafe {
+            sys::cudnnBackendGetAttribute(
+                heur.0,
+                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                0,
+                &mut count,
+                std::ptr::null_mut(),
+            )
+        },
+        "cudnnBackendGetAttribute(heuristic results)",
+    )?;
+    let cfgs = (0..count.max(0))
+        .map(|_| Desc::new(Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
+        .collect::<Result<Vec<_>>>()?;
+    let mut raw: Vec<sys::cudnnBackendDescriptor_t> = cfgs.iter().map(|d| d.0).collect();
+    let mut got = 0i64;
+    // SAFETY: `raw` holds `count` created engine-config descriptors for cuDNN to fill.
+    check(
+        unsafe {
+            sys::cudnnBackendGetAttribute(
+                heur.0,
+                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                count,
+                &mut got,
+                raw.as_mut_ptr() as *mut c_void,
+            )
+        },
+        "cudnnBackendGetAttribute(heuristic results)",
+    )?;
+    Ok(cfgs.into_iter().take(got.max(0) as usize).collect())
+}
+
+/// The numerical and behaviour notes of an engine configuration's engine.
+struct Notes {
+    numerical: Vec<u32>,
+    behavior: Vec<u32>,
+}
+
+impl Notes {
+    fn of(cfg: &Desc) -> Result<Notes> {
+        let engine = Desc::new(Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+        let mut raw = [engine.0];
+        let mut n = 0i64;
+        // SAFETY: one created engine descriptor for cuDNN to fill.
+        check(
+            unsafe {
+                sys::cudnnBackendGetAttribute(
+                    cfg.0,
+                    Attr::CUDNN_ATTR_ENGINECFG_ENGINE,
+                    Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                    1,
+                    &mut n,
+                    raw.as_mut_ptr() as *mut c_void,
+                )
+            },
+            "cudnnBackendGetAttribute(engine)",
+        )?;
+        Ok(Notes {
+            numerical: engine.get_u32s::<16>(
+                Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                Ty::CUDNN_TYPE_NUMERICAL_NOTE,
+            )?,
+            behavior: engine.get_u32s::<16>(
+                Attr::CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+                Ty::CUDNN_TYPE_BEHAVIOR_NOTE,
+            )?,
+        })
+    }
+
+    /// Why the engine may not run this convolution, if it may not: no engine may
+    /// accumulate below f32, and f32 without TF32 refuses tensor-core (TF32) engines, as the
+    /// legacy API's FMA math did.
+    fn refused(&self, key: &PlanKey) -> Option<&'static str> {
+        use sys::cudnnBackendNumericalNote_t as Note;
+        let has = |note: Note| self.numerical.contains(&(note as u32));
+        if has(Note::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) {
+            return Some("reduced-precision reduction");
+        }
+        let tensor_cores = has(Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
+            || has(Note::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+        if key.dtype == DType::F32 && !key.tf32 && tensor_cores {
+            return Some("TF32 tensor cores with --no-tf32");
+        }
+        None
+    }
+
+    fn runtime_compiled(&self) -> bool {
+        let note = sys::cudnnBackendBehaviorNote_t::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+        self.behavior.contains(&(note as u32))
+    }
+}
+
+/// Runs `f` with the device address of the device's workspace grown to at least `bytes` (0
+/// when no workspace is needed). One buffer per device serves every op: they all run in
+/// order on one stream.
+fn with_workspace<R>(
     dev: &CudaDevice,
     bytes: usize,
-    f: impl FnOnce(Option<&mut CudaViewMut<'_, u8>>) -> Result<R>,
+    f: impl FnOnce(u64) -> Result<R>,
 ) -> Result<R> {
+    use candle_core::cuda_backend::cudarc::driver::DevicePtr;
     if bytes == 0 {
-        return f(None);
+        return f(0);
     }
     WORKSPACES.with(|w| {
         let mut w = w.borrow_mut();
@@ -172,8 +630,9 @@ pub(crate) fn with_workspace<R>(
             let buf = unsafe { dev.alloc::<u8>(bytes)? };
             w.insert(dev.id(), buf);
         }
-        let buf = w.get_mut(&dev.id()).expect("workspace was just inserted");
-        let mut view = buf.slice_mut(0..bytes);
-        f(Some(&mut view))
+        let buf = w.get(&dev.id()).expect("workspace was just inserted");
+        let stream = dev.cuda_stream();
+        let (ptr, _sync) = buf.device_ptr(&stream);
+        f(ptr)
     })
 }

@@ -98,61 +98,76 @@ __device__ __forceinline__ Moments merge(Moments a, Moments b) {
     return r;
 }
 
-// One row of V channels into running moments (Welford).
-template <int V>
-__device__ __forceinline__ void welford(const float* v, float* mean, float* m2, float& n) {
-    n += 1.0f;
-    float inv = 1.0f / n;  // one division per row, shared by the V channels
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-        float d = v[i] - mean[i];
-        mean[i] += d * inv;
-        m2[i] += d * (v[i] - mean[i]);
-    }
-}
-
 // Per-(block, channel) moments; part holds 3 floats per (channel, split), channel-major, as
-// bn_stats_final reads them (the count as an int's bits).
+// bn_stats_final reads them (the count as an int's bits). Each thread sums (v - shift) and
+// its square over its rows, shift being its first row's value (no division per row, and no
+// cancellation for data far from zero); the block's threads are then merged with Chan's
+// formula over a fixed tree (deterministic). A Welford update per row and a serial merge
+// left this kernel at a fifth of the memory bandwidth.
 template <int V>
 __device__ void stats_partial(const bf16* __restrict__ x, float* __restrict__ part, int c,
                               int m, int chunk, int splits) {
-    __shared__ Moments sh[256];
+    __shared__ Moments sh[256 * 8];
     Tile t(c / V, m, chunk, splits);
-    float mean[V], m2[V], n = 0.0f;
+    float shift[V], s1[V], s2[V], n = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; i++) mean[i] = m2[i] = 0.0f;
-    if (t.active) {
+    for (int i = 0; i < V; i++) shift[i] = s1[i] = s2[i] = 0.0f;
+    long long r = t.start + t.r0;
+    if (t.active && r < t.end) {
         const bf16* base = x + (long long)t.g * V;
-        long long r = t.start + t.r0;
-        // Four rows' loads in flight before their updates: with one load per iteration
-        // the loop waited on memory (0.9 TB/s on an H100).
+        load<V>(base + r * c, shift);
+        // Four rows' loads in flight before their sums.
         for (; r + 3LL * t.rows < t.end; r += 4LL * t.rows) {
             float v[4][V];
 #pragma unroll
             for (int u = 0; u < 4; u++) load<V>(base + (r + u * t.rows) * c, v[u]);
 #pragma unroll
-            for (int u = 0; u < 4; u++) welford<V>(v[u], mean, m2, n);
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int i = 0; i < V; i++) {
+                    float d = v[u][i] - shift[i];
+                    s1[i] += d;
+                    s2[i] += d * d;
+                }
+            n += 4.0f;
         }
         for (; r < t.end; r += t.rows) {
             float v[V];
             load<V>(base + r * c, v);
-            welford<V>(v, mean, m2, n);
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                float d = v[i] - shift[i];
+                s1[i] += d;
+                s2[i] += d * d;
+            }
+            n += 1.0f;
         }
     }
+    Moments* own = sh + threadIdx.x * V;
 #pragma unroll
     for (int i = 0; i < V; i++) {
-        Moments own = {n, mean[i], m2[i]};
-        sh[threadIdx.x] = own;
-        __syncthreads();
-        if (t.active && t.r0 == 0) {
-            Moments acc = own;
-            for (int k = 1; k < t.rows; k++) acc = merge(acc, sh[threadIdx.x + k * t.tpr]);
-            long long at = 3 * ((long long)(t.g * V + i) * splits + t.split);
-            part[at] = __int_as_float((int)acc.n);
-            part[at + 1] = acc.mean;
-            part[at + 2] = acc.m2;
+        float d = n > 0.0f ? s1[i] / n : 0.0f;
+        own[i].n = n;
+        own[i].mean = shift[i] + d;
+        own[i].m2 = fmaxf(s2[i] - s1[i] * d, 0.0f);
+    }
+    __syncthreads();
+    for (int s = 1; s < t.rows; s *= 2) {
+        if (t.active && t.r0 % (2 * s) == 0 && t.r0 + s < t.rows) {
+            const Moments* other = own + s * t.tpr * V;
+#pragma unroll
+            for (int i = 0; i < V; i++) own[i] = merge(own[i], other[i]);
         }
         __syncthreads();
+    }
+    if (t.active && t.r0 == 0) {
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            long long at = 3 * ((long long)(t.g * V + i) * splits + t.split);
+            part[at] = __int_as_float((int)own[i].n);
+            part[at + 1] = own[i].mean;
+            part[at + 2] = own[i].m2;
+        }
     }
 }
 
@@ -162,21 +177,83 @@ extern "C" __global__ void cl_stats_partial(const bf16* __restrict__ x, float* _
     else stats_partial<1>(x, part, c, m, chunk, splits);
 }
 
-// y = (x - mean) / sqrt(var + eps) * gamma + beta, then max(y, 0) when relu.
+// Per-channel coefficients of the element-wise kernels sit in a shared-memory table filled
+// once per block (up to TABLE_CH channels; beyond, each element computes its own): the
+// element loops then do multiply-adds only. Computed per element (a square root and
+// divisions) they made the kernels ALU-bound; kept per thread in registers they cut
+// occupancy.
+#define TABLE_CH 1024
+
+// V consecutive floats of a table (16-byte aligned when V is 8).
+template <int V> __device__ __forceinline__ void coef(const float* t, float* out) {
+    if (V == 8) {
+        const uint4* p = reinterpret_cast<const uint4*>(t);
+        uint4 u[2] = {p[0], p[1]};
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            out[4 * j] = __uint_as_float(u[j].x);
+            out[4 * j + 1] = __uint_as_float(u[j].y);
+            out[4 * j + 2] = __uint_as_float(u[j].z);
+            out[4 * j + 3] = __uint_as_float(u[j].w);
+        }
+    } else {
+        out[0] = t[0];
+    }
+}
+
+// Channel of element vector k's first value, stepped along a grid-stride loop without a
+// 64-bit division per step.
+struct Channel {
+    int ch, step, c;
+    __device__ Channel(long long k, long long stride, int V, int c_)
+        : ch((int)((k * V) % c_)), step((int)((stride * V) % c_)), c(c_) {}
+    __device__ __forceinline__ void next() {
+        ch += step;
+        if (ch >= c) ch -= c;
+    }
+};
+
+// a = gamma / sqrt(var + eps).
+__device__ __forceinline__ float scale_of(const float* stats, const float* gamma, int c, int ch,
+                                          float eps) {
+    return gamma[ch] * (1.0f / sqrtf(stats[c + ch] + eps));
+}
+
+// y = (x - mean) * a + beta, then max(y, 0) when relu.
 template <int V>
 __device__ void apply(const bf16* __restrict__ x, const float* __restrict__ stats,
                       const float* __restrict__ gamma, const float* __restrict__ beta,
                       bf16* __restrict__ y, int c, long long items, float eps, int relu) {
-    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
-         k += (long long)gridDim.x * blockDim.x) {
-        int ch0 = (int)((k * V) % c);
+    __shared__ __align__(16) float tab[3 * TABLE_CH];
+    const bool tabled = c <= TABLE_CH;
+    if (tabled)
+        for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+            tab[ch] = stats[ch];
+            tab[TABLE_CH + ch] = scale_of(stats, gamma, c, ch, eps);
+            tab[2 * TABLE_CH + ch] = beta[ch];
+        }
+    __syncthreads();
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    for (Channel ch(k, stride, V, c); k < items; k += stride, ch.next()) {
+        float mean[V], a[V], b[V];
+        if (tabled) {
+            coef<V>(tab + ch.ch, mean);
+            coef<V>(tab + TABLE_CH + ch.ch, a);
+            coef<V>(tab + 2 * TABLE_CH + ch.ch, b);
+        } else {
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                mean[i] = stats[ch.ch + i];
+                a[i] = scale_of(stats, gamma, c, ch.ch + i, eps);
+                b[i] = beta[ch.ch + i];
+            }
+        }
         float v[V];
         load<V>(x + k * V, v);
 #pragma unroll
         for (int i = 0; i < V; i++) {
-            int ch = ch0 + i;
-            float inv = 1.0f / sqrtf(stats[c + ch] + eps);
-            float r = (v[i] - stats[ch]) * (gamma[ch] * inv) + beta[ch];
+            float r = (v[i] - mean[i]) * a[i] + b[i];
             v[i] = relu ? fmaxf(r, 0.0f) : r;
         }
         store<V>(y + k * V, v);
@@ -211,7 +288,7 @@ __device__ void bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__
                             const bf16* __restrict__ y, const float* __restrict__ stats,
                             float* __restrict__ part, int c, int m, int chunk, int splits,
                             int relu) {
-    __shared__ float sh[2][256];
+    __shared__ float sh[2][256 * 8];
     Tile t(c / V, m, chunk, splits);
     float sdy[V], sdyx[V], mean[V];
 #pragma unroll
@@ -232,22 +309,33 @@ __device__ void bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__
             }
         }
     }
+    // The block's threads summed over a fixed tree (deterministic), all channels at once.
+    float* a = sh[0] + threadIdx.x * V;
+    float* b = sh[1] + threadIdx.x * V;
 #pragma unroll
     for (int i = 0; i < V; i++) {
-        sh[0][threadIdx.x] = sdyx[i];
-        sh[1][threadIdx.x] = sdy[i];
-        __syncthreads();
-        if (t.active && t.r0 == 0) {
-            float a = sdyx[i], b = sdy[i];
-            for (int k = 1; k < t.rows; k++) {
-                a += sh[0][threadIdx.x + k * t.tpr];
-                b += sh[1][threadIdx.x + k * t.tpr];
+        a[i] = sdyx[i];
+        b[i] = sdy[i];
+    }
+    __syncthreads();
+    for (int s = 1; s < t.rows; s *= 2) {
+        if (t.active && t.r0 % (2 * s) == 0 && t.r0 + s < t.rows) {
+            int o = s * t.tpr * V;
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                a[i] += a[o + i];
+                b[i] += b[o + i];
             }
-            long long at = 2 * ((long long)(t.g * V + i) * splits + t.split);
-            part[at] = a;
-            part[at + 1] = b;
         }
         __syncthreads();
+    }
+    if (t.active && t.r0 == 0) {
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            long long at = 2 * ((long long)(t.g * V + i) * splits + t.split);
+            part[at] = a[i];
+            part[at + 1] = b[i];
+        }
     }
 }
 
@@ -259,26 +347,61 @@ extern "C" __global__ void cl_bwd_partial(const bf16* __restrict__ x, const bf16
     else bwd_partial<1>(x, dy, y, stats, part, c, m, chunk, splits, relu);
 }
 
-// dx = gamma * inv * (g - sum(g) / m - xhat * sum(g * xhat) / m).
+// dx = gamma * inv * (g - sum(g) / m - xhat * sum(g * xhat) / m)
+//    = a * (g - sg) - (x - mean) * q, with a = gamma * inv, sg = sum(g) / m and
+//      q = a * inv * sum(g * xhat) / m, per channel.
+struct DxCoef {
+    float mean, a, sg, q;
+};
+
+__device__ __forceinline__ DxCoef dx_coef(const float* stats, const float* gamma,
+                                          const float* sums, int c, int ch, float m, float eps) {
+    float inv = 1.0f / sqrtf(stats[c + ch] + eps);
+    float a = gamma[ch] * inv;
+    return {stats[ch], a, sums[c + ch] / m, a * inv * (sums[ch] / m)};
+}
+
 template <int V>
 __device__ void bwd_dx(const bf16* __restrict__ x, const bf16* __restrict__ dy,
                        const bf16* __restrict__ y, const float* __restrict__ stats,
                        const float* __restrict__ gamma, const float* __restrict__ sums,
                        bf16* __restrict__ dx, int c, long long items, float m, float eps,
                        int relu) {
-    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
-         k += (long long)gridDim.x * blockDim.x) {
-        int ch0 = (int)((k * V) % c);
+    __shared__ __align__(16) float tab[4 * TABLE_CH];
+    const bool tabled = c <= TABLE_CH;
+    if (tabled)
+        for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+            DxCoef q = dx_coef(stats, gamma, sums, c, ch, m, eps);
+            tab[ch] = q.mean;
+            tab[TABLE_CH + ch] = q.a;
+            tab[2 * TABLE_CH + ch] = q.sg;
+            tab[3 * TABLE_CH + ch] = q.q;
+        }
+    __syncthreads();
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    for (Channel ch(k, stride, V, c); k < items; k += stride, ch.next()) {
+        float mean[V], a[V], sg[V], q[V];
+        if (tabled) {
+            coef<V>(tab + ch.ch, mean);
+            coef<V>(tab + TABLE_CH + ch.ch, a);
+            coef<V>(tab + 2 * TABLE_CH + ch.ch, sg);
+            coef<V>(tab + 3 * TABLE_CH + ch.ch, q);
+        } else {
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                DxCoef d = dx_coef(stats, gamma, sums, c, ch.ch + i, m, eps);
+                mean[i] = d.mean;
+                a[i] = d.a;
+                sg[i] = d.sg;
+                q[i] = d.q;
+            }
+        }
         float v[V], g[V];
         load<V>(x + k * V, v);
         grad_in<V>(dy, y, k * V, relu, g);
 #pragma unroll
-        for (int i = 0; i < V; i++) {
-            int ch = ch0 + i;
-            float inv = 1.0f / sqrtf(stats[c + ch] + eps);
-            float xhat = (v[i] - stats[ch]) * inv;
-            v[i] = gamma[ch] * inv * (g[i] - sums[c + ch] / m - xhat * (sums[ch] / m));
-        }
+        for (int i = 0; i < V; i++) v[i] = a[i] * (g[i] - sg[i]) - (v[i] - mean[i]) * q[i];
         store<V>(dx + k * V, v);
     }
 }
@@ -335,6 +458,11 @@ struct AddRelu {
     }
 };
 
+// A sum of two gradients (candle's add, one rounding).
+struct Add {
+    __device__ float operator()(float u, float w) const { return u + w; }
+};
+
 // Its gradient from the output: dy where y > 0 (PyTorch's threshold backward).
 struct ReluOutBwd {
     __device__ float operator()(float y, float g) const { return y > 0.0f ? g : 0.0f; }
@@ -356,6 +484,12 @@ extern "C" __global__ void add_relu_bf16(const bf16* __restrict__ a, const bf16*
                                          bf16* __restrict__ y, long long items, int vec) {
     if (vec) pointwise2<8>(a, b, y, items, AddRelu());
     else pointwise2<1>(a, b, y, items, AddRelu());
+}
+
+extern "C" __global__ void add_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b,
+                                    bf16* __restrict__ y, long long items, int vec) {
+    if (vec) pointwise2<8>(a, b, y, items, Add());
+    else pointwise2<1>(a, b, y, items, Add());
 }
 
 extern "C" __global__ void relu_out_bwd_bf16(const bf16* __restrict__ y,
@@ -454,6 +588,7 @@ mod tests {
             "relu_fwd_bf16",
             "relu_bwd_bf16",
             "add_relu_bf16",
+            "add_bf16",
             "relu_out_bwd_bf16",
             "kcrs_to_krsc_bf16",
             "krsc_bf16_to_kcrs",

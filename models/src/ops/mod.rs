@@ -31,7 +31,9 @@ pub use conv2d::{
     conv2d, conv2d_channels_last, set_conv_tf32, Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp,
 };
 pub use layout::{weight_channels_last, weight_channels_last_fused};
-pub use relu::{add_relu, add_relu_fused, relu, relu_fused};
+pub use relu::{
+    add_fused, add_relu, add_relu_fused, grad_sum, relu, relu_fused, use_fast_grad_sum,
+};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

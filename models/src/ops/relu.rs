@@ -50,6 +50,34 @@ pub fn add_relu_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     a.contiguous()?.apply_op2(&b.contiguous()?, ADD_RELU)
 }
 
+/// `a + b` for two gradients of one tensor, as candle's autograd sums them: one 16-byte-per-
+/// thread kernel for contiguous bf16 tensors of one shape on a CUDA device (candle's bf16
+/// add moves 2 bytes a thread), `None` (candle's add) for anything else. Registered with
+/// `candle_core::backprop::set_grad_sum` by [`use_fast_grad_sum`]; bit for bit candle's sum.
+pub fn grad_sum(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
+    let fused = cfg!(feature = "cuda")
+        && super::fast_ops()
+        && a.device().is_cuda()
+        && a.dtype() == DType::BF16
+        && b.dtype() == DType::BF16
+        && a.dims() == b.dims();
+    if !fused {
+        return Ok(None);
+    }
+    Ok(Some(add_fused(a, b)?))
+}
+
+/// Makes candle's autograd sum bf16 gradients with [`grad_sum`] (once per process).
+pub fn use_fast_grad_sum() {
+    candle_core::backprop::set_grad_sum(grad_sum);
+}
+
+/// `a + b` through the element-wise kernel, no gradient (gradients are not differentiated
+/// again); on the CPU in f32, rounded once.
+pub fn add_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    a.contiguous()?.apply_op2_no_bwd(&b.contiguous()?, &ADD)
+}
+
 struct Relu;
 
 /// An element-wise op of two tensors of one shape and dtype: `f` on the CPU (in f32, the
@@ -82,6 +110,16 @@ static RELU_OUT_BACKWARD: Pointwise2 = Pointwise2 {
     kernel: "relu_out_bwd",
     f32_kernel: false,
     f: |y, g| if y > 0.0 { g } else { 0.0 },
+    grad_from_output: None,
+};
+
+/// `(a, b) → a + b`: the f32 sum of two bf16 values is exact or off by far less than half a
+/// bf16 unit, so rounding it to bf16 gives the correctly rounded sum, as candle's add does.
+static ADD: Pointwise2 = Pointwise2 {
+    name: "add",
+    kernel: "add",
+    f32_kernel: false,
+    f: |u, w| u + w,
     grad_from_output: None,
 };
 
@@ -299,6 +337,45 @@ mod tests {
             g_ours.get(x.as_tensor()).unwrap().to_vec3::<f32>()?,
             g_theirs.get(x.as_tensor()).unwrap().to_vec3::<f32>()?
         );
+        Ok(())
+    }
+
+    /// candle's autograd sums a tensor's gradients through the function registered with
+    /// `set_grad_sum` (the only registration in this test binary), and `grad_sum` leaves
+    /// CPU tensors to candle's add.
+    #[test]
+    fn autograd_sums_gradients_through_the_registered_function() -> Result<()> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        fn counting(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            grad_sum(a, b)
+        }
+        assert!(candle_core::backprop::set_grad_sum(counting));
+        let x = Var::from_vec(vec![1f32, -2.0, 3.0], 3, &Device::Cpu)?;
+        let y = ((x.as_tensor() * 2.0)? + (x.as_tensor() * 3.0)?)?.sum_all()?;
+        let g = y.backward()?;
+        assert!(CALLS.load(Ordering::SeqCst) >= 1);
+        assert_eq!(g.get(x.as_tensor()).unwrap().to_vec1::<f32>()?, [5.0; 3]);
+        let bf = x.as_tensor().to_dtype(DType::BF16)?;
+        assert!(
+            grad_sum(&bf, &bf)?.is_none(),
+            "CPU tensors stay on candle's add"
+        );
+        Ok(())
+    }
+
+    /// The element-wise add rounds the f32 sum once, as candle's bf16 add does.
+    #[test]
+    fn add_matches_candle_in_bf16() -> Result<()> {
+        let u: Vec<f32> = (0..40).map(|i| (i as f32 - 17.3) * 0.37).collect();
+        let v: Vec<f32> = (0..40)
+            .map(|i| ((i * 13) % 40) as f32 * 1e-3 - 0.02)
+            .collect();
+        let a = Tensor::from_vec(u, 40, &Device::Cpu)?.to_dtype(DType::BF16)?;
+        let b = Tensor::from_vec(v, 40, &Device::Cpu)?.to_dtype(DType::BF16)?;
+        let f32s = |t: &Tensor| t.to_dtype(DType::F32)?.to_vec1::<f32>();
+        assert_eq!(f32s(&add_fused(&a, &b)?)?, f32s(&(&a + &b)?)?);
         Ok(())
     }
 

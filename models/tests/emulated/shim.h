@@ -20,6 +20,7 @@ inline std::barrier<>* g_bar;
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
