@@ -202,25 +202,28 @@ impl Desc {
         Ok(self)
     }
 
+    /// Reads up to `requested` elements of attribute `name` into `out`; returns how many the
+    /// attribute holds.
+    ///
+    /// # Safety
+    /// `out` must have room for `requested` elements of the type `ty` names (null when
+    /// `requested` is 0); descriptor elements must be created descriptors of the right kind.
+    unsafe fn get(&self, name: Attr, ty: Ty, requested: i64, out: *mut c_void) -> Result<i64> {
+        let mut n = 0i64;
+        // SAFETY: the caller's contract.
+        check(
+            unsafe { sys::cudnnBackendGetAttribute(self.0, name, ty, requested, &mut n, out) },
+            "cudnnBackendGetAttribute",
+        )?;
+        Ok(n.max(0))
+    }
+
     /// Up to `N` values of attribute `name` (read as u32: cuDNN's enums are 32-bit).
     fn get_u32s<const N: usize>(&self, name: Attr, ty: Ty) -> Result<Vec<u32>> {
         let mut out = [0u32; N];
-        let mut n = 0i64;
         // SAFETY: `out` has room for N 32-bit elements.
-        check(
-            unsafe {
-                sys::cudnnBackendGetAttribute(
-                    self.0,
-                    name,
-                    ty,
-                    N as i64,
-                    &mut n,
-                    out.as_mut_ptr() as *mut c_void,
-                )
-            },
-            "cudnnBackendGetAttribute",
-        )?;
-        Ok(out[..(n.max(0) as usize).min(N)].to_vec())
+        let n = unsafe { self.get(name, ty, N as i64, out.as_mut_ptr() as *mut c_void)? };
+        Ok(out[..(n as usize).min(N)].to_vec())
     }
 }
 
@@ -323,28 +326,18 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
         DType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
         other => candle_core::bail!("conv2d: cuDNN path supports f32 and bf16, got {other:?}"),
     };
-    let cl = key.channels_last;
-    let x = tensor(
-        X,
-        dtype,
-        [i(g.n), i(g.c_in), i(g.h), i(g.w)],
-        cl,
-        key.align[0],
-    )?;
-    let w = tensor(
-        W,
-        dtype,
-        [i(g.c_out), i(g.c_in), i(g.k_h), i(g.k_w)],
-        cl,
-        key.align[1],
-    )?;
-    let y = tensor(
-        Y,
-        dtype,
-        [i(g.n), i(g.c_out), i(g.out_h()), i(g.out_w())],
-        cl,
-        key.align[2],
-    )?;
+    // x, w and y, each in (N, C, H, W) order.
+    let shapes = [
+        [g.n, g.c_in, g.h, g.w],
+        [g.c_out, g.c_in, g.k_h, g.k_w],
+        [g.n, g.c_out, g.out_h(), g.out_w()],
+    ];
+    let tensors = [X, W, Y]
+        .into_iter()
+        .zip(shapes)
+        .zip(key.align)
+        .map(|((uid, dims), align)| tensor(uid, dtype, dims.map(i), key.channels_last, align))
+        .collect::<Result<Vec<_>>>()?;
 
     let conv = Desc::new(Kind::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
     // Accumulate in f32 for f32 and bf16 data alike.
@@ -364,14 +357,12 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
         Attr::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
         &[i(g.stride), i(g.stride)],
     )?;
-    conv.set_i64(
+    for side in [
         Attr::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS,
-        &[i(g.padding), i(g.padding)],
-    )?;
-    conv.set_i64(
         Attr::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS,
-        &[i(g.padding), i(g.padding)],
-    )?;
+    ] {
+        conv.set_i64(side, &[i(g.padding), i(g.padding)])?;
+    }
     let conv = conv.finalize()?;
 
     use Attr::*;
@@ -411,9 +402,9 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
         ),
     };
     let op = Desc::new(kind)?;
-    op.set_desc(ax, &x)?;
-    op.set_desc(aw, &w)?;
-    op.set_desc(ay, &y)?;
+    for (name, t) in [ax, aw, ay].into_iter().zip(&tensors) {
+        op.set_desc(name, t)?;
+    }
     op.set_desc(ac, &conv)?;
     // beta = 0: the output is written, never read.
     op.set(alpha, Ty::CUDNN_TYPE_FLOAT, &[1.0f32])?;
@@ -429,7 +420,8 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
     graph.set_desc(CUDNN_ATTR_OPERATIONGRAPH_OPS, &op)?;
     let graph = graph.finalize()?;
 
-    let mut parts = vec![x, w, y, conv, op];
+    let mut parts = tensors;
+    parts.extend([conv, op]);
     let mut why = Vec::new();
     // The instant heuristic's ranking, then the fallback list; engines compiled at run time
     // after all others (their first call compiles for a second or more).
@@ -466,21 +458,15 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
             }
         };
         let mut bytes = 0i64;
-        let mut n = 0i64;
         // SAFETY: one INT64 value into `bytes`.
-        check(
-            unsafe {
-                sys::cudnnBackendGetAttribute(
-                    plan.0,
-                    CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                    Ty::CUDNN_TYPE_INT64,
-                    1,
-                    &mut n,
-                    &mut bytes as *mut i64 as *mut c_void,
-                )
-            },
-            "cudnnBackendGetAttribute(workspace size)",
-        )?;
+        unsafe {
+            plan.get(
+                CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                Ty::CUDNN_TYPE_INT64,
+                1,
+                &mut bytes as *mut i64 as *mut c_void,
+            )?
+        };
         parts.push(graph);
         parts.push(cfg);
         return Ok(Plan {
@@ -511,41 +497,17 @@ fn engine_configs(graph: &Desc, mode: sys::cudnnBackendHeurMode_t) -> Result<Vec
         &[mode],
     )?;
     let heur = heur.finalize()?;
-    let mut count = 0i64;
+    let results = Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS;
+    let ty = Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR;
     // SAFETY: a count query (no elements requested).
-    check(
-        unsafe {
-            sys::cudnnBackendGetAttribute(
-                heur.0,
-                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                0,
-                &mut count,
-                std::ptr::null_mut(),
-            )
-        },
-        "cudnnBackendGetAttribute(heuristic results)",
-    )?;
-    let cfgs = (0..count.max(0))
+    let count = unsafe { heur.get(results, ty, 0, std::ptr::null_mut())? };
+    let cfgs = (0..count)
         .map(|_| Desc::new(Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
         .collect::<Result<Vec<_>>>()?;
     let mut raw: Vec<sys::cudnnBackendDescriptor_t> = cfgs.iter().map(|d| d.0).collect();
-    let mut got = 0i64;
     // SAFETY: `raw` holds `count` created engine-config descriptors for cuDNN to fill.
-    check(
-        unsafe {
-            sys::cudnnBackendGetAttribute(
-                heur.0,
-                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                count,
-                &mut got,
-                raw.as_mut_ptr() as *mut c_void,
-            )
-        },
-        "cudnnBackendGetAttribute(heuristic results)",
-    )?;
-    Ok(cfgs.into_iter().take(got.max(0) as usize).collect())
+    let got = unsafe { heur.get(results, ty, count, raw.as_mut_ptr() as *mut c_void)? };
+    Ok(cfgs.into_iter().take(got as usize).collect())
 }
 
 /// The numerical and behaviour notes of an engine configuration's engine.
@@ -558,21 +520,15 @@ impl Notes {
     fn of(cfg: &Desc) -> Result<Notes> {
         let engine = Desc::new(Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
         let mut raw = [engine.0];
-        let mut n = 0i64;
         // SAFETY: one created engine descriptor for cuDNN to fill.
-        check(
-            unsafe {
-                sys::cudnnBackendGetAttribute(
-                    cfg.0,
-                    Attr::CUDNN_ATTR_ENGINECFG_ENGINE,
-                    Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    1,
-                    &mut n,
-                    raw.as_mut_ptr() as *mut c_void,
-                )
-            },
-            "cudnnBackendGetAttribute(engine)",
-        )?;
+        unsafe {
+            cfg.get(
+                Attr::CUDNN_ATTR_ENGINECFG_ENGINE,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                1,
+                raw.as_mut_ptr() as *mut c_void,
+            )?
+        };
         Ok(Notes {
             numerical: engine.get_u32s::<16>(
                 Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
