@@ -66,7 +66,15 @@ fn fast_ops_follow_the_reference_loss_curve() {
             r.1
         );
         assert!(rel <= LOSS_TOL, "epoch {} loss {f:?} vs {r:?}", epoch + 1);
-        assert!((f.1 - r.1).abs() <= ACCURACY_TOL, "epoch {}", epoch + 1);
     }
+    // Test accuracy after the last epoch only: after epoch 1 (16 steps) it swings by more
+    // than the tolerance between runs that differ only in summation order (cuDNN's
+    // backward-filter sums with atomics): three fast runs gave 0.358, 0.407 and 0.401
+    // (reference 0.422, losses within 2.4%), then 0.780 and 0.777 after epoch 2 (0.778).
+    let (f, r) = (fast[fast.len() - 1], reference[reference.len() - 1]);
+    assert!(
+        (f.1 - r.1).abs() <= ACCURACY_TOL,
+        "final accuracy {f:?} vs {r:?}"
+    );
     assert_eq!(fast.len(), 2);
 }
