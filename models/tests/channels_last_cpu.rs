@@ -300,30 +300,18 @@ fn synced_batch_norm_over_channels_last_matches_nchw() -> Result<()> {
             let xv = Var::from_tensor(&xin)?;
             let (g, b) = (Var::from_tensor(&inputs[1])?, Var::from_tensor(&inputs[2])?);
             let (rm, rv) = (Var::from_tensor(&inputs[3])?, Var::from_tensor(&inputs[4])?);
-            let y = if cl {
-                batch_norm_train_synced_over(
-                    xv.as_tensor(),
-                    g.as_tensor(),
-                    b.as_tensor(),
-                    &rm,
-                    &rv,
-                    0.1,
-                    1e-5,
-                    &OneRank,
-                    true,
-                )?
-            } else {
-                batch_norm_train_synced(
-                    xv.as_tensor(),
-                    g.as_tensor(),
-                    b.as_tensor(),
-                    &rm,
-                    &rv,
-                    0.1,
-                    1e-5,
-                    &OneRank,
-                )?
-            };
+            // `batch_norm_train_synced` is this with channels_last = false.
+            let y = batch_norm_train_synced_over(
+                xv.as_tensor(),
+                g.as_tensor(),
+                b.as_tensor(),
+                &rm,
+                &rv,
+                0.1,
+                1e-5,
+                &OneRank,
+                cl,
+            )?;
             assert_eq!(y.dtype(), xin.dtype(), "the output keeps the input's dtype");
             let y = y.to_dtype(DType::F32)?;
             let y = if cl { common::nchw(&y)? } else { y };

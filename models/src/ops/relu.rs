@@ -32,13 +32,7 @@ pub fn relu_fused(x: &Tensor) -> Result<Tensor> {
 /// The fused op's gradient, `dy` to both inputs where the output is positive, differs from
 /// candle's (`dy` where the sum is `>= 0`) only where the sum is exactly zero.
 pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if cfg!(feature = "cuda")
-        && super::fast_ops()
-        && a.device().is_cuda()
-        && a.dtype() == DType::BF16
-        && b.dtype() == DType::BF16
-        && a.dims() == b.dims()
-    {
+    if fused_bf16_pair(a, b) {
         add_relu_fused(a, b)
     } else {
         relu(&(a + b)?)
@@ -55,16 +49,21 @@ pub fn add_relu_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// add moves 2 bytes a thread), `None` (candle's add) for anything else. Registered with
 /// `candle_core::backprop::set_grad_sum` by [`use_fast_grad_sum`]; bit for bit candle's sum.
 pub fn grad_sum(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
-    let fused = cfg!(feature = "cuda")
+    if !fused_bf16_pair(a, b) {
+        return Ok(None);
+    }
+    Ok(Some(add_fused(a, b)?))
+}
+
+/// Whether the bf16 element-wise kernels take `a` and `b`: fast ops on, bf16 tensors of one
+/// shape on a CUDA device.
+fn fused_bf16_pair(a: &Tensor, b: &Tensor) -> bool {
+    cfg!(feature = "cuda")
         && super::fast_ops()
         && a.device().is_cuda()
         && a.dtype() == DType::BF16
         && b.dtype() == DType::BF16
-        && a.dims() == b.dims();
-    if !fused {
-        return Ok(None);
-    }
-    Ok(Some(add_fused(a, b)?))
+        && a.dims() == b.dims()
 }
 
 /// Makes candle's autograd sum bf16 gradients with [`grad_sum`] (once per process).
