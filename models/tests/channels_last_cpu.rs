@@ -287,7 +287,7 @@ impl octet_models::StatsSync for OneRank {
 #[test]
 fn synced_batch_norm_over_channels_last_matches_nchw() -> Result<()> {
     use candle_core::Var;
-    use ops::batch_norm::{batch_norm_train_synced, batch_norm_train_synced_over};
+    use ops::batch_norm::batch_norm_train_synced_over;
     let inputs = common::bn_inputs(4, 8, 5, 5, 21)?;
     for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
         let x = common::rounded(&inputs[0], dtype)?;
