@@ -1,26 +1,58 @@
-//! The SGD update of one parameter as one CUDA kernel (instead of some six candle ops, each
-//! a launch and a fresh tensor): d = g + λ·p; b = μ·b + d; p = p − lr·b, updating p and b
-//! in place. Rounded operation by operation exactly as the candle ops of the CPU path
-//! compute it (including their `x·a + 0` affine), so CPU and GPU steps agree bit for bit.
-//! Compiled once per process with NVRTC and loaded once per device through candle.
+//! The SGD update of every parameter in one CUDA kernel launch (instead of some six candle
+//! ops per parameter, each a launch and a fresh tensor): d = g + λ·p; b = μ·b + d;
+//! p = p − lr·b, updating p and b in place. Rounded operation by operation exactly as the
+//! candle ops of the CPU path compute it (including their `x·a + 0` affine), so CPU and GPU
+//! steps agree bit for bit. The parameters stay separate tensors: the launch takes a table
+//! of their addresses as its argument (PyTorch's multi-tensor apply does the same), so a
+//! step is one launch per [`TABLE`] parameters. Compiled once per process with NVRTC and
+//! loaded once per device through candle.
 
 use std::sync::OnceLock;
 
-use candle_core::cuda_backend::cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{
+    DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 use candle_core::cuda_backend::cudarc::nvrtc;
-use candle_core::{bail, CpuStorage, CudaStorage, DType, InplaceOp3, Layout, Result, Tensor};
+use candle_core::{bail, DType, Result, Storage, Tensor};
 
 const MODULE: &str = "octet_fused_sgd";
 
+/// Parameters per launch. The table is the kernel's by-value argument and must stay under
+/// CUDA's 4 KiB of kernel parameters: 64 entries take 2,056 bytes. ResNet-18 has 62.
+pub(crate) const TABLE: usize = 64;
+
+/// Elements one thread block updates.
+const CHUNK: usize = 4096;
+const THREADS: u32 = 256;
+
 pub(crate) const SOURCE: &str = r#"
-// One parameter's step. No FMA contraction (__fmul_rn/__fadd_rn): each product and sum is
-// rounded on its own, like candle's CPU ops; `+ 0.0f` is their affine's add (it also turns
-// -0 into +0, as they do).
-extern "C" __global__ void sgd_step(float* __restrict__ p, float* __restrict__ buf,
-                                    const float* __restrict__ g, int n, float lr,
-                                    float momentum, float wd, int decay, int use_momentum) {
-    unsigned stride = gridDim.x * blockDim.x;
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (unsigned)n; i += stride) {
+#define TABLE 64
+#define CHUNK 4096
+
+// Mirrors `Table` in fused_sgd.rs field for field.
+struct Table {
+    float* p[TABLE];
+    float* buf[TABLE];
+    const float* g[TABLE];
+    int n[TABLE];
+    // Block k's first block; first_block[count] is the grid's size.
+    int first_block[TABLE + 1];
+    int count;
+};
+
+// No FMA contraction (__fmul_rn/__fadd_rn): each product and sum is rounded on its own, like
+// candle's CPU ops; `+ 0.0f` is their affine's add (it also turns -0 into +0, as they do).
+extern "C" __global__ void sgd_step(const Table t, float lr, float momentum, float wd,
+                                    int decay, int use_momentum) {
+    int block = (int)blockIdx.x;
+    int k = 0;
+    while (k + 1 < t.count && t.first_block[k + 1] <= block) k++;
+    float* __restrict__ p = t.p[k];
+    float* __restrict__ buf = t.buf[k];
+    const float* __restrict__ g = t.g[k];
+    int start = (block - t.first_block[k]) * CHUNK;
+    int end = min(start + CHUNK, t.n[k]);
+    for (int i = start + (int)threadIdx.x; i < end; i += (int)blockDim.x) {
         float pi = p[i];
         float d = g[i];
         if (decay) d = __fadd_rn(d, __fadd_rn(__fmul_rn(pi, wd), 0.0f));
@@ -32,6 +64,24 @@ extern "C" __global__ void sgd_step(float* __restrict__ p, float* __restrict__ b
     }
 }
 "#;
+
+/// The kernel's `Table`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Table {
+    p: [u64; TABLE],
+    buf: [u64; TABLE],
+    g: [u64; TABLE],
+    n: [i32; TABLE],
+    first_block: [i32; TABLE + 1],
+    count: i32,
+}
+
+// SAFETY: plain old data laid out as the kernel's struct (repr(C): three arrays of 8-byte
+// pointers, then 4-byte ints; 2,056 bytes, no padding).
+unsafe impl DeviceRepr for Table {}
+
+const _: () = assert!(std::mem::size_of::<Table>() == 2056 && std::mem::size_of::<Table>() <= 4096);
 
 fn ptx() -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
@@ -52,116 +102,246 @@ pub(crate) fn supports(param: &Tensor, velocity: &Tensor, grad: &Tensor) -> bool
         && param.shape() == grad.shape()
 }
 
-/// One SGD step of `param` with momentum buffer `velocity`, both updated in place.
-/// `momentum == 0` leaves `velocity` untouched (the update is then `d`), like the CPU path.
+/// One parameter's update: the parameter and its momentum buffer (both updated in place,
+/// both contiguous, as `Var`s are) and its gradient.
+pub(crate) struct Update<'a> {
+    pub param: &'a Tensor,
+    pub velocity: &'a Tensor,
+    pub grad: &'a Tensor,
+}
+
+/// The factors of one step, as candle's affine ops take them: f32 (`T::from_f64`).
+#[derive(Clone, Copy)]
+struct Factors {
+    lr: f32,
+    momentum: f32,
+    weight_decay: f32,
+    decay: i32,
+    use_momentum: i32,
+}
+
+/// One SGD step of every update in `updates` (each passed [`supports`]), all on one CUDA
+/// device. `momentum == 0` leaves the buffers untouched (the update is then `d`), like the
+/// CPU path.
 pub(crate) fn step(
-    param: &Tensor,
-    velocity: &Tensor,
-    grad: &Tensor,
+    updates: &[Update<'_>],
     lr: f64,
     momentum: f64,
     weight_decay: f64,
 ) -> Result<()> {
-    // candle's affine ops take their factors as f32 (`T::from_f64`); so does the kernel.
-    let op = SgdStep {
+    let f = Factors {
         lr: lr as f32,
         momentum: momentum as f32,
         weight_decay: weight_decay as f32,
-        decay: weight_decay != 0.0,
-        use_momentum: momentum != 0.0,
+        decay: i32::from(weight_decay != 0.0),
+        use_momentum: i32::from(momentum != 0.0),
     };
-    param.inplace_op3(velocity, &grad.contiguous()?, &op)
+    let grads = updates
+        .iter()
+        .map(|u| u.grad.contiguous())
+        .collect::<Result<Vec<_>>>()?;
+    let all: Vec<(&Tensor, &Tensor, &Tensor)> = updates
+        .iter()
+        .zip(&grads)
+        .filter(|(u, _)| u.param.elem_count() > 0)
+        .map(|(u, g)| (u.param, u.velocity, g))
+        .collect();
+    for part in all.chunks(TABLE) {
+        launch(part, f)?;
+    }
+    Ok(())
 }
 
-struct SgdStep {
-    lr: f32,
-    momentum: f32,
-    weight_decay: f32,
-    decay: bool,
-    use_momentum: bool,
-}
-
-fn offsets(l: &Layout, what: &str) -> Result<(usize, usize)> {
-    match l.contiguous_offsets() {
-        Some(o) => Ok(o),
-        None => bail!("fused SGD: {what} is not contiguous"),
+/// One launch over at most [`TABLE`] non-empty updates.
+fn launch(part: &[(&Tensor, &Tensor, &Tensor)], f: Factors) -> Result<()> {
+    let guards: Vec<_> = part
+        .iter()
+        .flat_map(|(p, v, g)| [p, v, g])
+        .map(|t| t.storage_and_layout())
+        .collect();
+    let mut dev = None;
+    let mut views = Vec::with_capacity(guards.len());
+    for (i, (s, l)) in guards.iter().enumerate() {
+        let what = ["parameter", "momentum buffer", "gradient"][i % 3];
+        let Storage::Cuda(cs) = &**s else {
+            bail!("fused SGD: a {what} is not on a CUDA device")
+        };
+        let Some((a, b)) = l.contiguous_offsets() else {
+            bail!("fused SGD: a {what} is not contiguous")
+        };
+        let d = dev.get_or_insert_with(|| cs.device.clone());
+        if d.id() != cs.device.id() {
+            bail!("fused SGD: parameters on more than one CUDA device")
+        }
+        views.push(cs.as_cuda_slice::<f32>()?.slice(a..b));
     }
-}
-
-impl InplaceOp3 for SgdStep {
-    fn name(&self) -> &'static str {
-        "octet-fused-sgd"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &mut CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<()> {
-        // The CPU keeps candle's ops (`Sgd::step`), whose results checkpoints depend on.
-        bail!("fused SGD runs on CUDA devices only")
-    }
-
-    fn cuda_fwd(
-        &self,
-        sp: &mut CudaStorage,
-        lp: &Layout,
-        sv: &CudaStorage,
-        lv: &Layout,
-        sg: &CudaStorage,
-        lg: &Layout,
-    ) -> Result<()> {
-        let dev = sp.device.clone();
-        let n = lp.shape().elem_count();
-        if lv.shape().elem_count() != n || lg.shape().elem_count() != n {
+    let Some(dev) = dev else { return Ok(()) };
+    let stream = dev.cuda_stream();
+    let ptrs: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
+    let mut t = Table {
+        p: [0; TABLE],
+        buf: [0; TABLE],
+        g: [0; TABLE],
+        n: [0; TABLE],
+        first_block: [0; TABLE + 1],
+        count: part.len() as i32,
+    };
+    let mut ranges = Vec::with_capacity(views.len());
+    let mut blocks = 0usize;
+    for (k, v) in views.chunks(3).enumerate() {
+        let n = v[0].len();
+        if v[1].len() != n || v[2].len() != n {
             bail!("fused SGD: parameter, momentum and gradient differ in size")
         }
         let Ok(ni) = i32::try_from(n) else {
             bail!("fused SGD: {n} elements (at most {})", i32::MAX)
         };
-        if n == 0 {
-            return Ok(());
-        }
-        let (pa, pb) = offsets(lp, "parameter")?;
-        let (va, vb) = offsets(lv, "momentum buffer")?;
-        let (ga, gb) = offsets(lg, "gradient")?;
-        let func = dev
-            .get_or_load_custom_func("sgd_step", MODULE, ptx()?)?
-            .into_cuda_function();
-        let stream = dev.cuda_stream();
-        let mut p = sp.as_cuda_slice_mut::<f32>()?.slice_mut(pa..pb);
-        let v = sv.as_cuda_slice::<f32>()?.slice(va..vb);
-        let g = sg.as_cuda_slice::<f32>()?.slice(ga..gb);
-        // candle lends the momentum buffer read-only (one in-place operand per op), yet the
-        // kernel also writes it. Sound: candle has checked that it shares no storage with the
-        // parameter or the gradient, it is only ever used on this device's one stream, so
-        // the write is ordered with every other use, and the optimiser owns it (checkpoints
-        // only read it between steps).
-        let (v_ptr, _record) = v.device_ptr(&stream);
-        let (decay, use_momentum) = (i32::from(self.decay), i32::from(self.use_momentum));
-        const THREADS: u32 = 256;
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(THREADS as usize).min(4096) as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = stream.launch_builder(&func);
-        b.arg(&mut p).arg(&v_ptr).arg(&g).arg(&ni);
-        b.arg(&self.lr).arg(&self.momentum).arg(&self.weight_decay);
-        b.arg(&decay).arg(&use_momentum);
-        // SAFETY: argument types and counts match sgd_step (v_ptr is the buffer's float*);
-        // all three ranges hold n f32s.
-        unsafe { b.launch(cfg)? };
-        Ok(())
+        let [p, b, g] = [ptrs[3 * k].0, ptrs[3 * k + 1].0, ptrs[3 * k + 2].0];
+        (t.p[k], t.buf[k], t.g[k], t.n[k]) = (p, b, g, ni);
+        t.first_block[k] = blocks as i32;
+        blocks += n.div_ceil(CHUNK);
+        let bytes = (n * 4) as u64;
+        ranges.extend([
+            (p, p + bytes, true),
+            (b, b + bytes, true),
+            (g, g + bytes, false),
+        ]);
     }
+    let Ok(grid) = i32::try_from(blocks) else {
+        bail!(
+            "fused SGD: {blocks} blocks in one launch (at most {})",
+            i32::MAX
+        )
+    };
+    t.first_block[part.len()] = grid;
+    if !writes_disjoint(&mut ranges) {
+        bail!("fused SGD: a parameter or momentum buffer shares memory with another operand")
+    }
+    let func = dev
+        .get_or_load_custom_func("sgd_step", MODULE, ptx()?)?
+        .into_cuda_function();
+    let cfg = LaunchConfig {
+        grid_dim: (grid as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(&func);
+    b.arg(&t).arg(&f.lr).arg(&f.momentum).arg(&f.weight_decay);
+    b.arg(&f.decay).arg(&f.use_momentum);
+    // SAFETY: argument types and counts match sgd_step; every table entry holds n[k] f32s
+    // in each of its three ranges. The kernel writes parameters and momentum buffers through
+    // addresses taken from read guards: sound because no write range overlaps any other
+    // range (checked above), all device work of the process is ordered on this one stream,
+    // and the optimiser owns the buffers (checkpoints read them only between steps), as an
+    // in-place op would.
+    unsafe { b.launch(cfg)? };
+    drop(ptrs);
+    Ok(())
+}
+
+/// Whether every written range `(start, end, true)` overlaps no other range: written
+/// ranges are disjoint among themselves (adjacent once sorted), and each read range meets
+/// at most the one written range that starts last before its end.
+fn writes_disjoint(ranges: &mut [(u64, u64, bool)]) -> bool {
+    let mut writes: Vec<(u64, u64)> = ranges.iter().filter(|r| r.2).map(|r| (r.0, r.1)).collect();
+    writes.sort_unstable();
+    if writes.windows(2).any(|w| w[1].0 < w[0].1) {
+        return false;
+    }
+    ranges.iter().filter(|r| !r.2).all(|&(a, b, _)| {
+        let before = writes.partition_point(|w| w.0 < b);
+        before == 0 || writes[before - 1].1 <= a
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{step, writes_disjoint, Update, CHUNK, TABLE};
+    use candle_core::{Device, Result, Tensor};
+    use proptest::prelude::*;
+
+    /// The update of one element as the CPU path rounds it (Rust never fuses `a * b + c`).
+    fn reference(p: f32, b: f32, g: f32, lr: f32, m: f32, wd: f32) -> (f32, f32) {
+        let mut d = g;
+        if wd != 0.0 {
+            d += p * wd + 0.0;
+        }
+        let mut b = b;
+        if m != 0.0 {
+            d += b * m + 0.0;
+            b = d;
+        }
+        (p - (d * lr + 0.0), b)
+    }
+
+    fn bits(t: &Tensor) -> Result<Vec<u32>> {
+        let v = t.to_device(&Device::Cpu)?.to_vec1::<f32>()?;
+        Ok(v.iter().map(|x| x.to_bits()).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(12))]
+
+        /// Many tensors (more than one table, so more than one launch), sizes around the
+        /// block's chunk and empty ones, one gradient shared by two parameters: bit for bit
+        /// the CPU path's rounding. Skips where there is no CUDA device.
+        #[test]
+        fn multi_tensor_step_is_the_reference(
+            sizes in proptest::collection::vec(
+                prop_oneof![Just(0usize), 1..9usize, (CHUNK - 2)..(CHUNK + 3), 1..3 * CHUNK],
+                TABLE + 1..2 * TABLE + 20,
+            ),
+            seed in any::<u64>(),
+            lr in 1e-4f32..1.0,
+            momentum in prop_oneof![Just(0.0f32), 0.5f32..0.99],
+            wd in prop_oneof![Just(0.0f32), 1e-5f32..1e-2],
+        ) {
+            let Ok(dev) = Device::new_cuda(0) else {
+                println!("skipping: no CUDA device");
+                return Ok(());
+            };
+            let mut state = seed | 1;
+            let mut rand = |n: usize, scale: f32| -> Vec<f32> {
+                (0..n).map(|_| {
+                    state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+                    ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+                }).collect()
+            };
+            let host: Vec<[Vec<f32>; 3]> = sizes
+                .iter()
+                .map(|&n| [rand(n, 2.0), rand(n, 1.0), rand(n, 4.0)])
+                .collect();
+            let up = |v: &[f32]| Tensor::from_slice(v, v.len(), &dev);
+            let tensors = host
+                .iter()
+                .map(|[p, b, g]| Ok([up(p)?, up(b)?, up(g)?]))
+                .collect::<Result<Vec<_>>>()?;
+            // Parameters 0 and 1 of one size read one gradient tensor.
+            let shared = sizes[0] == sizes[1];
+            let updates: Vec<Update> = tensors
+                .iter()
+                .enumerate()
+                .map(|(i, [p, b, g])| Update {
+                    param: p,
+                    velocity: b,
+                    grad: if shared && i == 1 { &tensors[0][2] } else { g },
+                })
+                .collect();
+            step(&updates, lr as f64, momentum as f64, wd as f64)?;
+            for (i, ([p, b, g], [tp, tb, _])) in host.iter().zip(&tensors).enumerate() {
+                let g = if shared && i == 1 { &host[0][2] } else { g };
+                let (want_p, want_b): (Vec<u32>, Vec<u32>) = (0..p.len())
+                    .map(|j| {
+                        let (p, b) = reference(p[j], b[j], g[j], lr, momentum, wd);
+                        (p.to_bits(), b.to_bits())
+                    })
+                    .unzip();
+                prop_assert!(bits(tp)? == want_p, "tensor {} (n = {}): parameter", i, p.len());
+                prop_assert!(bits(tb)? == want_b, "tensor {} (n = {}): momentum", i, p.len());
+            }
+        }
+    }
+
     /// NVRTC (no GPU needed) accepts the kernel. Ignored by default: it needs the CUDA
     /// runtime libraries (`source shared/cuda/toolkit.sh`) even where there is no GPU.
     #[test]
@@ -169,5 +349,32 @@ mod tests {
     fn kernel_compiles_with_nvrtc() {
         let ptx = super::nvrtc::compile_ptx(super::SOURCE).expect("NVRTC compiles sgd_step");
         assert!(ptx.to_src().contains("sgd_step"));
+    }
+
+    #[test]
+    fn overlapping_writes_are_refused() {
+        // Disjoint: two written, one read between them, one read shared by nobody.
+        let ok = [
+            (0, 10, true),
+            (20, 30, true),
+            (10, 20, false),
+            (40, 50, false),
+        ];
+        assert!(writes_disjoint(&mut ok.clone()));
+        // Reads may overlap reads (two parameters with one gradient tensor).
+        assert!(writes_disjoint(&mut [
+            (0, 10, true),
+            (20, 30, false),
+            (20, 30, false)
+        ]));
+        // A write inside a write, a read over a write, a read starting inside a write.
+        assert!(!writes_disjoint(&mut [(0, 100, true), (40, 50, true)]));
+        assert!(!writes_disjoint(&mut [(40, 50, true), (0, 100, false)]));
+        assert!(!writes_disjoint(&mut [
+            (0, 50, true),
+            (60, 70, true),
+            (45, 55, false)
+        ]));
+        assert!(!writes_disjoint(&mut [(0, 10, true), (0, 10, false)]));
     }
 }

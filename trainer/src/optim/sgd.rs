@@ -40,21 +40,20 @@ impl Sgd {
     }
 
     pub fn step(&mut self, grads: &GradStore, lr: f64) -> Result<()> {
+        // On CUDA one kernel launch updates every parameter in place, rounded exactly as below.
+        #[cfg(feature = "cuda")]
+        let mut fused = Vec::new();
         for s in &self.slots {
             let Some(g) = grads.get(s.param.as_tensor()) else {
                 continue;
             };
-            // On CUDA one kernel does the whole update in place, rounded exactly as below.
             #[cfg(feature = "cuda")]
             if super::fused_sgd::supports(s.param.as_tensor(), s.velocity.as_tensor(), g) {
-                super::fused_sgd::step(
-                    s.param.as_tensor(),
-                    s.velocity.as_tensor(),
-                    g,
-                    lr,
-                    self.momentum,
-                    self.weight_decay,
-                )?;
+                fused.push(super::fused_sgd::Update {
+                    param: s.param.as_tensor(),
+                    velocity: s.velocity.as_tensor(),
+                    grad: g,
+                });
                 continue;
             }
             let p = s.param.as_tensor().detach();
@@ -72,6 +71,8 @@ impl Sgd {
             };
             s.param.set(&(p - (update * lr)?)?)?;
         }
+        #[cfg(feature = "cuda")]
+        super::fused_sgd::step(&fused, lr, self.momentum, self.weight_decay)?;
         Ok(())
     }
 
