@@ -8,6 +8,9 @@
 # OCTET_BENCH_MODELS and OCTET_BENCH_BATCHES narrow the bench stage (defaults: lenet,resnet18 and
 # 32,...,32768, each series stopping at its first out-of-memory batch).
 #   bash bench/gpu_train.sh oom              # a batch too large for the GPU: expect a clear error
+#   bash bench/gpu_train.sh ab [ROUNDS] [IMAGES]  # a change against its baseline build, interleaved
+#     (.carry/octet_old.tar.gz is the baseline; OCTET_BENCH_MODELS/_BATCHES narrow it, default
+#     lenet,resnet18 at 128,512, f32 and bf16); unpack $OUT/ab.tar.gz, merge with bench/merge_ab.py
 #
 # Expects, in the ignored folder .carry/: octet.tar.gz (the release binary built with
 # --features cuda), peer_torch.py (from shared/peers), fashion-mnist/*.gz. Writes to $OUT
@@ -64,6 +67,27 @@ with safe_open(sys.argv[1], "pt") as f:
 PY
       split -b 15M -d /tmp/resnet18_weights.safetensors "$OUT/resnet18_weights.part"
     fi
+    ;;
+  ab)
+    # Alternating processes cancel drift between them (clocks, the driver's caches); the side
+    # that goes first alternates too (the first process of a call ran fastest, NOTES §7).
+    OLD=/tmp/octet-old/octet
+    if [ ! -x "$OLD" ]; then
+      mkdir -p /tmp/octet-old && tar xzf "$C/octet_old.tar.gz" -C /tmp/octet-old || exit 1
+    fi
+    # Results go into one archive: a device call returns at most 8 files.
+    ab=$(mktemp -d)
+    for i in $(seq "${2:-2}"); do
+      order="old new"; [ $((i % 2)) = 0 ] && order="new old"
+      for b in $order; do
+        bin=$BIN; [ $b = old ] && bin=$OLD
+        timeout 300 "$bin" bench train --models "${OCTET_BENCH_MODELS:-lenet,resnet18}" \
+          --batch-sizes "${OCTET_BENCH_BATCHES:-128,512}" --images "${3:-50000}" \
+          --precision f32,bf16 --device cuda --out "$ab/ab_$b$i.json" > "$ab/ab_$b$i.txt" 2>&1
+        echo "$b round $i: exit $?"
+      done
+    done
+    cp "$OUT/gpu.txt" "$ab/" && tar czf "$OUT/ab.tar.gz" -C "$ab" .
     ;;
   oom)
     "$BIN" train --model resnet18 --data synthetic:16384:0 --batch-size 16384 --epochs 1 --device cuda \
