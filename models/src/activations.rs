@@ -21,15 +21,7 @@ impl Activations {
     pub fn enter(self, x: &Tensor) -> Result<Tensor> {
         match self {
             Activations::Nchw => Ok(x.clone()),
-            Activations::ChannelsLast(dtype) => {
-                let t = x.permute((0, 2, 3, 1))?;
-                // candle's cast writes a contiguous tensor; the same dtype needs a copy.
-                if t.dtype() == dtype {
-                    t.contiguous()
-                } else {
-                    t.to_dtype(dtype)
-                }
-            }
+            Activations::ChannelsLast(dtype) => permuted(x, TO_NHWC, dtype),
         }
     }
 
@@ -38,13 +30,32 @@ impl Activations {
     }
 }
 
+const TO_NHWC: (usize, usize, usize, usize) = (0, 2, 3, 1);
+const TO_NCHW: (usize, usize, usize, usize) = (0, 3, 1, 2);
+
+/// `x` permuted by `dims` as a contiguous tensor of `dtype`.
+fn permuted(x: &Tensor, dims: (usize, usize, usize, usize), dtype: DType) -> Result<Tensor> {
+    let t = x.permute(dims)?;
+    // candle's cast writes a contiguous tensor; the same dtype needs a copy.
+    if t.dtype() == dtype {
+        t.contiguous()
+    } else {
+        t.to_dtype(dtype)
+    }
+}
+
+/// `(n, c, h, w)` → contiguous `(n, h, w, c)`.
+pub(crate) fn nhwc(x: &Tensor) -> Result<Tensor> {
+    permuted(x, TO_NHWC, x.dtype())
+}
+
+/// `(n, h, w, c)` → contiguous `(n, c, h, w)`.
+pub(crate) fn nchw(x: &Tensor) -> Result<Tensor> {
+    permuted(x, TO_NCHW, x.dtype())
+}
+
 /// A channels-last `(n, h, w, c)` tensor as contiguous f32 `(n, c, h, w)`, for the f32 layers
 /// after the convolutional trunk (pooling, the classifier).
 pub(crate) fn nchw_f32(x: &Tensor) -> Result<Tensor> {
-    let t = x.permute((0, 3, 1, 2))?;
-    if t.dtype() == DType::F32 {
-        t.contiguous()
-    } else {
-        t.to_dtype(DType::F32)
-    }
+    permuted(x, TO_NCHW, DType::F32)
 }

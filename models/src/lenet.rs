@@ -1,6 +1,6 @@
 use candle_core::{Device, Result, Tensor};
 
-use crate::activations::nchw_f32;
+use crate::activations::{nchw, nchw_f32, nhwc};
 use crate::init::Init;
 use crate::ops::relu;
 use crate::{Activations, Conv2d, Linear, Network, Params};
@@ -46,8 +46,7 @@ impl Network for LeNet {
             // weights mean the same in either format.
             let x = self.act.enter(x)?;
             let x = relu(&self.conv1.forward_channels_last(&x)?)?;
-            let x = x.permute((0, 3, 1, 2))?.contiguous()?.max_pool2d(2)?;
-            let x = x.permute((0, 2, 3, 1))?.contiguous()?;
+            let x = nhwc(&nchw(&x)?.max_pool2d(2)?)?;
             let x = relu(&self.conv2.forward_channels_last(&x)?)?;
             nchw_f32(&x)?.max_pool2d(2)?
         } else {

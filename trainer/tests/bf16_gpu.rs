@@ -9,10 +9,9 @@
 //! steps two runs that differ in rounding alone were 5.5 points apart (33.8% vs 39.3%), and
 //! the runs diverge like two seeds would. Skips, saying so, without a CUDA device.
 
-use candle_core::Device;
+mod common;
+
 use octet_models::{ops, ModelKind};
-use octet_trainer::data::{self, DataSource, DataSplit};
-use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::Precision;
 
 /// bf16's loss at most this much above both f32 runs (training no worse)...
@@ -22,51 +21,17 @@ const LOSS_TOL: f64 = 0.15;
 const ACCURACY_TOL: f64 = 0.08;
 const EPOCHS: usize = 3;
 
-fn split() -> DataSplit {
-    let mut s = data::load(&DataSource::Bundled).expect("bundled subset (set OCTET_DATA_DIR)");
-    s.train = s.train.subset(&(0..4096).collect::<Vec<_>>());
-    s.test = s.test.subset(&(0..1000).collect::<Vec<_>>());
-    s
-}
-
-fn run(dev: &Device, kind: ModelKind, precision: Precision) -> Vec<(f64, f64)> {
-    let mut cfg = TrainConfig::new(kind, "bundled");
-    cfg.epochs = EPOCHS;
-    cfg.batch_size = 128;
-    cfg.lr = 0.05;
-    cfg.seed = 5;
-    cfg.augment = false;
-    cfg.precision = precision;
-    let summary = Trainer::new(cfg, split(), dev, None)
-        .unwrap()
-        .run(&RunOptions::new(dev.clone()), &mut |_| {})
-        .unwrap();
-    summary
-        .records
-        .iter()
-        .map(|r| (r.train_loss, r.test_accuracy.unwrap_or(0.0)))
-        .collect()
-}
-
 #[test]
 fn bf16_follows_the_f32_loss_curve() {
-    let dev = match Device::new_cuda(0) {
-        Ok(d) => d,
-        Err(e) => {
-            println!("skipping: no CUDA device ({e})");
-            return;
-        }
-    };
+    let Some(dev) = common::cuda() else { return };
+    let run = |kind, precision| common::loss_curve(&dev, kind, precision, EPOCHS, 4096);
     ops::set_conv_tf32(false);
     for kind in [ModelKind::ResNet18, ModelKind::LeNet] {
         // f32 itself is not repeatable on cuDNN (its backward-filter algorithms sum with
         // atomics): two f32 runs of one seed were 2.5% apart at epoch 2. bf16 is compared
         // with the nearer of two.
-        let f32_runs = [
-            run(&dev, kind, Precision::F32),
-            run(&dev, kind, Precision::F32),
-        ];
-        let bf16_run = run(&dev, kind, Precision::Bf16);
+        let f32_runs = [run(kind, Precision::F32), run(kind, Precision::F32)];
+        let bf16_run = run(kind, Precision::Bf16);
         for (epoch, b) in bf16_run.iter().enumerate() {
             let (fa, fb) = (f32_runs[0][epoch], f32_runs[1][epoch]);
             let near = ((b.0 - fa.0).abs() / fa.0).min((b.0 - fb.0).abs() / fb.0);

@@ -5,52 +5,27 @@
 //! rounding of zero flips, see `trainer/tests/data_parallel.rs`), hence a tolerance on epoch
 //! means rather than bits. Skips, saying so, where there is no CUDA device.
 
+mod common;
+
 use candle_core::Device;
 use octet_models::{ops, ModelKind};
-use octet_trainer::data::{self, DataSource, DataSplit};
-use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+use octet_trainer::Precision;
 
 /// Relative difference allowed between the two runs' mean training loss in each epoch, and
 /// absolute difference in test accuracy.
 const LOSS_TOL: f64 = 0.05;
 const ACCURACY_TOL: f64 = 0.05;
 
-fn split() -> DataSplit {
-    let mut s = data::load(&DataSource::Bundled).expect("bundled subset (set OCTET_DATA_DIR)");
-    s.train = s.train.subset(&(0..2048).collect::<Vec<_>>());
-    s.test = s.test.subset(&(0..1000).collect::<Vec<_>>());
-    s
-}
-
 fn run(dev: &Device, fast: bool) -> Vec<(f64, f64)> {
     ops::set_fast_ops(fast);
-    let mut cfg = TrainConfig::new(ModelKind::ResNet18, "bundled");
-    cfg.epochs = 2;
-    cfg.batch_size = 128;
-    cfg.lr = 0.05;
-    cfg.seed = 5;
-    cfg.augment = false;
-    let summary = Trainer::new(cfg, split(), dev, None)
-        .unwrap()
-        .run(&RunOptions::new(dev.clone()), &mut |_| {})
-        .unwrap();
+    let curve = common::loss_curve(dev, ModelKind::ResNet18, Precision::F32, 2, 2048);
     ops::set_fast_ops(true);
-    summary
-        .records
-        .iter()
-        .map(|r| (r.train_loss, r.test_accuracy.unwrap_or(0.0)))
-        .collect()
+    curve
 }
 
 #[test]
 fn fast_ops_follow_the_reference_loss_curve() {
-    let dev = match Device::new_cuda(0) {
-        Ok(d) => d,
-        Err(e) => {
-            println!("skipping: no CUDA device ({e})");
-            return;
-        }
-    };
+    let Some(dev) = common::cuda() else { return };
     ops::set_conv_tf32(false);
     let fast = run(&dev, true);
     let reference = run(&dev, false);

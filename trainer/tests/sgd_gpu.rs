@@ -2,21 +2,13 @@
 //! parameters and momentum buffers agree bit for bit, for each combination of momentum and
 //! weight decay. Skips, saying so, where there is no CUDA device.
 
+mod common;
+
 use candle_core::{DType, Device, Result, Tensor};
 use octet_models::{build, ModelKind, Network};
 use octet_trainer::optim::Sgd;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn cuda() -> Option<Device> {
-    match Device::new_cuda(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            println!("skipping: no CUDA device ({e})");
-            None
-        }
-    }
-}
 
 fn bits(t: &Tensor) -> Result<Vec<u32>> {
     let v = t.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
@@ -36,7 +28,9 @@ fn step(m: &dyn Network, opt: &mut Sgd, r: &[Tensor], lr: f64) -> Result<()> {
 
 #[test]
 fn fused_sgd_matches_cpu_bit_for_bit() -> Result<()> {
-    let Some(dev) = cuda() else { return Ok(()) };
+    let Some(dev) = common::cuda() else {
+        return Ok(());
+    };
     for (momentum, wd) in [(0.9, 5e-4), (0.0, 0.0), (0.9, 0.0), (0.0, 5e-4)] {
         let cpu =
             build(ModelKind::LeNet, 1, 10, 3, &Device::Cpu).map_err(candle_core::Error::wrap)?;

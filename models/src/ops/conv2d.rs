@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
 use super::cpu;
+use crate::activations::{nchw, nhwc};
 
 static TF32: AtomicBool = AtomicBool::new(true);
 
@@ -66,20 +67,10 @@ fn in_nchw(
     f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     if channels_last {
-        to_nhwc(&f(&to_nchw(a)?, &to_nchw(b)?)?)
+        nhwc(&f(&nchw(a)?, &nchw(b)?)?)
     } else {
         f(a, b)
     }
-}
-
-/// `(n, h, w, c)` → contiguous `(n, c, h, w)`.
-fn to_nchw(t: &Tensor) -> Result<Tensor> {
-    t.permute((0, 3, 1, 2))?.contiguous()
-}
-
-/// `(n, c, h, w)` → contiguous `(n, h, w, c)`.
-fn to_nhwc(t: &Tensor) -> Result<Tensor> {
-    t.permute((0, 2, 3, 1))?.contiguous()
 }
 
 /// NCHW dims of a tensor given in `channels_last` order when that flag is set.

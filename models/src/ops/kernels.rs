@@ -375,8 +375,8 @@ extern "C" __global__ void relu_bwd(const float* __restrict__ x, const float* __
 "#;
 
 /// A module of octet's kernels: NVRTC compiles its source once per process, candle loads it
-/// once per device (and caches it).
-pub(crate) struct Module {
+/// once per device (and caches it). Public for the trainer's kernels (fused SGD).
+pub struct Module {
     name: &'static str,
     source: &'static str,
     /// What the kernels are, for the compile error.
@@ -385,7 +385,7 @@ pub(crate) struct Module {
 }
 
 impl Module {
-    pub(crate) const fn new(name: &'static str, source: &'static str, what: &'static str) -> Self {
+    pub const fn new(name: &'static str, source: &'static str, what: &'static str) -> Self {
         Self {
             name,
             source,
@@ -406,11 +406,7 @@ impl Module {
     }
 
     /// The kernel `name`, loaded on `dev`, and the device's stream to launch it on.
-    pub(crate) fn func(
-        &self,
-        dev: &CudaDevice,
-        name: &str,
-    ) -> Result<(Arc<CudaStream>, CudaFunction)> {
+    pub fn func(&self, dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
         let f = dev.get_or_load_custom_func(name, self.name, self.ptx()?)?;
         Ok((dev.cuda_stream(), f.into_cuda_function()))
     }

@@ -30,6 +30,8 @@ pub use batch_norm_cl::{
 pub use conv2d::{
     conv2d, conv2d_channels_last, set_conv_tf32, Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp,
 };
+#[cfg(feature = "cuda")]
+pub use kernels::Module as KernelModule;
 pub use layout::{weight_channels_last, weight_channels_last_fused};
 pub use relu::{
     add_fused, add_relu, add_relu_fused, grad_sum, relu, relu_fused, use_fast_grad_sum,

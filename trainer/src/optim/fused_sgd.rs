@@ -4,18 +4,16 @@
 //! candle ops of the CPU path compute it (including their `x·a + 0` affine), so CPU and GPU
 //! steps agree bit for bit. The parameters stay separate tensors: the launch takes a table
 //! of their addresses as its argument (PyTorch's multi-tensor apply does the same), so a
-//! step is one launch per [`TABLE`] parameters. Compiled once per process with NVRTC and
-//! loaded once per device through candle.
-
-use std::sync::OnceLock;
+//! step is one launch per [`TABLE`] parameters. Compiled and loaded as the models' kernels
+//! are ([`KernelModule`]).
 
 use candle_core::cuda_backend::cudarc::driver::{
     DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::cudarc::nvrtc;
 use candle_core::{bail, DType, Result, Storage, Tensor};
+use octet_models::ops::KernelModule;
 
-const MODULE: &str = "octet_fused_sgd";
+static SGD: KernelModule = KernelModule::new("octet_fused_sgd", SOURCE, "the fused SGD kernel");
 
 /// Parameters per launch. The table is the kernel's by-value argument and must stay under
 /// CUDA's 4 KiB of kernel parameters: 64 entries take 2,056 bytes. ResNet-18 has 62.
@@ -82,17 +80,6 @@ struct Table {
 unsafe impl DeviceRepr for Table {}
 
 const _: () = assert!(std::mem::size_of::<Table>() == 2056 && std::mem::size_of::<Table>() <= 4096);
-
-fn ptx() -> Result<&'static str> {
-    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        nvrtc::compile_ptx(SOURCE)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("compiling the fused SGD kernel with NVRTC: {e:?}"))
-    })
-    .as_deref()
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
-}
 
 /// Whether [`step`] takes this parameter: f32 tensors on a CUDA device, of one shape.
 pub(crate) fn supports(param: &Tensor, velocity: &Tensor, grad: &Tensor) -> bool {
@@ -176,7 +163,7 @@ fn launch(part: &[(&Tensor, &Tensor, &Tensor)], f: Factors) -> Result<()> {
         views.push(cs.as_cuda_slice::<f32>()?.slice(a..b));
     }
     let Some(dev) = dev else { return Ok(()) };
-    let stream = dev.cuda_stream();
+    let (stream, func) = SGD.func(&dev, "sgd_step")?;
     let ptrs: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
     let mut t = Table {
         p: [0; TABLE],
@@ -214,12 +201,9 @@ fn launch(part: &[(&Tensor, &Tensor, &Tensor)], f: Factors) -> Result<()> {
         )
     };
     t.first_block[part.len()] = grid;
-    if !writes_disjoint(&mut ranges) {
+    if !writes_disjoint(&ranges) {
         bail!("fused SGD: a parameter or momentum buffer shares memory with another operand")
     }
-    let func = dev
-        .get_or_load_custom_func("sgd_step", MODULE, ptx()?)?
-        .into_cuda_function();
     let cfg = LaunchConfig {
         grid_dim: (grid as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -242,7 +226,7 @@ fn launch(part: &[(&Tensor, &Tensor, &Tensor)], f: Factors) -> Result<()> {
 /// Whether every written range `(start, end, true)` overlaps no other range: written
 /// ranges are disjoint among themselves (adjacent once sorted), and each read range meets
 /// at most the one written range that starts last before its end.
-fn writes_disjoint(ranges: &mut [(u64, u64, bool)]) -> bool {
+fn writes_disjoint(ranges: &[(u64, u64, bool)]) -> bool {
     let mut writes: Vec<(u64, u64)> = ranges.iter().filter(|r| r.2).map(|r| (r.0, r.1)).collect();
     writes.sort_unstable();
     if writes.windows(2).any(|w| w[1].0 < w[0].1) {
@@ -347,7 +331,8 @@ mod tests {
     #[test]
     #[ignore = "needs libnvrtc"]
     fn kernel_compiles_with_nvrtc() {
-        let ptx = super::nvrtc::compile_ptx(super::SOURCE).expect("NVRTC compiles sgd_step");
+        let ptx = candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(super::SOURCE)
+            .expect("NVRTC compiles sgd_step");
         assert!(ptx.to_src().contains("sgd_step"));
     }
 
@@ -360,21 +345,21 @@ mod tests {
             (10, 20, false),
             (40, 50, false),
         ];
-        assert!(writes_disjoint(&mut ok.clone()));
+        assert!(writes_disjoint(&ok));
         // Reads may overlap reads (two parameters with one gradient tensor).
-        assert!(writes_disjoint(&mut [
+        assert!(writes_disjoint(&[
             (0, 10, true),
             (20, 30, false),
             (20, 30, false)
         ]));
         // A write inside a write, a read over a write, a read starting inside a write.
-        assert!(!writes_disjoint(&mut [(0, 100, true), (40, 50, true)]));
-        assert!(!writes_disjoint(&mut [(40, 50, true), (0, 100, false)]));
-        assert!(!writes_disjoint(&mut [
+        assert!(!writes_disjoint(&[(0, 100, true), (40, 50, true)]));
+        assert!(!writes_disjoint(&[(40, 50, true), (0, 100, false)]));
+        assert!(!writes_disjoint(&[
             (0, 50, true),
             (60, 70, true),
             (45, 55, false)
         ]));
-        assert!(!writes_disjoint(&mut [(0, 10, true), (0, 10, false)]));
+        assert!(!writes_disjoint(&[(0, 10, true), (0, 10, false)]));
     }
 }

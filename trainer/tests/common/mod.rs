@@ -1,0 +1,50 @@
+//! Helpers shared by the trainer's GPU tests.
+#![allow(dead_code)]
+
+use candle_core::Device;
+use octet_models::ModelKind;
+use octet_trainer::data::{self, DataSource};
+use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+use octet_trainer::Precision;
+
+/// CUDA device 0, or `None` after saying why the test skips.
+pub fn cuda() -> Option<Device> {
+    match Device::new_cuda(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            println!("skipping: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// (mean training loss, test accuracy) per epoch of a seeded run on the bundled subset's
+/// first `train_images` training and 1,000 test images: batch 128, lr 0.05, seed 5, no
+/// augmentation.
+pub fn loss_curve(
+    dev: &Device,
+    kind: ModelKind,
+    precision: Precision,
+    epochs: usize,
+    train_images: usize,
+) -> Vec<(f64, f64)> {
+    let mut split = data::load(&DataSource::Bundled).expect("bundled subset (set OCTET_DATA_DIR)");
+    split.train = split.train.subset(&(0..train_images).collect::<Vec<_>>());
+    split.test = split.test.subset(&(0..1000).collect::<Vec<_>>());
+    let mut cfg = TrainConfig::new(kind, "bundled");
+    cfg.epochs = epochs;
+    cfg.batch_size = 128;
+    cfg.lr = 0.05;
+    cfg.seed = 5;
+    cfg.augment = false;
+    cfg.precision = precision;
+    let summary = Trainer::new(cfg, split, dev, None)
+        .unwrap()
+        .run(&RunOptions::new(dev.clone()), &mut |_| {})
+        .unwrap();
+    summary
+        .records
+        .iter()
+        .map(|r| (r.train_loss, r.test_accuracy.unwrap_or(0.0)))
+        .collect()
+}
