@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEER=${PEER:-../shared/peers/cpu}
+# One file per CPU kind (e.g. OUT=bench/results/cpu_infer_avx2.json): the file names the CPU
+# and its SIMD features, and every row the kernels that ran.
+export OUT=${OUT:-bench/results/cpu_infer.json}
 python3 -c "import onnxruntime, numpy" 2>/dev/null || python3 -m pip install -q onnxruntime numpy
 python3 -c "import ai_edge_litert" 2>/dev/null || python3 -m pip install -q ai-edge-litert || echo "TFLite peer unavailable"
 rm -rf target/criterion
@@ -13,10 +16,10 @@ cargo bench --bench infer
 RAYON_NUM_THREADS=1 cargo bench --bench infer -- candle
 python3 "$PEER/ort_bench.py" --json target/ort_bench.json
 python3 bench/merge_cpu.py target/criterion target/ort_bench.json "$(git describe --always --dirty --abbrev=12)" \
-  > bench/results/cpu_infer.json
+  > "$OUT"
 python3 - <<'PY'
 import json
-d = json.load(open("bench/results/cpu_infer.json"))
+import os; d = json.load(open(os.environ["OUT"]))
 for r in d["summary"]:
     print(r)
 PY

@@ -2,11 +2,30 @@
 """Merges criterion's estimates (benches/infer.rs) and ort_bench.py's rows into one file.
 
 usage: merge_cpu.py CRITERION_DIR ORT_JSON COMMIT > bench/results/cpu_infer.json
-Batch-1 rows are median latency in ms, batch-64 rows median throughput in img/s.
+Batch-1 rows are median latency in ms, batch-64 rows median throughput in img/s. Every octet
+row names the kernels that ran (`int8-<kernels>` in the benchmark id); the file records the
+CPU model and its SIMD features, so figures from different machines are never mixed up.
 """
 import glob, json, os, platform, sys
 
 crit, ort_path, commit = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def cpu():
+    model, flags = platform.processor(), set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith(("flags", "Features")):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    simd = [f for f in ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi", "avx_vnni",
+                        "asimd", "asimddp", "i8mm") if f in flags]
+    return model, simd
+
+
 octet = []
 for est in glob.glob(os.path.join(crit, "*", "*", "*", "new", "estimates.json")):
     bench = json.load(open(os.path.join(os.path.dirname(est), "benchmark.json")))
@@ -14,7 +33,11 @@ for est in glob.glob(os.path.join(crit, "*", "*", "*", "new", "estimates.json"))
     batch = int(bench["value_str"])
     median_s = json.load(open(est))["median"]["point_estimate"] * 1e-9
     engine, threads = func.split("/")
-    octet.append(dict(engine=engine, model=model, threads=threads.replace("threads", "").lstrip("-"), batch=batch,
+    kernels = None
+    if engine.startswith("int8-"):
+        engine, kernels = "int8", engine[len("int8-"):]
+    octet.append(dict(engine=engine, kernels=kernels, model=model,
+                      threads=threads.replace("threads", "").lstrip("-"), batch=batch,
                       batch1_ms=round(median_s * 1e3, 4) if batch == 1 else None,
                       batch64_img_s=round(batch / median_s, 1) if batch == 64 else None))
 peer = json.load(open(ort_path))
@@ -24,26 +47,47 @@ def find(rows, **kw):
     return [r for r in rows if all(str(r.get(k)) == str(v) for k, v in kw.items())]
 
 
+def first(rows, key):
+    return next((r[key] for r in rows if r.get(key)), None)
+
+
+def ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
 summary = []
-for model in ("lenet", "resnet18"):
+for model in ("lenet", "resnet18", "lenet-1ch", "resnet18-1ch"):
+    # The default kernels are the ones timed at 2 threads too.
+    default = first(find(octet, engine="int8", model=model, threads="2"), "kernels")
+    peer_model = model.replace("-1ch", "")
     for threads in ("1", "2"):
-        ours = find(octet, engine="int8", model=model, threads=threads)
-        b1 = [r["batch1_ms"] for r in ours if r["batch1_ms"]] or [None]
-        b64 = [r["batch64_img_s"] for r in ours if r["batch64_img_s"]] or [None]
-        if threads == "2":
-            b1 = [r["batch1_ms"] for r in find(octet, engine="int8", model=model, threads="1") if r["batch1_ms"]] or [None]
-        ort8 = (find(peer, engine="onnxruntime", model=model, precision="int8", threads=threads) or [{}])[0]
-        tfl = (find(peer, engine="tflite-xnnpack", model=model, threads=threads) or [{}])[0]
-        cf = [r["batch64_img_s"] for r in find(octet, engine="candle-f32", model=model, threads=threads) if r["batch64_img_s"]] or [None]
-        ratio = lambda a, b: round(a / b, 3) if a and b else None
-        summary.append(dict(model=model, threads=int(threads),
-                            octet_int8_batch1_ms=b1[0], ort_int8_batch1_ms=ort8.get("batch1_ms"),
-                            tflite_int8_batch1_ms=tfl.get("batch1_ms"),
-                            octet_int8_batch64_img_s=b64[0], ort_int8_batch64_img_s=ort8.get("batch64_img_s"),
-                            tflite_int8_batch64_img_s=tfl.get("batch64_img_s"), candle_f32_batch64_img_s=cf[0],
-                            throughput_octet_over_ort=ratio(b64[0], ort8.get("batch64_img_s")),
-                            throughput_octet_over_candle_f32=ratio(b64[0], cf[0]),
-                            latency_ort_over_octet=ratio(ort8.get("batch1_ms"), b1[0])))
-json.dump(dict(commit=commit, machine=f"{platform.machine()}, {os.cpu_count()} cores",
-               command="bash bench/cpu_infer.sh", summary=summary, octet=octet, peer=peer), sys.stdout, indent=1)
+        ours = find(octet, engine="int8", model=model, threads=threads, kernels=default)
+        b1, b64 = first(ours, "batch1_ms"), first(ours, "batch64_img_s")
+        ort8 = (find(peer, engine="onnxruntime", model=peer_model, precision="int8", threads=threads) or [{}])[0]
+        tfl = (find(peer, engine="tflite-xnnpack", model=peer_model, threads=threads) or [{}])[0]
+        cf = first(find(octet, engine="candle-f32", model=model, threads=threads), "batch64_img_s")
+        avx2 = find(octet, engine="int8", model=model, threads=threads, kernels="avx2")
+        row = dict(model=model, threads=int(threads), kernels=default,
+                   octet_int8_batch1_ms=b1, ort_int8_batch1_ms=ort8.get("batch1_ms"),
+                   tflite_int8_batch1_ms=tfl.get("batch1_ms"),
+                   octet_int8_batch64_img_s=b64, ort_int8_batch64_img_s=ort8.get("batch64_img_s"),
+                   tflite_int8_batch64_img_s=tfl.get("batch64_img_s"), candle_f32_batch64_img_s=cf,
+                   throughput_octet_over_ort=ratio(b64, ort8.get("batch64_img_s")),
+                   throughput_octet_over_tflite=ratio(b64, tfl.get("batch64_img_s")),
+                   throughput_octet_over_candle_f32=ratio(b64, cf),
+                   latency_ort_over_octet=ratio(ort8.get("batch1_ms"), b1),
+                   latency_tflite_over_octet=ratio(tfl.get("batch1_ms"), b1))
+        if avx2 and default != "avx2":
+            a1, a64 = first(avx2, "batch1_ms"), first(avx2, "batch64_img_s")
+            row.update(octet_int8_avx2_batch1_ms=a1, octet_int8_avx2_batch64_img_s=a64,
+                       throughput_octet_avx2_over_ort=ratio(a64, ort8.get("batch64_img_s")))
+        if peer_model != model:
+            three = first(find(octet, engine="int8", model=peer_model, threads=threads, kernels=default),
+                          "batch64_img_s")
+            row.update(throughput_1ch_over_3ch=ratio(b64, three))
+        summary.append(row)
+cpu_model, simd = cpu()
+json.dump(dict(commit=commit, machine=f"{platform.machine()}, {os.cpu_count()} cores, {cpu_model}",
+               cpu_features=simd, command="bash bench/cpu_infer.sh", summary=summary, octet=octet, peer=peer),
+          sys.stdout, indent=1)
 print()

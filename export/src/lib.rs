@@ -36,7 +36,7 @@ pub use quantize::{
 };
 pub use reference::{argmax_rows, fake_quantize, Executor, FakeQuant};
 pub use report::{Ablation, AblationRow, LayerRow, Report};
-pub use speed::{speed_model, CIFAR_MEAN, CIFAR_STD};
+pub use speed::{speed_model, speed_model_normalized, CIFAR_MEAN, CIFAR_STD};
 pub use write::{write, HEADER_LEN, MAGIC, OP_RECORD, TENSOR_RECORD, VERSION};
 
 use candle_core::Tensor;

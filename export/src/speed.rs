@@ -1,6 +1,7 @@
 //! Int8 models for speed benchmarks. The peers time their models with random weights, so ours
-//! do too: a freshly initialised, seeded model on the peers' 3×32×32 CIFAR shape, exported after
-//! calibration on a few given images. Accuracy means nothing here; the bytes are a real model.
+//! do too: a freshly initialised, seeded model on the peers' 3×32×32 CIFAR shape (or 1×32×32,
+//! the padded Fashion-MNIST shape), exported after calibration on a few given images. Accuracy
+//! means nothing here; the bytes are a real model.
 
 use std::collections::HashMap;
 
@@ -20,7 +21,20 @@ pub fn speed_model(
     seed: u64,
     calibration: &[u8],
 ) -> Result<(Box<dyn Network>, Vec<u8>)> {
-    let net = build(kind, 3, 10, seed, &Device::Cpu).map_err(candle_core::Error::wrap)?;
+    speed_model_normalized(kind, &CIFAR_MEAN, &CIFAR_STD, seed, calibration)
+}
+
+/// [`speed_model`] for `mean.len()` input channels normalised by `mean`/`std` (one channel:
+/// the Fashion-MNIST shape); `calibration` holds `channels`·32·32 bytes per image.
+pub fn speed_model_normalized(
+    kind: ModelKind,
+    mean: &[f32],
+    std: &[f32],
+    seed: u64,
+    calibration: &[u8],
+) -> Result<(Box<dyn Network>, Vec<u8>)> {
+    let channels = mean.len();
+    let net = build(kind, channels, 10, seed, &Device::Cpu).map_err(candle_core::Error::wrap)?;
     let tensors: HashMap<String, Tensor> = net
         .params()
         .iter()
@@ -29,14 +43,14 @@ pub fn speed_model(
     let input = Input {
         kind,
         tensors: &tensors,
-        mean: &CIFAR_MEAN,
-        std: &CIFAR_STD,
-        channels: 3,
+        mean,
+        std,
+        channels,
         height: 32,
         width: 32,
         classes: 10,
     };
-    let images = calibration.len() / (3 * 32 * 32);
+    let images = calibration.len() / (channels * 32 * 32);
     let opts = ExportOptions {
         calibration_images: images,
         sqnr_images: images.min(8),

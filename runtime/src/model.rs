@@ -755,6 +755,27 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
+    /// Multiply-adds per image (conv2d and fully_connected).
+    pub fn macs_per_image(&self) -> u64 {
+        self.ops()
+            .filter(|o| matches!(o.kind, OpKind::Conv2d | OpKind::FullyConnected))
+            .filter_map(|o| {
+                let t = self.tensor(o.output)?;
+                Some((t.len() * o.weights.len() / (t.c as usize).max(1)) as u64)
+            })
+            .sum()
+    }
+
+    /// The logits of the working area `work` (after every op ran).
+    pub(crate) fn output_of<'w>(&self, work: &'w [u8]) -> Result<&'w [u8]> {
+        let layout = RuntimeError::BadParam {
+            op: u32::MAX,
+            what: "arena layout",
+        };
+        let tout = self.tensor(self.output_tensor).ok_or(layout)?;
+        work.get(tout.range()).ok_or(layout)
+    }
+
     /// Working arena for one image (header `arena_bytes`, scratch included).
     pub fn working_bytes(&self) -> usize {
         self.arena_bytes
@@ -975,7 +996,8 @@ impl<'a> Model<'a> {
             let tin = self.tensor(o.input0).ok_or(layout)?;
             let tout = self.tensor(o.output).ok_or(layout)?;
             let p = Self::conv_params(&o, &tin, &tout);
-            if !kernels::lanes_supported(&p.geometry()) {
+            // A conv the few-channel kernel covers runs image by image (it needs no group).
+            if !kernels::lanes_supported(&p.geometry()) || kernels::vnni::narrow_preferred(&p) {
                 return Ok(false);
             }
             let mut imgs: [kernels::vnni::ConvImage; GROUP_IMAGES] =
@@ -1031,7 +1053,7 @@ impl<'a> Model<'a> {
     }
 
     /// Converts one image's planar u8 pixels into the input tensor (HWC, q = pixel − 128).
-    fn load_input(&self, img: &[u8], work: &mut [u8]) -> Result<()> {
+    pub(crate) fn load_input(&self, img: &[u8], work: &mut [u8]) -> Result<()> {
         let layout = RuntimeError::BadParam {
             op: u32::MAX,
             what: "arena layout",
@@ -1118,6 +1140,118 @@ impl<'a> Model<'a> {
                     *s += clock() - t;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Part `part` of `parts` of op `j` over the one working area at `shared` (`len` bytes),
+    /// for threads sharing an image: a conv's output channels (in groups of 8, computed into
+    /// `own`, this thread's working area, then copied into place), a fully connected op's
+    /// outputs or an add's elements; pooling runs whole in part 0. Returns whether this op
+    /// splits (when not, part 0 ran all of it).
+    ///
+    /// # Safety
+    /// `shared..shared + len` is valid; while op `j` runs, it is accessed only by the calls
+    /// for this op with distinct `part`s, whose writes are disjoint (their parts of the output
+    /// tensor, which overlaps no input of op `j`: `check_data_flow`).
+    pub(crate) unsafe fn exec_part(
+        &self,
+        k: Resolved,
+        j: u32,
+        (shared, len): (*mut u8, usize),
+        own: &mut [u8],
+        (part, parts): (usize, usize),
+    ) -> Result<()> {
+        let layout = RuntimeError::BadParam {
+            op: j,
+            what: "arena layout",
+        };
+        let o = self.decode_op(j)?;
+        let tin = self.tensor(o.input0).ok_or(layout)?;
+        let tout = self.tensor(o.output).ok_or(layout)?;
+        let (ri, ro) = (tin.range(), tout.range());
+        if ri.end > len || ro.end > len {
+            return Err(layout);
+        }
+        // SAFETY: in bounds (checked); no part writes the input tensors of op j.
+        let x = as_i8(core::slice::from_raw_parts(shared.add(ri.start), ri.len()));
+        let y = shared.add(ro.start) as *mut i8;
+        let share = |n: usize, align: usize| {
+            let per = n.div_ceil(parts).next_multiple_of(align);
+            (n.min(part * per), n.min((part + 1) * per))
+        };
+        match o.kind {
+            OpKind::Conv2d if tout.c as usize >= 8 * parts => {
+                let p = Self::conv_params(&o, &tin, &tout);
+                let (c0, c1) = share(p.output.c, 8);
+                if c0 == c1 {
+                    return Ok(());
+                }
+                let sub = p.channels(c0, c1);
+                let npix = p.output.h * p.output.w;
+                let carved = Carved::new(own, ro.clone(), o.scratch_range()).ok_or(layout)?;
+                let Carved { out, scratch, .. } = carved;
+                let tmp = as_i8_mut(&mut out[..npix * (c1 - c0)]);
+                kernels::conv2d(k, &sub, x, tmp, scratch);
+                let cout = p.output.c;
+                for (px, row) in tmp.chunks_exact(c1 - c0).enumerate() {
+                    // SAFETY: channels c0..c1 of pixel px: this part's bytes of the output.
+                    core::ptr::copy_nonoverlapping(row.as_ptr(), y.add(px * cout + c0), c1 - c0);
+                }
+            }
+            OpKind::FullyConnected => {
+                let p = FcParams {
+                    k: tin.len(),
+                    n: tout.len(),
+                    weights: o.weights,
+                    bias: o.bias,
+                    multiplier: o.multipliers,
+                    shift: o.shifts,
+                    out: OutputQuant {
+                        zero_point: tout.zero_point,
+                        act_min: o.act_min,
+                        act_max: o.act_max,
+                    },
+                };
+                let (n0, n1) = share(p.n, 4);
+                if n0 < n1 {
+                    // SAFETY: outputs n0..n1 are this part's.
+                    let out = core::slice::from_raw_parts_mut(y.add(n0), n1 - n0);
+                    kernels::fully_connected(k, &p.outputs(n0, n1), x, out);
+                }
+            }
+            OpKind::Add => {
+                let t1 = self.tensor(o.input1.ok_or(layout)?).ok_or(layout)?;
+                let r1 = t1.range();
+                if r1.end > len {
+                    return Err(layout);
+                }
+                // SAFETY: in bounds; an input of op j, which no part writes.
+                let x1 = as_i8(core::slice::from_raw_parts(shared.add(r1.start), r1.len()));
+                let p = AddRequant {
+                    z0: tin.zero_point,
+                    m0: o.multipliers.get(0),
+                    z1: t1.zero_point,
+                    m1: o.multipliers.get(1),
+                    n: o.shifts.get(0),
+                    out: OutputQuant {
+                        zero_point: tout.zero_point,
+                        act_min: o.act_min,
+                        act_max: o.act_max,
+                    },
+                };
+                let (e0, e1) = share(ro.len(), 64);
+                if e0 < e1 {
+                    // SAFETY: elements e0..e1 are this part's.
+                    let out = core::slice::from_raw_parts_mut(y.add(e0), e1 - e0);
+                    scalar::add(&p, &x[e0..e1], &x1[e0..e1], out);
+                }
+            }
+            _ if part == 0 => {
+                // SAFETY: the other parts of this op touch nothing.
+                self.exec(k, j, core::slice::from_raw_parts_mut(shared, len))?;
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -1,18 +1,24 @@
 //! Multi-threaded batch inference (feature `std`): the batch is split into chunks of up to
 //! `GROUP_IMAGES` images, handed out to the threads in turn, each thread with its own working
-//! slice of the arena (one working area per image of a chunk). No allocation besides the
-//! threads themselves. The single-threaded [`Model::run`] stays the reference: the bytes are
-//! identical.
+//! slice of the arena (one working area per image of a chunk). A batch smaller than the thread
+//! count (one image: latency) instead runs each image on every thread, op by op, each op split
+//! between them ([`run_split_with`]). No allocation besides the threads themselves. The
+//! single-threaded [`Model::run`] stays the reference: the bytes are identical.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::kernels::{Kernels, GROUP_IMAGES};
 use crate::{align16, as_i8, Model, Result, RuntimeError};
 
 /// Arena [`run_parallel`] needs: `align16(batch·out_len) + t · g · working_bytes` with
 /// `t = min(threads, batch)` threads and `g = min(GROUP_IMAGES, ⌈batch / t⌉)` working areas
-/// per thread (each thread runs its images in groups of `g`, op by op) (saturating).
+/// per thread (each thread runs its images in groups of `g`, op by op) (saturating); or, when
+/// the batch is smaller than `threads` and the model large enough to split each image
+/// ([`SPLIT_MIN_MACS`]), [`arena_bytes_split`].
 pub fn arena_bytes_parallel(model: &Model, batch: usize, threads: usize) -> usize {
+    if splits(model, batch, threads) {
+        return arena_bytes_split(model, batch, threads);
+    }
     let t = threads.clamp(1, batch.max(1));
     align16(
         batch
@@ -23,6 +29,29 @@ pub fn arena_bytes_parallel(model: &Model, batch: usize, threads: usize) -> usiz
         t.saturating_mul(areas(batch, t))
             .saturating_mul(model.working_bytes()),
     )
+}
+
+/// Multiply-adds per image from which a batch smaller than the thread count runs each image
+/// on all threads ([`run_split_with`]): below, starting a thread and meeting after every op
+/// cost more than half the image (LeNet's 0.4 M run on one thread).
+pub const SPLIT_MIN_MACS: u64 = 20_000_000;
+
+/// Whether [`run_parallel_with`] splits each image between the threads.
+fn splits(model: &Model, batch: usize, threads: usize) -> bool {
+    threads > 1 && batch < threads && model.macs_per_image() >= SPLIT_MIN_MACS
+}
+
+/// Arena [`run_split_with`] needs: `align16(batch·out_len) + (1 + t)·working_bytes`, t =
+/// min(threads, 64): the shared working area and one per thread (its scratch and the
+/// channels it computes) (saturating).
+pub fn arena_bytes_split(model: &Model, batch: usize, threads: usize) -> usize {
+    let t = threads.clamp(1, MAX_THREADS);
+    align16(
+        batch
+            .saturating_mul(model.output_len())
+            .min(usize::MAX - 16),
+    )
+    .saturating_add((t + 1).saturating_mul(model.working_bytes()))
 }
 
 /// Threads `run_parallel` starts at most.
@@ -72,6 +101,9 @@ pub fn run_parallel_with<'b>(
     }
     let k = kernels.resolve()?;
     let batch = model.batch_of(pixels.len())?;
+    if splits(model, batch, threads) {
+        return run_split_with(model, kernels, pixels, arena, threads);
+    }
     let needed = arena_bytes_parallel(model, batch, threads);
     if arena.len() < needed {
         return Err(RuntimeError::ArenaTooSmall {
@@ -120,6 +152,148 @@ pub fn run_parallel_with<'b>(
             *h = Some(s.spawn(move || worker(work)));
         }
         let mut result = worker(first);
+        for h in handles.iter_mut().filter_map(Option::take) {
+            result = result.and(h.join().unwrap_or(Err(RuntimeError::BadThreads)));
+        }
+        result
+    });
+    result?;
+    let outs: &'b [u8] = outs;
+    Ok(as_i8(&outs[..n_total]))
+}
+
+/// Threads meeting after each op: a spinning barrier (the ops between take microseconds), that
+/// gives up when a thread failed.
+struct Barrier {
+    n: usize,
+    count: AtomicUsize,
+    generation: AtomicUsize,
+    failed: AtomicBool,
+}
+
+impl Barrier {
+    fn new(n: usize) -> Self {
+        Barrier {
+            n,
+            count: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Waits for the other threads; `false` when one of them failed.
+    fn wait(&self) -> bool {
+        let g = self.generation.load(Ordering::Acquire);
+        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            self.count.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            return !self.failed.load(Ordering::Acquire);
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == g {
+            if self.failed.load(Ordering::Acquire) {
+                return false;
+            }
+            spins += 1;
+            if spins < 4096 {
+                std::hint::spin_loop();
+            } else {
+                // Another process has the core: let the late thread run.
+                std::thread::yield_now();
+            }
+        }
+        !self.failed.load(Ordering::Acquire)
+    }
+
+    fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+    }
+}
+
+/// Runs `pixels` image by image, each on `threads` threads at once: every op's output channels
+/// (conv), outputs (fully connected) or elements (add) split between them, pooling on one, a
+/// barrier after each op. For latency (batch 1). `arena` holds at least
+/// [`arena_bytes_split`] bytes; returns the `batch · output_len()` logits at its start.
+pub fn run_split_with<'b>(
+    model: &Model,
+    kernels: Kernels,
+    pixels: &[u8],
+    arena: &'b mut [u8],
+    threads: usize,
+) -> Result<&'b [i8]> {
+    if threads == 0 {
+        return Err(RuntimeError::BadThreads);
+    }
+    let k = kernels.resolve()?;
+    let batch = model.batch_of(pixels.len())?;
+    let needed = arena_bytes_split(model, batch, threads);
+    if arena.len() < needed {
+        return Err(RuntimeError::ArenaTooSmall {
+            needed,
+            len: arena.len(),
+        });
+    }
+    let t = threads.min(MAX_THREADS);
+    let (n_in, n_out, wb) = (model.input_len(), model.output_len(), model.working_bytes());
+    let n_total = batch * n_out;
+    let (outs, works) = arena.split_at_mut(align16(n_total));
+    let (shared, owns) = works.split_at_mut(wb);
+    let shared = OutPtr(shared.as_mut_ptr());
+    let barrier = Barrier::new(t);
+    let ops = model.num_ops() as u32;
+    // Thread `part`: every image, every op's part; part 0 also loads the inputs and copies
+    // the logits out while the others wait at the barrier.
+    let worker = |part: usize, own: &mut [u8], outs: Option<&mut [u8]>| -> Result<()> {
+        let mut outs = outs;
+        for i in 0..batch {
+            if part == 0 {
+                // SAFETY: the other threads wait at the barrier: nothing else touches `shared`.
+                let work = unsafe { core::slice::from_raw_parts_mut(shared.get(), wb) };
+                if let Err(e) = model.load_input(&pixels[i * n_in..(i + 1) * n_in], work) {
+                    barrier.fail();
+                    return Err(e);
+                }
+            }
+            if !barrier.wait() {
+                return Ok(());
+            }
+            for j in 0..ops {
+                // SAFETY: between two barriers the threads run distinct parts of op j.
+                let r = unsafe { model.exec_part(k, j, (shared.get(), wb), own, (part, t)) };
+                if let Err(e) = r {
+                    barrier.fail();
+                    return Err(e);
+                }
+                if !barrier.wait() {
+                    return Ok(());
+                }
+            }
+            if let Some(outs) = outs.as_deref_mut() {
+                // SAFETY: every op has finished (the last barrier); the other threads touch
+                // `shared` again only after the next image's first barrier.
+                let work = unsafe { core::slice::from_raw_parts(shared.get(), wb) };
+                match model.output_of(work) {
+                    Ok(o) => outs[i * n_out..(i + 1) * n_out].copy_from_slice(o),
+                    Err(e) => {
+                        barrier.fail();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    let result = std::thread::scope(|s| {
+        let mut areas = owns.chunks_exact_mut(wb).take(t);
+        let Some(first) = areas.next() else {
+            return Err(RuntimeError::BadThreads);
+        };
+        let mut handles = [const { None }; MAX_THREADS];
+        for (part, (h, own)) in handles.iter_mut().zip(areas).enumerate() {
+            let worker = &worker;
+            *h = Some(s.spawn(move || worker(part + 1, own, None)));
+        }
+        let mut result = worker(0, first, Some(&mut outs[..n_total]));
         for h in handles.iter_mut().filter_map(Option::take) {
             result = result.and(h.join().unwrap_or(Err(RuntimeError::BadThreads)));
         }

@@ -4,7 +4,9 @@
 
 mod common;
 
-use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
+use octet_runtime::parallel::{
+    arena_bytes_parallel, arena_bytes_split, run_parallel, run_split_with,
+};
 use octet_runtime::{Kernels, Model, RuntimeError};
 
 #[test]
@@ -39,5 +41,39 @@ fn parallel_equals_single_threaded() {
             run_parallel(&m, &pixels, &mut a, 0),
             Err(RuntimeError::BadThreads)
         );
+    }
+}
+
+/// Each image split between the threads, op by op (every conv's channels, fc outputs, add
+/// elements): the bytes of the single-threaded scalar reference, for every kernel set here.
+#[test]
+fn split_equals_single_threaded() {
+    for bytes in [
+        common::lenet(4).encode(),
+        common::small_resnet(5).encode(),
+        common::small_late_resnet(6).encode(),
+    ] {
+        let m = Model::parse(&bytes).unwrap();
+        for batch in [1usize, 3] {
+            let pixels = common::Rng::new(10 + batch as u64).bytes(batch * m.input_len());
+            let mut a1 = vec![0u8; m.arena_bytes_for(batch)];
+            let single = m
+                .run_with(Kernels::Scalar, &pixels, &mut a1)
+                .unwrap()
+                .to_vec();
+            for k in [Kernels::Scalar, Kernels::Auto] {
+                for threads in [1usize, 2, 3, 5] {
+                    let mut a = vec![0x5au8; arena_bytes_split(&m, batch, threads)];
+                    let par = run_split_with(&m, k, &pixels, &mut a, threads).unwrap();
+                    assert_eq!(par, &single[..], "{k:?} batch {batch} threads {threads}");
+                }
+            }
+        }
+        let pixels = vec![0u8; m.input_len()];
+        let mut a = vec![0u8; arena_bytes_split(&m, 1, 2) - 1];
+        assert!(matches!(
+            run_split_with(&m, Kernels::Auto, &pixels, &mut a, 2),
+            Err(RuntimeError::ArenaTooSmall { .. })
+        ));
     }
 }

@@ -99,6 +99,12 @@ fn resnet_round_trip() {
             scalar
         );
     }
+    if Kernels::neon_available() {
+        assert_eq!(run_all(&bytes, Kernels::Neon, &pixels).unwrap(), scalar);
+    }
+    if Kernels::dotprod_available() {
+        assert_eq!(run_all(&bytes, Kernels::NeonDot, &pixels).unwrap(), scalar);
+    }
 }
 
 #[test]
@@ -537,6 +543,12 @@ proptest! {
         }
         if Kernels::vnni_available() {
             prop_assert_eq!(&scalar, &run_all(&bytes, Kernels::Avx512Vnni, &pixels).unwrap());
+        }
+        if Kernels::neon_available() {
+            prop_assert_eq!(&scalar, &run_all(&bytes, Kernels::Neon, &pixels).unwrap());
+        }
+        if Kernels::dotprod_available() {
+            prop_assert_eq!(&scalar, &run_all(&bytes, Kernels::NeonDot, &pixels).unwrap());
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! `scalar` holds the reference loops; `avx2` holds AVX2 versions of the hot kernels
 //! (conv2d, fully_connected) and `vnni` the AVX-512 VNNI conv2d kernels (pixels in lanes, over
-//! one image or a group, and the older packed-patch one), all producing the same bytes.
+//! one image or a group, and the older packed-patch one), and on aarch64 `neon` the NEON
+//! conv2d and fully_connected kernels (with and without `SDOT`), all producing the same bytes.
 //! Pools always run scalar; `scalar::add` uses AVX-512 when the CPU has it (same bytes).
 
 pub mod scalar;
@@ -12,6 +13,12 @@ pub mod avx2;
 
 #[cfg(target_arch = "x86_64")]
 pub mod vnni;
+
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+
+#[cfg(test)]
+pub(crate) mod test_util;
 
 use crate::format::{OP_CONV2D, OP_FULLY_CONNECTED};
 pub use crate::requant::{AddRequant, OutputQuant};
@@ -26,7 +33,12 @@ pub enum Kernels {
     /// AVX-512 VNNI (512-bit vectors) for conv2d, AVX2 for fully_connected (error if the CPU
     /// lacks AVX2, AVX-512 VNNI, BW or VL).
     Avx512Vnni,
-    /// The fastest available (AVX-512 VNNI, then AVX2, then scalar).
+    /// aarch64 NEON kernels without `dotprod` (error if not on aarch64 or the CPU lacks NEON).
+    Neon,
+    /// aarch64 NEON kernels with `SDOT` (error if the CPU lacks NEON or `dotprod`).
+    NeonDot,
+    /// The fastest available (AVX-512 VNNI, then AVX2; on aarch64 NEON with dotprod, then
+    /// NEON; then scalar).
     #[default]
     Auto,
 }
@@ -113,6 +125,26 @@ pub(crate) enum Resolved {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Vnni,
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    #[cfg(target_arch = "aarch64")]
+    NeonDot,
+}
+
+impl Resolved {
+    const fn name(self) -> &'static str {
+        match self {
+            Resolved::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Resolved::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Resolved::Vnni => "avx512-vnni",
+            #[cfg(target_arch = "aarch64")]
+            Resolved::Neon => "neon",
+            #[cfg(target_arch = "aarch64")]
+            Resolved::NeonDot => "neon-dotprod",
+        }
+    }
 }
 
 impl Kernels {
@@ -191,6 +223,53 @@ impl Kernels {
         }
     }
 
+    /// Whether the NEON kernels can run here: known at compile time (`target_feature = "neon"`,
+    /// the default of aarch64 Linux targets), else detected with `std`.
+    pub fn neon_available() -> bool {
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        {
+            true
+        }
+        #[cfg(all(target_arch = "aarch64", not(target_feature = "neon"), feature = "std"))]
+        {
+            std::arch::is_aarch64_feature_detected!("neon")
+        }
+        #[cfg(not(all(target_arch = "aarch64", any(target_feature = "neon", feature = "std"))))]
+        {
+            false
+        }
+    }
+
+    /// Whether the NEON kernels with `SDOT` can run here (NEON and `dotprod`): detected at run
+    /// time with `std`, else known at compile time (`-C target-feature=+dotprod`).
+    pub fn dotprod_available() -> bool {
+        #[cfg(all(target_arch = "aarch64", target_feature = "dotprod"))]
+        {
+            Self::neon_available()
+        }
+        #[cfg(all(
+            target_arch = "aarch64",
+            not(target_feature = "dotprod"),
+            feature = "std"
+        ))]
+        {
+            Self::neon_available() && std::arch::is_aarch64_feature_detected!("dotprod")
+        }
+        #[cfg(not(all(
+            target_arch = "aarch64",
+            any(target_feature = "dotprod", feature = "std")
+        )))]
+        {
+            false
+        }
+    }
+
+    /// The kernel set this choice runs on this CPU (`scalar`, `avx2`, `avx512-vnni`, …), for
+    /// benchmarks and reports; an error when it cannot run here.
+    pub fn resolved_name(self) -> crate::Result<&'static str> {
+        Ok(self.resolve()?.name())
+    }
+
     pub(crate) fn resolve(self) -> crate::Result<Resolved> {
         match self {
             Kernels::Scalar => Ok(Resolved::Scalar),
@@ -200,6 +279,16 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx512Vnni if Self::vnni_available() => Ok(Resolved::Vnni),
             Kernels::Avx512Vnni => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(target_arch = "aarch64")]
+            Kernels::Neon if Self::neon_available() => Ok(Resolved::Neon),
+            Kernels::Neon => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(target_arch = "aarch64")]
+            Kernels::NeonDot if Self::dotprod_available() => Ok(Resolved::NeonDot),
+            Kernels::NeonDot => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(target_arch = "aarch64")]
+            Kernels::Auto if Self::dotprod_available() => Ok(Resolved::NeonDot),
+            #[cfg(target_arch = "aarch64")]
+            Kernels::Auto if Self::neon_available() => Ok(Resolved::Neon),
             #[cfg(target_arch = "x86_64")]
             Kernels::Auto if Self::vnni_available() => Ok(Resolved::Vnni),
             #[cfg(target_arch = "x86_64")]
@@ -359,6 +448,15 @@ pub struct I32Array<'a> {
 }
 
 impl<'a> I32Array<'a> {
+    /// Values `start..end` (clamped to the array).
+    pub fn slice(&self, start: usize, end: usize) -> Self {
+        let n = self.len();
+        let (a, b) = (start.min(n), end.clamp(start.min(n), n));
+        I32Array {
+            bytes: &self.bytes[4 * a..4 * b],
+        }
+    }
+
     /// View of `bytes` (its length should be a multiple of 4).
     pub const fn new(bytes: &'a [u8]) -> Self {
         I32Array { bytes }
@@ -415,7 +513,24 @@ pub struct ConvParams<'a> {
     pub out: OutputQuant,
 }
 
-impl ConvParams<'_> {
+impl<'a> ConvParams<'a> {
+    /// The conv restricted to output channels `c0..c1` (written as an HWC tensor of `c1 − c0`
+    /// channels): the same bytes for those channels, so threads can share one conv.
+    pub fn channels(&self, c0: usize, c1: usize) -> ConvParams<'a> {
+        let k = self.k();
+        ConvParams {
+            output: Shape {
+                c: c1 - c0,
+                ..self.output
+            },
+            weights: &self.weights[c0 * k..c1 * k],
+            bias: self.bias.slice(c0, c1),
+            multiplier: self.multiplier.slice(c0, c1),
+            shift: self.shift.slice(c0, c1),
+            ..*self
+        }
+    }
+
     /// The op's geometry, for [`scratch_bytes`].
     pub const fn geometry(&self) -> OpGeometry {
         OpGeometry {
@@ -462,6 +577,20 @@ pub struct FcParams<'a> {
     pub out: OutputQuant,
 }
 
+impl<'a> FcParams<'a> {
+    /// Outputs `n0..n1` only (the same bytes for those outputs).
+    pub fn outputs(&self, n0: usize, n1: usize) -> FcParams<'a> {
+        FcParams {
+            n: n1 - n0,
+            weights: &self.weights[n0 * self.k..n1 * self.k],
+            bias: self.bias.slice(n0, n1),
+            multiplier: self.multiplier.slice(n0, n1),
+            shift: self.shift.slice(n0, n1),
+            ..*self
+        }
+    }
+}
+
 /// max_pool / avg_pool parameters.
 #[derive(Clone, Copy, Debug)]
 pub struct PoolParams {
@@ -501,7 +630,9 @@ pub(crate) fn conv2d(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
-            if vnni::conv2d_lanes(p, input, output, scratch) {
+            if (vnni::narrow_preferred(p) && vnni::conv2d_narrow(p, input, output, scratch))
+                || vnni::conv2d_lanes(p, input, output, scratch)
+            {
                 // Covered by the pixels-in-lanes kernel.
             } else if p.k() >= VNNI_MIN_K && p.output.c >= VNNI_MIN_COUT {
                 vnni::conv2d(p, input, output, scratch)
@@ -509,6 +640,12 @@ pub(crate) fn conv2d(
                 avx2::conv2d(p, input, output, scratch)
             }
         },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::Neon is only produced when NEON is available.
+        Resolved::Neon => unsafe { neon::conv2d(p, input, output, scratch) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::NeonDot is only produced when NEON and dotprod are available.
+        Resolved::NeonDot => unsafe { neon::conv2d_dot(p, input, output, scratch) },
     }
     let _ = scratch;
 }
@@ -520,6 +657,12 @@ pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2 and Vnni are only produced when AVX2 is available.
         Resolved::Avx2 | Resolved::Vnni => unsafe { avx2::fully_connected(p, input, output) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::Neon is only produced when NEON is available.
+        Resolved::Neon => unsafe { neon::fully_connected(p, input, output) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::NeonDot is only produced when NEON and dotprod are available.
+        Resolved::NeonDot => unsafe { neon::fully_connected_dot(p, input, output) },
     }
 }
 
@@ -540,5 +683,59 @@ mod tests {
             && std::is_x86_feature_detected!("avx512vnni");
         assert_eq!(Kernels::vnni_available(), vnni);
         println!("avx2 {} vnni {vnni}", Kernels::avx2_available());
+    }
+}
+
+#[cfg(all(test, target_arch = "aarch64"))]
+mod neon_tests {
+    use super::{Kernels, Resolved};
+    use crate::RuntimeError;
+
+    #[test]
+    fn detection_agrees_with_std() {
+        let neon = std::arch::is_aarch64_feature_detected!("neon");
+        let dot = neon && std::arch::is_aarch64_feature_detected!("dotprod");
+        assert_eq!(Kernels::neon_available(), neon);
+        assert_eq!(Kernels::dotprod_available(), dot);
+        println!("neon {neon} dotprod {dot}");
+    }
+
+    #[test]
+    fn resolution() {
+        assert!(!Kernels::avx2_available());
+        assert_eq!(
+            Kernels::Avx2.resolve(),
+            Err(RuntimeError::KernelsUnavailable)
+        );
+        assert_eq!(Kernels::Neon.resolve(), Ok(Resolved::Neon));
+        if Kernels::dotprod_available() {
+            assert_eq!(Kernels::NeonDot.resolve(), Ok(Resolved::NeonDot));
+            assert_eq!(Kernels::Auto.resolve(), Ok(Resolved::NeonDot));
+        } else {
+            assert_eq!(
+                Kernels::NeonDot.resolve(),
+                Err(RuntimeError::KernelsUnavailable)
+            );
+            assert_eq!(Kernels::Auto.resolve(), Ok(Resolved::Neon));
+        }
+    }
+}
+
+#[cfg(all(test, not(target_arch = "aarch64")))]
+mod neon_elsewhere_tests {
+    use super::Kernels;
+    use crate::RuntimeError;
+
+    #[test]
+    fn neon_kernels_unavailable() {
+        assert!(!Kernels::neon_available() && !Kernels::dotprod_available());
+        assert_eq!(
+            Kernels::Neon.resolve(),
+            Err(RuntimeError::KernelsUnavailable)
+        );
+        assert_eq!(
+            Kernels::NeonDot.resolve(),
+            Err(RuntimeError::KernelsUnavailable)
+        );
     }
 }

@@ -247,7 +247,7 @@ unsafe fn dot4x1(x: *const i16, kp: usize, k: usize, w0: &[i8]) -> [i32; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::avx2::test_util::conv_matches_scalar;
+    use crate::kernels::test_util::conv_matches_scalar;
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 

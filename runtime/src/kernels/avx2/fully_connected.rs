@@ -72,7 +72,7 @@ pub unsafe fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::avx2::test_util::Rng;
+    use crate::kernels::test_util::Rng;
     use crate::kernels::{I32Array, Kernels, OutputQuant};
     use proptest::prelude::*;
 

@@ -17,11 +17,11 @@ use core::arch::x86_64::*;
 use crate::kernels::{lanes_regions, lanes_supported, ConvParams, LANES_EPI_BYTES};
 
 /// One output channel's requantization, for accumulators that already hold the bias.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 #[repr(C)]
-struct Epi {
+pub(super) struct Epi {
     /// bias − 128·Σw (wrapping): the accumulator's start value.
-    bias: i32,
+    pub(super) bias: i32,
     /// Right shift n in [1, 54].
     n: i32,
     m0: i64,
@@ -229,7 +229,7 @@ impl Geo {
 
 /// Whether every channel's requantization fits [`Epi`] (n in [1, 54]) and the clamp is a
 /// non-empty range within i8.
-fn epi_supported(p: &ConvParams) -> bool {
+pub(super) fn epi_supported(p: &ConvParams) -> bool {
     let lo = p.out.act_min.max(-128);
     let hi = p.out.act_max.min(127);
     lo <= hi
@@ -241,7 +241,7 @@ fn epi_supported(p: &ConvParams) -> bool {
 
 /// Whether every channel has n in [33, 54], where the epilogue can work on the high halves of
 /// the products in i32 lanes ([`requant16_hi`]).
-fn epi_hi(p: &ConvParams) -> bool {
+pub(super) fn epi_hi(p: &ConvParams) -> bool {
     (0..p.output.c).all(|c| {
         let n = 31 - p.shift.get(c).clamp(-31, 30);
         (33..=54).contains(&n)
@@ -252,7 +252,7 @@ fn epi_hi(p: &ConvParams) -> bool {
 /// weight rows, so they come from memory once).
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn fill_epi(p: &ConvParams, co: usize, ch: usize, epi: *mut Epi) {
+pub(super) unsafe fn fill_epi(p: &ConvParams, co: usize, ch: usize, epi: *mut Epi) {
     let k = p.k();
     for c in co..co + ch {
         let n = 31 - p.shift.get(c).clamp(-31, 30) as i64;
@@ -823,7 +823,12 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
 /// `(P + r) >> n = ((P >> 32) + (r >> 32)) >> (n − 32)` with P = acc·M0, and P >> 32 (the high
 /// halves of the products) fits i32: the rest runs on 16 i32 lanes, the clamp included.
 #[inline(always)]
-unsafe fn requant16_hi(acc: __m512i, e: &Epi, idx: __m512i, clamp: (__m512i, __m512i)) -> __m128i {
+pub(super) unsafe fn requant16_hi(
+    acc: __m512i,
+    e: &Epi,
+    idx: __m512i,
+    clamp: (__m512i, __m512i),
+) -> __m128i {
     // `vpmuldq` reads the low half of each 64-bit lane: a 32-bit broadcast of M0 is enough.
     let m = _mm512_set1_epi32(e.m0 as i32);
     let ev = _mm512_mul_epi32(acc, m);
@@ -839,7 +844,12 @@ unsafe fn requant16_hi(acc: __m512i, e: &Epi, idx: __m512i, clamp: (__m512i, __m
 /// The 16 accumulators of one channel to bytes, exactly `OutputQuant::finish`:
 /// `(acc·M0 + r) >> n` on even and odd lanes in i64, clamped, the low halves back together.
 #[inline(always)]
-unsafe fn requant16(acc: __m512i, e: &Epi, idx: __m512i, clamp: (__m512i, __m512i)) -> __m128i {
+pub(super) unsafe fn requant16(
+    acc: __m512i,
+    e: &Epi,
+    idx: __m512i,
+    clamp: (__m512i, __m512i),
+) -> __m128i {
     let m = _mm512_set1_epi32(e.m0 as i32);
     let r = _mm512_set1_epi64(e.r);
     let n = _mm_cvtsi32_si128(e.n);
@@ -854,7 +864,7 @@ unsafe fn requant16(acc: __m512i, e: &Epi, idx: __m512i, clamp: (__m512i, __m512
 
 /// Whether the CPU has AVX-512 VBMI (`vpermb`; CPUID leaf 7, ECX bit 1), cached. The VNNI
 /// kernels run only where the OS saves the AVX-512 state, so the bit alone decides.
-fn vbmi() -> bool {
+pub(super) fn vbmi() -> bool {
     use core::sync::atomic::{AtomicU8, Ordering};
     static STATE: AtomicU8 = AtomicU8::new(0);
     match STATE.load(Ordering::Relaxed) {
@@ -873,7 +883,7 @@ fn vbmi() -> bool {
 /// Tile (`[vector][channel][16 pixels]`) of pixels `pix0..pix0 + npx` (numbered across the
 /// images, `npix` each) to their HWC rows of `cout` bytes.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
-unsafe fn store_tile(
+pub(super) unsafe fn store_tile(
     tile: *const u8,
     cout: usize,
     npix: usize,

@@ -1,0 +1,282 @@
+//! conv2d, NEON: implicit GEMM over HWC input and OHWI weights.
+//!
+//! For each block of up to [`BLOCK`] output pixels the patches are packed into scratch, one
+//! row of `align16(K)` int8 values per pixel (kh runs of kw·C_in values, padded taps filled
+//! with the pad values), so K = kh·kw·C_in is contiguous whatever C_in (1 and 3 included).
+//! Then for each group of 4 output channels (loaded once per block, from L1 for the block's
+//! other pixels) tiles of 4 pixels × 4 channels keep 16 accumulators: each loaded patch vector
+//! serves 4 channels, each weight vector 4 pixels. The sums of a tile come out with the 4
+//! channels of a pixel in one vector and are requantized 4 lanes at a time.
+
+use core::arch::aarch64::*;
+
+use super::{dot_tile, Epilogue, Requant4, Tail};
+use crate::kernels::{scalar, ConvParams};
+
+/// Output pixels packed per pass. The conv's scratch holds at least
+/// `VNNI_PIXEL_BLOCK · align64(K)` ≥ 64 rows of `align16(K)` bytes; 16 rows keep a block's
+/// patches and a channel group's weights in L1.
+pub const BLOCK: usize = 16;
+
+/// Output pixels per register tile.
+const TP: usize = 4;
+
+/// Same bytes as [`scalar::conv2d`], plain NEON (no `dotprod`). `scratch` must hold
+/// `scratch_bytes(conv2d, …)` bytes (falls back to the scalar kernel otherwise).
+///
+/// # Safety
+/// The CPU must support NEON.
+#[target_feature(enable = "neon")]
+pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
+    // SAFETY: NEON is enabled here; DOT = false needs nothing more.
+    unsafe { conv::<false>(p, input, output, scratch) }
+}
+
+/// [`conv2d`] with `SDOT`.
+///
+/// # Safety
+/// The CPU must support NEON and `dotprod`.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn conv2d_dot(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
+    // SAFETY: NEON and dotprod are enabled here.
+    unsafe { conv::<true>(p, input, output, scratch) }
+}
+
+#[inline(always)]
+unsafe fn conv<const DOT: bool>(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    let k = p.k();
+    let kp = crate::align16(k);
+    let cout = p.output.c;
+    let npix = p.output.h * p.output.w;
+    if scratch.len() < BLOCK * kp
+        || input.len() < p.input.len()
+        || output.len() < npix * cout
+        || p.weights.len() < cout * k
+    {
+        return scalar::conv2d(p, input, output);
+    }
+    let rows = crate::as_i8_mut(&mut scratch[..BLOCK * kp]);
+    let e = Epilogue::new(&p.out);
+    let tail = Tail::new(k);
+    let mut p0 = 0;
+    while p0 < npix {
+        let np = (npix - p0).min(BLOCK);
+        for r in 0..np {
+            pack_patch(p, input, p0 + r, &mut rows[r * kp..]);
+        }
+        let packed: &[i8] = rows;
+        let mut co = 0;
+        while co < cout {
+            let nc = (cout - co).min(4);
+            // SAFETY: the caller's target features (NEON, dotprod when DOT).
+            unsafe {
+                match nc {
+                    4 => group::<DOT, 4>(p, packed, kp, np, p0, co, &e, &tail, output),
+                    3 => group::<DOT, 3>(p, packed, kp, np, p0, co, &e, &tail, output),
+                    2 => group::<DOT, 2>(p, packed, kp, np, p0, co, &e, &tail, output),
+                    _ => group::<DOT, 1>(p, packed, kp, np, p0, co, &e, &tail, output),
+                }
+            }
+            co += nc;
+        }
+        p0 += np;
+    }
+}
+
+/// Output channels `co..co + NC` of the block's `np` pixels (packed rows of `kp` values;
+/// rows past `np` up to the tile are stale scratch bytes whose results are dropped).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn group<const DOT: bool, const NC: usize>(
+    p: &ConvParams,
+    rows: &[i8],
+    kp: usize,
+    np: usize,
+    p0: usize,
+    co: usize,
+    e: &Epilogue,
+    tail: &Tail,
+    output: &mut [i8],
+) {
+    let (k, cout) = (p.k(), p.output.c);
+    let w: [&[i8]; NC] = core::array::from_fn(|c| &p.weights[(co + c) * k..][..k]);
+    let wtail: [int8x16_t; NC] = core::array::from_fn(|c| tail.load(w[c]));
+    let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, co, NC);
+    let mut t = 0;
+    while t < np {
+        let x: [&[i8]; TP] = core::array::from_fn(|r| &rows[(t + r) * kp..][..kp]);
+        // SAFETY: the caller's target features; rows hold kp ≥ align16(k) values.
+        let s = unsafe { dot_tile::<DOT, TP, NC>(x, w, &wtail, tail, k) };
+        for (r, &sr) in s.iter().enumerate().take(np - t) {
+            let b = q.apply(sr, e);
+            output[(p0 + t + r) * cout + co..][..NC].copy_from_slice(&b[..NC]);
+        }
+        t += TP;
+    }
+}
+
+/// Writes the patch of output pixel `pi` (K values) at the start of `row`, which runs to the
+/// end of the packed rows: runs are copied 16 bytes at a time, the last copy of a run may
+/// spill past it into bytes written later (the next taps, the next rows) or never read as
+/// data (past K, where the weights' tail is zero).
+#[inline(always)]
+fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: &mut [i8]) {
+    let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
+    let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride, p.pad as isize);
+    let wo = p.output.w;
+    let (oy, ox) = (pi / wo, pi % wo);
+    let run = kw * cin;
+    let ix0 = (ox * s) as isize - pad;
+    for ky in 0..kh {
+        let at = ky * run;
+        let iy = (oy * s + ky) as isize - pad;
+        if iy < 0 || iy >= h {
+            for d in row[at..at + run].chunks_exact_mut(cin) {
+                fill_pad(p, d);
+            }
+            continue;
+        }
+        let rowbase = iy as usize * w as usize;
+        if ix0 >= 0 && ix0 + kw as isize <= w {
+            copy_run(
+                &mut row[at..],
+                &input[(rowbase + ix0 as usize) * cin..],
+                run,
+            );
+        } else {
+            for kx in 0..kw {
+                let ix = ix0 + kx as isize;
+                let d = at + kx * cin;
+                if ix >= 0 && ix < w {
+                    copy_run(&mut row[d..], &input[(rowbase + ix as usize) * cin..], cin);
+                } else {
+                    fill_pad(p, &mut row[d..d + cin]);
+                }
+            }
+        }
+    }
+}
+
+/// `dst[..n] = src[..n]` in 16-byte vectors; the last one may write up to 15 bytes past `n`
+/// (and read past `n` in `src`) where both slices have room, else the rest is copied exactly.
+#[inline(always)]
+fn copy_run(dst: &mut [i8], src: &[i8], n: usize) {
+    let mut i = 0;
+    while i < n {
+        if i + 16 <= src.len() && i + 16 <= dst.len() {
+            // SAFETY: 16 bytes in bounds of both slices (checked above); NEON (the callers).
+            unsafe { vst1q_s8(dst.as_mut_ptr().add(i), vld1q_s8(src.as_ptr().add(i))) };
+            i += 16;
+        } else {
+            dst[i..n].copy_from_slice(&src[i..n]);
+            return;
+        }
+    }
+}
+
+#[inline(always)]
+fn fill_pad(p: &ConvParams, d: &mut [i8]) {
+    for (ci, v) in d.iter_mut().enumerate() {
+        *v = p.pad_value(ci);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::Kernels;
+    use proptest::prelude::*;
+
+    /// Both inner products, each forced: plain NEON always, SDOT when the CPU has it.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        cin: usize,
+        cout: usize,
+        h: usize,
+        w: usize,
+        kh: usize,
+        kw: usize,
+        stride: usize,
+        pad: usize,
+        seed: u64,
+    ) {
+        assert!(Kernels::neon_available());
+        conv_matches_scalar(
+            cin,
+            cout,
+            h,
+            w,
+            kh,
+            kw,
+            stride,
+            pad,
+            seed,
+            &mut |p, x, y, s| unsafe { conv2d(p, x, y, s) },
+        );
+        if Kernels::dotprod_available() {
+            conv_matches_scalar(
+                cin,
+                cout,
+                h,
+                w,
+                kh,
+                kw,
+                stride,
+                pad,
+                seed,
+                &mut |p, x, y, s| unsafe { conv2d_dot(p, x, y, s) },
+            );
+        }
+    }
+
+    #[test]
+    fn fixed_shapes() {
+        for &(cin, cout, hw, k, s, pad) in &[
+            (1, 6, 32, 5, 1, 0),
+            (6, 16, 14, 5, 1, 0),
+            (3, 64, 8, 3, 1, 1),
+            (1, 64, 8, 3, 1, 1),
+            (64, 64, 4, 3, 1, 1),
+            (64, 128, 8, 3, 2, 1),
+            (64, 128, 8, 1, 2, 0),
+            (17, 5, 7, 3, 2, 2),
+            (33, 3, 5, 5, 1, 2),
+            (4, 17, 9, 3, 1, 0),
+        ] {
+            check(cin, cout, hw, hw, k, k, s, pad, 42 + cin as u64);
+        }
+    }
+
+    /// Scratch smaller than a block of rows: the scalar fallback, same bytes.
+    #[test]
+    fn small_scratch_falls_back() {
+        let mut calls = 0;
+        conv_matches_scalar(3, 5, 6, 6, 3, 3, 1, 1, 7, &mut |p, x, y, s| {
+            calls += 1;
+            let short = BLOCK * crate::align16(p.k()) - 1;
+            unsafe { conv2d(p, x, y, &mut s[..short]) }
+        });
+        assert_eq!(calls, 1);
+    }
+
+    proptest! {
+        #[test]
+        fn neon_equals_scalar(
+            cin in prop::sample::select(vec![1usize, 2, 3, 4, 5, 8, 16, 17, 33, 64]),
+            cout in prop::sample::select(vec![1usize, 2, 3, 5, 8, 16, 17]),
+            h in 1usize..10, w in 1usize..10,
+            k in prop::sample::select(vec![1usize, 3, 5]),
+            kw_alt in any::<bool>(),
+            stride in 1usize..=2, pad in 0usize..=2, seed in any::<u64>(),
+        ) {
+            let kw = if kw_alt { 1 } else { k };
+            check(cin, cout, h, w, k, kw, stride, pad, seed);
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! aarch64 NEON kernels (conv2d, fully_connected), bit-identical to `kernels::scalar`: the same
+//! wrapping i32 accumulator and the same requantization (`crate::requant`'s `ChannelRequant`
+//! constants, the formula of `OutputQuant::finish` on 4 lanes).
+//!
+//! Each kernel has two inner products: with `dotprod`, `SDOT` (16 int8 multiply-adds into 4
+//! i32 lanes per instruction); without, `SMULL`/`SMULL2` into i16 (exact: |x·w| ≤ 128·128)
+//! and `SADALP` pair-adds into i32, so sums of two products never sit in an i16.
+//!
+//! Every function here is `unsafe` because it needs NEON (and `dotprod` for the `_dot`
+//! versions): call it only when `Kernels::neon_available()` (`Kernels::dotprod_available()`).
+
+mod conv2d;
+mod fully_connected;
+
+pub use conv2d::{conv2d, conv2d_dot};
+pub use fully_connected::{fully_connected, fully_connected_dot};
+
+use core::arch::aarch64::*;
+
+use crate::kernels::{I32Array, OutputQuant};
+use crate::requant::ChannelRequant;
+
+/// `acc + x·w` over 16 int8 pairs, 4 per i32 lane, with `SDOT` (the intrinsic `vdotq_s32` is
+/// not stable on this toolchain; the instruction is one line of asm).
+///
+/// # Safety
+/// The CPU must support `dotprod`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sdot(acc: int32x4_t, x: int8x16_t, w: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: the caller guarantees dotprod; SDOT only reads and writes vector registers.
+    unsafe {
+        core::arch::asm!(
+            "sdot {acc:v}.4s, {x:v}.16b, {w:v}.16b",
+            acc = inout(vreg) acc,
+            x = in(vreg) x,
+            w = in(vreg) w,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// `acc + x·w` over 16 int8 pairs: SDOT when `DOT`, else widening multiplies to i16 and
+/// pairwise accumulation into i32 (lane j gets products 4j..4j+3 either way; only the sum over
+/// lanes matters).
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn mac<const DOT: bool>(acc: int32x4_t, x: int8x16_t, w: int8x16_t) -> int32x4_t {
+    if DOT {
+        // SAFETY: DOT is only instantiated by the `_dot` entry points, which require dotprod.
+        unsafe { sdot(acc, x, w) }
+    } else {
+        // SAFETY: NEON (the caller's contract); register-only operations.
+        unsafe {
+            let lo = vmull_s8(vget_low_s8(x), vget_low_s8(w));
+            let hi = vmull_high_s8(x, w);
+            vpadalq_s16(vpadalq_s16(acc, lo), hi)
+        }
+    }
+}
+
+/// 16 bytes of `s` from `at`, zero past its end (the slow path of [`Tail::load`]).
+#[inline]
+fn load16(s: &[i8], at: usize) -> int8x16_t {
+    let mut buf = [0i8; 16];
+    if at < s.len() {
+        let n = (s.len() - at).min(16);
+        buf[..n].copy_from_slice(&s[at..at + n]);
+    }
+    // SAFETY: buf is 16 readable bytes; NEON is baseline on every target this module builds
+    // for in practice, and every caller is a NEON function.
+    unsafe { vld1q_s8(buf.as_ptr()) }
+}
+
+/// The last `k % 16` values of a row of `k`, as one vector zero-filled past them: a load of
+/// the row's last 16 bytes and a table lookup that moves the wanted bytes down (indices past
+/// them are out of range, which TBL reads as zero). Rows shorter than 16 take a bounded copy.
+#[derive(Clone, Copy)]
+struct Tail {
+    idx: uint8x16_t,
+    kfull: usize,
+}
+
+impl Tail {
+    #[inline(always)]
+    fn new(k: usize) -> Self {
+        let r = k % 16;
+        let idx: [u8; 16] = core::array::from_fn(|i| if i < r { (16 - r + i) as u8 } else { 0xFF });
+        // SAFETY: a load of a local 16-byte array (NEON: see load16).
+        Tail {
+            idx: unsafe { vld1q_u8(idx.as_ptr()) },
+            kfull: k & !15,
+        }
+    }
+
+    /// `row[kfull..]` zero-filled to 16 values; `row` must be exactly `k` long.
+    #[inline(always)]
+    fn load(&self, row: &[i8]) -> int8x16_t {
+        if row.len() >= 16 {
+            // SAFETY: row[len − 16..len] is in bounds; NEON as in load16.
+            unsafe { vqtbl1q_s8(vld1q_s8(row.as_ptr().add(row.len() - 16)), self.idx) }
+        } else {
+            load16(row, self.kfull)
+        }
+    }
+}
+
+/// Lane i: the (wrapping) sum of the lanes of `v[i]`.
+#[inline(always)]
+unsafe fn reduce4(v: [int32x4_t; 4]) -> int32x4_t {
+    // SAFETY: register-only NEON operations (the caller's contract).
+    unsafe { vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3])) }
+}
+
+/// Dot products of `NP` input rows with `NC` weight rows over `k` values: result `r` holds
+/// row r's sums in lanes 0..NC (zero beyond). `wtail` holds the weight rows' last partial
+/// vectors (`Tail::load`, zero past `k`), so whatever an input row holds past `k` contributes
+/// nothing: input rows either have room for a full vector there (packed patch rows of
+/// `align16(k)`) or are exactly `k` long and read through `tail`.
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`. Weight rows hold at least `k & !15` values.
+#[inline(always)]
+unsafe fn dot_tile<const DOT: bool, const NP: usize, const NC: usize>(
+    x: [&[i8]; NP],
+    w: [&[i8]; NC],
+    wtail: &[int8x16_t; NC],
+    tail: &Tail,
+    k: usize,
+) -> [int32x4_t; NP] {
+    // SAFETY: every full-vector load below stays inside its slice (kk + 16 ≤ kfull ≤ len);
+    // the input tail is a full load only where the row has room for it.
+    unsafe {
+        let mut a = [[vdupq_n_s32(0); NC]; NP];
+        let kfull = tail.kfull;
+        let mut kk = 0;
+        while kk < kfull {
+            let wv: [int8x16_t; NC] = core::array::from_fn(|c| vld1q_s8(w[c].as_ptr().add(kk)));
+            for r in 0..NP {
+                let xv = vld1q_s8(x[r].as_ptr().add(kk));
+                for c in 0..NC {
+                    a[r][c] = mac::<DOT>(a[r][c], xv, wv[c]);
+                }
+            }
+            kk += 16;
+        }
+        if kfull < k {
+            for r in 0..NP {
+                let xv = if x[r].len() >= kfull + 16 {
+                    vld1q_s8(x[r].as_ptr().add(kfull))
+                } else {
+                    tail.load(x[r])
+                };
+                for c in 0..NC {
+                    a[r][c] = mac::<DOT>(a[r][c], xv, wtail[c]);
+                }
+            }
+        }
+        let z = vdupq_n_s32(0);
+        core::array::from_fn(|r| {
+            let v: [int32x4_t; 4] = core::array::from_fn(|c| if c < NC { a[r][c] } else { z });
+            reduce4(v)
+        })
+    }
+}
+
+/// The output zero point and clamp as vectors.
+#[derive(Clone, Copy)]
+struct Epilogue {
+    zp: int64x2_t,
+    lo: int32x4_t,
+    hi: int32x4_t,
+}
+
+impl Epilogue {
+    #[inline(always)]
+    fn new(o: &OutputQuant) -> Self {
+        // SAFETY: register-only NEON operations (NEON is enabled in every caller).
+        unsafe {
+            Epilogue {
+                zp: vdupq_n_s64(o.zero_point as i64),
+                lo: vdupq_n_s32(o.act_min),
+                hi: vdupq_n_s32(o.act_max),
+            }
+        }
+    }
+}
+
+/// Four output channels' requantization constants, decoded by [`ChannelRequant::new`] (lanes
+/// past the channel count hold `ChannelRequant::default()`; their outputs are dropped).
+#[derive(Clone, Copy)]
+struct Requant4 {
+    bias: int32x4_t,
+    m0: int32x4_t,
+    round: [int64x2_t; 2],
+    neg_n: [int64x2_t; 2],
+}
+
+impl Requant4 {
+    #[inline(always)]
+    fn new(bias: &I32Array, m0: &I32Array, shift: &I32Array, c0: usize, nc: usize) -> Self {
+        let ch: [ChannelRequant; 4] = core::array::from_fn(|i| {
+            if i < nc {
+                ChannelRequant::new(bias.get(c0 + i), m0.get(c0 + i), shift.get(c0 + i))
+            } else {
+                ChannelRequant::default()
+            }
+        });
+        let b: [i32; 4] = core::array::from_fn(|i| ch[i].bias);
+        // ChannelRequant keeps M0 as an i64 holding an i32: the cast is exact.
+        let m: [i32; 4] = core::array::from_fn(|i| ch[i].m0 as i32);
+        let r: [i64; 4] = core::array::from_fn(|i| ch[i].round);
+        let n: [i64; 4] = core::array::from_fn(|i| -(ch[i].n as i64));
+        // SAFETY: loads of local arrays of the right sizes.
+        unsafe {
+            Requant4 {
+                bias: vld1q_s32(b.as_ptr()),
+                m0: vld1q_s32(m.as_ptr()),
+                round: [vld1q_s64(r.as_ptr()), vld1q_s64(r.as_ptr().add(2))],
+                neg_n: [vld1q_s64(n.as_ptr()), vld1q_s64(n.as_ptr().add(2))],
+            }
+        }
+    }
+
+    /// `OutputQuant::finish` on 4 lanes: `clamp(((sum + bias)·M0 + 2^(n−1)) >> n) + z_out)`
+    /// in i64, then the clamp. Narrowing to i32 with saturation before the clamp gives the same
+    /// value, because the clamp bounds are i32; saturating to i8 is the final clamp to i8.
+    #[inline(always)]
+    fn apply(&self, sum: int32x4_t, e: &Epilogue) -> [i8; 4] {
+        // SAFETY: register-only NEON operations (NEON is enabled in every caller).
+        unsafe {
+            let acc = vaddq_s32(sum, self.bias);
+            let lo = vmull_s32(vget_low_s32(acc), vget_low_s32(self.m0));
+            let hi = vmull_high_s32(acc, self.m0);
+            // SSHL by −n is the arithmetic shift right (floor), like `>>` on i64.
+            let lo = vaddq_s64(vshlq_s64(vaddq_s64(lo, self.round[0]), self.neg_n[0]), e.zp);
+            let hi = vaddq_s64(vshlq_s64(vaddq_s64(hi, self.round[1]), self.neg_n[1]), e.zp);
+            let v = vcombine_s32(vqmovn_s64(lo), vqmovn_s64(hi));
+            let v = vminq_s32(vmaxq_s32(v, e.lo), e.hi);
+            let v16 = vqmovn_s32(v);
+            let v8 = vqmovn_s16(vcombine_s16(v16, v16));
+            vget_lane_u32::<0>(vreinterpret_u32_s8(v8))
+                .to_le_bytes()
+                .map(|b| b as i8)
+        }
+    }
+}

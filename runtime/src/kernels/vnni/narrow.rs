@@ -1,0 +1,344 @@
+//! conv2d, AVX-512 VNNI, for inputs with few channels (C_in ≤ 3: the first layer of every
+//! model here, 1 channel for Fashion-MNIST, 3 for CIFAR-10).
+//!
+//! With one input channel a quad of channels (what `vpdpbusd` multiplies per lane) would be
+//! three quarters zeros. Here a quad is instead four consecutive bytes of a kernel row
+//! (`kw·C_in` bytes of the HWC input, contiguous): the taps of one kernel row take
+//! `G = ⌈kw·C_in / 4⌉` quads, so a 5×5 kernel over 1 channel costs 10 `vpdpbusd` per 16 output
+//! pixels and channel instead of 25. The padded input is copied once as u8 (x + 128) into the
+//! op's scratch; the quads of 16 output pixels are picked out of 128 input bytes by one
+//! `vpermt2b` (AVX-512 VBMI) per kernel row and quad, shared by every output channel, and the
+//! weights' quads (zero past `kw·C_in`) are built once per call in the scratch after it.
+
+use core::arch::x86_64::*;
+
+use super::lanes::{
+    epi_hi, epi_supported, fill_epi, requant16, requant16_hi, store_tile, vbmi, Epi,
+};
+use crate::kernels::ConvParams;
+
+/// Pixels per vector.
+const V: usize = 16;
+/// Output channels per register tile.
+const CH: usize = 8;
+/// Largest kh·G (quads per output pixel and channel).
+const MAX_TAPS: usize = 28;
+/// Bytes every window load may read past the padded image.
+const SLACK: usize = 128;
+
+/// Quads per kernel row.
+const fn quads(p: &ConvParams) -> usize {
+    (p.kernel_w * p.input.c).div_ceil(4)
+}
+
+/// Whether [`conv2d_narrow`] covers this conv (given enough scratch): C_in ≤ 3, a kernel row
+/// in at most 4 quads, the 16 pixels' windows within 128 bytes, the epilogue's range
+/// (`epi_supported`), and AVX-512 VBMI.
+pub fn narrow_supported(p: &ConvParams) -> bool {
+    let (cin, s) = (p.input.c, p.stride);
+    let g = quads(p);
+    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    (1..=3).contains(&cin)
+        && s >= 1
+        && (1..=4).contains(&g)
+        && (V - 1) * s * cin + 4 * g <= 128
+        && p.kernel_h >= 1
+        && p.kernel_h * g <= MAX_TAPS
+        && p.output.c >= 1
+        && hp >= p.kernel_h
+        && wp >= p.kernel_w
+        && p.output.h == (hp - p.kernel_h) / s + 1
+        && p.output.w == (wp - p.kernel_w) / s + 1
+        && epi_supported(p)
+        && vbmi()
+}
+
+/// Whether the dispatch should take [`conv2d_narrow`]: covered, and fewer quads per output
+/// than the pixels-in-lanes kernel's one per tap (a 3×3 kernel over 3 channels is 3 quads
+/// per kernel row either way, and the lanes kernel batches images), or no lanes kernel.
+pub fn narrow_preferred(p: &ConvParams) -> bool {
+    narrow_supported(p)
+        && (quads(p) < p.kernel_w || !crate::kernels::lanes_supported(&p.geometry()))
+}
+
+/// Same bytes as `scalar::conv2d`, or `false` (output untouched) when [`narrow_supported`]
+/// fails or `scratch` cannot hold the padded input (`(h + 2·pad)·(w + 2·pad)·C_in + 128`
+/// bytes), the weight quads, the constants and a tile: the caller then runs another kernel.
+///
+/// # Safety
+/// The CPU must support AVX2, AVX-512 F, BW, VL, VBMI and VNNI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
+pub unsafe fn conv2d_narrow(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) -> bool {
+    if !narrow_supported(p) {
+        return false;
+    }
+    let (cin, s, kh) = (p.input.c, p.stride, p.kernel_h);
+    let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
+    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let g = quads(p);
+    let row = wp * cin;
+    // Scratch: the padded image (+ SLACK), then 64-aligned the weight quads, the constants
+    // and the output tile.
+    let taps = kh * g;
+    let cpad = cout.next_multiple_of(CH);
+    let img_len = (hp * row + SLACK).next_multiple_of(64);
+    let wq_len = cpad * taps * 4;
+    let epi_len = cout * core::mem::size_of::<Epi>();
+    let base = scratch.as_ptr().align_offset(64);
+    if scratch.len() < base + img_len + wq_len + epi_len + cout * V
+        || input.len() < p.input.len()
+        || output.len() < ho * wo * cout
+        || p.weights.len() < cout * p.k()
+    {
+        return false;
+    }
+    let img = scratch.as_mut_ptr().add(base);
+    let wq = img.add(img_len) as *mut i32;
+    let epi = img.add(img_len + wq_len) as *mut Epi;
+    let tile = img.add(img_len + wq_len + epi_len);
+    pad_input(p, input, img);
+
+    // Weight quads `[channel][ky][quad]`, zero past the kernel row and for the channels that
+    // pad C_out to a multiple of CH.
+    let run = p.kernel_w * cin;
+    for co in 0..cpad {
+        for ky in 0..kh {
+            let mut b = [0u8; 16];
+            if co < cout {
+                let src = p.weights.as_ptr().add(co * p.k() + ky * run) as *const u8;
+                core::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), run);
+            }
+            core::ptr::copy_nonoverlapping(
+                b.as_ptr(),
+                wq.add(co * taps + ky * g) as *mut u8,
+                4 * g,
+            );
+        }
+    }
+    fill_epi(p, 0, cout, epi);
+    let hi = epi_hi(p);
+    let (lo_c, hi_c) = (p.out.act_min.max(-128), p.out.act_max.min(127));
+    let clamp = if hi {
+        (_mm512_set1_epi32(lo_c), _mm512_set1_epi32(hi_c))
+    } else {
+        (
+            _mm512_set1_epi64(lo_c as i64),
+            _mm512_set1_epi64(hi_c as i64),
+        )
+    };
+    let lo_idx = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    let hi_idx = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+
+    // Byte 4l + j of quad q of pixel lane l: window byte l·s·C_in + 4q + j.
+    let idx: [__m512i; 4] = core::array::from_fn(|q| {
+        let b: [u8; 64] = core::array::from_fn(|i| ((i / 4) * s * cin + 4 * q + i % 4) as u8);
+        _mm512_loadu_si512(b.as_ptr() as *const _)
+    });
+    // Byte i of a 16-pixel HWC run (C_out ≤ 8) is channel i % C_out of pixel i / C_out:
+    // tile byte (i % C_out)·16 + i / C_out (below 128).
+    let hwc: [__m512i; 2] = core::array::from_fn(|h| {
+        let c = cout.clamp(1, 8);
+        let b: [u8; 64] = core::array::from_fn(|j| {
+            let i = (64 * h + j).min(c * V - 1);
+            ((i % c) * V + i / c) as u8
+        });
+        _mm512_loadu_si512(b.as_ptr() as *const _)
+    });
+    let out = [(
+        core::ptr::null_mut(),
+        core::ptr::null(),
+        output.as_mut_ptr(),
+    )];
+    let mut xs = [_mm512_setzero_si512(); MAX_TAPS];
+    for oy in 0..ho {
+        for x0 in (0..wo).step_by(V) {
+            for ky in 0..kh {
+                let w0 = img.add((oy * s + ky) * row + x0 * s * cin);
+                let a = _mm512_loadu_si512(w0 as *const _);
+                let b = _mm512_loadu_si512(w0.add(64) as *const _);
+                for q in 0..g {
+                    xs[ky * g + q] = _mm512_permutex2var_epi8(a, idx[q], b);
+                }
+            }
+            let mut co = 0;
+            while co < cout {
+                let ch = (cout - co).min(CH);
+                let mut acc = [_mm512_setzero_si512(); CH];
+                for (c, a) in acc.iter_mut().enumerate().take(ch) {
+                    *a = _mm512_set1_epi32((*epi.add(co + c)).bias);
+                }
+                let wc = wq.add(co * taps);
+                for (t, &x) in xs.iter().enumerate().take(taps) {
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        // Channels past C_out (c ≥ ch) have zero quads: their sums are dropped.
+                        let w = _mm512_set1_epi32(*wc.add(c * taps + t));
+                        *a = _mm512_dpbusd_epi32(*a, x, w);
+                    }
+                }
+                for (c, &a) in acc.iter().enumerate().take(ch) {
+                    let e = &*epi.add(co + c);
+                    let v = if hi {
+                        requant16_hi(a, e, hi_idx, clamp)
+                    } else {
+                        requant16(a, e, lo_idx, clamp)
+                    };
+                    _mm_storeu_si128(tile.add((co + c) * V) as *mut __m128i, v);
+                }
+                co += CH;
+            }
+            let n = (wo - x0).min(V);
+            if cout <= 8 {
+                // Tile `[channel][16]` (at most 128 bytes) to `n` HWC pixels: two-source
+                // byte permutes.
+                let len = cout * V;
+                let mask = |n: usize| -> __mmask64 {
+                    if n >= 64 {
+                        !0
+                    } else {
+                        (1u64 << n) - 1
+                    }
+                };
+                let t0 = _mm512_maskz_loadu_epi8(mask(len), tile as *const i8);
+                let t1 = _mm512_maskz_loadu_epi8(
+                    mask(len.saturating_sub(64)),
+                    tile.add(64) as *const i8,
+                );
+                let dst = output.as_mut_ptr().add((oy * wo + x0) * cout);
+                let bytes = n * cout;
+                for (h, &ix) in hwc.iter().enumerate() {
+                    if bytes > 64 * h {
+                        let v = _mm512_permutex2var_epi8(t0, ix, t1);
+                        _mm512_mask_storeu_epi8(dst.add(64 * h), mask(bytes - 64 * h), v);
+                    }
+                }
+            } else {
+                store_tile(tile, cout, ho * wo, &out, oy * wo + x0, n);
+            }
+        }
+    }
+    true
+}
+
+/// The input as u8 (x + 128), `(h + 2·pad) × (w + 2·pad) × C_in`, the border filled with the
+/// pad values; the `SLACK` bytes after it zeroed (read only by lanes that are dropped).
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
+    let (hp, wp) = (h + 2 * pad, w + 2 * pad);
+    let row = wp * cin;
+    let pv: [u8; 3] = core::array::from_fn(|c| (p.pad_value(c.min(cin - 1)) as u8) ^ 0x80);
+    let flip = _mm512_set1_epi8(-128);
+    for yp in 0..hp {
+        let dst = img.add(yp * row);
+        let inside = yp >= pad && yp < h + pad;
+        for xp in 0..wp {
+            if inside && xp == pad {
+                // The row's interior: w·C_in bytes at once.
+                let src = input.as_ptr().add((yp - pad) * w * cin) as *const u8;
+                let n = w * cin;
+                let mut i = 0;
+                while i < n {
+                    let m: __mmask64 = if n - i >= 64 {
+                        !0
+                    } else {
+                        (1u64 << (n - i)) - 1
+                    };
+                    let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
+                    _mm512_mask_storeu_epi8(
+                        dst.add(pad * cin + i) as *mut i8,
+                        m,
+                        _mm512_xor_si512(v, flip),
+                    );
+                    i += 64;
+                }
+            }
+            if inside && xp >= pad && xp < w + pad {
+                continue;
+            }
+            for (c, &v) in pv.iter().enumerate().take(cin) {
+                dst.add(xp * cin + c).write(v);
+            }
+        }
+    }
+    core::ptr::write_bytes(img.add(hp * row), 0, SLACK);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::Kernels;
+    use proptest::prelude::*;
+
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        cin: usize,
+        cout: usize,
+        h: usize,
+        w: usize,
+        kh: usize,
+        kw: usize,
+        stride: usize,
+        pad: usize,
+        seed: u64,
+    ) {
+        if !Kernels::vnni_available() || !vbmi() {
+            return;
+        }
+        conv_matches_scalar(
+            cin,
+            cout,
+            h,
+            w,
+            kh,
+            kw,
+            stride,
+            pad,
+            seed,
+            &mut |p, x, y, s| {
+                if !unsafe { conv2d_narrow(p, x, y, s) } {
+                    // Declined only outside the shapes it covers or for a shift beyond the
+                    // i64 epilogue's range (n > 54).
+                    let n_max = p.shift.iter().map(|sh| 31 - sh.clamp(-31, 30)).max();
+                    let g = (kw * cin).div_ceil(4);
+                    let covered = cin <= 3 && g <= 4 && 15 * stride * cin + 4 * g <= 128;
+                    assert!(!covered || n_max.unwrap_or(0) > 54, "not covered");
+                    crate::kernels::scalar::conv2d(p, x, y);
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn first_layers() {
+        // LeNet (1 and 3 channels), ResNet-18's stem (1 and 3 channels).
+        for &(cin, cout, hw, k, s, pad) in &[
+            (1, 6, 32, 5, 1, 0),
+            (3, 6, 32, 5, 1, 0),
+            (1, 64, 32, 3, 1, 1),
+            (3, 64, 32, 3, 1, 1),
+            (3, 64, 33, 7, 2, 3),
+            (2, 17, 9, 3, 2, 1),
+        ] {
+            check(cin, cout, hw, hw, k, k, s, pad, 7 + cout as u64);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn narrow_equals_scalar(
+            cin in 1usize..=3,
+            cout in prop::sample::select(vec![1usize, 2, 5, 6, 8, 9, 16, 24, 64]),
+            h in 1usize..20, w in 1usize..40,
+            kh in 1usize..=7, kw in 1usize..=5,
+            stride in 1usize..=2, pad in 0usize..=3, seed in any::<u64>(),
+        ) {
+            check(cin, cout, h, w, kh, kw, stride, pad, seed);
+        }
+    }
+}
