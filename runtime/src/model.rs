@@ -1312,7 +1312,7 @@ impl<'a> Model<'a> {
                     out,
                 };
                 if o.kind == OpKind::MaxPool {
-                    scalar::max_pool(&p, x, y);
+                    kernels::max_pool(k, &p, x, y);
                 } else {
                     scalar::avg_pool(&p, x, y);
                 }

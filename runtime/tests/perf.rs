@@ -117,6 +117,15 @@ fn profile_resnet18_ops() {
         Err(_) => common::resnet18(1).encode(),
     };
     let m = Model::parse(&bytes).unwrap();
+    // KERNELS: scalar, avx2, avxvnni or vnni (default: the fastest here).
+    let kernels = match std::env::var("KERNELS").as_deref() {
+        Ok("scalar") => Kernels::Scalar,
+        Ok("avx2") => Kernels::Avx2,
+        Ok("vnni") => Kernels::Avx512Vnni,
+        Ok("avxvnni") => Kernels::AvxVnni,
+        _ => Kernels::Auto,
+    };
+    println!("kernels: {}", kernels.resolved_name().unwrap());
     let batch = 64;
     let pixels = common::Rng::new(2).bytes(batch * m.input_len());
     let mut arena = vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&m, batch, 1)];
@@ -125,7 +134,7 @@ fn profile_resnet18_ops() {
     let reps = std::env::var("REPS").map_or(5, |r| r.parse().unwrap());
     for _ in 0..reps {
         let mut t = vec![0.0f64; m.num_ops()];
-        m.run_timed(Kernels::Auto, &pixels, &mut arena, &mut t, thread_cpu_time)
+        m.run_timed(kernels, &pixels, &mut arena, &mut t, thread_cpu_time)
             .unwrap();
         times.iter_mut().zip(&t).for_each(|(a, &b)| *a = a.min(b));
     }

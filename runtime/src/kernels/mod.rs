@@ -33,11 +33,14 @@ pub enum Kernels {
     /// AVX-512 VNNI (512-bit vectors) for conv2d, AVX2 for fully_connected (error if the CPU
     /// lacks AVX2, AVX-512 VNNI, BW or VL).
     Avx512Vnni,
+    /// AVX-VNNI (`vpdpbusd` on 256-bit vectors, Alder Lake and later) for conv2d, AVX2 for the
+    /// rest (error if the CPU lacks AVX2 or AVX-VNNI).
+    AvxVnni,
     /// aarch64 NEON kernels without `dotprod` (error if not on aarch64 or the CPU lacks NEON).
     Neon,
     /// aarch64 NEON kernels with `SDOT` (error if the CPU lacks NEON or `dotprod`).
     NeonDot,
-    /// The fastest available (AVX-512 VNNI, then AVX2; on aarch64 NEON with dotprod, then
+    /// The fastest available (AVX-512 VNNI, then AVX-VNNI, then AVX2; on aarch64 NEON with dotprod, then
     /// NEON; then scalar).
     #[default]
     Auto,
@@ -125,6 +128,8 @@ pub(crate) enum Resolved {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Vnni,
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
     #[cfg(target_arch = "aarch64")]
     Neon,
     #[cfg(target_arch = "aarch64")]
@@ -139,6 +144,8 @@ impl Resolved {
             Resolved::Avx2 => "avx2",
             #[cfg(target_arch = "x86_64")]
             Resolved::Vnni => "avx512-vnni",
+            #[cfg(target_arch = "x86_64")]
+            Resolved::AvxVnni => "avx-vnni",
             #[cfg(target_arch = "aarch64")]
             Resolved::Neon => "neon",
             #[cfg(target_arch = "aarch64")]
@@ -270,6 +277,26 @@ impl Kernels {
         Ok(self.resolve()?.name())
     }
 
+    /// Whether the AVX-VNNI kernels can run here: AVX2 and AVX-VNNI (CPUID leaf 7 subleaf 1,
+    /// EAX bit 4; the YMM state saved by the OS, as for AVX2).
+    pub fn avx_vnni_available() -> bool {
+        #[cfg(all(target_arch = "x86_64", feature = "std"))]
+        {
+            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
+        }
+        #[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+        {
+            // SAFETY: CPUID exists on every x86-64 CPU; leaf 7 on every one with AVX2.
+            #[allow(unused_unsafe)]
+            let eax = unsafe { core::arch::x86_64::__cpuid_count(7, 1).eax };
+            Self::avx2_available() && eax & (1 << 4) != 0
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     pub(crate) fn resolve(self) -> crate::Result<Resolved> {
         match self {
             Kernels::Scalar => Ok(Resolved::Scalar),
@@ -279,6 +306,9 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx512Vnni if Self::vnni_available() => Ok(Resolved::Vnni),
             Kernels::Avx512Vnni => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::AvxVnni if Self::avx_vnni_available() => Ok(Resolved::AvxVnni),
+            Kernels::AvxVnni => Err(crate::RuntimeError::KernelsUnavailable),
             #[cfg(target_arch = "aarch64")]
             Kernels::Neon if Self::neon_available() => Ok(Resolved::Neon),
             Kernels::Neon => Err(crate::RuntimeError::KernelsUnavailable),
@@ -291,6 +321,8 @@ impl Kernels {
             Kernels::Auto if Self::neon_available() => Ok(Resolved::Neon),
             #[cfg(target_arch = "x86_64")]
             Kernels::Auto if Self::vnni_available() => Ok(Resolved::Vnni),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Auto if Self::avx_vnni_available() => Ok(Resolved::AvxVnni),
             #[cfg(target_arch = "x86_64")]
             Kernels::Auto if Self::avx2_available() => Ok(Resolved::Avx2),
             Kernels::Auto => Ok(Resolved::Scalar),
@@ -626,7 +658,18 @@ pub(crate) fn conv2d(
         Resolved::Scalar => scalar::conv2d(p, input, output),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
-        Resolved::Avx2 => unsafe { avx2::conv2d(p, input, output, scratch) },
+        Resolved::Avx2 => unsafe {
+            if !avx2::conv2d_lanes_avx2(p, input, output, scratch) {
+                avx2::conv2d(p, input, output, scratch)
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
+        Resolved::AvxVnni => unsafe {
+            if !avx2::conv2d_lanes_vnni(p, input, output, scratch) {
+                avx2::conv2d(p, input, output, scratch)
+            }
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
@@ -650,13 +693,27 @@ pub(crate) fn conv2d(
     let _ = scratch;
 }
 
+/// max_pool with the chosen kernels.
+pub(crate) fn max_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
+            avx2::max_pool(p, input, output)
+        },
+        _ => scalar::max_pool(p, input, output),
+    }
+}
+
 /// fully_connected with the chosen kernels.
 pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &mut [i8]) {
     match k {
         Resolved::Scalar => scalar::fully_connected(p, input, output),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Resolved::Avx2 and Vnni are only produced when AVX2 is available.
-        Resolved::Avx2 | Resolved::Vnni => unsafe { avx2::fully_connected(p, input, output) },
+        // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
+            avx2::fully_connected(p, input, output)
+        },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: Resolved::Neon is only produced when NEON is available.
         Resolved::Neon => unsafe { neon::fully_connected(p, input, output) },

@@ -1,5 +1,5 @@
-//! conv2d, AVX-512 VNNI, for inputs with few channels (C_in ≤ 3: the first layer of every
-//! model here, 1 channel for Fashion-MNIST, 3 for CIFAR-10).
+//! conv2d, AVX-512 VNNI, for inputs with few channels (C_in ≤ 8: the first layer of every
+//! model here, 1 channel for Fashion-MNIST, 3 for CIFAR-10; LeNet's second, 6 channels).
 //!
 //! With one input channel a quad of channels (what `vpdpbusd` multiplies per lane) would be
 //! three quarters zeros. Here a quad is instead four consecutive bytes of a kernel row
@@ -22,7 +22,9 @@ const V: usize = 16;
 /// Output channels per register tile.
 const CH: usize = 8;
 /// Largest kh·G (quads per output pixel and channel).
-const MAX_TAPS: usize = 28;
+const MAX_TAPS: usize = 64;
+/// Largest G (quads per kernel row).
+const MAX_G: usize = 8;
 /// Bytes every window load may read past the padded image.
 const SLACK: usize = 128;
 
@@ -31,16 +33,16 @@ const fn quads(p: &ConvParams) -> usize {
     (p.kernel_w * p.input.c).div_ceil(4)
 }
 
-/// Whether [`conv2d_narrow`] covers this conv (given enough scratch): C_in ≤ 3, a kernel row
-/// in at most 4 quads, the 16 pixels' windows within 128 bytes, the epilogue's range
+/// Whether [`conv2d_narrow`] covers this conv (given enough scratch): C_in ≤ 8, a kernel row
+/// in at most 8 quads, the 16 pixels' windows within 128 bytes, the epilogue's range
 /// (`epi_supported`), and AVX-512 VBMI.
 pub fn narrow_supported(p: &ConvParams) -> bool {
     let (cin, s) = (p.input.c, p.stride);
     let g = quads(p);
     let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-    (1..=3).contains(&cin)
+    (1..=8).contains(&cin)
         && s >= 1
-        && (1..=4).contains(&g)
+        && (1..=MAX_G).contains(&g)
         && (V - 1) * s * cin + 4 * g <= 128
         && p.kernel_h >= 1
         && p.kernel_h * g <= MAX_TAPS
@@ -108,7 +110,7 @@ pub unsafe fn conv2d_narrow(
     let run = p.kernel_w * cin;
     for co in 0..cpad {
         for ky in 0..kh {
-            let mut b = [0u8; 16];
+            let mut b = [0u8; 4 * MAX_G];
             if co < cout {
                 let src = p.weights.as_ptr().add(co * p.k() + ky * run) as *const u8;
                 core::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), run);
@@ -135,7 +137,7 @@ pub unsafe fn conv2d_narrow(
     let hi_idx = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
 
     // Byte 4l + j of quad q of pixel lane l: window byte l·s·C_in + 4q + j.
-    let idx: [__m512i; 4] = core::array::from_fn(|q| {
+    let idx: [__m512i; MAX_G] = core::array::from_fn(|q| {
         let b: [u8; 64] = core::array::from_fn(|i| ((i / 4) * s * cin + 4 * q + i % 4) as u8);
         _mm512_loadu_si512(b.as_ptr() as *const _)
     });
@@ -231,7 +233,7 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
     let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
     let (hp, wp) = (h + 2 * pad, w + 2 * pad);
     let row = wp * cin;
-    let pv: [u8; 3] = core::array::from_fn(|c| (p.pad_value(c.min(cin - 1)) as u8) ^ 0x80);
+    let pv: [u8; 8] = core::array::from_fn(|c| (p.pad_value(c.min(cin - 1)) as u8) ^ 0x80);
     let flip = _mm512_set1_epi8(-128);
     for yp in 0..hp {
         let dst = img.add(yp * row);
@@ -306,7 +308,15 @@ mod tests {
                     // i64 epilogue's range (n > 54).
                     let n_max = p.shift.iter().map(|sh| 31 - sh.clamp(-31, 30)).max();
                     let g = (kw * cin).div_ceil(4);
-                    let covered = cin <= 3 && g <= 4 && 15 * stride * cin + 4 * g <= 128;
+                    let covered = cin <= 8
+                        && g <= 8
+                        && kh * g <= 64
+                        && 15 * stride * cin + 4 * g <= 128
+                        && s.len()
+                            >= 64
+                                + ((h + 2 * pad) * (w + 2 * pad) * cin + 128).div_ceil(64) * 64
+                                + cout.next_multiple_of(8) * kh * g * 4
+                                + cout * 48;
                     assert!(!covered || n_max.unwrap_or(0) > 54, "not covered");
                     crate::kernels::scalar::conv2d(p, x, y);
                 }
@@ -332,7 +342,7 @@ mod tests {
     proptest! {
         #[test]
         fn narrow_equals_scalar(
-            cin in 1usize..=3,
+            cin in 1usize..=8,
             cout in prop::sample::select(vec![1usize, 2, 5, 6, 8, 9, 16, 24, 64]),
             h in 1usize..20, w in 1usize..40,
             kh in 1usize..=7, kw in 1usize..=5,

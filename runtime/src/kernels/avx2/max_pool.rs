@@ -1,0 +1,114 @@
+//! max_pool, AVX2: row by row. The maximum over the window's rows first, over whole input rows
+//! at once (`w·C` contiguous bytes, 32 per instruction), then over the window's columns for
+//! every start column (the row against itself shifted by C bytes), then the stride's columns
+//! picked out; the reference's per-pixel channel loops are too short to vectorise (LeNet: 6
+//! channels).
+
+use core::arch::x86_64::*;
+
+use crate::kernels::{scalar, PoolParams};
+
+/// Longest input row (`w·C` bytes) kept on the stack; wider rows run the scalar kernel.
+const ROW: usize = 8192;
+
+/// Same bytes as [`scalar::max_pool`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
+    let (c, w) = (p.input.c, p.input.w);
+    let (ho, wo) = (p.output.h, p.output.w);
+    let n = w * c;
+    if n > ROW
+        || input.len() < p.input.len()
+        || output.len() < p.output.len()
+        || (ho > 0 && (ho - 1) * p.stride + p.kernel_h > p.input.h)
+        || (wo > 0 && (wo - 1) * p.stride + p.kernel_w > w)
+    {
+        return scalar::max_pool(p, input, output);
+    }
+    let (mut v, mut m) = ([0i8; ROW], [0i8; ROW]);
+    let (v, m) = (&mut v[..n], &mut m[..n]);
+    for oy in 0..ho {
+        let y0 = oy * p.stride;
+        v.copy_from_slice(&input[y0 * n..][..n]);
+        for ky in 1..p.kernel_h {
+            let r = &input[(y0 + ky) * n..][..n];
+            let mut i = 0;
+            while i + 32 <= n {
+                let a = _mm256_loadu_si256(v.as_ptr().add(i) as *const __m256i);
+                let b = _mm256_loadu_si256(r.as_ptr().add(i) as *const __m256i);
+                _mm256_storeu_si256(v.as_mut_ptr().add(i) as *mut __m256i, _mm256_max_epi8(a, b));
+                i += 32;
+            }
+            for (a, &b) in v[i..].iter_mut().zip(&r[i..]) {
+                *a = (*a).max(b);
+            }
+        }
+        // Over the window's columns, for every start column at once: m[i] = max over kx of
+        // v[i + kx·C].
+        let span = (w - p.kernel_w + 1) * c;
+        m[..span].copy_from_slice(&v[..span]);
+        for kx in 1..p.kernel_w {
+            let off = kx * c;
+            let mut i = 0;
+            while i + 32 <= span {
+                let a = _mm256_loadu_si256(m.as_ptr().add(i) as *const __m256i);
+                let b = _mm256_loadu_si256(v.as_ptr().add(i + off) as *const __m256i);
+                _mm256_storeu_si256(m.as_mut_ptr().add(i) as *mut __m256i, _mm256_max_epi8(a, b));
+                i += 32;
+            }
+            while i < span {
+                m[i] = m[i].max(v[i + off]);
+                i += 1;
+            }
+        }
+        // The windows' start columns (every stride-th pixel), clamped.
+        let out = &mut output[oy * wo * c..][..wo * c];
+        for (ox, o) in out.chunks_exact_mut(c).enumerate() {
+            for (a, &b) in o.iter_mut().zip(&m[ox * p.stride * c..]) {
+                *a = p.out.clamp64(b as i64);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::Rng;
+    use crate::kernels::{Kernels, OutputQuant, Shape};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn avx2_equals_scalar(
+            c in 1usize..40, h in 1usize..12, w in 1usize..12,
+            k in 1usize..4, stride in 1usize..4,
+            lo in -128i32..=127, hi in -128i32..=127, seed in any::<u64>(),
+        ) {
+            if !Kernels::avx2_available() || h < k || w < k {
+                return Ok(());
+            }
+            let mut rng = Rng(seed | 1);
+            let input = rng.i8s(c * h * w, -128, 127);
+            let p = PoolParams {
+                input: Shape { c, h, w },
+                output: Shape { c, h: (h - k) / stride + 1, w: (w - k) / stride + 1 },
+                kernel_h: k,
+                kernel_w: k,
+                stride,
+                input_zero_point: 0,
+                multiplier: 0,
+                shift: 0,
+                out: OutputQuant { zero_point: 0, act_min: lo, act_max: hi },
+            };
+            let mut want = vec![0i8; p.output.len()];
+            let mut got = vec![0x55i8; p.output.len()];
+            scalar::max_pool(&p, &input, &mut want);
+            unsafe { max_pool(&p, &input, &mut got) };
+            prop_assert_eq!(want, got);
+        }
+    }
+}
