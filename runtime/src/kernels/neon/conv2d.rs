@@ -169,7 +169,8 @@ fn copy_run(dst: &mut [i8], src: &[i8], n: usize) {
     let mut i = 0;
     while i < n {
         if i + 16 <= src.len() && i + 16 <= dst.len() {
-            // SAFETY: 16 bytes in bounds of both slices (checked above); NEON (the callers).
+            // SAFETY: 16 bytes in bounds of both slices (checked above); NEON: reached only
+            // from the entry points.
             unsafe { vst1q_s8(dst.as_mut_ptr().add(i), vld1q_s8(src.as_ptr().add(i))) };
             i += 16;
         } else {

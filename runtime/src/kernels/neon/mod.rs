@@ -6,8 +6,10 @@
 //! i32 lanes per instruction); without, `SMULL`/`SMULL2` into i16 (exact: |x·w| ≤ 128·128)
 //! and `SADALP` pair-adds into i32, so sums of two products never sit in an i16.
 //!
-//! Every function here is `unsafe` because it needs NEON (and `dotprod` for the `_dot`
+//! Every public function here is `unsafe` because it needs NEON (and `dotprod` for the `_dot`
 //! versions): call it only when `Kernels::neon_available()` (`Kernels::dotprod_available()`).
+//! The private helpers that use NEON intrinsics are reached only from those entry points, so
+//! NEON is there whenever they run (and it is the baseline of aarch64 Linux targets).
 
 mod conv2d;
 mod fully_connected;
@@ -71,8 +73,7 @@ fn load16(s: &[i8], at: usize) -> int8x16_t {
         let n = (s.len() - at).min(16);
         buf[..n].copy_from_slice(&s[at..at + n]);
     }
-    // SAFETY: buf is 16 readable bytes; NEON is baseline on every target this module builds
-    // for in practice, and every caller is a NEON function.
+    // SAFETY: buf is 16 readable bytes; NEON: reached only from the entry points (module doc).
     unsafe { vld1q_s8(buf.as_ptr()) }
 }
 
@@ -90,7 +91,7 @@ impl Tail {
     fn new(k: usize) -> Self {
         let r = k % 16;
         let idx: [u8; 16] = core::array::from_fn(|i| if i < r { (16 - r + i) as u8 } else { 0xFF });
-        // SAFETY: a load of a local 16-byte array (NEON: see load16).
+        // SAFETY: a load of a local 16-byte array; NEON: reached only from the entry points.
         Tail {
             idx: unsafe { vld1q_u8(idx.as_ptr()) },
             kfull: k & !15,
@@ -101,7 +102,7 @@ impl Tail {
     #[inline(always)]
     fn load(&self, row: &[i8]) -> int8x16_t {
         if row.len() >= 16 {
-            // SAFETY: row[len − 16..len] is in bounds; NEON as in load16.
+            // SAFETY: row[len − 16..len] is in bounds; NEON: reached only from the entry points.
             unsafe { vqtbl1q_s8(vld1q_s8(row.as_ptr().add(row.len() - 16)), self.idx) }
         } else {
             load16(row, self.kfull)
@@ -179,7 +180,7 @@ struct Epilogue {
 impl Epilogue {
     #[inline(always)]
     fn new(o: &OutputQuant) -> Self {
-        // SAFETY: register-only NEON operations (NEON is enabled in every caller).
+        // SAFETY: register-only NEON operations; NEON: reached only from the entry points.
         unsafe {
             Epilogue {
                 zp: vdupq_n_s64(o.zero_point as i64),
@@ -215,7 +216,8 @@ impl Requant4 {
         let m: [i32; 4] = core::array::from_fn(|i| ch[i].m0 as i32);
         let r: [i64; 4] = core::array::from_fn(|i| ch[i].round);
         let n: [i64; 4] = core::array::from_fn(|i| -(ch[i].n as i64));
-        // SAFETY: loads of local arrays of the right sizes.
+        // SAFETY: loads of local arrays of the right sizes; NEON: reached only from the entry
+        // points.
         unsafe {
             Requant4 {
                 bias: vld1q_s32(b.as_ptr()),
@@ -231,7 +233,7 @@ impl Requant4 {
     /// value, because the clamp bounds are i32; saturating to i8 is the final clamp to i8.
     #[inline(always)]
     fn apply(&self, sum: int32x4_t, e: &Epilogue) -> [i8; 4] {
-        // SAFETY: register-only NEON operations (NEON is enabled in every caller).
+        // SAFETY: register-only NEON operations; NEON: reached only from the entry points.
         unsafe {
             let acc = vaddq_s32(sum, self.bias);
             let lo = vmull_s32(vget_low_s32(acc), vget_low_s32(self.m0));
