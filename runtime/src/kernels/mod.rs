@@ -711,9 +711,10 @@ pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &
         Resolved::Scalar => scalar::fully_connected(p, input, output),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
-        Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
-            avx2::fully_connected(p, input, output)
-        },
+        Resolved::Avx2 | Resolved::AvxVnni => unsafe { avx2::fully_connected(p, input, output) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available.
+        Resolved::Vnni => unsafe { vnni::fully_connected(p, input, output) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: Resolved::Neon is only produced when NEON is available.
         Resolved::Neon => unsafe { neon::fully_connected(p, input, output) },

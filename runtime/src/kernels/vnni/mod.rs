@@ -7,11 +7,13 @@
 
 mod add;
 mod conv2d;
+mod fully_connected;
 mod lanes;
 mod narrow;
 
 pub use add::add;
 pub(crate) use add::add_supported;
 pub use conv2d::conv2d;
+pub use fully_connected::fully_connected;
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, ConvImage, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
