@@ -162,14 +162,21 @@ pub fn run_parallel_with<'b>(
     Ok(as_i8(&outs[..n_total]))
 }
 
-/// Threads meeting after each op: a spinning barrier (the ops between take microseconds), that
-/// gives up when a thread failed.
+/// Threads meeting after each op: they spin a while (the ops between take microseconds), then
+/// sleep on a condition variable (a thread whose core another process has must not be waited
+/// for by spinning); gives up when a thread failed.
 struct Barrier {
     n: usize,
     count: AtomicUsize,
     generation: AtomicUsize,
     failed: AtomicBool,
+    sleepers: AtomicUsize,
+    lock: std::sync::Mutex<()>,
+    wake: std::sync::Condvar,
 }
+
+/// Spins before a waiting thread sleeps.
+const SPINS: u32 = 2000;
 
 impl Barrier {
     fn new(n: usize) -> Self {
@@ -178,35 +185,45 @@ impl Barrier {
             count: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
             failed: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            lock: std::sync::Mutex::new(()),
+            wake: std::sync::Condvar::new(),
         }
     }
 
     /// Waits for the other threads; `false` when one of them failed.
     fn wait(&self) -> bool {
-        let g = self.generation.load(Ordering::Acquire);
-        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
-            self.count.store(0, Ordering::Relaxed);
-            self.generation.fetch_add(1, Ordering::AcqRel);
-            return !self.failed.load(Ordering::Acquire);
-        }
-        let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == g {
-            if self.failed.load(Ordering::Acquire) {
-                return false;
+        let g = self.generation.load(Ordering::SeqCst);
+        if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.n {
+            self.count.store(0, Ordering::SeqCst);
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            // A sleeper counted itself before checking the generation (both SeqCst): either
+            // it saw the new generation or this sees it and wakes it.
+            if self.sleepers.load(Ordering::SeqCst) > 0 {
+                let _guard = self.lock.lock();
+                self.wake.notify_all();
             }
-            spins += 1;
-            if spins < 4096 {
-                std::hint::spin_loop();
-            } else {
-                // Another process has the core: let the late thread run.
-                std::thread::yield_now();
-            }
+            return !self.failed.load(Ordering::SeqCst);
         }
-        !self.failed.load(Ordering::Acquire)
+        for _ in 0..SPINS {
+            if self.generation.load(Ordering::SeqCst) != g || self.failed.load(Ordering::SeqCst) {
+                return !self.failed.load(Ordering::SeqCst);
+            }
+            std::hint::spin_loop();
+        }
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        while self.generation.load(Ordering::SeqCst) == g && !self.failed.load(Ordering::SeqCst) {
+            guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        !self.failed.load(Ordering::SeqCst)
     }
 
     fn fail(&self) {
-        self.failed.store(true, Ordering::Release);
+        self.failed.store(true, Ordering::SeqCst);
+        let _guard = self.lock.lock();
+        self.wake.notify_all();
     }
 }
 

@@ -61,7 +61,7 @@ fn split_equals_single_threaded() {
                 .run_with(Kernels::Scalar, &pixels, &mut a1)
                 .unwrap()
                 .to_vec();
-            for k in [Kernels::Scalar, Kernels::Auto] {
+            for k in Kernels::available() {
                 for threads in [1usize, 2, 3, 5] {
                     let mut a = vec![0x5au8; arena_bytes_split(&m, batch, threads)];
                     let par = run_split_with(&m, k, &pixels, &mut a, threads).unwrap();

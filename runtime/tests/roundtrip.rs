@@ -90,20 +90,8 @@ fn resnet_round_trip() {
     let auto = run_all(&bytes, Kernels::Auto, &pixels).unwrap();
     assert_eq!(scalar, auto);
     assert!(scalar.iter().any(|&v| v != scalar[0]));
-    if Kernels::avx2_available() {
-        assert_eq!(run_all(&bytes, Kernels::Avx2, &pixels).unwrap(), scalar);
-    }
-    if Kernels::vnni_available() {
-        assert_eq!(
-            run_all(&bytes, Kernels::Avx512Vnni, &pixels).unwrap(),
-            scalar
-        );
-    }
-    if Kernels::neon_available() {
-        assert_eq!(run_all(&bytes, Kernels::Neon, &pixels).unwrap(), scalar);
-    }
-    if Kernels::dotprod_available() {
-        assert_eq!(run_all(&bytes, Kernels::NeonDot, &pixels).unwrap(), scalar);
+    for k in Kernels::available() {
+        assert_eq!(run_all(&bytes, k, &pixels).unwrap(), scalar, "{k:?}");
     }
 }
 
@@ -538,17 +526,8 @@ proptest! {
         let scalar = run_all(&bytes, Kernels::Scalar, &pixels).unwrap();
         let auto = run_all(&bytes, Kernels::Auto, &pixels).unwrap();
         prop_assert_eq!(&scalar, &auto);
-        if Kernels::avx2_available() {
-            prop_assert_eq!(&scalar, &run_all(&bytes, Kernels::Avx2, &pixels).unwrap());
-        }
-        if Kernels::vnni_available() {
-            prop_assert_eq!(&scalar, &run_all(&bytes, Kernels::Avx512Vnni, &pixels).unwrap());
-        }
-        if Kernels::neon_available() {
-            prop_assert_eq!(&scalar, &run_all(&bytes, Kernels::Neon, &pixels).unwrap());
-        }
-        if Kernels::dotprod_available() {
-            prop_assert_eq!(&scalar, &run_all(&bytes, Kernels::NeonDot, &pixels).unwrap());
+        for k in Kernels::available() {
+            prop_assert_eq!(&scalar, &run_all(&bytes, k, &pixels).unwrap(), "{:?}", k);
         }
     }
 }

@@ -271,6 +271,23 @@ impl Kernels {
         }
     }
 
+    /// Every kernel set, the reference first (each may be unavailable here: see
+    /// [`Kernels::resolved_name`]).
+    pub const ALL: [Kernels; 7] = [
+        Kernels::Scalar,
+        Kernels::Avx2,
+        Kernels::AvxVnni,
+        Kernels::Avx512Vnni,
+        Kernels::Neon,
+        Kernels::NeonDot,
+        Kernels::Auto,
+    ];
+
+    /// The kernel sets this CPU can run (the reference first, `Auto` last).
+    pub fn available() -> impl Iterator<Item = Kernels> {
+        Self::ALL.into_iter().filter(|k| k.resolve().is_ok())
+    }
+
     /// The kernel set this choice runs on this CPU (`scalar`, `avx2`, `avx512-vnni`, …), for
     /// benchmarks and reports; an error when it cannot run here.
     pub fn resolved_name(self) -> crate::Result<&'static str> {
