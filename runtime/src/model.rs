@@ -766,6 +766,7 @@ impl<'a> Model<'a> {
             .sum()
     }
 
+    #[cfg(feature = "std")]
     /// The logits of the working area `work` (after every op ran).
     pub(crate) fn output_of<'w>(&self, work: &'w [u8]) -> Result<&'w [u8]> {
         let layout = RuntimeError::BadParam {
@@ -1144,6 +1145,7 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
+    #[cfg(feature = "std")]
     /// Part `part` of `parts` of op `j` over the one working area at `shared` (`len` bytes),
     /// for threads sharing an image: a conv's output channels (in groups of 8, computed into
     /// `own`, this thread's working area, then copied into place), a fully connected op's
@@ -1330,6 +1332,7 @@ impl<'a> Model<'a> {
     }
 }
 
+#[cfg(feature = "std")]
 /// Copies the HWC tensor `src` of `n` channels into channels `0..n` of the HWC tensor of
 /// `cout` channels at `dst` (a thread's share of a conv's channels), 16 bytes at a time when
 /// `n` allows (a call to `memcpy` per pixel would cost more than the copy).

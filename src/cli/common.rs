@@ -78,8 +78,29 @@ pub fn first(ds: &Dataset, n: usize) -> (&[u8], &[u8]) {
     (&ds.images[..n * ds.image_len()], &ds.labels[..n])
 }
 
+/// `--kernels`: one of the runtime's kernel-set names.
+pub fn parse_kernels(s: &str) -> Result<octet_runtime::Kernels, String> {
+    octet_runtime::Kernels::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = octet_runtime::Kernels::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        format!("unknown kernels {s:?}: one of {}", names.join(", "))
+    })
+}
+
 /// Int8 logits of `pixels` through the runtime on `threads` threads.
 pub fn run_o8(bytes: &[u8], pixels: &[u8], threads: usize) -> anyhow::Result<Vec<i8>> {
+    run_o8_with(bytes, octet_runtime::Kernels::Auto, pixels, threads)
+}
+
+/// [`run_o8`] with the chosen kernels.
+pub fn run_o8_with(
+    bytes: &[u8],
+    kernels: octet_runtime::Kernels,
+    pixels: &[u8],
+    threads: usize,
+) -> anyhow::Result<Vec<i8>> {
     let model = octet_runtime::Model::parse(bytes)
         .map_err(|e| anyhow::anyhow!("invalid .o8 model: {e}"))?;
     let batch = model
@@ -88,8 +109,9 @@ pub fn run_o8(bytes: &[u8], pixels: &[u8], threads: usize) -> anyhow::Result<Vec
     let threads = threads.max(1);
     let mut arena =
         vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&model, batch, threads)];
-    let logits = octet_runtime::parallel::run_parallel(&model, pixels, &mut arena, threads)
-        .map_err(|e| anyhow::anyhow!("runtime: {e}"))?;
+    let logits =
+        octet_runtime::parallel::run_parallel_with(&model, kernels, pixels, &mut arena, threads)
+            .map_err(|e| anyhow::anyhow!("runtime: {e}"))?;
     Ok(logits.to_vec())
 }
 

@@ -4,7 +4,7 @@ use std::time::Instant;
 use clap::Args;
 use octet_trainer::data::{self, DataSource};
 
-use super::common::{accuracy, argmax, cores, first, read, run_o8};
+use super::common::{accuracy, argmax, cores, first, parse_kernels, read, run_o8_with};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -16,9 +16,14 @@ pub struct RunArgs {
     /// Images to run (0: the whole test split).
     #[arg(long, default_value_t = 0)]
     images: usize,
-    /// Worker threads [default: the machine's cores].
+    /// Worker threads [default: the machine's cores]. Fewer images than threads: each image
+    /// is split between them (large models).
     #[arg(long)]
     threads: Option<usize>,
+    /// Kernel set: auto (the fastest this CPU has), scalar (the reference), avx2, avx-vnni,
+    /// avx512-vnni, neon, neon-dotprod. All give the same bytes.
+    #[arg(long, default_value = "auto", value_parser = parse_kernels)]
+    kernels: octet_runtime::Kernels,
     /// Also write one predicted class per line to this file.
     #[arg(long)]
     predictions: Option<PathBuf>,
@@ -44,8 +49,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let classes = model.output_len();
     let (images, labels) = first(&split.test, a.images);
     let threads = a.threads.unwrap_or_else(cores);
+    let kernels = a
+        .kernels
+        .resolved_name()
+        .map_err(|e| anyhow::anyhow!("--kernels {}: {e}", a.kernels.name()))?;
     let start = Instant::now();
-    let logits = run_o8(&bytes, images, threads)?;
+    let logits = run_o8_with(&bytes, a.kernels, images, threads)?;
     let secs = start.elapsed().as_secs_f64();
     let acc = accuracy(&logits, classes, labels);
     if let Some(p) = &a.predictions {
@@ -60,11 +69,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({"model": a.model, "data": split.name, "images": n, "accuracy": acc,
-            "seconds": secs, "images_per_s": n as f64 / secs, "threads": threads})
+            "seconds": secs, "images_per_s": n as f64 / secs, "threads": threads,
+            "kernels": kernels})
         );
     } else {
         println!(
-            "{} on {} test ({n} images): int8 accuracy {:.2}%, {:.0} images/s on {threads} thread(s)",
+            "{} on {} test ({n} images): int8 accuracy {:.2}%, {:.0} images/s on {threads} thread(s), {kernels} kernels",
             a.model.display(),
             split.name,
             100.0 * acc,

@@ -137,19 +137,20 @@ pub(crate) enum Resolved {
 }
 
 impl Resolved {
-    const fn name(self) -> &'static str {
+    /// The kernel set that names this resolution.
+    const fn kernels(self) -> Kernels {
         match self {
-            Resolved::Scalar => "scalar",
+            Resolved::Scalar => Kernels::Scalar,
             #[cfg(target_arch = "x86_64")]
-            Resolved::Avx2 => "avx2",
+            Resolved::Avx2 => Kernels::Avx2,
             #[cfg(target_arch = "x86_64")]
-            Resolved::Vnni => "avx512-vnni",
+            Resolved::Vnni => Kernels::Avx512Vnni,
             #[cfg(target_arch = "x86_64")]
-            Resolved::AvxVnni => "avx-vnni",
+            Resolved::AvxVnni => Kernels::AvxVnni,
             #[cfg(target_arch = "aarch64")]
-            Resolved::Neon => "neon",
+            Resolved::Neon => Kernels::Neon,
             #[cfg(target_arch = "aarch64")]
-            Resolved::NeonDot => "neon-dotprod",
+            Resolved::NeonDot => Kernels::NeonDot,
         }
     }
 }
@@ -283,6 +284,25 @@ impl Kernels {
         Kernels::Auto,
     ];
 
+    /// Lower-case name (`scalar`, `avx2`, `avx-vnni`, `avx512-vnni`, `neon`, `neon-dotprod`,
+    /// `auto`), as command lines and benchmark files spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kernels::Scalar => "scalar",
+            Kernels::Avx2 => "avx2",
+            Kernels::AvxVnni => "avx-vnni",
+            Kernels::Avx512Vnni => "avx512-vnni",
+            Kernels::Neon => "neon",
+            Kernels::NeonDot => "neon-dotprod",
+            Kernels::Auto => "auto",
+        }
+    }
+
+    /// The kernel set of a [`Kernels::name`].
+    pub fn from_name(name: &str) -> Option<Kernels> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// The kernel sets this CPU can run (the reference first, `Auto` last).
     pub fn available() -> impl Iterator<Item = Kernels> {
         Self::ALL.into_iter().filter(|k| k.resolve().is_ok())
@@ -291,7 +311,7 @@ impl Kernels {
     /// The kernel set this choice runs on this CPU (`scalar`, `avx2`, `avx512-vnni`, …), for
     /// benchmarks and reports; an error when it cannot run here.
     pub fn resolved_name(self) -> crate::Result<&'static str> {
-        Ok(self.resolve()?.name())
+        Ok(self.resolve()?.kernels().name())
     }
 
     /// Whether the AVX-VNNI kernels can run here: AVX2 and AVX-VNNI (CPUID leaf 7 subleaf 1,
