@@ -66,7 +66,8 @@ for model in ("lenet", "resnet18", "lenet-1ch", "resnet18-1ch"):
         ort8 = (find(peer, engine="onnxruntime", model=peer_model, precision="int8", threads=threads) or [{}])[0]
         tfl = (find(peer, engine="tflite-xnnpack", model=peer_model, threads=threads) or [{}])[0]
         cf = first(find(octet, engine="candle-f32", model=model, threads=threads), "batch64_img_s")
-        avx2 = find(octet, engine="int8", model=model, threads=threads, kernels="avx2")
+        others = sorted({r["kernels"] for r in find(octet, engine="int8", model=model, threads=threads)}
+                        - {default, None})
         row = dict(model=model, threads=int(threads), kernels=default,
                    octet_int8_batch1_ms=b1, ort_int8_batch1_ms=ort8.get("batch1_ms"),
                    tflite_int8_batch1_ms=tfl.get("batch1_ms"),
@@ -77,10 +78,14 @@ for model in ("lenet", "resnet18", "lenet-1ch", "resnet18-1ch"):
                    throughput_octet_over_candle_f32=ratio(b64, cf),
                    latency_ort_over_octet=ratio(ort8.get("batch1_ms"), b1),
                    latency_tflite_over_octet=ratio(tfl.get("batch1_ms"), b1))
-        if avx2 and default != "avx2":
-            a1, a64 = first(avx2, "batch1_ms"), first(avx2, "batch64_img_s")
-            row.update(octet_int8_avx2_batch1_ms=a1, octet_int8_avx2_batch64_img_s=a64,
-                       throughput_octet_avx2_over_ort=ratio(a64, ort8.get("batch64_img_s")))
+        # The other kernel sets timed on this CPU (what CPUs without the default's would run).
+        for k in others:
+            rows = find(octet, engine="int8", model=model, threads=threads, kernels=k)
+            a1, a64 = first(rows, "batch1_ms"), first(rows, "batch64_img_s")
+            key = k.replace("-", "_")
+            row.update({f"octet_int8_{key}_batch1_ms": a1, f"octet_int8_{key}_batch64_img_s": a64,
+                        f"throughput_octet_{key}_over_ort": ratio(a64, ort8.get("batch64_img_s")),
+                        f"throughput_octet_{key}_over_tflite": ratio(a64, tfl.get("batch64_img_s"))})
         if peer_model != model:
             three = first(find(octet, engine="int8", model=peer_model, threads=threads, kernels=default),
                           "batch64_img_s")

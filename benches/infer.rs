@@ -4,7 +4,7 @@
 //! batch of 1 on 2 threads splits each op between them when the model is large enough),
 //! candle at the thread count of its pool (`RAYON_NUM_THREADS`, recorded in the benchmark
 //! name). Every int8 row names the kernels that ran (`int8-<kernels>`); on a CPU with AVX-512
-//! VNNI the AVX2 kernels are timed too. `bench/cpu_infer.sh` runs this and the ONNX Runtime /
+//! VNNI the AVX2 and AVX-VNNI kernels are timed too. `bench/cpu_infer.sh` runs this and the ONNX Runtime /
 //! TFLite peer in one command.
 
 use candle_core::{Device, Tensor};
@@ -36,11 +36,13 @@ fn models(kind: ModelKind, norm: &Normalization, name: &str) -> (Box<dyn Network
 
 fn bench(c: &mut Criterion) {
     let candle_threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all".into());
-    // The default kernels, and AVX2 where something faster is the default.
+    // The default kernels, and every other SIMD set this CPU has (AVX2 and AVX-VNNI on an
+    // AVX-512 VNNI machine): what CPUs without the faster sets would run.
+    let auto = Kernels::Auto.resolved_name().expect("kernels");
     let mut kernel_sets = vec![Kernels::Auto];
-    if Kernels::vnni_available() {
-        kernel_sets.push(Kernels::Avx2);
-    }
+    kernel_sets.extend(Kernels::available().filter(|&k| {
+        k != Kernels::Scalar && k != Kernels::Auto && k.resolved_name().ok() != Some(auto)
+    }));
     for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
         for norm in [Normalization::cifar10(), Normalization::fashion_mnist()] {
             let ch = norm.mean.len();
@@ -59,7 +61,7 @@ fn bench(c: &mut Criterion) {
                 for &k in &kernel_sets {
                     let kname = k.resolved_name().expect("kernels");
                     for threads in [1usize, 2] {
-                        // The forced AVX2 rows: the 3-channel models only, one thread.
+                        // The other sets: the 3-channel models only, one thread.
                         if k != Kernels::Auto && (ch != 3 || threads != 1) {
                             continue;
                         }
