@@ -7,11 +7,11 @@
 //! ```
 //!
 //! The file layout is specified in `runtime/FORMAT.md`. Every kernel has a scalar reference
-//! (`kernels::scalar`); the AVX2 kernels (`kernels::avx2`) and the AVX-512 VNNI conv kernels
-//! (`kernels::vnni`: output pixels in the lanes of 512-bit vectors where the shapes allow, else
-//! dot products over packed patches), like the aarch64 NEON kernels (`kernels::neon`, SDOT
-//! with `dotprod`), produce the same bytes. `Model::run` picks the fastest
-//! the CPU supports (detected at run time, with or without `std`); `Model::run_with` forces one.
+//! (`kernels::scalar`); the x86 kernels (`kernels::avx2`, with an AVX-VNNI variant, and
+//! `kernels::vnni` for AVX-512 VNNI) and the aarch64 NEON kernels (`kernels::neon`, SDOT with
+//! `dotprod`) produce the same bytes. `Model::run` picks the fastest the CPU supports
+//! (detected at run time, with or without `std`); `Model::run_with` forces one
+//! ([`Kernels`]).
 //!
 //! The crate is `no_std` and never uses `alloc`. The `std` feature adds run-time CPU feature
 //! detection, `std::error::Error` for [`RuntimeError`] and the multi-threaded

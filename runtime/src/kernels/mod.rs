@@ -1,10 +1,18 @@
 //! Integer kernels and their dispatch.
 //!
-//! `scalar` holds the reference loops; `avx2` holds AVX2 versions of the hot kernels
-//! (conv2d, fully_connected) and `vnni` the AVX-512 VNNI conv2d kernels (pixels in lanes, over
-//! one image or a group, and the older packed-patch one), and on aarch64 `neon` the NEON
-//! conv2d and fully_connected kernels (with and without `SDOT`), all producing the same bytes.
-//! Pools always run scalar; `scalar::add` uses AVX-512 when the CPU has it (same bytes).
+//! `scalar` holds the reference loops, the definition every other kernel must match byte for
+//! byte. Per target folder:
+//! - `avx2`: the pixels-in-lanes conv (8 pixels per vector, exact `vpmaddubsw` with the sign
+//!   moved onto the weight; its AVX-VNNI variant with 256-bit `vpdpbusd`; a mode for few input
+//!   channels), the older packed-patch conv it falls back to, fully_connected, max_pool;
+//! - `vnni` (AVX-512 VNNI): the pixels-in-lanes conv over one image or a group, the
+//!   few-input-channel conv (kernel rows in quads), the packed-patch conv, fully_connected, the
+//!   residual add;
+//! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without.
+//!
+//! [`Kernels`] names a set; `resolve` checks it against the CPU once per run, and the
+//! functions at the end of this file dispatch each op. Pools other than max_pool on AVX2 run
+//! scalar; `scalar::add` uses AVX-512 when the CPU has it.
 
 pub mod scalar;
 
