@@ -78,7 +78,9 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     unsafe fn hsum(acc: [__m256i; ACC]) -> i32 {
         let mut out = [0i32; 8];
-        let s = acc.iter().fold(_mm256_setzero_si256(), |s, &a| _mm256_add_epi32(s, a));
+        let s = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |s, &a| _mm256_add_epi32(s, a));
         _mm256_storeu_si256(out.as_mut_ptr() as *mut _, s);
         out.iter().sum()
     }
@@ -113,7 +115,12 @@ fn bench(c: &mut Criterion) {
                 32,
                 sign_maddubs_ymm,
             ),
-            ("vpmaddwd-ymm", std::is_x86_feature_detected!("avx2"), 16, maddwd_ymm),
+            (
+                "vpmaddwd-ymm",
+                std::is_x86_feature_detected!("avx2"),
+                16,
+                maddwd_ymm,
+            ),
         ];
         for (name, ok, macs, f) in rows {
             if !ok {

@@ -108,18 +108,18 @@ pub unsafe fn conv2d_narrow(
     // Weight quads `[channel][ky][quad]`, zero past the kernel row and for the channels that
     // pad C_out to a multiple of CH.
     let run = p.kernel_w * cin;
+    // Masked loads and stores: `run` bytes in (never past the weights), 4·G out.
+    let (min, mout) = ((1u64 << run) - 1, (1u64 << (4 * g)) - 1);
     for co in 0..cpad {
         for ky in 0..kh {
-            let mut b = [0u8; 4 * MAX_G];
-            if co < cout {
-                let src = p.weights.as_ptr().add(co * p.k() + ky * run) as *const u8;
-                core::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), run);
-            }
-            core::ptr::copy_nonoverlapping(
-                b.as_ptr(),
-                wq.add(co * taps + ky * g) as *mut u8,
-                4 * g,
-            );
+            let v = if co < cout {
+                let src = p.weights.as_ptr().add(co * p.k() + ky * run);
+                _mm256_maskz_loadu_epi8(min as u32, src)
+            } else {
+                _mm256_setzero_si256()
+            };
+            let dst = wq.add(co * taps + ky * g) as *mut i8;
+            _mm256_mask_storeu_epi8(dst, mout as u32, v);
         }
     }
     fill_epi(p, 0, cout, epi);
@@ -235,37 +235,39 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
     let row = wp * cin;
     let pv: [u8; 8] = core::array::from_fn(|c| (p.pad_value(c.min(cin - 1)) as u8) ^ 0x80);
     let flip = _mm512_set1_epi8(-128);
-    for yp in 0..hp {
-        let dst = img.add(yp * row);
-        let inside = yp >= pad && yp < h + pad;
-        for xp in 0..wp {
-            if inside && xp == pad {
-                // The row's interior: w·C_in bytes at once.
-                let src = input.as_ptr().add((yp - pad) * w * cin) as *const u8;
-                let n = w * cin;
-                let mut i = 0;
-                while i < n {
-                    let m: __mmask64 = if n - i >= 64 {
-                        !0
-                    } else {
-                        (1u64 << (n - i)) - 1
-                    };
-                    let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
-                    _mm512_mask_storeu_epi8(
-                        dst.add(pad * cin + i) as *mut i8,
-                        m,
-                        _mm512_xor_si512(v, flip),
-                    );
-                    i += 64;
-                }
-            }
-            if inside && xp >= pad && xp < w + pad {
-                continue;
-            }
+    let fill = |dst: *mut u8, pixels: usize| {
+        for x in 0..pixels {
             for (c, &v) in pv.iter().enumerate().take(cin) {
-                dst.add(xp * cin + c).write(v);
+                dst.add(x * cin + c).write(v);
             }
         }
+    };
+    for yp in 0..hp {
+        let dst = img.add(yp * row);
+        if yp < pad || yp >= h + pad {
+            fill(dst, wp);
+            continue;
+        }
+        fill(dst, pad);
+        // The row's interior: w·C_in bytes, 64 at a time.
+        let src = input.as_ptr().add((yp - pad) * w * cin) as *const u8;
+        let n = w * cin;
+        let mut i = 0;
+        while i < n {
+            let m: __mmask64 = if n - i >= 64 {
+                !0
+            } else {
+                (1u64 << (n - i)) - 1
+            };
+            let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
+            _mm512_mask_storeu_epi8(
+                dst.add(pad * cin + i) as *mut i8,
+                m,
+                _mm512_xor_si512(v, flip),
+            );
+            i += 64;
+        }
+        fill(dst.add((w + pad) * cin), pad);
     }
     core::ptr::write_bytes(img.add(hp * row), 0, SLACK);
 }
