@@ -128,7 +128,12 @@ fn profile_resnet18_ops() {
     println!("kernels: {}", kernels.resolved_name().unwrap());
     let batch = 64;
     let pixels = common::Rng::new(2).bytes(batch * m.input_len());
-    let mut arena = vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&m, batch, 1)];
+    // ONE_AREA=1: one working area, so images run one by one (as a batch of 1 does).
+    let mut arena = if std::env::var("ONE_AREA").is_ok() {
+        vec![0u8; m.arena_bytes_for(batch)]
+    } else {
+        vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&m, batch, 1)]
+    };
     // Per op, the fastest of several runs: the machine may be shared.
     let mut times = vec![f64::MAX; m.num_ops()];
     let reps = std::env::var("REPS").map_or(5, |r| r.parse().unwrap());
@@ -191,4 +196,43 @@ fn arena_sizes() {
         }
     }
     println!();
+}
+
+/// Batch-1 latency of a model (OCTET_MODEL, default ResNet-18) on one thread, and split
+/// between 1 and 2 threads (`run_split_with`): what splitting costs and gains. Best of 200.
+#[cfg(feature = "std")]
+#[test]
+#[ignore]
+fn split_latency() {
+    use octet_runtime::parallel::{arena_bytes_split, run_split_with};
+    let bytes = std::env::var("OCTET_MODEL").map_or_else(
+        |_| common::resnet18(1).encode(),
+        |p| std::fs::read(p).unwrap(),
+    );
+    let m = Model::parse(&bytes).unwrap();
+    let pixels = common::Rng::new(2).bytes(m.input_len());
+    let best = |f: &mut dyn FnMut()| {
+        f();
+        (0..200)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let mut arena = vec![0u8; m.arena_bytes()];
+    let one = best(&mut || {
+        std::hint::black_box(m.run(&pixels, &mut arena).unwrap());
+    });
+    println!("run, 1 thread: {:.3} ms", one * 1e3);
+    for threads in [1usize, 2] {
+        let mut arena = vec![0u8; arena_bytes_split(&m, 1, threads)];
+        let t = best(&mut || {
+            std::hint::black_box(
+                run_split_with(&m, Kernels::Auto, &pixels, &mut arena, threads).unwrap(),
+            );
+        });
+        println!("split, {threads} thread(s): {:.3} ms", t * 1e3);
+    }
 }
