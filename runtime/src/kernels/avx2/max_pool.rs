@@ -20,7 +20,7 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     let (c, w) = (p.input.c, p.input.w);
     let (ho, wo) = (p.output.h, p.output.w);
     let n = w * c;
-    if n > ROW
+    if n + 8 > ROW
         || input.len() < p.input.len()
         || output.len() < p.output.len()
         || (ho > 0 && (ho - 1) * p.stride + p.kernel_h > p.input.h)
@@ -28,8 +28,15 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     {
         return scalar::max_pool(p, input, output);
     }
-    let (mut v, mut m) = ([0i8; ROW], [0i8; ROW]);
-    let (v, m) = (&mut v[..n], &mut m[..n]);
+    // Only the n + 8 bytes used are initialised (zeroing both whole rows would cost LeNet's
+    // pools as much as the pooling).
+    let mut vb = [core::mem::MaybeUninit::<i8>::uninit(); ROW];
+    let mut mb = [core::mem::MaybeUninit::<i8>::uninit(); ROW];
+    core::ptr::write_bytes(vb.as_mut_ptr(), 0, n + 8);
+    core::ptr::write_bytes(mb.as_mut_ptr(), 0, n + 8);
+    // SAFETY: the first n + 8 bytes of each were just initialised.
+    let v = core::slice::from_raw_parts_mut(vb.as_mut_ptr() as *mut i8, n);
+    let m = core::slice::from_raw_parts_mut(mb.as_mut_ptr() as *mut i8, n + 8);
     for oy in 0..ho {
         let y0 = oy * p.stride;
         v.copy_from_slice(&input[y0 * n..][..n]);
@@ -64,11 +71,39 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
                 i += 1;
             }
         }
-        // The windows' start columns (every stride-th pixel), clamped.
+        // The clamp (monotonic: it commutes with the maximum) over the whole row, then the
+        // windows' start columns (every stride-th pixel).
+        let (lo, hi) = (
+            _mm256_set1_epi8(p.out.clamp64(i8::MIN as i64)),
+            _mm256_set1_epi8(p.out.clamp64(i8::MAX as i64)),
+        );
+        let mut i = 0;
+        while i + 32 <= span {
+            let v = _mm256_loadu_si256(m.as_ptr().add(i) as *const __m256i);
+            let v = _mm256_min_epi8(_mm256_max_epi8(v, lo), hi);
+            _mm256_storeu_si256(m.as_mut_ptr().add(i) as *mut __m256i, v);
+            i += 32;
+        }
+        for b in &mut m[i..span] {
+            *b = p.out.clamp64(*b as i64);
+        }
         let out = &mut output[oy * wo * c..][..wo * c];
-        for (ox, o) in out.chunks_exact_mut(c).enumerate() {
-            for (a, &b) in o.iter_mut().zip(&m[ox * p.stride * c..]) {
-                *a = p.out.clamp64(b as i64);
+        if p.stride == 1 {
+            out.copy_from_slice(&m[..wo * c]);
+        } else if (4..=8).contains(&c) {
+            // 8 bytes per pixel, each store's spill-over (at most 4 bytes: C ≥ 4) rewritten by
+            // the next pixel's, within the row; the last pixel exactly. The loads stay within
+            // m's n + 8 bytes.
+            let step = p.stride * c;
+            for ox in 0..wo - 1 {
+                let v = (m.as_ptr().add(ox * step) as *const u64).read_unaligned();
+                (out.as_mut_ptr().add(ox * c) as *mut u64).write_unaligned(v);
+            }
+            let last = (wo - 1) * c;
+            out[last..].copy_from_slice(&m[(wo - 1) * step..][..c]);
+        } else {
+            for (ox, o) in out.chunks_exact_mut(c).enumerate() {
+                o.copy_from_slice(&m[ox * p.stride * c..][..c]);
             }
         }
     }

@@ -913,6 +913,18 @@ pub(super) unsafe fn store_tile(
                 }
                 c0 += 16;
             }
+        } else if n < 16 {
+            // A row's last pixels (fewer than 16): transposed whole on the stack, n rows
+            // copied out.
+            let mut buf = [0u8; 256];
+            while c0 + 16 <= cout {
+                transpose16_sse(src.add(c0 * V), V, buf.as_mut_ptr(), 16);
+                for l in 0..n {
+                    let v = _mm_loadu_si128(buf.as_ptr().add(16 * l) as *const __m128i);
+                    _mm_storeu_si128(row(l0 + l).add(c0) as *mut __m128i, v);
+                }
+                c0 += 16;
+            }
         }
         for l in l0..l0 + n {
             let dst = row(l);
