@@ -176,7 +176,7 @@ struct Barrier {
 }
 
 /// Spins before a waiting thread sleeps.
-const SPINS: u32 = 2000;
+const SPINS: u32 = 10_000;
 
 impl Barrier {
     fn new(n: usize) -> Self {
