@@ -15,7 +15,7 @@ mod common;
 
 use std::hint::black_box;
 
-use octet_runtime::kernels::{self, ConvParams, FcParams, OutputQuant};
+use octet_runtime::kernels::{self, ConvParams, FcParams};
 use octet_runtime::{Kernels, Model, OpInfo, OpKind};
 
 /// One conv/fc op with its own input, output and scratch.
@@ -67,42 +67,9 @@ impl Prepared<'_> {
 
 fn prepare<'a>(m: &Model<'a>, o: &OpInfo<'a>, rng: &mut common::Rng) -> Option<Prepared<'a>> {
     let (tin, tout) = (m.tensor(o.input0)?, m.tensor(o.output)?);
-    let out = OutputQuant {
-        zero_point: tout.zero_point,
-        act_min: o.act_min,
-        act_max: o.act_max,
-    };
     let (conv, fc) = match o.kind {
-        OpKind::Conv2d => (
-            Some(ConvParams {
-                input: tin.shape(),
-                output: tout.shape(),
-                kernel_h: o.kernel_h as usize,
-                kernel_w: o.kernel_w as usize,
-                stride: o.stride as usize,
-                pad: o.pad as usize,
-                weights: o.weights,
-                bias: o.bias,
-                multiplier: o.multipliers,
-                shift: o.shifts,
-                pad_values: o.pad_values,
-                input_zero_point: tin.zero_point,
-                out,
-            }),
-            None,
-        ),
-        OpKind::FullyConnected => (
-            None,
-            Some(FcParams {
-                k: tin.len(),
-                n: tout.len(),
-                weights: o.weights,
-                bias: o.bias,
-                multiplier: o.multipliers,
-                shift: o.shifts,
-                out,
-            }),
-        ),
+        OpKind::Conv2d => (Some(Model::conv_params(o, &tin, &tout)), None),
+        OpKind::FullyConnected => (None, Some(Model::fc_params(o, &tin, &tout))),
         _ => return None,
     };
     Some(Prepared {

@@ -1030,8 +1030,9 @@ impl<'a> Model<'a> {
         Ok(false)
     }
 
-    /// The conv parameters of op `o`.
-    fn conv_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> ConvParams<'o> {
+    /// The conv parameters of op `o` (input `tin`, output `tout`): what its kernel takes, for
+    /// the interpreter and for tools that run one op's kernel alone.
+    pub fn conv_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> ConvParams<'o> {
         ConvParams {
             input: tin.shape(),
             output: tout.shape(),
@@ -1045,11 +1046,45 @@ impl<'a> Model<'a> {
             shift: o.shifts,
             pad_values: o.pad_values,
             input_zero_point: tin.zero_point,
-            out: OutputQuant {
-                zero_point: tout.zero_point,
-                act_min: o.act_min,
-                act_max: o.act_max,
-            },
+            out: Self::output_quant(o, tout),
+        }
+    }
+
+    /// The fully_connected parameters of op `o` (see [`Model::conv_params`]).
+    pub fn fc_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> FcParams<'o> {
+        FcParams {
+            k: tin.len(),
+            n: tout.len(),
+            weights: o.weights,
+            bias: o.bias,
+            multiplier: o.multipliers,
+            shift: o.shifts,
+            out: Self::output_quant(o, tout),
+        }
+    }
+
+    /// The add parameters of op `o` over inputs `t0`, `t1` (see [`Model::conv_params`]).
+    pub fn add_params(
+        o: &OpInfo,
+        t0: &TensorInfo,
+        t1: &TensorInfo,
+        tout: &TensorInfo,
+    ) -> AddRequant {
+        AddRequant {
+            z0: t0.zero_point,
+            m0: o.multipliers.get(0),
+            z1: t1.zero_point,
+            m1: o.multipliers.get(1),
+            n: o.shifts.get(0),
+            out: Self::output_quant(o, tout),
+        }
+    }
+
+    fn output_quant(o: &OpInfo, tout: &TensorInfo) -> OutputQuant {
+        OutputQuant {
+            zero_point: tout.zero_point,
+            act_min: o.act_min,
+            act_max: o.act_max,
         }
     }
 
@@ -1206,19 +1241,7 @@ impl<'a> Model<'a> {
                 scatter_channels(tmp, y.add(c0), c1 - c0, p.output.c);
             }
             OpKind::FullyConnected => {
-                let p = FcParams {
-                    k: tin.len(),
-                    n: tout.len(),
-                    weights: o.weights,
-                    bias: o.bias,
-                    multiplier: o.multipliers,
-                    shift: o.shifts,
-                    out: OutputQuant {
-                        zero_point: tout.zero_point,
-                        act_min: o.act_min,
-                        act_max: o.act_max,
-                    },
-                };
+                let p = Self::fc_params(&o, &tin, &tout);
                 let (n0, n1) = share(p.n, 4);
                 if n0 < n1 {
                     // SAFETY: outputs n0..n1 are this part's.
@@ -1234,18 +1257,7 @@ impl<'a> Model<'a> {
                 }
                 // SAFETY: in bounds; an input of op j, which no part writes.
                 let x1 = as_i8(core::slice::from_raw_parts(shared.add(r1.start), r1.len()));
-                let p = AddRequant {
-                    z0: tin.zero_point,
-                    m0: o.multipliers.get(0),
-                    z1: t1.zero_point,
-                    m1: o.multipliers.get(1),
-                    n: o.shifts.get(0),
-                    out: OutputQuant {
-                        zero_point: tout.zero_point,
-                        act_min: o.act_min,
-                        act_max: o.act_max,
-                    },
-                };
+                let p = Self::add_params(&o, &tin, &t1, &tout);
                 let (e0, e1) = share(ro.len(), 64);
                 if e0 < e1 {
                     // SAFETY: elements e0..e1 are this part's.
@@ -1283,27 +1295,14 @@ impl<'a> Model<'a> {
             out: y, scratch, ..
         } = carved;
         let y = as_i8_mut(y);
-        let out = OutputQuant {
-            zero_point: tout.zero_point,
-            act_min: o.act_min,
-            act_max: o.act_max,
-        };
+        let out = Self::output_quant(&o, &tout);
         match o.kind {
             OpKind::Conv2d => {
                 let p = Self::conv_params(&o, &tin, &tout);
                 kernels::conv2d(k, &p, x, y, scratch);
             }
             OpKind::FullyConnected => {
-                let p = FcParams {
-                    k: tin.len(),
-                    n: tout.len(),
-                    weights: o.weights,
-                    bias: o.bias,
-                    multiplier: o.multipliers,
-                    shift: o.shifts,
-                    out,
-                };
-                kernels::fully_connected(k, &p, x, y);
+                kernels::fully_connected(k, &Self::fc_params(&o, &tin, &tout), x, y);
             }
             OpKind::MaxPool | OpKind::AvgPool => {
                 let p = PoolParams {
@@ -1325,15 +1324,7 @@ impl<'a> Model<'a> {
             }
             OpKind::Add => {
                 let (t1, x1) = in1.ok_or(layout)?;
-                let p = AddRequant {
-                    z0: tin.zero_point,
-                    m0: o.multipliers.get(0),
-                    z1: t1.zero_point,
-                    m1: o.multipliers.get(1),
-                    n: o.shifts.get(0),
-                    out,
-                };
-                scalar::add(&p, x, x1, y);
+                scalar::add(&Self::add_params(&o, &tin, &t1, &tout), x, x1, y);
             }
         }
         Ok(())

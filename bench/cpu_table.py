@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""The README's CPU table from bench/results/cpu_infer_*.json files (the peers time only the
+3-channel models: the 1-channel rows are compared with those).
+
+usage: cpu_table.py bench/results/cpu_infer_*.json
+"""
+import json, sys
+rows = ["| CPU (kernels) | model | b64 1 thread | b64 2 threads | b1 1 thread | b1 2 threads |",
+        "|---|---|---|---|---|---|"]
+for path in sys.argv[1:]:
+    d = json.load(open(path))
+    cpu = d["machine"].split(", ", 2)[-1] + " " + "/".join(f for f in d["cpu_features"] if f in ("avx2", "avx512_vnni", "avx_vnni"))
+    S = {(r["model"], r["threads"]): r for r in d["summary"]}
+    for model in ("resnet18", "lenet", "resnet18-1ch", "lenet-1ch"):
+        r1, r2 = S[(model, 1)], S[(model, 2)]
+        def tp(r):
+            s = f"{r['octet_int8_batch64_img_s']:,.0f}"
+            parts = []
+            if r.get("throughput_octet_over_ort"): parts.append(f"{r['throughput_octet_over_ort']:.2f}× ORT")
+            if r.get("throughput_octet_over_tflite"): parts.append(f"{r['throughput_octet_over_tflite']:.2f}× TFLite")
+            return s + (" (" + ", ".join(parts) + ")" if parts else "")
+        def lat(r):
+            s = f"{r['octet_int8_batch1_ms']:.3f} ms"
+            parts = []
+            if r.get("latency_ort_over_octet"): parts.append(f"{r['latency_ort_over_octet']:.2f}× ORT")
+            if r.get("latency_tflite_over_octet"): parts.append(f"{r['latency_tflite_over_octet']:.2f}× TFLite")
+            return s + (" (" + ", ".join(parts) + ")" if parts else "")
+        rows.append(f"| {cpu} ({r1['kernels']}) | {model} | {tp(r1)} | {tp(r2)} | {lat(r1)} | {lat(r2)} |")
+        # other kernel sets timed on the same CPU (1 thread)
+        for k in ("avx2", "avx_vnni"):
+            key = f"octet_int8_{k}_batch64_img_s"
+            if r1.get(key):
+                o = r1.get(f"throughput_octet_{k}_over_ort")
+                rows.append(f"| same CPU ({k.replace('_', '-')} kernels forced) | {model} | {r1[key]:,.0f} ({o:.2f}× ORT on AVX-512) | | {r1[f'octet_int8_{k}_batch1_ms']:.3f} ms | |")
+print("\n".join(rows))
