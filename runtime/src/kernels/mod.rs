@@ -785,6 +785,10 @@ mod tests {
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vnni");
         assert_eq!(Kernels::vnni_available(), vnni);
+        assert_eq!(
+            Kernels::avx_vnni_available(),
+            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
+        );
         println!("avx2 {} vnni {vnni}", Kernels::avx2_available());
     }
 }

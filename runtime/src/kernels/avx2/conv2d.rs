@@ -247,67 +247,33 @@ unsafe fn dot4x1(x: *const i16, kp: usize, k: usize, w0: &[i8]) -> [i32; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        kh: usize,
-        kw: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
-        if !Kernels::avx2_available() {
-            return;
+    fn check(c: &ConvCase) {
+        if Kernels::avx2_available() {
+            // SAFETY: AVX2 checked above.
+            check_conv(
+                c,
+                &mut |p, x, y, s| {
+                    unsafe { conv2d(p, x, y, s) };
+                    true
+                },
+                &|_, _| false,
+            );
         }
-        conv_matches_scalar(
-            cin,
-            cout,
-            h,
-            w,
-            kh,
-            kw,
-            stride,
-            pad,
-            seed,
-            &mut |p, x, y, s| unsafe { conv2d(p, x, y, s) },
-        );
     }
 
     #[test]
-    fn fixed_shapes() {
-        for &(cin, cout, hw, k, s, pad) in &[
-            (1, 6, 32, 5, 1, 0),
-            (6, 16, 14, 5, 1, 0),
-            (3, 64, 8, 3, 1, 1),
-            (64, 64, 4, 3, 1, 1),
-            (64, 128, 8, 3, 2, 1),
-            (64, 128, 8, 1, 2, 0),
-            (17, 5, 7, 3, 2, 2),
-            (33, 3, 5, 5, 1, 2),
-        ] {
-            check(cin, cout, hw, hw, k, k, s, pad, 42 + cin as u64);
-        }
+    fn model_shapes() {
+        model_convs().for_each(|c| check(&c));
     }
 
     proptest! {
         #[test]
-        fn avx2_equals_scalar(
-            cin in prop::sample::select(vec![1usize, 2, 3, 5, 8, 16, 17, 33]),
-            cout in prop::sample::select(vec![1usize, 2, 3, 5, 8, 17]),
-            h in 1usize..10, w in 1usize..10,
-            k in prop::sample::select(vec![1usize, 3, 5]),
-            kw_alt in any::<bool>(),
-            stride in 1usize..=2, pad in 0usize..=2, seed in any::<u64>(),
-        ) {
-            let kw = if kw_alt { 1 } else { k };
-            check(cin, cout, h, w, k, kw, stride, pad, seed);
+        fn avx2_equals_scalar(c in conv_cases()) {
+            check(&c);
         }
     }
 }

@@ -72,51 +72,22 @@ pub unsafe fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::Rng;
-    use crate::kernels::{I32Array, Kernels, OutputQuant};
+    use crate::kernels::test_util::{fc_matches_scalar, FC_SHAPES};
+    use crate::kernels::Kernels;
     use proptest::prelude::*;
 
     fn check(k: usize, n: usize, seed: u64) {
-        if !Kernels::avx2_available() {
-            return;
+        if Kernels::avx2_available() {
+            // SAFETY: the CPU features checked above.
+            fc_matches_scalar(k, n, seed, &mut |p, x, y| unsafe {
+                fully_connected(p, x, y)
+            });
         }
-        let mut rng = Rng(seed | 1);
-        let x = rng.i8s(k, -128, 127);
-        let weights = rng.i8s(n * k, -127, 127);
-        let bias = rng.i32s(n, -(1 << 20), 1 << 20);
-        let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
-        let shift = rng.i32s(n, -18, -2);
-        let p = FcParams {
-            k,
-            n,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&mult),
-            shift: I32Array::new(&shift),
-            out: OutputQuant {
-                zero_point: rng.range(-128, 127) as i32,
-                act_min: -128,
-                act_max: 127,
-            },
-        };
-        let mut want = vec![0i8; n];
-        let mut got = vec![0i8; n];
-        scalar::fully_connected(&p, &x, &mut want);
-        unsafe { fully_connected(&p, &x, &mut got) };
-        assert_eq!(want, got);
     }
 
     #[test]
     fn fixed_shapes() {
-        for &(k, n) in &[
-            (400, 120),
-            (120, 84),
-            (84, 10),
-            (512, 10),
-            (1, 1),
-            (17, 5),
-            (65_536, 3),
-        ] {
+        for (k, n) in FC_SHAPES {
             check(k, n, k as u64);
         }
     }

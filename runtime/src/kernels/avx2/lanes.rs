@@ -524,21 +524,12 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        k: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
+    /// Both entry points this CPU can run.
+    fn check(c: &ConvCase) {
         type Lanes = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8]) -> bool;
         let mut kernels: Vec<Lanes> = Vec::new();
         if Kernels::avx2_available() {
@@ -548,59 +539,22 @@ mod tests {
             kernels.push(conv2d_lanes_vnni);
         }
         for f in kernels {
-            conv_matches_scalar(
-                cin,
-                cout,
-                h,
-                w,
-                k,
-                k,
-                stride,
-                pad,
-                seed,
-                &mut |p, x, y, s| {
-                    if !unsafe { f(p, x, y, s) } {
-                        assert!(
-                            !lanes_covered(p) || s.len() < lanes_scratch(p),
-                            "covered but declined"
-                        );
-                        crate::kernels::scalar::conv2d(p, x, y);
-                    }
-                },
-            );
+            // SAFETY: only the entry points this CPU supports.
+            check_conv(c, &mut |p, x, y, s| unsafe { f(p, x, y, s) }, &|p, s| {
+                !lanes_covered(p) || s < lanes_scratch(p)
+            });
         }
     }
 
     #[test]
     fn model_shapes() {
-        for &(cin, cout, hw, k, s, pad) in &[
-            (3, 64, 32, 3, 1, 1),
-            (1, 64, 32, 3, 1, 1),
-            (1, 6, 32, 5, 1, 0),
-            (3, 6, 32, 5, 1, 0),
-            (6, 16, 14, 5, 1, 0),
-            (2, 8, 15, 3, 2, 1),
-            (64, 64, 32, 3, 1, 1),
-            (64, 128, 32, 3, 2, 1),
-            (64, 128, 32, 1, 2, 0),
-            (128, 128, 16, 3, 1, 1),
-            (256, 512, 8, 3, 2, 1),
-            (512, 512, 4, 3, 1, 1),
-        ] {
-            check(cin, cout, hw, hw, k, s, pad, 11 + cin as u64);
-        }
+        model_convs().for_each(|c| check(&c));
     }
 
     proptest! {
         #[test]
-        fn lanes_equals_scalar(
-            cin in prop::sample::select(vec![1usize, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20]),
-            cout in prop::sample::select(vec![1usize, 2, 3, 6, 8, 13, 16, 24]),
-            h in 1usize..14, w in 1usize..24,
-            k in prop::sample::select(vec![1usize, 3, 5]),
-            stride in 1usize..=2, pad in 0usize..=2, seed in any::<u64>(),
-        ) {
-            check(cin, cout, h, w, k, stride, pad, seed);
+        fn lanes_equals_scalar(c in conv_cases()) {
+            check(&c);
         }
     }
 }

@@ -49,6 +49,11 @@ unsafe fn conv<const DOT: bool>(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
+    // Few input channels: pixels in lanes, kernel rows in quads (`narrow`), when it fits.
+    // SAFETY: the caller's target features (NEON, dotprod when DOT).
+    if unsafe { super::narrow::conv::<DOT>(p, input, output, scratch) } {
+        return;
+    }
     let k = p.k();
     let kp = crate::align16(k);
     let cout = p.output.c;

@@ -13,6 +13,7 @@
 
 mod conv2d;
 mod fully_connected;
+mod narrow;
 
 pub use conv2d::{conv2d, conv2d_dot};
 pub use fully_connected::{fully_connected, fully_connected_dot};

@@ -353,55 +353,27 @@ unsafe fn micro<const SUM: bool, const PF: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::avx2::test_util::{conv_matches_scalar, Rng};
+    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase, Rng};
     use crate::kernels::{I32Array, Kernels, OutputQuant, Shape};
     use proptest::prelude::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        k: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
-        if !Kernels::vnni_available() {
-            return;
+    fn check(c: &ConvCase) {
+        if Kernels::vnni_available() {
+            // SAFETY: AVX-512 VNNI checked above; the kernel never declines.
+            check_conv(
+                c,
+                &mut |p, x, y, s| {
+                    unsafe { conv2d(p, x, y, s) };
+                    true
+                },
+                &|_, _| false,
+            );
         }
-        conv_matches_scalar(
-            cin,
-            cout,
-            h,
-            w,
-            k,
-            k,
-            stride,
-            pad,
-            seed,
-            &mut |p, x, y, s| unsafe { conv2d(p, x, y, s) },
-        );
     }
 
     #[test]
-    fn fixed_shapes() {
-        for &(cin, cout, hw, k, s, pad) in &[
-            (1, 6, 32, 5, 1, 0),
-            (6, 16, 14, 5, 1, 0),
-            (3, 64, 8, 3, 1, 1),
-            (64, 64, 4, 3, 1, 1),
-            (64, 128, 8, 3, 2, 1),
-            (17, 5, 7, 3, 2, 2),
-            (33, 3, 5, 5, 1, 2),
-            (3, 64, 32, 3, 1, 1),
-            (256, 512, 4, 3, 1, 1),
-            (200, 13, 9, 3, 2, 1),
-            (1, 6, 32, 5, 1, 0),
-        ] {
-            check(cin, cout, hw, hw, k, s, pad, 7 + cin as u64);
-        }
+    fn model_shapes() {
+        model_convs().for_each(|c| check(&c));
     }
 
     /// Times the kernel on the ResNet-18 (CIFAR) 3×3 shapes:
@@ -490,14 +462,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn vnni_equals_scalar(
-            cin in prop::sample::select(vec![1usize, 2, 3, 5, 8, 16, 17, 33]),
-            cout in prop::sample::select(vec![1usize, 2, 3, 5, 8, 17]),
-            h in 1usize..10, w in 1usize..10,
-            k in prop::sample::select(vec![1usize, 3, 5]),
-            stride in 1usize..=2, pad in 0usize..=2, seed in any::<u64>(),
-        ) {
-            check(cin, cout, h, w, k, stride, pad, seed);
+        fn vnni_equals_scalar(c in conv_cases()) {
+            check(&c);
         }
     }
 }

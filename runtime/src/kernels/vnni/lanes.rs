@@ -1024,43 +1024,21 @@ unsafe fn transpose16_vbmi(src: *const u8, dst: *mut u8, ds: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::avx2::test_util::conv_matches_scalar;
+    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        k: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
-        if !Kernels::vnni_available() {
-            return;
+    /// Declines only outside the lanes geometry or for a shift beyond the i64 epilogue's range
+    /// (n > 54).
+    fn check(c: &ConvCase) {
+        if Kernels::vnni_available() {
+            // SAFETY: AVX-512 VNNI checked above.
+            check_conv(
+                c,
+                &mut |p, x, y, s| unsafe { conv2d_lanes(p, x, y, s) },
+                &|p, _| !lanes_supported(&p.geometry()) || !epi_supported(p),
+            );
         }
-        conv_matches_scalar(
-            cin,
-            cout,
-            h,
-            w,
-            k,
-            k,
-            stride,
-            pad,
-            seed,
-            &mut |p, x, y, s| {
-                if !unsafe { conv2d_lanes(p, x, y, s) } {
-                    // Declined only for a shift beyond the i64 epilogue's range (n > 54).
-                    let n_max = p.shift.iter().map(|sh| 31 - sh.clamp(-31, 30)).max();
-                    assert!(n_max.unwrap_or(0) > 54, "not covered");
-                    crate::kernels::scalar::conv2d(p, x, y);
-                }
-            },
-        );
     }
 
     /// Several images in one call (passes spanning images, T slots reused) against the scalar
@@ -1183,20 +1161,8 @@ mod tests {
     }
 
     #[test]
-    fn resnet_shapes() {
-        for &(cin, cout, hw, k, s, pad) in &[
-            (3, 64, 32, 3, 1, 1),
-            (64, 64, 32, 3, 1, 1),
-            (64, 128, 32, 3, 2, 1),
-            (64, 128, 32, 1, 2, 0),
-            (128, 128, 16, 3, 1, 1),
-            (256, 512, 8, 3, 2, 1),
-            (512, 512, 4, 3, 1, 1),
-            (1, 8, 9, 5, 1, 2),
-            (2, 16, 7, 3, 2, 1),
-        ] {
-            check(cin, cout, hw, hw, k, s, pad, 11 + cin as u64);
-        }
+    fn model_shapes() {
+        model_convs().for_each(|c| check(&c));
     }
 
     proptest! {
@@ -1211,18 +1177,13 @@ mod tests {
             stride in 1usize..=2, seed in any::<u64>(),
         ) {
             let wo = if wide { 32 } else { 16 };
-            check(cin, cout, h, wo * stride, k, stride, k / 2, seed);
+            let w = wo * stride;
+            check(&ConvCase { cin, cout, h, w, kh: k, kw: k, stride, pad: k / 2, seed });
         }
 
         #[test]
-        fn lanes_equals_scalar(
-            cin in prop::sample::select(vec![1usize, 2, 3, 4, 8, 12, 20, 64]),
-            cout in prop::sample::select(vec![8usize, 16, 24, 40]),
-            h in 1usize..12, w in 1usize..21,
-            k in prop::sample::select(vec![1usize, 2, 3, 5]),
-            stride in 1usize..=3, pad in 0usize..=2, seed in any::<u64>(),
-        ) {
-            check(cin, cout, h, w, k, stride, pad, seed);
+        fn lanes_equals_scalar(c in conv_cases()) {
+            check(&c);
         }
     }
 }

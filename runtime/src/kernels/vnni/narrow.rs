@@ -55,6 +55,24 @@ pub fn narrow_supported(p: &ConvParams) -> bool {
         && vbmi()
 }
 
+/// Scratch regions: the padded image (+ SLACK, to a multiple of 64), the weight quads, the
+/// constants, the output tile.
+fn regions(p: &ConvParams) -> [usize; 4] {
+    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let cout = p.output.c;
+    [
+        (hp * wp * p.input.c + SLACK).next_multiple_of(64),
+        cout.next_multiple_of(CH) * p.kernel_h * quads(p) * 4,
+        cout * core::mem::size_of::<Epi>(),
+        cout * V,
+    ]
+}
+
+/// Scratch bytes [`conv2d_narrow`] needs (the regions and up to 64 for alignment).
+pub fn narrow_scratch(p: &ConvParams) -> usize {
+    64 + regions(p).iter().sum::<usize>()
+}
+
 /// Whether the dispatch should take [`conv2d_narrow`]: covered, and fewer quads per output
 /// than the pixels-in-lanes kernel's one per tap (a 3×3 kernel over 3 channels is 3 quads
 /// per kernel row either way, and the lanes kernel batches images), or no lanes kernel.
@@ -81,18 +99,14 @@ pub unsafe fn conv2d_narrow(
     }
     let (cin, s, kh) = (p.input.c, p.stride, p.kernel_h);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let wp = p.input.w + 2 * p.pad;
     let g = quads(p);
     let row = wp * cin;
-    // Scratch: the padded image (+ SLACK), then 64-aligned the weight quads, the constants
-    // and the output tile.
     let taps = kh * g;
     let cpad = cout.next_multiple_of(CH);
-    let img_len = (hp * row + SLACK).next_multiple_of(64);
-    let wq_len = cpad * taps * 4;
-    let epi_len = cout * core::mem::size_of::<Epi>();
+    let [img_len, wq_len, epi_len, _] = regions(p);
     let base = scratch.as_ptr().align_offset(64);
-    if scratch.len() < base + img_len + wq_len + epi_len + cout * V
+    if scratch.len() < narrow_scratch(p)
         || input.len() < p.input.len()
         || output.len() < ho * wo * cout
         || p.weights.len() < cout * p.k()
@@ -275,82 +289,30 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        kh: usize,
-        kw: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
-        if !Kernels::vnni_available() || !vbmi() {
-            return;
+    fn check(c: &ConvCase) {
+        if Kernels::vnni_available() && vbmi() {
+            // SAFETY: AVX-512 VNNI and VBMI checked above.
+            check_conv(
+                c,
+                &mut |p, x, y, s| unsafe { conv2d_narrow(p, x, y, s) },
+                &|p, s| !narrow_supported(p) || s < narrow_scratch(p),
+            );
         }
-        conv_matches_scalar(
-            cin,
-            cout,
-            h,
-            w,
-            kh,
-            kw,
-            stride,
-            pad,
-            seed,
-            &mut |p, x, y, s| {
-                if !unsafe { conv2d_narrow(p, x, y, s) } {
-                    // Declined only outside the shapes it covers or for a shift beyond the
-                    // i64 epilogue's range (n > 54).
-                    let n_max = p.shift.iter().map(|sh| 31 - sh.clamp(-31, 30)).max();
-                    let g = (kw * cin).div_ceil(4);
-                    let covered = cin <= 8
-                        && g <= 8
-                        && kh * g <= 64
-                        && 15 * stride * cin + 4 * g <= 128
-                        && s.len()
-                            >= 64
-                                + ((h + 2 * pad) * (w + 2 * pad) * cin + 128).div_ceil(64) * 64
-                                + cout.next_multiple_of(8) * kh * g * 4
-                                + cout * 48;
-                    assert!(!covered || n_max.unwrap_or(0) > 54, "not covered");
-                    crate::kernels::scalar::conv2d(p, x, y);
-                }
-            },
-        );
     }
 
     #[test]
-    fn first_layers() {
-        // LeNet (1 and 3 channels), ResNet-18's stem (1 and 3 channels).
-        for &(cin, cout, hw, k, s, pad) in &[
-            (1, 6, 32, 5, 1, 0),
-            (3, 6, 32, 5, 1, 0),
-            (1, 64, 32, 3, 1, 1),
-            (3, 64, 32, 3, 1, 1),
-            (3, 64, 33, 7, 2, 3),
-            (2, 17, 9, 3, 2, 1),
-        ] {
-            check(cin, cout, hw, hw, k, k, s, pad, 7 + cout as u64);
-        }
+    fn model_shapes() {
+        model_convs().for_each(|c| check(&c));
     }
 
     proptest! {
         #[test]
-        fn narrow_equals_scalar(
-            cin in 1usize..=8,
-            cout in prop::sample::select(vec![1usize, 2, 5, 6, 8, 9, 16, 24, 64]),
-            h in 1usize..20, w in 1usize..40,
-            kh in 1usize..=7, kw in 1usize..=5,
-            stride in 1usize..=2, pad in 0usize..=3, seed in any::<u64>(),
-        ) {
-            check(cin, cout, h, w, kh, kw, stride, pad, seed);
+        fn narrow_equals_scalar(c in conv_cases()) {
+            check(&c);
         }
     }
 }

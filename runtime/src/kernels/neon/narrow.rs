@@ -1,0 +1,423 @@
+//! conv2d, NEON, for inputs with few channels (C_in ≤ 3: the first conv of every model).
+//!
+//! With K = kh·kw·C_in this small, packing a 16-byte-aligned patch row per output pixel costs
+//! as much as the products. Here output pixels sit in the vector lanes (4 consecutive pixels
+//! of an output row per vector) and the unit of a multiply-add is a quad of 4 consecutive
+//! bytes of a kernel row (`kw·C_in` contiguous bytes of the HWC input): a kernel row takes
+//! `G = ⌈kw·C_in / 4⌉` quads, so a 5×5 kernel over 1 channel is 10 quads per output pixel.
+//! The padded input is copied once into scratch; for each pass of up to 64 pixels, each
+//! vector's quads are picked out of 32 input bytes by one `TBL` per kernel row and quad and
+//! kept in a panel shared by every output channel. The weights' quads (zero past the kernel
+//! row) are built once per call and broadcast with `LD1R`. Tiles of 4 vectors × 4 channels
+//! keep 16 accumulators; a 4×4 transpose puts a pixel's 4 channels in one vector for the
+//! requantization shared with the packed kernel.
+//!
+//! With `dotprod` the lane of pixel j holds its quad's bytes at 4j..4j+3 (`SDOT` sums them
+//! into lane j). Without, `SMULL`/`SMULL2` then `SADALP` sum bytes 2j, 2j+1 of each half into
+//! lane j, so the quad's first pair sits at 2j in the low half (weights w0 w1 repeated) and
+//! its second pair at 8 + 2j in the high half (w2 w3 repeated): exact, like the packed kernel.
+
+use core::arch::aarch64::*;
+
+use super::{mac, Epilogue, Requant4};
+use crate::kernels::ConvParams;
+
+/// Output pixels per vector.
+const V: usize = 4;
+/// Pixel vectors per register tile.
+const PV: usize = 4;
+/// Most pixel vectors per pass (panel rows).
+const MAX_PASS: usize = 16;
+/// Bytes after the padded image that window loads may read (at most 31, see `conv`).
+const SLACK: usize = 32;
+
+/// Whether [`conv`] covers this conv (given enough scratch): 1 to 3 input channels, the
+/// windows of 4 pixels' quads within 32 bytes (stride·C_in ≤ 9), a consistent output shape.
+pub(super) fn supported(p: &ConvParams) -> bool {
+    let (cin, s) = (p.input.c, p.stride);
+    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    (1..=3).contains(&cin)
+        && s >= 1
+        && s * cin <= 9
+        && p.kernel_h >= 1
+        && p.kernel_w >= 1
+        && p.output.c >= 1
+        && hp >= p.kernel_h
+        && wp >= p.kernel_w
+        && p.output.h == (hp - p.kernel_h) / s + 1
+        && p.output.w == (wp - p.kernel_w) / s + 1
+}
+
+/// Same bytes as `scalar::conv2d`, or `false` (output untouched) when [`supported`] fails or
+/// `scratch` cannot hold the padded image (+ 32 bytes), the weight quads and a panel of at
+/// least 16 pixels: the caller then runs the packed kernel.
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+pub(super) unsafe fn conv<const DOT: bool>(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) -> bool {
+    if !supported(p) {
+        return false;
+    }
+    let (cin, s, kh, kw) = (p.input.c, p.stride, p.kernel_h, p.kernel_w);
+    let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
+    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let (run, k) = (kw * cin, p.k());
+    let g = run.div_ceil(4);
+    let taps = kh * g;
+    // Scratch from a 16-aligned base: the padded image, the weight quads `[tap][channel]`
+    // (4-aligned, for LD1R), the panel `[tap][vector]` of 16-byte vectors.
+    let img_len = (hp * wp * cin + SLACK).next_multiple_of(16);
+    let wq_len = taps * cout * 4;
+    let base = scratch.as_ptr().align_offset(16);
+    let fixed = base.saturating_add(img_len).saturating_add(wq_len);
+    let per_vec = taps * 16;
+    let room = scratch.len().saturating_sub(fixed) / per_vec;
+    let pass = room.min(MAX_PASS) / PV * PV;
+    if pass == 0
+        || input.len() < p.input.len()
+        || output.len() < ho * wo * cout
+        || p.weights.len() < cout * k
+    {
+        return false;
+    }
+    let area = crate::as_i8_mut(&mut scratch[base..fixed + pass * per_vec]);
+    let (img, rest) = area.split_at_mut(img_len);
+    let (wq, panel) = rest.split_at_mut(wq_len);
+    pad_input(p, input, img);
+    for t in 0..taps {
+        let (ky, q) = (t / g, t % g);
+        for co in 0..cout {
+            let w = &p.weights[co * k + ky * run..][..run];
+            for b in 0..4 {
+                let i = 4 * q + b;
+                wq[(t * cout + co) * 4 + b] = if i < run { w[i] } else { 0 };
+            }
+        }
+    }
+    let step = s * cin;
+    let idx: [u8; 16] = core::array::from_fn(|i| {
+        let (j, b) = if DOT {
+            (i / 4, i % 4)
+        } else {
+            ((i % 8) / 2, 2 * (i / 8) + i % 2)
+        };
+        (j * step + b) as u8
+    });
+    // SAFETY: a load of a local 16-byte array; NEON (the caller's contract).
+    let idx = unsafe { vld1q_u8(idx.as_ptr()) };
+    let e = Epilogue::new(&p.out);
+    let nvw = wo.div_ceil(V);
+    let nvec = ho * nvw;
+    let mut v0 = 0;
+    while v0 < nvec {
+        let nv = (nvec - v0).min(pass);
+        for v in 0..nv {
+            let (oy, ox0) = ((v0 + v) / nvw, (v0 + v) % nvw * V);
+            for ky in 0..kh {
+                let row = ((oy * s + ky) * wp + ox0 * s) * cin;
+                for q in 0..g {
+                    let at = row + 4 * q;
+                    // ox0·s ≤ (wo − 1)·s ≤ wp − kw and 4q < kw·C_in, so at + 32 ≤
+                    // hp·wp·C_in + 31 < img.len().
+                    debug_assert!(at + 32 <= img.len());
+                    // SAFETY: 32 bytes from `at` lie in `img` (above); the store writes
+                    // panel row (ky·g + q)·pass + v, inside the panel of taps·pass rows.
+                    unsafe {
+                        let x = vqtbl2q_s8(vld1q_s8_x2(img.as_ptr().add(at)), idx);
+                        vst1q_s8(panel.as_mut_ptr().add(((ky * g + q) * pass + v) * 16), x);
+                    }
+                }
+            }
+        }
+        let mut co = 0;
+        while co < cout {
+            let nc = (cout - co).min(4);
+            let job = Job {
+                panel,
+                wq,
+                taps,
+                pass,
+                cout,
+                co,
+                v0,
+                nv,
+                nvw,
+                wo,
+            };
+            // SAFETY: the caller's target features (NEON, dotprod when DOT).
+            unsafe {
+                match nc {
+                    4 => group::<DOT, 4>(p, &job, &e, output),
+                    3 => group::<DOT, 3>(p, &job, &e, output),
+                    2 => group::<DOT, 2>(p, &job, &e, output),
+                    _ => group::<DOT, 1>(p, &job, &e, output),
+                }
+            }
+            co += nc;
+        }
+        v0 += nv;
+    }
+    true
+}
+
+/// One pass's channel group: the panel, the weight quads and where the pass sits.
+struct Job<'a> {
+    panel: &'a [i8],
+    wq: &'a [i8],
+    taps: usize,
+    pass: usize,
+    cout: usize,
+    co: usize,
+    v0: usize,
+    nv: usize,
+    nvw: usize,
+    wo: usize,
+}
+
+/// A weight quad broadcast for [`mac_q`]: with `DOT` the quad in every lane (`a`); without,
+/// its bytes 0, 1 repeated (`b`, for the low half) and 2, 3 repeated (`a`, for the high half).
+#[derive(Clone, Copy)]
+struct Wq {
+    a: int8x16_t,
+    b: int8x8_t,
+}
+
+/// # Safety
+/// NEON; `at` 4-aligned with 4 readable bytes.
+#[inline(always)]
+unsafe fn load_wq<const DOT: bool>(at: *const i8) -> Wq {
+    // SAFETY: 4 readable bytes at a 4-aligned address (the caller's contract), so the i32
+    // and both i16 reads are aligned and in bounds.
+    unsafe {
+        if DOT {
+            Wq {
+                a: vreinterpretq_s8_s32(vld1q_dup_s32(at.cast::<i32>())),
+                b: vdup_n_s8(0),
+            }
+        } else {
+            Wq {
+                a: vreinterpretq_s8_s16(vld1q_dup_s16(at.add(2).cast::<i16>())),
+                b: vreinterpret_s8_s16(vld1_dup_s16(at.cast::<i16>())),
+            }
+        }
+    }
+}
+
+/// Lane j += the dot product of pixel j's quad in `x` with the weight quad (module doc).
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn mac_q<const DOT: bool>(acc: int32x4_t, x: int8x16_t, w: Wq) -> int32x4_t {
+    // SAFETY: register-only operations; SDOT only when DOT (the caller's contract).
+    unsafe {
+        if DOT {
+            mac::<true>(acc, x, w.a)
+        } else {
+            let lo = vmull_s8(vget_low_s8(x), w.b);
+            let hi = vmull_high_s8(x, w.a);
+            vpadalq_s16(vpadalq_s16(acc, lo), hi)
+        }
+    }
+}
+
+/// Output channels `co..co + NC` of the pass's `nv` pixel vectors, in tiles of [`PV`]
+/// vectors (panel rows past `nv` are stale bytes whose results are dropped).
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn group<const DOT: bool, const NC: usize>(
+    p: &ConvParams,
+    j: &Job,
+    e: &Epilogue,
+    output: &mut [i8],
+) {
+    let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, j.co, NC);
+    let mut t0 = 0;
+    while t0 < j.nv {
+        // SAFETY: the caller's target features; panel reads are rows t·pass + t0 + v with
+        // t0 + v < pass (pass is a multiple of PV), weight reads quads t·cout + co + c < taps·cout
+        // at 4-aligned addresses (wq starts 16-aligned).
+        let a = unsafe {
+            let mut a = [[vdupq_n_s32(0); NC]; PV];
+            for t in 0..j.taps {
+                let x: [int8x16_t; PV] = core::array::from_fn(|v| {
+                    vld1q_s8(j.panel.as_ptr().add((t * j.pass + t0 + v) * 16))
+                });
+                let wp = j.wq.as_ptr().add((t * j.cout + j.co) * 4);
+                for c in 0..NC {
+                    let w = load_wq::<DOT>(wp.add(4 * c));
+                    for v in 0..PV {
+                        a[v][c] = mac_q::<DOT>(a[v][c], x[v], w);
+                    }
+                }
+            }
+            a
+        };
+        for (v, av) in a.iter().enumerate().take(j.nv - t0) {
+            let vi = j.v0 + t0 + v;
+            let (oy, ox0) = (vi / j.nvw, vi % j.nvw * V);
+            let n = (j.wo - ox0).min(V);
+            let px = transpose(av);
+            let at = oy * j.wo + ox0;
+            for (r, &sr) in px.iter().enumerate().take(n) {
+                let b = q.apply(sr, e);
+                output[(at + r) * j.cout + j.co..][..NC].copy_from_slice(&b[..NC]);
+            }
+        }
+        t0 += PV;
+    }
+}
+
+/// `NC` channel vectors of 4 pixels → 4 pixel vectors of the channels (zero past NC).
+#[inline(always)]
+fn transpose<const NC: usize>(ch: &[int32x4_t; NC]) -> [int32x4_t; 4] {
+    // SAFETY: register-only NEON operations; NEON: reached only from the entry points.
+    unsafe {
+        let z = vdupq_n_s32(0);
+        let c: [int32x4_t; 4] = core::array::from_fn(|i| if i < NC { ch[i] } else { z });
+        let t0 = vreinterpretq_s64_s32(vtrn1q_s32(c[0], c[1]));
+        let t1 = vreinterpretq_s64_s32(vtrn2q_s32(c[0], c[1]));
+        let t2 = vreinterpretq_s64_s32(vtrn1q_s32(c[2], c[3]));
+        let t3 = vreinterpretq_s64_s32(vtrn2q_s32(c[2], c[3]));
+        [
+            vreinterpretq_s32_s64(vtrn1q_s64(t0, t2)),
+            vreinterpretq_s32_s64(vtrn1q_s64(t1, t3)),
+            vreinterpretq_s32_s64(vtrn2q_s64(t0, t2)),
+            vreinterpretq_s32_s64(vtrn2q_s64(t1, t3)),
+        ]
+    }
+}
+
+/// The input with `pad` pixels of pad values on every side, `(h + 2·pad)·(w + 2·pad)·C_in`
+/// bytes at the start of `img`; the slack after it zeroed (read only into dropped lanes or
+/// against zero weights).
+fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
+    let wp = w + 2 * pad;
+    let hp = h + 2 * pad;
+    let pv: [i8; 3] = core::array::from_fn(|c| p.pad_value(c));
+    let (body, slack) = img.split_at_mut(hp * wp * cin);
+    slack.fill(0);
+    for (y, row) in body.chunks_exact_mut(wp * cin).enumerate() {
+        if y < pad || y >= pad + h {
+            for px in row.chunks_exact_mut(cin) {
+                px.copy_from_slice(&pv[..cin]);
+            }
+            continue;
+        }
+        let (left, rest) = row.split_at_mut(pad * cin);
+        let (mid, right) = rest.split_at_mut(w * cin);
+        for px in left
+            .chunks_exact_mut(cin)
+            .chain(right.chunks_exact_mut(cin))
+        {
+            px.copy_from_slice(&pv[..cin]);
+        }
+        mid.copy_from_slice(&input[(y - pad) * w * cin..][..w * cin]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::Kernels;
+    use proptest::prelude::*;
+
+    /// Runs the narrow path itself (both inner products where the CPU has them); asserts it
+    /// took the conv when `covered`, else the packed kernel ran.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        cin: usize,
+        cout: usize,
+        h: usize,
+        w: usize,
+        kh: usize,
+        kw: usize,
+        stride: usize,
+        pad: usize,
+        seed: u64,
+    ) {
+        assert!(Kernels::neon_available());
+        let mut run = |dot: bool| {
+            conv_matches_scalar(
+                cin,
+                cout,
+                h,
+                w,
+                kh,
+                kw,
+                stride,
+                pad,
+                seed,
+                &mut |p, x, y, s| {
+                    // SAFETY: NEON checked above; dotprod when `dot`.
+                    let took = unsafe {
+                        if dot {
+                            super::super::conv2d::conv2d_dot(p, x, y, s);
+                            conv::<true>(p, x, y, s)
+                        } else {
+                            super::super::conv2d::conv2d(p, x, y, s);
+                            conv::<false>(p, x, y, s)
+                        }
+                    };
+                    assert_eq!(took, supported(p) && cin <= 3);
+                },
+            )
+        };
+        run(false);
+        if Kernels::dotprod_available() {
+            run(true);
+        }
+    }
+
+    #[test]
+    fn fixed_shapes() {
+        for &(cin, cout, hw, k, s, pad) in &[
+            (1, 6, 32, 5, 1, 0),
+            (3, 64, 32, 3, 1, 1),
+            (3, 17, 9, 7, 2, 3),
+            (2, 5, 11, 1, 2, 0),
+            (1, 1, 1, 1, 1, 0),
+            (3, 8, 7, 3, 3, 2),
+        ] {
+            check(cin, cout, hw, hw, k, k, s, pad, 7 + cin as u64);
+        }
+    }
+
+    /// Scratch too small for a panel of 4 vectors: declined, output untouched.
+    #[test]
+    fn small_scratch_declines() {
+        let mut calls = 0;
+        conv_matches_scalar(1, 6, 12, 12, 5, 5, 1, 0, 3, &mut |p, x, y, s| {
+            calls += 1;
+            // SAFETY: NEON is the aarch64 Linux baseline.
+            unsafe {
+                assert!(!conv::<false>(p, x, y, &mut s[..200]));
+                assert!(conv::<false>(p, x, y, s));
+            }
+        });
+        assert_eq!(calls, 1);
+    }
+
+    proptest! {
+        #[test]
+        fn narrow_equals_scalar(
+            cin in 1usize..=4,
+            cout in 1usize..=17,
+            h in 1usize..12, w in 1usize..12,
+            kh in 1usize..=7, kw in 1usize..=7,
+            stride in 1usize..=2, pad in 0usize..=3, seed in any::<u64>(),
+        ) {
+            check(cin, cout, h, w, kh, kw, stride, pad, seed);
+        }
+    }
+}
