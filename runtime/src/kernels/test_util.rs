@@ -210,14 +210,12 @@ pub fn check_conv(
     );
 }
 
+/// A fully connected kernel under test: (params, input, output).
+pub type FcKernel<'f> = dyn FnMut(&crate::kernels::FcParams, &[i8], &mut [i8]) + 'f;
+
 /// A fully connected layer of `k` inputs and `n` outputs with values from `seed` (every valid
 /// shift, weights in [−127, 127]), run by the scalar reference and by `fast`: equal bytes.
-pub fn fc_matches_scalar(
-    k: usize,
-    n: usize,
-    seed: u64,
-    fast: &mut dyn FnMut(&crate::kernels::FcParams, &[i8], &mut [i8]),
-) {
+pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
     let mut rng = Rng(seed | 1);
     let x = rng.i8s(k, -128, 127);
     let weights = rng.i8s(n * k, -127, 127);
