@@ -31,6 +31,30 @@ pub fn arena_bytes_parallel(model: &Model, batch: usize, threads: usize) -> usiz
     )
 }
 
+/// The kernels resolved and the batch, or the error for no threads, unavailable kernels or a
+/// pixel count that is not a whole number of images.
+fn checked(
+    model: &Model,
+    kernels: Kernels,
+    pixels: &[u8],
+    threads: usize,
+) -> Result<(crate::kernels::Resolved, usize)> {
+    if threads == 0 {
+        return Err(RuntimeError::BadThreads);
+    }
+    Ok((kernels.resolve()?, model.batch_of(pixels.len())?))
+}
+
+fn check_arena(arena: &[u8], needed: usize) -> Result<()> {
+    if arena.len() < needed {
+        return Err(RuntimeError::ArenaTooSmall {
+            needed,
+            len: arena.len(),
+        });
+    }
+    Ok(())
+}
+
 /// Multiply-adds per image from which a batch smaller than the thread count runs each image
 /// on all threads ([`run_split_with`]): below, starting a thread and meeting after every op
 /// cost more than half the image (LeNet's 0.4 M run on one thread).
@@ -96,21 +120,11 @@ pub fn run_parallel_with<'b>(
     arena: &'b mut [u8],
     threads: usize,
 ) -> Result<&'b [i8]> {
-    if threads == 0 {
-        return Err(RuntimeError::BadThreads);
-    }
-    let k = kernels.resolve()?;
-    let batch = model.batch_of(pixels.len())?;
+    let (k, batch) = checked(model, kernels, pixels, threads)?;
     if splits(model, batch, threads) {
         return run_split_with(model, kernels, pixels, arena, threads);
     }
-    let needed = arena_bytes_parallel(model, batch, threads);
-    if arena.len() < needed {
-        return Err(RuntimeError::ArenaTooSmall {
-            needed,
-            len: arena.len(),
-        });
-    }
+    check_arena(arena, arena_bytes_parallel(model, batch, threads))?;
     let (n_in, n_out) = (model.input_len(), model.output_len());
     let n_total = batch * n_out;
     let (outs, works) = arena.split_at_mut(align16(n_total));
@@ -238,18 +252,8 @@ pub fn run_split_with<'b>(
     arena: &'b mut [u8],
     threads: usize,
 ) -> Result<&'b [i8]> {
-    if threads == 0 {
-        return Err(RuntimeError::BadThreads);
-    }
-    let k = kernels.resolve()?;
-    let batch = model.batch_of(pixels.len())?;
-    let needed = arena_bytes_split(model, batch, threads);
-    if arena.len() < needed {
-        return Err(RuntimeError::ArenaTooSmall {
-            needed,
-            len: arena.len(),
-        });
-    }
+    let (k, batch) = checked(model, kernels, pixels, threads)?;
+    check_arena(arena, arena_bytes_split(model, batch, threads))?;
     let t = threads.min(MAX_THREADS);
     let (n_in, n_out, wb) = (model.input_len(), model.output_len(), model.working_bytes());
     let n_total = batch * n_out;

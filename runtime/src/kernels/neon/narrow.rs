@@ -119,18 +119,21 @@ pub(super) unsafe fn conv<const DOT: bool>(
         let nv = (nvec - v0).min(pass);
         for v in 0..nv {
             let (oy, ox0) = ((v0 + v) / nvw, (v0 + v) % nvw * V);
+            let mut dst = v * 16;
             for ky in 0..kh {
                 let row = ((oy * s + ky) * wp + ox0 * s) * cin;
-                for q in 0..g {
-                    let at = row + 4 * q;
-                    // ox0·s ≤ (wo − 1)·s ≤ wp − kw and 4q < kw·C_in, so at + 32 ≤
-                    // hp·wp·C_in + 31 < img.len().
-                    debug_assert!(at + 32 <= img.len());
-                    // SAFETY: 32 bytes from `at` lie in `img` (above); the store writes
-                    // panel row (ky·g + q)·pass + v, inside the panel of taps·pass rows.
-                    unsafe {
-                        let x = vqtbl2q_s8(vld1q_s8_x2(img.as_ptr().add(at)), idx);
-                        vst1q_s8(panel.as_mut_ptr().add(((ky * g + q) * pass + v) * 16), x);
+                // ox0·s ≤ (wo − 1)·s ≤ wp − kw and 4(g − 1) < kw·C_in, so every load below
+                // ends by row + 4(g − 1) + 32 ≤ hp·wp·C_in + 31 < img.len().
+                debug_assert!(row + 4 * (g - 1) + 32 <= img.len());
+                // SAFETY: 32 bytes from each `src` lie in `img` (above); the stores write
+                // panel rows (ky·g + q)·pass + v < taps·pass, inside the panel.
+                unsafe {
+                    let mut src = img.as_ptr().add(row);
+                    for _ in 0..g {
+                        let x = vqtbl2q_s8(vld1q_s8_x2(src), idx);
+                        vst1q_s8(panel.as_mut_ptr().add(dst), x);
+                        src = src.add(4);
+                        dst += pass * 16;
                     }
                 }
             }
@@ -266,10 +269,17 @@ unsafe fn group<const DOT: bool, const NC: usize>(
             let (oy, ox0) = (vi / j.nvw, vi % j.nvw * V);
             let n = (j.wo - ox0).min(V);
             let px = transpose(av);
-            let at = oy * j.wo + ox0;
+            let at = (oy * j.wo + ox0) * j.cout + j.co;
+            // The last byte written, of pixel oy·wo + ox0 + n − 1 < ho·wo, channel
+            // co + NC − 1 < cout, is inside the output (checked once by `conv`).
+            debug_assert!(at + (n - 1) * j.cout + NC <= output.len());
             for (r, &sr) in px.iter().enumerate().take(n) {
                 let b = q.apply(sr, e);
-                output[(at + r) * j.cout + j.co..][..NC].copy_from_slice(&b[..NC]);
+                // SAFETY: NC ≤ 4 bytes inside `output` (above), from a local array.
+                unsafe {
+                    let dst = output.as_mut_ptr().add(at + r * j.cout);
+                    core::ptr::copy_nonoverlapping(b.as_ptr(), dst, NC);
+                }
             }
         }
         t0 += PV;
