@@ -2,7 +2,8 @@
 # CPU inference benchmark in one command: octet's int8 runtime and candle f32 (criterion,
 # benches/infer.rs) and the peer, ONNX Runtime fp32/int8 and TFLite int8
 # (shared/peers/cpu/ort_bench.py), on this machine, one after the other.
-# Writes bench/results/cpu_infer.json with both and the ratios. Run it on a quiet machine.
+# Writes $OUT (default bench/results/cpu_infer.json) with both, the ratios, the CPU and its SIMD
+# features. Run it on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEER=${PEER:-../shared/peers/cpu}

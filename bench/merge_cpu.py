@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Merges criterion's estimates (benches/infer.rs) and ort_bench.py's rows into one file.
 
-usage: merge_cpu.py CRITERION_DIR ORT_JSON COMMIT > bench/results/cpu_infer.json
+usage: merge_cpu.py CRITERION_DIR ORT_JSON COMMIT > bench/results/cpu_infer_<cpu>.json
 Batch-1 rows are median latency in ms, batch-64 rows median throughput in img/s. Every octet
 row names the kernels that ran (`int8-<kernels>` in the benchmark id); the file records the
 CPU model and its SIMD features, so figures from different machines are never mixed up.
