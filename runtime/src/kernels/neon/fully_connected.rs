@@ -75,7 +75,7 @@ unsafe fn rows<const DOT: bool, const NC: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::Rng;
+    use crate::kernels::test_util::{fc_matches_scalar, Rng, FC_SHAPES};
     use crate::kernels::{I32Array, Kernels, OutputQuant};
     use proptest::prelude::*;
 
@@ -136,6 +136,24 @@ mod tests {
             (65_536, 3),
         ] {
             check(k, n, k as u64);
+        }
+    }
+
+    /// The shared fc suite's shapes, both inner products.
+    #[test]
+    fn shared_shapes() {
+        assert!(Kernels::neon_available());
+        for (k, n) in FC_SHAPES {
+            // SAFETY: NEON checked above.
+            fc_matches_scalar(k, n, 7 + k as u64, &mut |p, x, y| unsafe {
+                fully_connected(p, x, y)
+            });
+            if Kernels::dotprod_available() {
+                // SAFETY: dotprod checked.
+                fc_matches_scalar(k, n, 9 + k as u64, &mut |p, x, y| unsafe {
+                    fully_connected_dot(p, x, y)
+                });
+            }
         }
     }
 

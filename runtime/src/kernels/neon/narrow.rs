@@ -5,12 +5,13 @@
 //! of an output row per vector) and the unit of a multiply-add is a quad of 4 consecutive
 //! bytes of a kernel row (`kw·C_in` contiguous bytes of the HWC input): a kernel row takes
 //! `G = ⌈kw·C_in / 4⌉` quads, so a 5×5 kernel over 1 channel is 10 quads per output pixel.
-//! The padded input is copied once into scratch; for each pass of up to 64 pixels, each
-//! vector's quads are picked out of 32 input bytes by one `TBL` per kernel row and quad and
-//! kept in a panel shared by every output channel. The weights' quads (zero past the kernel
-//! row) are built once per call and broadcast with `LD1R`. Tiles of 4 vectors × 4 channels
-//! keep 16 accumulators; a 4×4 transpose puts a pixel's 4 channels in one vector for the
-//! requantization shared with the packed kernel.
+//! The padded input is copied once into scratch; each vector's quads are picked out of 32
+//! input bytes by one `TBL` per kernel row and quad: with more than 8 output channels once per
+//! pass of up to 128 pixels, into a panel shared by every channel group, else by each tile
+//! itself (cheaper than a panel row for 1 or 2 groups). The weights' quads (zero past the
+//! kernel row) are built once per call and broadcast with `LD1R`. Tiles of 4 vectors × 4
+//! channels keep 16 accumulators; a 4×4 transpose puts a pixel's 4 channels in one vector for
+//! the requantization shared with the packed kernel.
 //!
 //! With `dotprod` the lane of pixel j holds its quad's bytes at 4j..4j+3 (`SDOT` sums them
 //! into lane j). Without, `SMULL`/`SMULL2` then `SADALP` sum bytes 2j, 2j+1 of each half into
@@ -27,7 +28,9 @@ const V: usize = 4;
 /// Pixel vectors per register tile.
 const PV: usize = 4;
 /// Most pixel vectors per pass (panel rows).
-const MAX_PASS: usize = 16;
+const MAX_PASS: usize = 32;
+/// Most output channels for which tiles pick their quads from the image (no panel).
+const DIRECT_MAX_COUT: usize = 8;
 /// Bytes after the padded image that window loads may read (at most 31, see `conv`).
 const SLACK: usize = 32;
 
@@ -48,9 +51,31 @@ pub(super) fn supported(p: &ConvParams) -> bool {
         && p.output.w == (wp - p.kernel_w) / s + 1
 }
 
+/// Scratch bytes from the 16-aligned base: the padded image (+ [`SLACK`]), the weight quads,
+/// and per panel row (one vector's quads).
+fn regions(p: &ConvParams) -> (usize, usize, usize) {
+    let cin = p.input.c;
+    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let taps = p.kernel_h * (p.kernel_w * cin).div_ceil(4);
+    let img_len = (hp * wp * cin + SLACK).next_multiple_of(16);
+    (img_len, taps * p.output.c * 4, taps * 16)
+}
+
+/// Scratch bytes that [`conv`] takes whatever the slice's alignment (the smallest panel).
+#[cfg(test)]
+fn min_scratch(p: &ConvParams) -> usize {
+    let (img_len, wq_len, per_vec) = regions(p);
+    let panel = if p.output.c <= DIRECT_MAX_COUT {
+        0
+    } else {
+        PV * per_vec
+    };
+    15 + img_len + wq_len + panel
+}
+
 /// Same bytes as `scalar::conv2d`, or `false` (output untouched) when [`supported`] fails or
-/// `scratch` cannot hold the padded image (+ 32 bytes), the weight quads and a panel of at
-/// least 16 pixels: the caller then runs the packed kernel.
+/// `scratch` cannot hold the padded image (+ 32 bytes), the weight quads and, past 8 output
+/// channels, a panel of at least 16 pixels: the caller then runs the packed kernel.
 ///
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
@@ -66,27 +91,36 @@ pub(super) unsafe fn conv<const DOT: bool>(
     }
     let (cin, s, kh, kw) = (p.input.c, p.stride, p.kernel_h, p.kernel_w);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let wp = p.input.w + 2 * p.pad;
     let (run, k) = (kw * cin, p.k());
     let g = run.div_ceil(4);
     let taps = kh * g;
     // Scratch from a 16-aligned base: the padded image, the weight quads `[tap][channel]`
     // (4-aligned, for LD1R), the panel `[tap][vector]` of 16-byte vectors.
-    let img_len = (hp * wp * cin + SLACK).next_multiple_of(16);
-    let wq_len = taps * cout * 4;
+    let (img_len, wq_len, per_vec) = regions(p);
     let base = scratch.as_ptr().align_offset(16);
     let fixed = base.saturating_add(img_len).saturating_add(wq_len);
-    let per_vec = taps * 16;
-    let room = scratch.len().saturating_sub(fixed) / per_vec;
-    let pass = room.min(MAX_PASS) / PV * PV;
+    let nvw = wo.div_ceil(V);
+    let nvec = ho * nvw;
+    // Up to 2 channel groups the tiles pick their quads from the image themselves (a pick
+    // serves at most 2 tiles; a panel row costs more); more groups share a pass's panel.
+    let direct = cout <= DIRECT_MAX_COUT;
+    let pass = if direct {
+        nvec.next_multiple_of(PV)
+    } else {
+        let room = scratch.len().saturating_sub(fixed) / per_vec;
+        room.min(MAX_PASS) / PV * PV
+    };
+    let panel_len = if direct { 0 } else { pass * per_vec };
     if pass == 0
+        || fixed.saturating_add(panel_len) > scratch.len()
         || input.len() < p.input.len()
         || output.len() < ho * wo * cout
         || p.weights.len() < cout * k
     {
         return false;
     }
-    let area = crate::as_i8_mut(&mut scratch[base..fixed + pass * per_vec]);
+    let area = crate::as_i8_mut(&mut scratch[base..fixed + panel_len]);
     let (img, rest) = area.split_at_mut(img_len);
     let (wq, panel) = rest.split_at_mut(wq_len);
     pad_input(p, input, img);
@@ -112,12 +146,10 @@ pub(super) unsafe fn conv<const DOT: bool>(
     // SAFETY: a load of a local 16-byte array; NEON (the caller's contract).
     let idx = unsafe { vld1q_u8(idx.as_ptr()) };
     let e = Epilogue::new(&p.out);
-    let nvw = wo.div_ceil(V);
-    let nvec = ho * nvw;
     let mut v0 = 0;
     while v0 < nvec {
         let nv = (nvec - v0).min(pass);
-        for v in 0..nv {
+        for v in 0..if direct { 0 } else { nv } {
             let (oy, ox0) = ((v0 + v) / nvw, (v0 + v) % nvw * V);
             let mut dst = v * 16;
             for ky in 0..kh {
@@ -143,8 +175,14 @@ pub(super) unsafe fn conv<const DOT: bool>(
             let nc = (cout - co).min(4);
             let job = Job {
                 panel,
+                img,
+                idx,
                 wq,
                 taps,
+                g,
+                row: wp * cin,
+                step: s * cin,
+                stride: s,
                 pass,
                 cout,
                 co,
@@ -155,11 +193,15 @@ pub(super) unsafe fn conv<const DOT: bool>(
             };
             // SAFETY: the caller's target features (NEON, dotprod when DOT).
             unsafe {
-                match nc {
-                    4 => group::<DOT, 4>(p, &job, &e, output),
-                    3 => group::<DOT, 3>(p, &job, &e, output),
-                    2 => group::<DOT, 2>(p, &job, &e, output),
-                    _ => group::<DOT, 1>(p, &job, &e, output),
+                match (nc, direct) {
+                    (4, false) => group::<DOT, 4, false>(p, &job, &e, output),
+                    (3, false) => group::<DOT, 3, false>(p, &job, &e, output),
+                    (2, false) => group::<DOT, 2, false>(p, &job, &e, output),
+                    (_, false) => group::<DOT, 1, false>(p, &job, &e, output),
+                    (4, true) => group::<DOT, 4, true>(p, &job, &e, output),
+                    (3, true) => group::<DOT, 3, true>(p, &job, &e, output),
+                    (2, true) => group::<DOT, 2, true>(p, &job, &e, output),
+                    (_, true) => group::<DOT, 1, true>(p, &job, &e, output),
                 }
             }
             co += nc;
@@ -169,11 +211,22 @@ pub(super) unsafe fn conv<const DOT: bool>(
     true
 }
 
-/// One pass's channel group: the panel, the weight quads and where the pass sits.
+/// One pass's channel group: the panel (or the padded image and the quads' byte indices),
+/// the weight quads and where the pass sits.
 struct Job<'a> {
     panel: &'a [i8],
+    img: &'a [i8],
+    idx: uint8x16_t,
     wq: &'a [i8],
     taps: usize,
+    /// Quads per kernel row.
+    g: usize,
+    /// Bytes per padded image row.
+    row: usize,
+    /// Bytes between the windows of neighbouring output pixels (stride·C_in).
+    step: usize,
+    /// The conv's stride.
+    stride: usize,
     pass: usize,
     cout: usize,
     co: usize,
@@ -181,6 +234,48 @@ struct Job<'a> {
     nv: usize,
     nvw: usize,
     wo: usize,
+}
+
+/// The accumulators of the tile of vectors `t0..t0 + PV` of the pass for channels
+/// `co..co + NC`, the quads picked from the image as the panel does (vectors past `nv`
+/// repeat the pass's last one).
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`; `j` as `conv` builds it (`t0 < nv`).
+#[inline(always)]
+unsafe fn tile_direct<const DOT: bool, const NC: usize>(
+    j: &Job,
+    t0: usize,
+) -> [[int32x4_t; NC]; PV] {
+    // The window of kernel row 0 of each vector (row ky: + ky·row).
+    let base: [usize; PV] = core::array::from_fn(|v| {
+        let vi = j.v0 + (t0 + v).min(j.nv - 1);
+        let (oy, ox0) = (vi / j.nvw, vi % j.nvw * V);
+        oy * j.stride * j.row + ox0 * j.step
+    });
+    // SAFETY: see the panel loop of `conv`: each window's 32 bytes lie in `img`; weight
+    // quads t·cout + co + c < taps·cout at 4-aligned addresses.
+    unsafe {
+        let mut a = [[vdupq_n_s32(0); NC]; PV];
+        let mut wp = j.wq.as_ptr().add(j.co * 4);
+        for ky in 0..j.taps / j.g {
+            let mut src: [*const i8; PV] =
+                core::array::from_fn(|v| j.img.as_ptr().add(base[v] + ky * j.row));
+            for _ in 0..j.g {
+                let x: [int8x16_t; PV] =
+                    core::array::from_fn(|v| vqtbl2q_s8(vld1q_s8_x2(src[v]), j.idx));
+                let w: [Wq; NC] = core::array::from_fn(|c| load_wq::<DOT>(wp.add(4 * c)));
+                src = src.map(|p| p.wrapping_add(4));
+                wp = wp.wrapping_add(j.cout * 4);
+                for (av, &xv) in a.iter_mut().zip(&x) {
+                    for (acc, &wc) in av.iter_mut().zip(&w) {
+                        *acc = mac_q::<DOT>(*acc, xv, wc);
+                    }
+                }
+            }
+        }
+        a
+    }
 }
 
 /// A weight quad broadcast for [`mac_q`]: with `DOT` the quad in every lane (`a`); without,
@@ -231,12 +326,13 @@ unsafe fn mac_q<const DOT: bool>(acc: int32x4_t, x: int8x16_t, w: Wq) -> int32x4
 }
 
 /// Output channels `co..co + NC` of the pass's `nv` pixel vectors, in tiles of [`PV`]
-/// vectors (panel rows past `nv` are stale bytes whose results are dropped).
+/// vectors (panel rows past `nv` are stale bytes, and with `DIRECT` vectors past `nv` repeat
+/// the last one: their results are dropped).
 ///
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-unsafe fn group<const DOT: bool, const NC: usize>(
+unsafe fn group<const DOT: bool, const NC: usize, const DIRECT: bool>(
     p: &ConvParams,
     j: &Job,
     e: &Epilogue,
@@ -245,24 +341,32 @@ unsafe fn group<const DOT: bool, const NC: usize>(
     let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, j.co, NC);
     let mut t0 = 0;
     while t0 < j.nv {
-        // SAFETY: the caller's target features; panel reads are rows t·pass + t0 + v with
-        // t0 + v < pass (pass is a multiple of PV), weight reads quads t·cout + co + c < taps·cout
-        // at 4-aligned addresses (wq starts 16-aligned).
-        let a = unsafe {
-            let mut a = [[vdupq_n_s32(0); NC]; PV];
-            for t in 0..j.taps {
-                let x: [int8x16_t; PV] = core::array::from_fn(|v| {
-                    vld1q_s8(j.panel.as_ptr().add((t * j.pass + t0 + v) * 16))
-                });
-                let wp = j.wq.as_ptr().add((t * j.cout + j.co) * 4);
-                for c in 0..NC {
-                    let w = load_wq::<DOT>(wp.add(4 * c));
-                    for v in 0..PV {
-                        a[v][c] = mac_q::<DOT>(a[v][c], x[v], w);
+        let a = if DIRECT {
+            // SAFETY: the caller's target features; see `tile_direct`.
+            unsafe { tile_direct::<DOT, NC>(j, t0) }
+        } else {
+            // SAFETY: the caller's target features; panel reads are rows t·pass + t0 + v
+            // with t0 + v < pass (a multiple of PV), weight reads quads t·cout + co + c <
+            // taps·cout at 4-aligned addresses (wq starts 16-aligned).
+            unsafe {
+                let mut a = [[vdupq_n_s32(0); NC]; PV];
+                // Tap t's rows: panel (t·pass + t0 + v)·16, weights (t·cout + co + c)·4; the
+                // pointers step by a tap (wrapping: the last step may leave the slices unread).
+                let mut xp = j.panel.as_ptr().add(t0 * 16);
+                let mut wp = j.wq.as_ptr().add(j.co * 4);
+                for _ in 0..j.taps {
+                    let x: [int8x16_t; PV] = core::array::from_fn(|v| vld1q_s8(xp.add(16 * v)));
+                    let w: [Wq; NC] = core::array::from_fn(|c| load_wq::<DOT>(wp.add(4 * c)));
+                    xp = xp.wrapping_add(j.pass * 16);
+                    wp = wp.wrapping_add(j.cout * 4);
+                    for (av, &xv) in a.iter_mut().zip(&x) {
+                        for (acc, &wc) in av.iter_mut().zip(&w) {
+                            *acc = mac_q::<DOT>(*acc, xv, wc);
+                        }
                     }
                 }
+                a
             }
-            a
         };
         for (v, av) in a.iter().enumerate().take(j.nv - t0) {
             let vi = j.v0 + t0 + v;
@@ -338,7 +442,9 @@ fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::test_util::{
+        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
+    };
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
@@ -357,7 +463,7 @@ mod tests {
         seed: u64,
     ) {
         assert!(Kernels::neon_available());
-        let mut run = |dot: bool| {
+        let run = |dot: bool| {
             conv_matches_scalar(
                 cin,
                 cout,
@@ -403,6 +509,53 @@ mod tests {
         }
     }
 
+    /// The panel of the fewest vectors (4) the scratch allows, 17 channels: same bytes.
+    #[test]
+    fn smallest_panel() {
+        for (cin, k, s) in [(1, 5, 1), (3, 3, 1), (3, 7, 2), (2, 1, 3)] {
+            conv_matches_scalar(cin, 17, 9, 11, k, k, s, 1, 5, &mut |p, x, y, sc| {
+                let (img, wq, per_vec) = regions(p);
+                let need = sc.as_ptr().align_offset(16) + img + wq + PV * per_vec;
+                // SAFETY: NEON is the aarch64 Linux baseline.
+                unsafe {
+                    assert!(!conv::<false>(p, x, y, &mut sc[..need - 1]));
+                    assert!(conv::<false>(p, x, y, &mut sc[..need]));
+                }
+                if Kernels::dotprod_available() {
+                    y.fill(0);
+                    // SAFETY: dotprod checked.
+                    unsafe { assert!(conv::<true>(p, x, y, &mut sc[..need])) };
+                }
+            });
+        }
+    }
+
+    /// The shared conv suite, both inner products: declined only where [`supported`] fails
+    /// or the scratch is short of [`min_scratch`].
+    fn suite(c: &ConvCase) {
+        assert!(Kernels::neon_available());
+        let may = |p: &ConvParams, len: usize| !supported(p) || len < min_scratch(p);
+        // SAFETY: NEON checked above.
+        check_conv(
+            c,
+            &mut |p, x, y, s| unsafe { conv::<false>(p, x, y, s) },
+            &may,
+        );
+        if Kernels::dotprod_available() {
+            // SAFETY: dotprod checked.
+            check_conv(
+                c,
+                &mut |p, x, y, s| unsafe { conv::<true>(p, x, y, s) },
+                &may,
+            );
+        }
+    }
+
+    #[test]
+    fn model_shapes() {
+        model_convs().for_each(|c| suite(&c));
+    }
+
     /// Scratch too small for a panel of 4 vectors: declined, output untouched.
     #[test]
     fn small_scratch_declines() {
@@ -419,6 +572,11 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn suite_equals_scalar(c in conv_cases()) {
+            suite(&c);
+        }
+
         #[test]
         fn narrow_equals_scalar(
             cin in 1usize..=4,
