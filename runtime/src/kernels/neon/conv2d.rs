@@ -195,68 +195,34 @@ fn fill_pad(p: &ConvParams, d: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::conv_matches_scalar;
+    use crate::kernels::test_util::{
+        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
+    };
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    /// Both inner products, each forced: plain NEON always, SDOT when the CPU has it.
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        kh: usize,
-        kw: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
+    /// Both inner products, each forced: plain NEON always, SDOT when the CPU has it. Neither
+    /// declines (too little scratch runs the scalar kernel inside).
+    fn check(c: &ConvCase) {
         assert!(Kernels::neon_available());
-        conv_matches_scalar(
-            cin,
-            cout,
-            h,
-            w,
-            kh,
-            kw,
-            stride,
-            pad,
-            seed,
-            &mut |p, x, y, s| unsafe { conv2d(p, x, y, s) },
-        );
+        type Conv = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8]);
+        let mut kernels: Vec<Conv> = vec![conv2d];
         if Kernels::dotprod_available() {
-            conv_matches_scalar(
-                cin,
-                cout,
-                h,
-                w,
-                kh,
-                kw,
-                stride,
-                pad,
-                seed,
-                &mut |p, x, y, s| unsafe { conv2d_dot(p, x, y, s) },
-            );
+            kernels.push(conv2d_dot);
+        }
+        for f in kernels {
+            // SAFETY: NEON checked above; SDOT only when dotprod is there.
+            let mut run = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
+                unsafe { f(p, x, y, s) };
+                true
+            };
+            check_conv(c, &mut run, &|_, _| false);
         }
     }
 
     #[test]
-    fn fixed_shapes() {
-        for &(cin, cout, hw, k, s, pad) in &[
-            (1, 6, 32, 5, 1, 0),
-            (6, 16, 14, 5, 1, 0),
-            (3, 64, 8, 3, 1, 1),
-            (1, 64, 8, 3, 1, 1),
-            (64, 64, 4, 3, 1, 1),
-            (64, 128, 8, 3, 2, 1),
-            (64, 128, 8, 1, 2, 0),
-            (17, 5, 7, 3, 2, 2),
-            (33, 3, 5, 5, 1, 2),
-            (4, 17, 9, 3, 1, 0),
-        ] {
-            check(cin, cout, hw, hw, k, k, s, pad, 42 + cin as u64);
-        }
+    fn model_shapes() {
+        model_convs().for_each(|c| check(&c));
     }
 
     /// Scratch smaller than a block of rows: the scalar fallback, same bytes.
@@ -273,16 +239,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn neon_equals_scalar(
-            cin in prop::sample::select(vec![1usize, 2, 3, 4, 5, 8, 16, 17, 33, 64]),
-            cout in prop::sample::select(vec![1usize, 2, 3, 5, 8, 16, 17]),
-            h in 1usize..10, w in 1usize..10,
-            k in prop::sample::select(vec![1usize, 3, 5]),
-            kw_alt in any::<bool>(),
-            stride in 1usize..=2, pad in 0usize..=2, seed in any::<u64>(),
-        ) {
-            let kw = if kw_alt { 1 } else { k };
-            check(cin, cout, h, w, k, kw, stride, pad, seed);
+        fn neon_equals_scalar(c in conv_cases()) {
+            check(&c);
         }
     }
 }
