@@ -173,6 +173,8 @@ pub struct Model<'a> {
     out_len: usize,
     output_scale: f32,
     output_zero_point: i32,
+    /// Multiply-adds per image, counted once by `parse`.
+    macs: u64,
 }
 
 fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
@@ -291,6 +293,7 @@ impl<'a> Model<'a> {
             out_len: 0,
             output_scale: h.output_scale(),
             output_zero_point: h.output_zero_point(),
+            macs: 0,
         };
         model.validate(&h)
     }
@@ -345,6 +348,14 @@ impl<'a> Model<'a> {
             });
         }
         self.check_data_flow()?;
+        self.macs = self
+            .ops()
+            .filter(|o| matches!(o.kind, OpKind::Conv2d | OpKind::FullyConnected))
+            .filter_map(|o| {
+                let t = self.tensor(o.output)?;
+                Some((t.len() * o.weights.len() / (t.c as usize).max(1)) as u64)
+            })
+            .sum();
         Ok(self)
     }
 
@@ -757,13 +768,7 @@ impl<'a> Model<'a> {
 
     /// Multiply-adds per image (conv2d and fully_connected).
     pub fn macs_per_image(&self) -> u64 {
-        self.ops()
-            .filter(|o| matches!(o.kind, OpKind::Conv2d | OpKind::FullyConnected))
-            .filter_map(|o| {
-                let t = self.tensor(o.output)?;
-                Some((t.len() * o.weights.len() / (t.c as usize).max(1)) as u64)
-            })
-            .sum()
+        self.macs
     }
 
     #[cfg(feature = "std")]

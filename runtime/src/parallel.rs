@@ -81,20 +81,46 @@ pub fn arena_bytes_split(model: &Model, batch: usize, threads: usize) -> usize {
 /// Threads `run_parallel` starts at most.
 const MAX_THREADS: usize = 64;
 
-/// The output bytes, shared by the threads (each writes only the chunks it takes).
+/// Bytes the threads share (the logits; the split path's working area), each thread writing
+/// only bytes no other touches meanwhile (every use says why).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut u8);
+struct SharedPtr(*mut u8);
 
-impl OutPtr {
+impl SharedPtr {
     fn get(self) -> *mut u8 {
         self.0
     }
 }
 
-// SAFETY: the pointer is only used to write disjoint chunks, one thread per chunk.
-unsafe impl Send for OutPtr {}
+// SAFETY: the pointer is only used for disjoint writes, or while the other threads wait.
+unsafe impl Send for SharedPtr {}
 // SAFETY: as above.
-unsafe impl Sync for OutPtr {}
+unsafe impl Sync for SharedPtr {}
+
+/// Runs `worker(part, area)` for parts 0..t, part 0 on this thread and the others on scoped
+/// threads, each with its own `area_len`-byte slice of `areas`; the first error wins.
+fn on_threads(
+    areas: &mut [u8],
+    area_len: usize,
+    t: usize,
+    worker: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
+) -> Result<()> {
+    std::thread::scope(|s| {
+        let mut areas = areas.chunks_exact_mut(area_len).take(t);
+        let Some(first) = areas.next() else {
+            return Err(RuntimeError::BadThreads);
+        };
+        let mut handles = [const { None }; MAX_THREADS];
+        for (part, (h, area)) in handles.iter_mut().zip(areas).enumerate() {
+            *h = Some(s.spawn(move || worker(part + 1, area)));
+        }
+        let mut result = worker(0, first);
+        for h in handles.iter_mut().filter_map(Option::take) {
+            result = result.and(h.join().unwrap_or(Err(RuntimeError::BadThreads)));
+        }
+        result
+    })
+}
 
 /// Working areas per thread.
 fn areas(batch: usize, t: usize) -> usize {
@@ -139,8 +165,8 @@ pub fn run_parallel_with<'b>(
     let t = t0.min(chunks).min(MAX_THREADS);
     let work_len = per * model.working_bytes();
     let next = AtomicUsize::new(0);
-    let out_ptr = OutPtr(outs.as_mut_ptr());
-    let worker = |work: &mut [u8]| -> Result<()> {
+    let out_ptr = SharedPtr(outs.as_mut_ptr());
+    let worker = |_: usize, work: &mut [u8]| -> Result<()> {
         loop {
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= chunks {
@@ -155,23 +181,7 @@ pub fn run_parallel_with<'b>(
             model.run_images(k, &pixels[i0 * n_in..i1 * n_in], work, out)?;
         }
     };
-    let result = std::thread::scope(|s| {
-        let mut areas = works.chunks_exact_mut(work_len).take(t);
-        let Some(first) = areas.next() else {
-            return Err(RuntimeError::BadThreads);
-        };
-        let mut handles = [const { None }; MAX_THREADS];
-        for (h, work) in handles.iter_mut().zip(areas) {
-            let worker = &worker;
-            *h = Some(s.spawn(move || worker(work)));
-        }
-        let mut result = worker(first);
-        for h in handles.iter_mut().filter_map(Option::take) {
-            result = result.and(h.join().unwrap_or(Err(RuntimeError::BadThreads)));
-        }
-        result
-    });
-    result?;
+    on_threads(works, work_len, t, &worker)?;
     let outs: &'b [u8] = outs;
     Ok(as_i8(&outs[..n_total]))
 }
@@ -259,13 +269,13 @@ pub fn run_split_with<'b>(
     let n_total = batch * n_out;
     let (outs, works) = arena.split_at_mut(align16(n_total));
     let (shared, owns) = works.split_at_mut(wb);
-    let shared = OutPtr(shared.as_mut_ptr());
+    let shared = SharedPtr(shared.as_mut_ptr());
+    let logits = SharedPtr(outs.as_mut_ptr());
     let barrier = Barrier::new(t);
     let ops = model.num_ops() as u32;
     // Thread `part`: every image, every op's part; part 0 also loads the inputs and copies
     // the logits out while the others wait at the barrier.
-    let worker = |part: usize, own: &mut [u8], outs: Option<&mut [u8]>| -> Result<()> {
-        let mut outs = outs;
+    let worker = |part: usize, own: &mut [u8]| -> Result<()> {
         for i in 0..batch {
             if part == 0 {
                 // SAFETY: the other threads wait at the barrier: nothing else touches `shared`.
@@ -289,12 +299,18 @@ pub fn run_split_with<'b>(
                     return Ok(());
                 }
             }
-            if let Some(outs) = outs.as_deref_mut() {
+            if part == 0 {
                 // SAFETY: every op has finished (the last barrier); the other threads touch
-                // `shared` again only after the next image's first barrier.
-                let work = unsafe { core::slice::from_raw_parts(shared.get(), wb) };
+                // `shared` again only after the next image's first barrier, and never the
+                // logits (within `outs[..n_total]`, written by part 0 alone).
+                let (work, out) = unsafe {
+                    (
+                        core::slice::from_raw_parts(shared.get(), wb),
+                        core::slice::from_raw_parts_mut(logits.get().add(i * n_out), n_out),
+                    )
+                };
                 match model.output_of(work) {
-                    Ok(o) => outs[i * n_out..(i + 1) * n_out].copy_from_slice(o),
+                    Ok(o) => out.copy_from_slice(o),
                     Err(e) => {
                         barrier.fail();
                         return Err(e);
@@ -304,23 +320,7 @@ pub fn run_split_with<'b>(
         }
         Ok(())
     };
-    let result = std::thread::scope(|s| {
-        let mut areas = owns.chunks_exact_mut(wb).take(t);
-        let Some(first) = areas.next() else {
-            return Err(RuntimeError::BadThreads);
-        };
-        let mut handles = [const { None }; MAX_THREADS];
-        for (part, (h, own)) in handles.iter_mut().zip(areas).enumerate() {
-            let worker = &worker;
-            *h = Some(s.spawn(move || worker(part + 1, own, None)));
-        }
-        let mut result = worker(0, first, Some(&mut outs[..n_total]));
-        for h in handles.iter_mut().filter_map(Option::take) {
-            result = result.and(h.join().unwrap_or(Err(RuntimeError::BadThreads)));
-        }
-        result
-    });
-    result?;
+    on_threads(owns, wb, t, &worker)?;
     let outs: &'b [u8] = outs;
     Ok(as_i8(&outs[..n_total]))
 }

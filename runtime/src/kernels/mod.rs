@@ -427,17 +427,8 @@ pub const LANES_EPI_BYTES: usize = 32;
 /// quad, columns split by stride phase; `panel`: one pass's patch quads, 16 pixels per vector;
 /// `tile`: one pass's outputs, channel-major; `epi`: per-channel requantization constants.
 pub const fn lanes_regions(g: &OpGeometry) -> (usize, usize, usize, usize) {
-    let s = if g.stride == 0 { 1 } else { g.stride as usize };
-    let planes = (g.c_in as usize).div_ceil(4);
-    let hp = g.h_in as usize + 2 * g.pad as usize;
-    let wp = g.w_in as usize + 2 * g.pad as usize;
-    let wq = wp.div_ceil(s);
-    let t = align64(
-        planes
-            .saturating_mul(hp)
-            .saturating_mul(s * wq)
-            .saturating_mul(4),
-    );
+    let q = QuadPlanes::new(g);
+    let (t, planes) = (align64(q.bytes()), q.planes);
     let (kh, kw) = (g.kernel_h as usize, g.kernel_w as usize);
     // A pass may take pixels of several images: room for a whole block whatever the size.
     let block = LANES_PIXEL_BLOCK;
@@ -447,6 +438,51 @@ pub const fn lanes_regions(g: &OpGeometry) -> (usize, usize, usize, usize) {
     let tile = cout.saturating_mul(LANES_PIXEL_BLOCK);
     let epi = cout.saturating_mul(LANES_EPI_BYTES);
     (t, panel, tile, epi)
+}
+
+/// The pixels-in-lanes convs' copy of the input (`T`, x86): one plane per quad of input
+/// channels, each padded pixel a quad of 4 bytes, padded rows, and each row's columns split by
+/// stride phase (all even columns, then all odd ones, for stride 2), so that the quads of
+/// consecutive output pixels at any tap are consecutive.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuadPlanes {
+    /// Quads of input channels (planes).
+    pub planes: usize,
+    /// Columns per stride phase.
+    pub wq: usize,
+    /// Bytes per padded row (all phases).
+    pub row: usize,
+    /// Bytes per plane.
+    pub plane: usize,
+}
+
+impl QuadPlanes {
+    /// The layout of a conv's input (saturating: geometries come from files).
+    pub const fn new(g: &OpGeometry) -> Self {
+        let s = if g.stride == 0 { 1 } else { g.stride as usize };
+        let hp = g.h_in as usize + 2 * g.pad as usize;
+        let wp = g.w_in as usize + 2 * g.pad as usize;
+        let wq = wp.div_ceil(s);
+        let row = (s * wq).saturating_mul(4);
+        QuadPlanes {
+            planes: (g.c_in as usize).div_ceil(4),
+            wq,
+            row,
+            plane: hp.saturating_mul(row),
+        }
+    }
+
+    /// Bytes of all planes.
+    pub const fn bytes(&self) -> usize {
+        self.planes.saturating_mul(self.plane)
+    }
+
+    /// Byte offset of padded pixel (yp, xp) in plane 0, at stride `s`; for a tap (ky, kx) the
+    /// offset from an output pixel's base.
+    #[inline(always)]
+    pub fn at(&self, s: usize, yp: usize, xp: usize) -> usize {
+        yp * self.row + (xp % s) * self.wq * 4 + (xp / s) * 4
+    }
 }
 
 /// Whether the pixels-in-lanes VNNI conv covers a conv of this geometry (quads of input channels

@@ -25,7 +25,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::ConvParams;
+use crate::kernels::{ConvParams, QuadPlanes};
 
 /// Pixels per run: two runs make a vector of 8 lanes.
 const RUN: usize = 4;
@@ -44,38 +44,6 @@ struct Epi {
     r_hi: i32,
     /// n − 32.
     n_hi: i32,
-}
-
-/// Layout of `T`.
-#[derive(Clone, Copy)]
-struct Geo {
-    planes: usize,
-    /// Columns per stride phase.
-    wq: usize,
-    /// Bytes per padded row (all phases).
-    row: usize,
-    /// Bytes per plane.
-    plane: usize,
-}
-
-impl Geo {
-    fn new(p: &ConvParams) -> Self {
-        let s = p.stride.max(1);
-        let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-        let wq = wp.div_ceil(s);
-        let row = s * wq * 4;
-        Geo {
-            planes: p.input.c.div_ceil(4),
-            wq,
-            row,
-            plane: hp * row,
-        }
-    }
-
-    /// Scratch bytes: 64 for alignment, `T` and its slack, the constants.
-    fn scratch(&self, p: &ConvParams) -> usize {
-        64 + self.planes * self.plane + SLACK + p.output.c * core::mem::size_of::<Epi>()
-    }
 }
 
 /// Whether [`conv2d_lanes_avx2`] covers this conv (given enough scratch): a consistent
@@ -112,7 +80,10 @@ pub fn lanes_scratch(p: &ConvParams) -> usize {
                 + SLACK
                 + p.output.c * (p.kernel_h * g * 4 + core::mem::size_of::<Epi>())
         }
-        None => Geo::new(p).scratch(p),
+        None => {
+            let t = QuadPlanes::new(&p.geometry()).bytes();
+            64 + t + SLACK + p.output.c * core::mem::size_of::<Epi>()
+        }
     }
 }
 
@@ -157,7 +128,7 @@ struct Run {
 /// What every tile of one conv shares.
 struct Job<'p> {
     p: &'p ConvParams<'p>,
-    g: Geo,
+    g: QuadPlanes,
     /// Tap offsets in `T` (taps in kernel order).
     offs: [usize; MAX_TAPS],
     taps: usize,
@@ -181,7 +152,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
     output: &mut [i8],
     scratch: &mut [u8],
 ) -> bool {
-    let g = Geo::new(p);
+    let g = QuadPlanes::new(&p.geometry());
     let (cin, cout) = (p.input.c, p.output.c);
     let (s, pad) = (p.stride, p.pad);
     let (kh, kw) = (p.kernel_h, p.kernel_w);
@@ -219,7 +190,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
         }
         None => {
             build_t(p, &g, input, t);
-            (g.planes * g.plane + SLACK, core::ptr::null())
+            (g.bytes() + SLACK, core::ptr::null())
         }
     };
     let epi = t.add(data_len) as *mut Epi;
@@ -242,7 +213,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
     let mut job = Job {
         p,
         g: match narrow {
-            Some(_) => Geo { planes: 1, ..g },
+            Some(_) => QuadPlanes { planes: 1, ..g },
             None => g,
         },
         offs: [0; MAX_TAPS],
@@ -263,10 +234,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
     for (tp, o) in job.offs.iter_mut().enumerate().take(taps) {
         *o = match narrow {
             Some(gq) => (tp / gq) * rowb + 4 * (tp % gq),
-            None => {
-                let (ky, kx) = (tp / kw, tp % kw);
-                ky * g.row + (kx % s) * g.wq * 4 + (kx / s) * 4
-            }
+            None => g.at(s, tp / kw, tp % kw),
         };
     }
 
@@ -462,10 +430,9 @@ impl Job<'_> {
 
 /// Writes `T` (see the module doc): planes of quads, padded, columns by stride phase; the slack
 /// after it zeroed.
-unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8) {
+unsafe fn build_t(p: &ConvParams, g: &QuadPlanes, input: &[i8], t: *mut u8) {
     let (cin, s, pad) = (p.input.c, p.stride, p.pad);
     let (hp, wp) = (p.input.h + 2 * pad, p.input.w + 2 * pad);
-    let at = |yp: usize, xp: usize| yp * g.row + (xp % s) * g.wq * 4 + (xp / s) * 4;
     for j in 0..g.planes {
         let quad = |c: usize| if c < cin { p.pad_value(c) as u8 } else { 0 };
         let pq = u32::from_le_bytes(core::array::from_fn(|i| quad(4 * j + i)));
@@ -491,11 +458,11 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8) {
                 } else {
                     pq
                 };
-                (tj.add(at(yp, xp)) as *mut u32).write_unaligned(q);
+                (tj.add(g.at(s, yp, xp)) as *mut u32).write_unaligned(q);
             }
         }
     }
-    core::ptr::write_bytes(t.add(g.planes * g.plane), 0, SLACK);
+    core::ptr::write_bytes(t.add(g.bytes()), 0, SLACK);
 }
 
 /// The input, `(h + 2·pad) × (w + 2·pad) × C_in` bytes, the border filled with the pad

@@ -14,7 +14,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::{lanes_regions, lanes_supported, ConvParams, LANES_EPI_BYTES};
+use crate::kernels::{lanes_regions, lanes_supported, ConvParams, QuadPlanes, LANES_EPI_BYTES};
 
 /// One output channel's requantization, for accumulators that already hold the bias.
 #[derive(Clone, Copy, Default)]
@@ -191,6 +191,8 @@ struct Geo {
     plane: usize,
     /// Quads per patch: kh·kw·planes.
     kq: usize,
+    /// The layout the fields above copy (for [`Geo::at`]).
+    q: QuadPlanes,
     /// Weight bytes per quad: 4, or C_in when C_in < 4 (one quad per tap, its extra bytes
     /// meeting zeros in `T`).
     wstep: usize,
@@ -200,17 +202,14 @@ struct Geo {
 
 impl Geo {
     fn new(p: &ConvParams) -> Self {
-        let s = p.stride;
-        let planes = p.input.c.div_ceil(4);
-        let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-        let wq = wp.div_ceil(s);
-        let row = s * wq * 4;
+        let q = QuadPlanes::new(&p.geometry());
         Geo {
-            planes,
-            wq,
-            row,
-            plane: hp * row,
-            kq: p.kernel_h * p.kernel_w * planes,
+            planes: q.planes,
+            wq: q.wq,
+            row: q.row,
+            plane: q.plane,
+            q,
+            kq: p.kernel_h * p.kernel_w * q.planes,
             wstep: if p.input.c.is_multiple_of(4) {
                 4
             } else {
@@ -223,7 +222,7 @@ impl Geo {
     /// Byte offset in `T` of padded pixel (yp, xp), plane 0.
     #[inline(always)]
     fn at(&self, s: usize, yp: usize, xp: usize) -> usize {
-        yp * self.row + (xp % s) * self.wq * 4 + (xp / s) * 4
+        self.q.at(s, yp, xp)
     }
 }
 
