@@ -445,6 +445,8 @@ pub const fn lanes_regions(g: &OpGeometry) -> (usize, usize, usize, usize) {
 /// stride phase (all even columns, then all odd ones, for stride 2), so that the quads of
 /// consecutive output pixels at any tap are consecutive.
 #[derive(Clone, Copy, Debug)]
+// Elsewhere than on x86 only its size (`lanes_regions`, the scratch rule) is used.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct QuadPlanes {
     /// Quads of input channels (planes).
     pub planes: usize,
@@ -480,6 +482,7 @@ impl QuadPlanes {
     /// Byte offset of padded pixel (yp, xp) in plane 0, at stride `s`; for a tap (ky, kx) the
     /// offset from an output pixel's base.
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn at(&self, s: usize, yp: usize, xp: usize) -> usize {
         yp * self.row + (xp % s) * self.wq * 4 + (xp / s) * 4
     }
