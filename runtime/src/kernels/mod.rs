@@ -598,6 +598,17 @@ impl<'a> I32Array<'a> {
     }
 }
 
+/// A piece of a conv patch ([`ConvParams::patch_pieces`]).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PatchPiece {
+    /// `n` values read from `input[start..start + n]` (whole taps; a whole kernel row where it
+    /// lies inside the input).
+    Input { start: usize, n: usize },
+    /// One padded tap: C_in pad values.
+    Pad,
+}
+
 /// conv2d parameters (weights OHWI, per-output-channel bias/multiplier/shift).
 #[derive(Clone, Copy, Debug)]
 pub struct ConvParams<'a> {
@@ -660,6 +671,42 @@ impl<'a> ConvParams<'a> {
             c_out: self.output.c as u32,
         }
     }
+    /// Output pixel `pi`'s patch (its K values in the weights' OHWI order), piece by piece at
+    /// its patch offset: the walk the x86 patch-packing conv kernels share (NEON keeps its own,
+    /// see `neon::conv2d`).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) fn patch_pieces(&self, pi: usize, mut piece: impl FnMut(usize, PatchPiece)) {
+        let (cin, h, w) = (self.input.c, self.input.h as isize, self.input.w as isize);
+        let (kh, kw, s) = (self.kernel_h, self.kernel_w, self.stride);
+        let (oy, ox) = (pi / self.output.w, pi % self.output.w);
+        let row = kw * cin;
+        let ix0 = (ox * s) as isize - self.pad as isize;
+        for ky in 0..kh {
+            let at = ky * row;
+            let iy = (oy * s + ky) as isize - self.pad as isize;
+            if iy < 0 || iy >= h {
+                (0..kw).for_each(|kx| piece(at + kx * cin, PatchPiece::Pad));
+                continue;
+            }
+            let base = iy as usize * w as usize;
+            if ix0 >= 0 && ix0 + kw as isize <= w {
+                let start = (base + ix0 as usize) * cin;
+                piece(at, PatchPiece::Input { start, n: row });
+                continue;
+            }
+            for kx in 0..kw {
+                let ix = ix0 + kx as isize;
+                if ix >= 0 && ix < w {
+                    let start = (base + ix as usize) * cin;
+                    piece(at + kx * cin, PatchPiece::Input { start, n: cin });
+                } else {
+                    piece(at + kx * cin, PatchPiece::Pad);
+                }
+            }
+        }
+    }
+
     /// kh·kw·C_in.
     pub const fn k(&self) -> usize {
         self.kernel_h * self.kernel_w * self.input.c

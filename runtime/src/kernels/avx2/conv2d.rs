@@ -10,7 +10,7 @@
 use core::arch::x86_64::*;
 
 use super::{hsum4, hsum8, load16_i8_as_i16};
-use crate::kernels::{scalar, ConvParams, CONV_PIXEL_BLOCK};
+use crate::kernels::{scalar, ConvParams, PatchPiece, CONV_PIXEL_BLOCK};
 use crate::requant::ChannelRequant;
 
 const P: usize = CONV_PIXEL_BLOCK;
@@ -115,39 +115,11 @@ unsafe fn fill_pad(p: &ConvParams, dst: *mut i16) {
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: *mut i16, kp: usize) {
-    let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
-    let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride, p.pad as isize);
-    let wo = p.output.w;
-    let (oy, ox) = (pi / wo, pi % wo);
-    let run = kw * cin;
-    let ix0 = (ox * s) as isize - pad;
-    for ky in 0..kh {
-        let dst = row.add(ky * run);
-        let iy = (oy * s + ky) as isize - pad;
-        if iy < 0 || iy >= h {
-            for kx in 0..kw {
-                fill_pad(p, dst.add(kx * cin));
-            }
-            continue;
-        }
-        let rowbase = iy as usize * w as usize;
-        if ix0 >= 0 && ix0 + kw as isize <= w {
-            widen(&input[(rowbase + ix0 as usize) * cin..][..run], dst);
-        } else {
-            for kx in 0..kw {
-                let ix = ix0 + kx as isize;
-                if ix >= 0 && ix < w {
-                    widen(
-                        &input[(rowbase + ix as usize) * cin..][..cin],
-                        dst.add(kx * cin),
-                    );
-                } else {
-                    fill_pad(p, dst.add(kx * cin));
-                }
-            }
-        }
-    }
-    for i in kh * run..kp {
+    p.patch_pieces(pi, |at, piece| match piece {
+        PatchPiece::Input { start, n } => widen(&input[start..start + n], row.add(at)),
+        PatchPiece::Pad => fill_pad(p, row.add(at)),
+    });
+    for i in p.k()..kp {
         row.add(i).write_unaligned(0);
     }
 }

@@ -11,7 +11,7 @@
 use core::arch::x86_64::*;
 
 use crate::kernels::avx2::hsum8_v;
-use crate::kernels::{scalar, ConvParams, VNNI_PIXEL_BLOCK};
+use crate::kernels::{scalar, ConvParams, PatchPiece, VNNI_PIXEL_BLOCK};
 use crate::requant::{ChannelRequant, OutputQuant};
 
 /// Pixels per micro-block.
@@ -239,38 +239,14 @@ unsafe fn pack_patch(
     row: *mut u8,
     kp: usize,
 ) {
-    let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
-    let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride, p.pad as isize);
-    let wo = p.output.w;
-    let (oy, ox) = (pi / wo, pi % wo);
-    let run = kw * cin;
-    let ix0 = (ox * s) as isize - pad;
-    for ky in 0..kh {
-        let dst = row.add(ky * run);
-        let iy = (oy * s + ky) as isize - pad;
-        if iy < 0 || iy >= h {
-            for kx in 0..kw {
-                fill_pad(p, pads, dst.add(kx * cin));
-            }
-            continue;
+    p.patch_pieces(pi, |at, piece| match piece {
+        PatchPiece::Input { start, n } => {
+            let src = &input[start..start + n];
+            copy_xor(src.as_ptr() as *const u8, row.add(at), n, 0x80);
         }
-        let rowbase = iy as usize * w as usize;
-        if ix0 >= 0 && ix0 + kw as isize <= w {
-            let src = &input[(rowbase + ix0 as usize) * cin..][..run];
-            copy_xor(src.as_ptr() as *const u8, dst, run, 0x80);
-        } else {
-            for kx in 0..kw {
-                let ix = ix0 + kx as isize;
-                if ix >= 0 && ix < w {
-                    let src = &input[(rowbase + ix as usize) * cin..][..cin];
-                    copy_xor(src.as_ptr() as *const u8, dst.add(kx * cin), cin, 0x80);
-                } else {
-                    fill_pad(p, pads, dst.add(kx * cin));
-                }
-            }
-        }
-    }
-    core::ptr::write_bytes(row.add(kh * run), 0, kp - kh * run);
+        PatchPiece::Pad => fill_pad(p, pads, row.add(at)),
+    });
+    core::ptr::write_bytes(row.add(p.k()), 0, kp - p.k());
 }
 
 /// Dot products of `R` u8 patch rows (`align64(k)` bytes, zero past `k`) with `C` weight rows
