@@ -671,6 +671,7 @@ impl<'a> ConvParams<'a> {
             c_out: self.output.c as u32,
         }
     }
+
     /// Output pixel `pi`'s patch (its K values in the weights' OHWI order), piece by piece at
     /// its patch offset: the walk the x86 patch-packing conv kernels share (NEON keeps its own,
     /// see `neon::conv2d`).
