@@ -1195,8 +1195,9 @@ impl<'a> Model<'a> {
 
     #[cfg(feature = "std")]
     /// Part `part` of `parts` of op `j` over the one working area at `shared` (`len` bytes),
-    /// for threads sharing an image: a conv's output channels (in groups of 8, computed into
-    /// `own`, this thread's working area, then copied into place), a fully connected op's
+    /// for threads sharing an image: a conv's band of output rows ([`Model::conv_by_rows`]) or
+    /// output channels (in groups of 8, computed into `own`, this thread's working area, then
+    /// copied into place), a fully connected op's
     /// outputs or an add's elements; pooling runs whole in part 0. Returns whether this op
     /// splits (when not, part 0 ran all of it).
     ///
@@ -1223,30 +1224,52 @@ impl<'a> Model<'a> {
         if ri.end > len || ro.end > len {
             return Err(layout);
         }
-        // SAFETY: in bounds (checked); no part writes the input tensors of op j.
-        let x = as_i8(core::slice::from_raw_parts(shared.add(ri.start), ri.len()));
+        // SAFETY: in bounds (checked); no part writes the input tensors of a conv or a fully
+        // connected op (a fused add's input is viewed piece by piece instead).
+        let input = || as_i8(core::slice::from_raw_parts(shared.add(ri.start), ri.len()));
         let y = shared.add(ro.start) as *mut i8;
         let share = |n: usize, align: usize| {
             let per = n.div_ceil(parts).next_multiple_of(align);
             (n.min(part * per), n.min((part + 1) * per))
         };
         match o.kind {
-            OpKind::Conv2d if tout.c as usize >= 8 * parts => {
-                let p = Self::conv_params(&o, &tin, &tout);
-                let (c0, c1) = share(p.output.c, 8);
-                if c0 == c1 {
-                    return Ok(());
+            OpKind::Conv2d => match self.conv_split(k, &o, &tin, &tout, parts) {
+                ConvSplit::Rows => {
+                    let (p, x) = (Self::conv_params(&o, &tin, &tout), input());
+                    let (r0, r1) = share(p.output.h, 1);
+                    let row = p.output.w * p.output.c;
+                    let carved = Carved::new(own, ro.clone(), o.scratch_range()).ok_or(layout)?;
+                    // SAFETY: rows r0..r1 of the output are this part's.
+                    let out = as_i8_mut(core::slice::from_raw_parts_mut(
+                        y.add(r0 * row) as *mut u8,
+                        (r1 - r0) * row,
+                    ));
+                    if r0 < r1 && !kernels::conv2d_rows(k, &p, x, out, carved.scratch, r0..r1) {
+                        return Err(layout);
+                    }
                 }
-                let sub = p.channels(c0, c1);
-                let npix = p.output.h * p.output.w;
-                let carved = Carved::new(own, ro.clone(), o.scratch_range()).ok_or(layout)?;
-                let Carved { out, scratch, .. } = carved;
-                let tmp = as_i8_mut(&mut out[..npix * (c1 - c0)]);
-                kernels::conv2d(k, &sub, x, tmp, scratch);
-                scatter_channels(tmp, y.add(c0), c1 - c0, p.output.c);
-            }
+                ConvSplit::Channels => {
+                    let (p, x) = (Self::conv_params(&o, &tin, &tout), input());
+                    let (c0, c1) = share(p.output.c, 8);
+                    if c0 == c1 {
+                        return Ok(());
+                    }
+                    let sub = p.channels(c0, c1);
+                    let npix = p.output.h * p.output.w;
+                    let carved = Carved::new(own, ro.clone(), o.scratch_range()).ok_or(layout)?;
+                    let Carved { out, scratch, .. } = carved;
+                    let tmp = as_i8_mut(&mut out[..npix * (c1 - c0)]);
+                    kernels::conv2d(k, &sub, x, tmp, scratch);
+                    scatter_channels(tmp, y.add(c0), c1 - c0, p.output.c);
+                }
+                // SAFETY: the other parts of this op touch nothing.
+                ConvSplit::Whole if part == 0 => {
+                    self.exec(k, j, core::slice::from_raw_parts_mut(shared, len))?
+                }
+                ConvSplit::Whole => {}
+            },
             OpKind::FullyConnected => {
-                let p = Self::fc_params(&o, &tin, &tout);
+                let (p, x) = (Self::fc_params(&o, &tin, &tout), input());
                 let (n0, n1) = share(p.n, 4);
                 if n0 < n1 {
                     // SAFETY: outputs n0..n1 are this part's.
@@ -1260,14 +1283,45 @@ impl<'a> Model<'a> {
                 if r1.end > len {
                     return Err(layout);
                 }
-                // SAFETY: in bounds; an input of op j, which no part writes.
-                let x1 = as_i8(core::slice::from_raw_parts(shared.add(r1.start), r1.len()));
+                let (x0, x1) = (
+                    shared.add(ri.start) as *const i8,
+                    shared.add(r1.start) as *const i8,
+                );
                 let p = Self::add_params(&o, &tin, &t1, &tout);
-                let (e0, e1) = share(ro.len(), 64);
-                if e0 < e1 {
-                    // SAFETY: elements e0..e1 are this part's.
-                    let out = core::slice::from_raw_parts_mut(y.add(e0), e1 - e0);
-                    scalar::add(&p, &x[e0..e1], &x1[e0..e1], out);
+                // SAFETY (each `add`): elements e0..e1 (in bounds) of the output are this
+                // part's, and of the inputs either no part writes them or this part just did
+                // (a conv's output, `add_after_conv`): only those are viewed.
+                let add = |e0: usize, e1: usize| {
+                    let n = e1 - e0;
+                    let out = core::slice::from_raw_parts_mut(y.add(e0), n);
+                    let (a, b) = (x0.add(e0), x1.add(e0));
+                    let (a, b) = (
+                        core::slice::from_raw_parts(a, n),
+                        core::slice::from_raw_parts(b, n),
+                    );
+                    scalar::add(&p, a, b, out);
+                };
+                let (c, row) = (tout.c as usize, tout.w as usize * tout.c as usize);
+                // Right after the conv before it: this part's rows or channels of that conv.
+                match self.add_after_conv(k, j, parts)? {
+                    Some(ConvSplit::Rows) => {
+                        let (r0, r1) = share(tout.h as usize, 1);
+                        if r0 < r1 {
+                            add(r0 * row, r1 * row);
+                        }
+                    }
+                    Some(ConvSplit::Channels) => {
+                        let (c0, c1) = share(c, 8);
+                        if c0 < c1 {
+                            (0..ro.len() / c).for_each(|px| add(px * c + c0, px * c + c1));
+                        }
+                    }
+                    _ => {
+                        let (e0, e1) = share(ro.len(), 64);
+                        if e0 < e1 {
+                            add(e0, e1);
+                        }
+                    }
                 }
             }
             _ if part == 0 => {
@@ -1277,6 +1331,90 @@ impl<'a> Model<'a> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// How threads sharing an image split conv `o`.
+    #[cfg(feature = "std")]
+    fn conv_split(
+        &self,
+        k: Resolved,
+        o: &OpInfo,
+        tin: &TensorInfo,
+        tout: &TensorInfo,
+        parts: usize,
+    ) -> ConvSplit {
+        if self.conv_by_rows(k, o, tin, tout, parts) {
+            ConvSplit::Rows
+        } else if tout.c as usize >= 8 * parts {
+            ConvSplit::Channels
+        } else {
+            ConvSplit::Whole
+        }
+    }
+
+    /// For threads sharing an image: when op `j` is a residual add of the output of the conv
+    /// just before it, split between the threads by rows or channels, that split, so that each
+    /// thread adds its own part right after computing it, with no barrier between the two ops
+    /// (`parallel::run_split_with`). Requires that the add writes nothing the conv reads and
+    /// the conv writes nothing the add reads besides its own output.
+    #[cfg(feature = "std")]
+    pub(crate) fn add_after_conv(
+        &self,
+        k: Resolved,
+        j: u32,
+        parts: usize,
+    ) -> Result<Option<ConvSplit>> {
+        if j == 0 || j >= self.n_ops {
+            return Ok(None);
+        }
+        let layout = RuntimeError::BadParam {
+            op: j,
+            what: "arena layout",
+        };
+        let (add, conv) = (self.decode_op(j)?, self.decode_op(j - 1)?);
+        let (Some(in1), OpKind::Add, OpKind::Conv2d) = (add.input1, add.kind, conv.kind) else {
+            return Ok(None);
+        };
+        let other = if add.input0 == conv.output {
+            in1
+        } else if in1 == conv.output {
+            add.input0
+        } else {
+            return Ok(None);
+        };
+        let t = |id: u16| self.tensor(id).ok_or(layout);
+        let (cin, cout, sum, skip) = (t(conv.input0)?, t(conv.output)?, t(add.output)?, t(other)?);
+        let apart = |a: Range<usize>, b: Range<usize>| a.end <= b.start || b.end <= a.start;
+        if !apart(sum.range(), cin.range()) || !apart(cout.range(), skip.range()) {
+            return Ok(None);
+        }
+        Ok(match self.conv_split(k, &conv, &cin, &cout, parts) {
+            ConvSplit::Whole => None,
+            split => Some(split),
+        })
+    }
+
+    /// Whether threads sharing an image split conv `o` by bands of output rows (each builds
+    /// only the input copy its rows read and writes its rows in place) rather than by output
+    /// channels: where the kernels have a band kernel and there are many pixels (at least
+    /// [`crate::parallel::SPLIT_ROWS_MIN_PIXELS`], and a row per part).
+    #[cfg(feature = "std")]
+    fn conv_by_rows(
+        &self,
+        k: Resolved,
+        o: &OpInfo,
+        tin: &TensorInfo,
+        tout: &TensorInfo,
+        parts: usize,
+    ) -> bool {
+        let (h, w) = (tout.h as usize, tout.w as usize);
+        h * w >= crate::parallel::SPLIT_ROWS_MIN_PIXELS
+            && h >= parts
+            && kernels::conv2d_rows_covered(
+                k,
+                &Self::conv_params(o, tin, tout),
+                o.scratch_range().len(),
+            )
     }
 
     fn exec(&self, k: Resolved, j: u32, work: &mut [u8]) -> Result<()> {
@@ -1360,6 +1498,18 @@ unsafe fn scatter_channels(src: &[i8], dst: *mut i8, n: usize, cout: usize) {
 }
 
 /// The working arena split into an op's output, its scratch, and the read-only rest.
+/// How threads sharing an image split a conv ([`Model::exec_part`]).
+#[cfg(feature = "std")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConvSplit {
+    /// Bands of output rows, each written in place.
+    Rows,
+    /// Output channels in groups of 8, each computed apart and copied into place.
+    Channels,
+    /// Not split: part 0 runs it whole.
+    Whole,
+}
+
 struct Carved<'x> {
     pieces: [(usize, &'x [u8]); 3],
     out: &'x mut [u8],

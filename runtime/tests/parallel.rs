@@ -44,7 +44,7 @@ fn parallel_equals_single_threaded() {
     }
 }
 
-/// Each image split between the threads, op by op (every conv's channels, fc outputs, add
+/// Each image split between the threads, op by op (every conv's rows or channels, fc outputs, add
 /// elements): the bytes of the single-threaded scalar reference, for every kernel set here.
 #[test]
 fn split_equals_single_threaded() {

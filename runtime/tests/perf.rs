@@ -117,14 +117,7 @@ fn profile_resnet18_ops() {
         Err(_) => common::resnet18(1).encode(),
     };
     let m = Model::parse(&bytes).unwrap();
-    // KERNELS: scalar, avx2, avxvnni or vnni (default: the fastest here).
-    let kernels = match std::env::var("KERNELS").as_deref() {
-        Ok("scalar") => Kernels::Scalar,
-        Ok("avx2") => Kernels::Avx2,
-        Ok("vnni") => Kernels::Avx512Vnni,
-        Ok("avxvnni") => Kernels::AvxVnni,
-        _ => Kernels::Auto,
-    };
+    let kernels = kernels_from_env();
     println!("kernels: {}", kernels.resolved_name().unwrap());
     let batch = 64;
     let pixels = common::Rng::new(2).bytes(batch * m.input_len());
@@ -198,7 +191,15 @@ fn arena_sizes() {
     println!();
 }
 
-/// Batch-1 latency of a model (OCTET_MODEL, default ResNet-18) on one thread, and split
+/// KERNELS: a kernel set's name as `octet run --kernels` takes it (`scalar`, `avx2`,
+/// `avx-vnni`, `avx512-vnni`, …); default the fastest here.
+fn kernels_from_env() -> Kernels {
+    std::env::var("KERNELS").map_or(Kernels::Auto, |name| {
+        Kernels::from_name(&name).unwrap_or_else(|| panic!("KERNELS={name}: no such kernel set"))
+    })
+}
+
+/// Batch-1 latency of a model (OCTET_MODEL, default ResNet-18; KERNELS) on one thread, and split
 /// between 1 and 2 threads (`run_split_with`): what splitting costs and gains. Best of 200.
 #[cfg(feature = "std")]
 #[test]
@@ -221,16 +222,18 @@ fn split_latency() {
             })
             .fold(f64::MAX, f64::min)
     };
+    let kernels = kernels_from_env();
+    println!("kernels: {}", kernels.resolved_name().unwrap());
     let mut arena = vec![0u8; m.arena_bytes()];
     let one = best(&mut || {
-        std::hint::black_box(m.run(&pixels, &mut arena).unwrap());
+        std::hint::black_box(m.run_with(kernels, &pixels, &mut arena).unwrap());
     });
     println!("run, 1 thread: {:.3} ms", one * 1e3);
     for threads in [1usize, 2] {
         let mut arena = vec![0u8; arena_bytes_split(&m, 1, threads)];
         let t = best(&mut || {
             std::hint::black_box(
-                run_split_with(&m, Kernels::Auto, &pixels, &mut arena, threads).unwrap(),
+                run_split_with(&m, kernels, &pixels, &mut arena, threads).unwrap(),
             );
         });
         println!("split, {threads} thread(s): {:.3} ms", t * 1e3);

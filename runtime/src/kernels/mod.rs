@@ -825,6 +825,64 @@ pub(crate) fn conv2d(
     let _ = scratch;
 }
 
+/// Whether [`conv2d_rows`] covers conv `p` with the chosen kernels and `scratch` bytes: the
+/// pixels-in-lanes convs (VNNI, AVX2, AVX-VNNI); elsewhere threads split a conv by output
+/// channels instead.
+#[cfg(feature = "std")]
+pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -> bool {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Vnni => {
+            let (t, panel, tile, epi) = lanes_regions(&p.geometry());
+            // 63: the most the kernel skips to align its regions.
+            !vnni::narrow_preferred(p)
+                && vnni::lanes_covers(p)
+                && scratch >= 63 + t + panel + tile + epi
+        }
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Avx2 | Resolved::AvxVnni => {
+            avx2::lanes_covered(p) && scratch >= avx2::lanes_scratch(p)
+        }
+        _ => {
+            let _ = (p, scratch);
+            false
+        }
+    }
+}
+
+/// Output rows `rows` of conv `p` into `output` (those rows, HWC), for threads sharing an
+/// image; `false` (nothing written) where [`conv2d_rows_covered`] is false.
+#[cfg(feature = "std")]
+pub(crate) fn conv2d_rows(
+    k: Resolved,
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: core::ops::Range<usize>,
+) -> bool {
+    if !conv2d_rows_covered(k, p, scratch.len()) {
+        return false;
+    }
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
+        Resolved::Vnni => unsafe { vnni::conv2d_lanes_rows(p, input, output, scratch, rows) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
+        Resolved::Avx2 => unsafe { avx2::conv2d_lanes_rows_avx2(p, input, output, scratch, rows) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
+        Resolved::AvxVnni => unsafe {
+            avx2::conv2d_lanes_rows_vnni(p, input, output, scratch, rows)
+        },
+        _ => {
+            let _ = (input, output, rows);
+            false
+        }
+    }
+}
+
 /// max_pool with the chosen kernels.
 pub(crate) fn max_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
     match k {

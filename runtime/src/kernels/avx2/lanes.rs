@@ -24,6 +24,7 @@
 //! kernel over 1 channel costs 10 quads per pixel and channel instead of 25.
 
 use core::arch::x86_64::*;
+use core::ops::Range;
 
 use crate::kernels::{ConvParams, QuadPlanes};
 
@@ -98,7 +99,22 @@ pub unsafe fn conv2d_lanes_vnni(
     output: &mut [i8],
     scratch: &mut [u8],
 ) -> bool {
-    conv2d_lanes::<true>(p, input, output, scratch)
+    conv2d_lanes::<true>(p, input, output, scratch, 0..p.output.h)
+}
+
+/// [`conv2d_lanes_vnni`] over output rows `rows` only (see [`conv2d_lanes_rows_avx2`]).
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-VNNI.
+#[target_feature(enable = "avx2,avxvnni")]
+pub unsafe fn conv2d_lanes_rows_vnni(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: Range<usize>,
+) -> bool {
+    conv2d_lanes::<true>(p, input, output, scratch, rows)
 }
 
 /// Same bytes as `scalar::conv2d`, or `false` (output untouched) outside [`lanes_covered`] or
@@ -113,7 +129,24 @@ pub unsafe fn conv2d_lanes_avx2(
     output: &mut [i8],
     scratch: &mut [u8],
 ) -> bool {
-    conv2d_lanes::<false>(p, input, output, scratch)
+    conv2d_lanes::<false>(p, input, output, scratch, 0..p.output.h)
+}
+
+/// [`conv2d_lanes_avx2`] over output rows `rows`: `output` holds those rows (HWC), and the
+/// input is copied only for the rows they read, so threads sharing an image each take a band
+/// of rows. Same bytes as the same rows of `scalar::conv2d`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn conv2d_lanes_rows_avx2(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: Range<usize>,
+) -> bool {
+    conv2d_lanes::<false>(p, input, output, scratch, rows)
 }
 
 /// A run of up to 4 output pixels within one row: its first pixel and length.
@@ -151,6 +184,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
     input: &[i8],
     output: &mut [i8],
     scratch: &mut [u8],
+    rows: Range<usize>,
 ) -> bool {
     let g = QuadPlanes::new(&p.geometry());
     let (cin, cout) = (p.input.c, p.output.c);
@@ -161,11 +195,15 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
         || kh * kw > MAX_TAPS
         || scratch.len() < lanes_scratch(p)
         || input.len() < p.input.len()
-        || output.len() < ho * wo * cout
+        || rows.start >= rows.end
+        || rows.end > ho
+        || output.len() < rows.len() * wo * cout
         || p.weights.len() < cout * p.k()
     {
         return false;
     }
+    // Padded input rows the band reads: from its first window to its last.
+    let in_rows = rows.start * s..((rows.end - 1) * s + kh).min(p.input.h + 2 * pad);
     let t = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
     let narrow = narrow_quads(p);
     let (hp, wp) = (p.input.h + 2 * pad, p.input.w + 2 * pad);
@@ -173,7 +211,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
     let rowb = wp * cin;
     let (data_len, wq) = match narrow {
         Some(gq) => {
-            pad_input(p, input, t);
+            pad_input(p, input, t, in_rows);
             let len = hp * rowb + SLACK;
             let wq = t.add(len) as *mut i32;
             let run = kw * cin;
@@ -189,7 +227,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
             (len + cout * kh * gq * 4, wq as *const i32)
         }
         None => {
-            build_t(p, &g, input, t);
+            build_t(p, &g, input, t, in_rows);
             (g.bytes() + SLACK, core::ptr::null())
         }
     };
@@ -224,7 +262,9 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
         wq,
         shuffle,
         epi,
-        out: output.as_mut_ptr(),
+        // Where pixel 0 would be (before the slice for a band; only the band's pixels are
+        // written, through `wrapping_add`).
+        out: output.as_mut_ptr().wrapping_sub(rows.start * wo * cout),
         clamp: (
             _mm256_set1_epi32(p.out.act_min.max(-128)),
             _mm256_set1_epi32(p.out.act_max.min(127)),
@@ -239,10 +279,10 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
     }
 
     // Runs in raster order, two per vector.
-    let mut next = (0usize, 0usize);
+    let mut next = (rows.start, 0usize);
     let mut take = || -> Option<Run> {
         let (oy, x0) = next;
-        if oy >= ho {
+        if oy >= rows.end {
             return None;
         }
         let n = (wo - x0).min(RUN);
@@ -407,7 +447,7 @@ impl Job<'_> {
                     } else {
                         _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v))
                     };
-                    let dst = self.out.add((run.pix + i) * cout + co) as *mut i64;
+                    let dst = self.out.wrapping_add((run.pix + i) * cout + co) as *mut i64;
                     dst.write_unaligned(bytes);
                 }
             }
@@ -419,7 +459,7 @@ impl Job<'_> {
                 {
                     if i < run.n {
                         self.out
-                            .add((run.pix + i) * cout + co + c)
+                            .wrapping_add((run.pix + i) * cout + co + c)
                             .write((bytes >> (8 * l)) as i8);
                     }
                 }
@@ -428,17 +468,17 @@ impl Job<'_> {
     }
 }
 
-/// Writes `T` (see the module doc): planes of quads, padded, columns by stride phase; the slack
-/// after it zeroed.
-unsafe fn build_t(p: &ConvParams, g: &QuadPlanes, input: &[i8], t: *mut u8) {
+/// Writes padded rows `rows` of `T` (see the module doc): planes of quads, padded, columns by
+/// stride phase; the slack after it zeroed.
+unsafe fn build_t(p: &ConvParams, g: &QuadPlanes, input: &[i8], t: *mut u8, rows: Range<usize>) {
     let (cin, s, pad) = (p.input.c, p.stride, p.pad);
-    let (hp, wp) = (p.input.h + 2 * pad, p.input.w + 2 * pad);
+    let wp = p.input.w + 2 * pad;
     for j in 0..g.planes {
         let quad = |c: usize| if c < cin { p.pad_value(c) as u8 } else { 0 };
         let pq = u32::from_le_bytes(core::array::from_fn(|i| quad(4 * j + i)));
         let valid = (cin - 4 * j).min(4);
         let tj = t.add(j * g.plane);
-        for yp in 0..hp {
+        for yp in rows.clone() {
             for xp in 0..wp {
                 let (y, x) = (yp.wrapping_sub(pad), xp.wrapping_sub(pad));
                 let q = if y < p.input.h && x < p.input.w {
@@ -465,13 +505,14 @@ unsafe fn build_t(p: &ConvParams, g: &QuadPlanes, input: &[i8], t: *mut u8) {
     core::ptr::write_bytes(t.add(g.bytes()), 0, SLACK);
 }
 
-/// The input, `(h + 2·pad) × (w + 2·pad) × C_in` bytes, the border filled with the pad
-/// values; the slack after it zeroed (read only into dropped lanes and zero weight bytes).
-unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
+/// Padded rows `rows` of the input, `(h + 2·pad) × (w + 2·pad) × C_in` bytes, the border
+/// filled with the pad values; the slack after it zeroed (read only into dropped lanes and zero
+/// weight bytes).
+unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usize>) {
     let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
     let (hp, wp) = (h + 2 * pad, w + 2 * pad);
     let row = wp * cin;
-    for yp in 0..hp {
+    for yp in rows {
         let dst = img.add(yp * row);
         for xp in 0..wp {
             let (y, x) = (yp.wrapping_sub(pad), xp.wrapping_sub(pad));
@@ -513,15 +554,54 @@ mod tests {
         }
     }
 
+    /// The band entry points, in 2 to 4 bands of rows as threads sharing an image take them,
+    /// the scratch poisoned before each band: a band reads nothing another band copied.
+    fn check_rows(c: &ConvCase) {
+        type Rows = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8], Range<usize>) -> bool;
+        let mut kernels: Vec<Rows> = Vec::new();
+        if Kernels::avx2_available() {
+            kernels.push(conv2d_lanes_rows_avx2);
+        }
+        if Kernels::avx_vnni_available() {
+            kernels.push(conv2d_lanes_rows_vnni);
+        }
+        let bands = 2 + (c.seed % 3) as usize;
+        for f in kernels {
+            let mut bands_of = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
+                let (ho, row) = (p.output.h, p.output.w * p.output.c);
+                let per = ho.div_ceil(bands).max(1);
+                let mut covered = true;
+                for r0 in (0..ho).step_by(per) {
+                    let r1 = (r0 + per).min(ho);
+                    s.fill(0xA5);
+                    // SAFETY: only the entry points this CPU supports.
+                    covered &= unsafe { f(p, x, &mut y[r0 * row..r1 * row], s, r0..r1) };
+                }
+                covered
+            };
+            check_conv(c, &mut bands_of, &|p, s| {
+                !lanes_covered(p) || s < lanes_scratch(p)
+            });
+        }
+    }
+
     #[test]
     fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
+        model_convs().for_each(|c| {
+            check(&c);
+            check_rows(&c);
+        });
     }
 
     proptest! {
         #[test]
         fn lanes_equals_scalar(c in conv_cases()) {
             check(&c);
+        }
+
+        #[test]
+        fn lanes_rows_equal_scalar(c in conv_cases()) {
+            check_rows(&c);
         }
     }
 }

@@ -13,6 +13,7 @@
 //! end of the pass.
 
 use core::arch::x86_64::*;
+use core::ops::Range;
 
 use crate::kernels::{lanes_regions, lanes_supported, ConvParams, QuadPlanes, LANES_EPI_BYTES};
 
@@ -77,35 +78,61 @@ pub unsafe fn conv2d_lanes(
 }
 
 /// [`conv2d_lanes`] over several images at once (up to [`MAX_IMAGES`]): their output pixels
-/// share passes, so each weight row is read once per pass of 64 pixels rather than once per
-/// image (the small late layers), and Σw once per call.
+/// share passes, so each weight row is read once per pass of up to [`PASS`] pixels rather
+/// than once per image (the small late layers), and Σw once per call.
 ///
 /// # Safety
 /// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bool {
+    lanes(p, images, 0..p.output.h)
+}
+
+/// [`conv2d_lanes`] over output rows `rows` of one image: `output` holds those rows (HWC), and
+/// `T` is built only for the input rows they read, so threads sharing an image each take a
+/// band of rows ([`crate::parallel`]). Same bytes as the same rows of `scalar::conv2d`.
+///
+/// # Safety
+/// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn conv2d_lanes_rows(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: Range<usize>,
+) -> bool {
+    let image = ConvImage {
+        input,
+        output,
+        scratch,
+    };
+    lanes(p, &mut [image], rows)
+}
+
+/// The kernel: output rows `rows` of every image (all rows when there are several images),
+/// each image's output holding those rows.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) -> bool {
     let g = p.geometry();
     let s = p.stride;
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-    if !lanes_supported(&g)
+    let all_rows = rows == (0..p.output.h);
+    if !covers(p)
         || images.is_empty()
         || images.len() > MAX_IMAGES
-        || s == 0
-        || hp < p.kernel_h
-        || wp < p.kernel_w
-        || p.output.h != (hp - p.kernel_h) / s + 1
-        || p.output.w != (wp - p.kernel_w) / s + 1
-        || !epi_supported(p)
+        || rows.start >= rows.end
+        || rows.end > p.output.h
+        || (images.len() > 1 && !all_rows)
     {
         return false;
     }
-    let (cout, k) = (p.output.c, p.k());
+    let cout = p.output.c;
     let npix = p.output.h * p.output.w;
+    // The pixels computed: all of every image, or one image's band.
+    let (px_lo, px_hi) = (rows.start * p.output.w, rows.end * p.output.w);
     let (tb, pb, tileb, eb) = lanes_regions(&g);
-    if p.weights.len() < cout * k {
-        return false;
-    }
-    // Per image: (T, input, output).
+    // Per image: (T, input, output); the output pointer placed where pixel 0 would be (before
+    // the slice for a band: `store_tile` only writes pixels from `px_lo` on).
     let mut ptrs = [(
         core::ptr::null_mut::<u8>(),
         core::ptr::null::<i8>(),
@@ -114,7 +141,7 @@ pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bo
     for (im, slot) in images.iter_mut().zip(ptrs.iter_mut()) {
         let off = im.scratch.as_ptr().align_offset(64);
         if im.input.len() < p.input.len()
-            || im.output.len() < npix * cout
+            || im.output.len() < (px_hi - px_lo) * cout
             || im.scratch.len() < off + tb + pb + tileb + eb
         {
             return false;
@@ -122,7 +149,7 @@ pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bo
         *slot = (
             im.scratch.as_mut_ptr().add(off),
             im.input.as_ptr(),
-            im.output.as_mut_ptr(),
+            im.output.as_mut_ptr().wrapping_sub(px_lo * cout),
         );
     }
     let ptrs = &ptrs[..images.len()];
@@ -130,7 +157,7 @@ pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bo
     let tile = panel.add(pb);
     let epi = tile.add(tileb) as *mut Epi;
     let geo = Geo::new(p);
-    let total = npix * ptrs.len();
+    let total = if all_rows { npix * ptrs.len() } else { px_hi };
     // 1×1 without padding over whole blocks of 16 quads: the panel straight from the input.
     let pointwise =
         p.kernel_h == 1 && p.kernel_w == 1 && p.pad == 0 && p.input.c.is_multiple_of(64);
@@ -138,13 +165,19 @@ pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bo
     // enough slots for the images one pass spans, few enough to stay in cache.
     let slots = ((PASS - 1) / npix + 2).min(ptrs.len());
     let mut built = 0;
-    let mut pix0 = 0;
+    let mut pix0 = px_lo;
     while pix0 < total {
         let npx = (total - pix0).min(PASS);
         let nv = npx.div_ceil(V);
         // Each image's T just before its first pass, while its input is still in cache.
         while !pointwise && built <= (pix0 + npx - 1) / npix {
-            build_t(p, &geo, images[built].input, ptrs[built % slots].0);
+            build_t(
+                p,
+                &geo,
+                images[built].input,
+                ptrs[built % slots].0,
+                rows.clone(),
+            );
             built += 1;
         }
         // With rows of a multiple of 16 pixels every vector is one row segment: read `T`.
@@ -163,7 +196,7 @@ pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bo
             build_panel(p, &geo, ptrs, slots, pix0, npx, nv, panel);
             None
         };
-        let first = pix0 == 0;
+        let first = pix0 == px_lo;
         match nv {
             4 => groups::<4, 4>(p, &geo, panel, direct, first, epi, tile),
             3 => groups::<3, 8>(p, &geo, panel, direct, first, epi, tile),
@@ -174,6 +207,22 @@ pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bo
         pix0 += npx;
     }
     true
+}
+
+/// Whether the kernel covers conv `p` (given buffers of the sizes it checks): the lanes
+/// geometry ([`lanes_supported`]), a consistent output shape, every shift within the epilogue's
+/// range ([`epi_supported`]).
+pub fn covers(p: &ConvParams) -> bool {
+    let s = p.stride;
+    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    lanes_supported(&p.geometry())
+        && s > 0
+        && hp >= p.kernel_h
+        && wp >= p.kernel_w
+        && p.output.h == (hp - p.kernel_h) / s + 1
+        && p.output.w == (wp - p.kernel_w) / s + 1
+        && epi_supported(p)
+        && p.weights.len() >= p.output.c * p.k()
 }
 
 /// Images a batched call takes at most.
@@ -299,17 +348,23 @@ fn pad_quad(p: &ConvParams, j: usize) -> u32 {
     u32::from_le_bytes(b)
 }
 
-/// Writes `T`: every padded pixel's quads, the border with the pad quads.
+/// Writes the part of `T` output rows `rows` read: its padded pixels' quads, the border with
+/// the pad quads.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8) {
+unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range<usize>) {
     let (cin, h, w, pad, s) = (p.input.c, p.input.h, p.input.w, p.pad, p.stride);
+    let hp = h + 2 * pad;
+    // Padded input rows read: from the band's first window to its last.
+    let (yp0, yp1) = (rows.start * s, ((rows.end - 1) * s + p.kernel_h).min(hp));
     if pad > 0 {
-        let hp = h + 2 * pad;
         for j in 0..g.planes {
             let d = pad_quad(p, j);
             let tj = t.add(j * g.plane);
             let dv = _mm512_set1_epi32(d as i32);
-            for yp in (0..pad).chain(h + pad..hp) {
+            for yp in (0..pad)
+                .chain(h + pad..hp)
+                .filter(|yp| (yp0..yp1).contains(yp))
+            {
                 // A whole border row, every phase.
                 let row = tj.add(yp * g.row);
                 let mut i = 0;
@@ -323,20 +378,27 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8) {
                 }
             }
             for xp in (0..pad).chain(w + pad..w + 2 * pad) {
-                // The column's offset once (a division), then every interior row.
+                // The column's offset once (a division), then every interior row read.
                 let col = tj.add(g.at(s, pad, xp));
-                for y in 0..h {
+                for y in yp0.max(pad) - pad..yp1.min(h + pad).saturating_sub(pad) {
                     (col.add(y * g.row) as *mut u32).write_unaligned(d);
                 }
             }
         }
     }
+    // The input pixels read: whole rows y0..y1.
+    let (y0, y1) = (yp0.max(pad) - pad, yp1.min(h + pad).saturating_sub(pad));
+    if y0 >= y1 {
+        return;
+    }
     let x = input.as_ptr() as *const u8;
-    let mut first = 0;
+    let mut first = y0 * w;
     if cin.is_multiple_of(64) {
-        // Blocks of 16 pixels × 16 quads, transposed in registers.
+        // Blocks of 16 pixels × 16 quads, transposed in registers (a block may reach into
+        // rows outside the band: their quads are written where they belong, unread).
         let npx = (h * w) & !15;
-        for i0 in (0..npx).step_by(16) {
+        let (b0, b1) = ((y0 * w) & !15, (y1 * w).next_multiple_of(16).min(npx));
+        for i0 in (b0..b1).step_by(16) {
             // Where the block's lanes go, once for all its planes.
             let segs = TSegs::new(g, s, pad, w, i0);
             for j0 in (0..g.planes).step_by(16) {
@@ -350,12 +412,14 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8) {
                 }
             }
         }
-        first = npx;
+        if b0 < b1 {
+            first = first.max(b1);
+        }
     }
     // Column offsets without a division per pixel: phase and quad column advance together.
     let (mut y, mut xx) = (first / w.max(1), first % w.max(1));
     let (mut ph, mut xq) = ((xx + pad) % s, (xx + pad) / s);
-    for pi in first..h * w {
+    for pi in first..y1 * w {
         let src = x.add(pi * cin);
         let dst = t.add((y + pad) * g.row + ph * g.wq * 4 + xq * 4);
         xx += 1;
@@ -893,7 +957,8 @@ pub(super) unsafe fn store_tile(
     let vbmi = vbmi();
     let row = |l: usize| {
         let (im, pi) = ((pix0 + l) / npix, (pix0 + l) % npix);
-        (ptrs[im].2 as *mut u8).add(pi * cout)
+        // `wrapping_add`: the pointer may sit before its slice (a band's, see `lanes`).
+        (ptrs[im].2 as *mut u8).wrapping_add(pi * cout)
     };
     let mut l0 = 0;
     while l0 < npx {
@@ -1028,16 +1093,37 @@ mod tests {
     use proptest::prelude::*;
 
     /// Declines only outside the lanes geometry or for a shift beyond the i64 epilogue's range
-    /// (n > 54).
+    /// (n > 54). Whole, and in bands of rows (2 to 4, as threads sharing an image take them),
+    /// the scratch poisoned before each band: a band reads no `T` row another built.
     fn check(c: &ConvCase) {
-        if Kernels::vnni_available() {
-            // SAFETY: AVX-512 VNNI checked above.
-            check_conv(
-                c,
-                &mut |p, x, y, s| unsafe { conv2d_lanes(p, x, y, s) },
-                &|p, _| !lanes_supported(&p.geometry()) || !epi_supported(p),
-            );
+        if !Kernels::vnni_available() {
+            return;
         }
+        let declines = |p: &ConvParams, _| !lanes_supported(&p.geometry()) || !epi_supported(p);
+        // SAFETY: AVX-512 VNNI checked above.
+        check_conv(
+            c,
+            &mut |p, x, y, s| unsafe { conv2d_lanes(p, x, y, s) },
+            &declines,
+        );
+        let bands = 2 + (c.seed % 3) as usize;
+        check_conv(
+            c,
+            &mut |p, x, y, s| {
+                let (ho, row) = (p.output.h, p.output.w * p.output.c);
+                let per = ho.div_ceil(bands).max(1);
+                let mut covered = true;
+                for r0 in (0..ho).step_by(per) {
+                    let r1 = (r0 + per).min(ho);
+                    s.fill(0xA5);
+                    // SAFETY: AVX-512 VNNI checked above.
+                    covered &=
+                        unsafe { conv2d_lanes_rows(p, x, &mut y[r0 * row..r1 * row], s, r0..r1) };
+                }
+                covered
+            },
+            &declines,
+        );
     }
 
     /// Several images in one call (passes spanning images, T slots reused) against the scalar

@@ -15,5 +15,8 @@ pub use add::add;
 pub(crate) use add::add_supported;
 pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;
-pub use lanes::{conv2d_lanes, conv2d_lanes_batch, ConvImage, MAX_IMAGES};
+pub use lanes::{
+    conv2d_lanes, conv2d_lanes_batch, conv2d_lanes_rows, covers as lanes_covers, ConvImage,
+    MAX_IMAGES,
+};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};

@@ -2,10 +2,18 @@
 //! `GROUP_IMAGES` images, handed out to the threads in turn, each thread with its own working
 //! slice of the arena (one working area per image of a chunk). A batch smaller than the thread
 //! count (one image: latency) instead runs each image on every thread, op by op, each op split
-//! between them ([`run_split_with`]). No allocation besides the threads themselves. The
-//! single-threaded [`Model::run`] stays the reference: the bytes are identical.
+//! between them ([`run_split_with`]). The threads stay between calls (`pool`). No allocation
+//! besides the threads themselves. The single-threaded [`Model::run`] stays the reference: the
+//! bytes are identical.
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+mod barrier;
+mod pool;
+mod signal;
+
+use barrier::Barrier;
+use pool::on_threads;
 
 use crate::kernels::{Kernels, GROUP_IMAGES};
 use crate::{align16, as_i8, Model, Result, RuntimeError};
@@ -60,6 +68,11 @@ fn check_arena(arena: &[u8], needed: usize) -> Result<()> {
 /// cost more than half the image (LeNet's 0.4 M run on one thread).
 pub const SPLIT_MIN_MACS: u64 = 20_000_000;
 
+/// Output pixels from which threads sharing an image split a conv by bands of rows rather than
+/// by output channels (where the kernels allow): with fewer, a band is a pass or two of the
+/// kernel, and the channel split reads each weight once instead of once per thread.
+pub const SPLIT_ROWS_MIN_PIXELS: usize = 256;
+
 /// Whether [`run_parallel_with`] splits each image between the threads.
 fn splits(model: &Model, batch: usize, threads: usize) -> bool {
     threads > 1 && batch < threads && model.macs_per_image() >= SPLIT_MIN_MACS
@@ -96,31 +109,6 @@ impl SharedPtr {
 unsafe impl Send for SharedPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SharedPtr {}
-
-/// Runs `worker(part, area)` for parts 0..t, part 0 on this thread and the others on scoped
-/// threads, each with its own `area_len`-byte slice of `areas`; the first error wins.
-fn on_threads(
-    areas: &mut [u8],
-    area_len: usize,
-    t: usize,
-    worker: &(dyn Fn(usize, &mut [u8]) -> Result<()> + Sync),
-) -> Result<()> {
-    std::thread::scope(|s| {
-        let mut areas = areas.chunks_exact_mut(area_len).take(t);
-        let Some(first) = areas.next() else {
-            return Err(RuntimeError::BadThreads);
-        };
-        let mut handles = [const { None }; MAX_THREADS];
-        for (part, (h, area)) in handles.iter_mut().zip(areas).enumerate() {
-            *h = Some(s.spawn(move || worker(part + 1, area)));
-        }
-        let mut result = worker(0, first);
-        for h in handles.iter_mut().filter_map(Option::take) {
-            result = result.and(h.join().unwrap_or(Err(RuntimeError::BadThreads)));
-        }
-        result
-    })
-}
 
 /// Working areas per thread.
 fn areas(batch: usize, t: usize) -> usize {
@@ -186,71 +174,6 @@ pub fn run_parallel_with<'b>(
     Ok(as_i8(&outs[..n_total]))
 }
 
-/// Threads meeting after each op: they spin a while (the ops between take microseconds), then
-/// sleep on a condition variable (a thread whose core another process has must not be waited
-/// for by spinning); gives up when a thread failed.
-struct Barrier {
-    n: usize,
-    count: AtomicUsize,
-    generation: AtomicUsize,
-    failed: AtomicBool,
-    sleepers: AtomicUsize,
-    lock: std::sync::Mutex<()>,
-    wake: std::sync::Condvar,
-}
-
-/// Spins before a waiting thread sleeps.
-const SPINS: u32 = 10_000;
-
-impl Barrier {
-    fn new(n: usize) -> Self {
-        Barrier {
-            n,
-            count: AtomicUsize::new(0),
-            generation: AtomicUsize::new(0),
-            failed: AtomicBool::new(false),
-            sleepers: AtomicUsize::new(0),
-            lock: std::sync::Mutex::new(()),
-            wake: std::sync::Condvar::new(),
-        }
-    }
-
-    /// Waits for the other threads; `false` when one of them failed.
-    fn wait(&self) -> bool {
-        let g = self.generation.load(Ordering::SeqCst);
-        if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.n {
-            self.count.store(0, Ordering::SeqCst);
-            self.generation.fetch_add(1, Ordering::SeqCst);
-            // A sleeper counted itself before checking the generation (both SeqCst): either
-            // it saw the new generation or this sees it and wakes it.
-            if self.sleepers.load(Ordering::SeqCst) > 0 {
-                let _guard = self.lock.lock();
-                self.wake.notify_all();
-            }
-            return !self.failed.load(Ordering::SeqCst);
-        }
-        for _ in 0..SPINS {
-            if self.generation.load(Ordering::SeqCst) != g || self.failed.load(Ordering::SeqCst) {
-                return !self.failed.load(Ordering::SeqCst);
-            }
-            std::hint::spin_loop();
-        }
-        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        while self.generation.load(Ordering::SeqCst) == g && !self.failed.load(Ordering::SeqCst) {
-            guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
-        }
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        !self.failed.load(Ordering::SeqCst)
-    }
-
-    fn fail(&self) {
-        self.failed.store(true, Ordering::SeqCst);
-        let _guard = self.lock.lock();
-        self.wake.notify_all();
-    }
-}
-
 /// Runs `pixels` image by image, each on `threads` threads at once: every op's output channels
 /// (conv), outputs (fully connected) or elements (add) split between them, pooling on one, a
 /// barrier after each op. For latency (batch 1). `arena` holds at least
@@ -291,9 +214,16 @@ pub fn run_split_with<'b>(
             for j in 0..ops {
                 // SAFETY: between two barriers the threads run distinct parts of op j.
                 let r = unsafe { model.exec_part(k, j, (shared.get(), wb), own, (part, t)) };
-                if let Err(e) = r {
-                    barrier.fail();
-                    return Err(e);
+                // A residual add right after its conv runs by the conv's split: each thread's
+                // part of it reads only what the same thread just wrote (no barrier between).
+                let r = r.and_then(|()| model.add_after_conv(k, j + 1, t));
+                match r {
+                    Err(e) => {
+                        barrier.fail();
+                        return Err(e);
+                    }
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {}
                 }
                 if !barrier.wait() {
                     return Ok(());
