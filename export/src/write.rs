@@ -229,7 +229,8 @@ pub fn write(model: &QModel, plan: &ArenaPlan) -> Result<Vec<u8>> {
     put(&mut out, HEADER_LEN, &tensor_table);
     put(&mut out, op_off, &op_table);
     put(&mut out, data_off, &data.bytes);
-    let crc = crc32fast::hash(&out[16..]);
+    // The format's one CRC definition (the runtime checks it with the same function).
+    let crc = octet_runtime::format::crc32(&out[octet_runtime::format::CRC_START..]);
     put(&mut out, 12, &crc.to_le_bytes());
     Ok(out)
 }

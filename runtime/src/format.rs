@@ -24,6 +24,20 @@ pub const MAX_ACCUMULATION: u32 = 65_536;
 /// First byte of the CRC-covered range.
 pub const CRC_START: usize = 16;
 
+/// The header's CRC-32 (the format's one definition): IEEE 802.3 as zlib and PNG compute it
+/// (reflected polynomial 0x04C11DB7, initial value and final XOR 0xFFFFFFFF).
+pub fn crc32(bytes: &[u8]) -> u32 {
+    CRC32.checksum(bytes)
+}
+
+/// Slicing by 16 (16 KiB of table) on hosts; byte at a time (1 KiB) without `std`, where the
+/// table is flash a microcontroller pays for and the CRC runs once per `Model::parse`.
+#[cfg(feature = "std")]
+type CrcTable = crc::Table<16>;
+#[cfg(not(feature = "std"))]
+type CrcTable = crc::Table<1>;
+static CRC32: crc::Crc<u32, CrcTable> = crc::Crc::<u32, CrcTable>::new(&crc::CRC_32_ISO_HDLC);
+
 /// Op kind code: conv2d.
 pub const OP_CONV2D: u8 = 1;
 /// Op kind code: fully_connected.
@@ -367,5 +381,25 @@ impl<'a> OpRecord<'a> {
     /// Scratch arena offset.
     pub fn scratch(&self) -> u32 {
         le_u32(self.0, op::SCRATCH)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The check value of the CRC catalogue, and crc32fast (zlib's CRC-32) on every length
+    /// class of a table-driven loop.
+    #[test]
+    fn crc32_is_zlibs() {
+        assert_eq!(super::crc32(b"123456789"), 0xCBF4_3926);
+        let data: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for n in [0, 1, 3, 15, 16, 17, 255, 4096, 5000] {
+            assert_eq!(
+                super::crc32(&data[..n]),
+                crc32fast::hash(&data[..n]),
+                "{n} bytes"
+            );
+        }
     }
 }

@@ -8,8 +8,9 @@
 //!
 //! The file layout is specified in `runtime/FORMAT.md`. Every kernel has a scalar reference
 //! (`kernels::scalar`); the x86 kernels (`kernels::avx2`, with an AVX-VNNI variant, and
-//! `kernels::vnni` for AVX-512 VNNI) and the aarch64 NEON kernels (`kernels::neon`, SDOT with
-//! `dotprod`) produce the same bytes. `Model::run` picks the fastest the CPU supports
+//! `kernels::vnni` for AVX-512 VNNI), the aarch64 NEON kernels (`kernels::neon`, SDOT with
+//! `dotprod`) and the Cortex-M kernels (`kernels::cortex_m`, SMLAD, on Armv7E-M) produce the
+//! same bytes. `Model::run` picks the fastest the CPU supports
 //! (detected at run time, with or without `std`); `Model::run_with` forces one
 //! ([`Kernels`]).
 //!

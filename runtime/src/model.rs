@@ -210,7 +210,7 @@ impl<'a> Model<'a> {
         if file_len < len {
             return Err(RuntimeError::BadHeader { what: "file_len" });
         }
-        let computed = crc32fast::hash(&bytes[CRC_START..]);
+        let computed = format::crc32(&bytes[CRC_START..]);
         if computed != h.crc() {
             return Err(RuntimeError::CrcMismatch {
                 stored: h.crc(),
@@ -348,6 +348,7 @@ impl<'a> Model<'a> {
             });
         }
         self.check_data_flow()?;
+        self.check_arena_exact()?;
         self.macs = self
             .ops()
             .filter(|o| matches!(o.kind, OpKind::Conv2d | OpKind::FullyConnected))
@@ -762,6 +763,38 @@ impl<'a> Model<'a> {
                     return Err(RuntimeError::Aliasing { op: j, tensor: t });
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The header's arena_bytes is exact (FORMAT.md, Arena): the end of the highest tensor or
+    /// scratch region, and no more than all those regions side by side, each rounded up to 16
+    /// bytes (what the planner can produce: no unused gap beyond alignment). So a file cannot
+    /// ask its reader for more memory than its own tensors and scratch describe.
+    fn check_arena_exact(&self) -> Result<()> {
+        let (mut end, mut packed) = (0u64, 0u64);
+        let mut region = |r: Range<usize>| {
+            if !r.is_empty() {
+                end = end.max(r.end as u64);
+                packed += (r.len() as u64).next_multiple_of(16);
+            }
+        };
+        for t in self.tensors() {
+            region(t.range());
+        }
+        for o in self.ops() {
+            region(o.scratch_range());
+        }
+        let arena = self.arena_bytes as u64;
+        if arena != end {
+            return Err(RuntimeError::BadHeader {
+                what: "arena_bytes (must equal the end of the highest tensor or scratch region)",
+            });
+        }
+        if arena > packed {
+            return Err(RuntimeError::BadHeader {
+                what: "arena_bytes (larger than all tensors and scratch side by side: unused gaps)",
+            });
         }
         Ok(())
     }

@@ -48,7 +48,7 @@ fn parse_and_run_do_not_allocate() {
         let pixels = common::Rng::new(3).bytes(4 * 1024 * 3);
         let mut arena = vec![0u8; 1 << 20];
         // Warm up anything lazily initialised (CPU feature detection).
-        let kernels: [Option<Kernels>; 7] = core::array::from_fn(|i| {
+        let kernels: [Option<Kernels>; Kernels::ALL.len()] = core::array::from_fn(|i| {
             let k = Kernels::ALL[i];
             k.resolved_name().is_ok().then_some(k)
         });

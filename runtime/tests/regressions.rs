@@ -8,7 +8,7 @@ fn repaired(data: &[u8]) -> Vec<u8> {
     if f.len() >= 20 {
         let n = f.len() as u32;
         f[16..20].copy_from_slice(&n.to_le_bytes());
-        let crc = crc32fast::hash(&f[16..]);
+        let crc = octet_runtime::format::crc32(&f[16..]);
         f[12..16].copy_from_slice(&crc.to_le_bytes());
     }
     f

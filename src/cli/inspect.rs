@@ -12,7 +12,10 @@ pub struct InspectArgs {
 
 pub fn run(a: InspectArgs) -> anyhow::Result<()> {
     let bytes = super::common::read(&a.file)?;
-    if bytes.starts_with(&octet_runtime::format::MAGIC) {
+    // An .o8 by its magic, by a prefix of it (a truncated file) or by its name.
+    let magic = &octet_runtime::format::MAGIC;
+    let o8_named = a.file.extension().is_some_and(|e| e == "o8");
+    if bytes.starts_with(magic) || (!bytes.is_empty() && magic.starts_with(&bytes)) || o8_named {
         return inspect_o8(&a, &bytes);
     }
     drop(bytes);
@@ -123,6 +126,11 @@ fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
     println!(
         "{}: int8 model, {} bytes, arena {} bytes for one image; input {c}×{h}×{w} u8 pixels, {} outputs (scale {:.6}, zero point {})",
         a.file.display(), bytes.len(), m.arena_bytes(), m.output_len(), m.output_scale(), m.output_zero_point()
+    );
+    println!(
+        "footprint: {} bytes of flash for the model (read in place) and {} bytes of RAM for the arena, plus the firmware's code and stack (bench/mcu.sh measures both)",
+        bytes.len(),
+        m.arena_bytes()
     );
     println!(
         "{:>3} {:<15} {:>13} {:>13} {:>6} {:>22} {:>22} {:>9} {:>25}",

@@ -110,7 +110,7 @@ pub fn check_o8(b: &[u8]) -> Parsed {
     assert_eq!(u16_at(b, 8), 2);
     assert_eq!(u16_at(b, 10), 80);
     assert_eq!(u32_at(b, 16), b.len());
-    assert_eq!(u32_at(b, 12) as u32, crc32fast::hash(&b[16..]));
+    assert_eq!(u32_at(b, 12) as u32, octet_runtime::format::crc32(&b[16..]));
     let arena = u32_at(b, 20);
     let input = (u16_at(b, 24), u16_at(b, 26), u16_at(b, 28));
     let (in_id, out_id) = (u16_at(b, 30), u16_at(b, 32));

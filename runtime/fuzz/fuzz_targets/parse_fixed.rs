@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     if f.len() >= 20 {
         let n = f.len() as u32;
         f[16..20].copy_from_slice(&n.to_le_bytes());
-        let crc = crc32fast::hash(&f[16..]);
+        let crc = octet_runtime::format::crc32(&f[16..]);
         f[12..16].copy_from_slice(&crc.to_le_bytes());
     }
     let Ok(model) = Model::parse(&f) else { return };

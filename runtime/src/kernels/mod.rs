@@ -8,11 +8,14 @@
 //! - `vnni` (AVX-512 VNNI): the pixels-in-lanes conv over one image or a group, the
 //!   few-input-channel conv (kernel rows in quads), the packed-patch conv, fully_connected, the
 //!   residual add;
-//! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without.
+//! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without;
+//! - `cortex_m` (Armv7E-M, the DSP extension: Cortex-M4/M7): conv2d, fully_connected and
+//!   max_pool with `SMLAD` and `SXTB16` (`cfg(octet_arm_dsp)`, set by `build.rs`; compiled on
+//!   every target for tests, with the DSP instructions emulated bit for bit).
 //!
 //! [`Kernels`] names a set; `resolve` checks it against the CPU once per run, and the
-//! functions at the end of this file dispatch each op. Pools other than max_pool on AVX2 run
-//! scalar; `scalar::add` uses AVX-512 when the CPU has it.
+//! functions at the end of this file dispatch each op. Pools other than max_pool on AVX2 and
+//! Cortex-M run scalar; `scalar::add` uses AVX-512 when the CPU has it.
 
 pub mod scalar;
 
@@ -24,6 +27,9 @@ pub mod vnni;
 
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
+
+#[cfg(any(octet_arm_dsp, test))]
+pub mod cortex_m;
 
 #[cfg(test)]
 pub(crate) mod test_util;
@@ -48,8 +54,11 @@ pub enum Kernels {
     Neon,
     /// aarch64 NEON kernels with `SDOT` (error if the CPU lacks NEON or `dotprod`).
     NeonDot,
+    /// Cortex-M kernels with the DSP extension, `SMLAD` (error unless built for Armv7E-M,
+    /// `thumbv7em-*`).
+    CortexM,
     /// The fastest available (AVX-512 VNNI, then AVX-VNNI, then AVX2; on aarch64 NEON with dotprod, then
-    /// NEON; then scalar).
+    /// NEON; on Armv7E-M the Cortex-M kernels; then scalar).
     #[default]
     Auto,
 }
@@ -142,6 +151,8 @@ pub(crate) enum Resolved {
     Neon,
     #[cfg(target_arch = "aarch64")]
     NeonDot,
+    #[cfg(octet_arm_dsp)]
+    CortexM,
 }
 
 impl Resolved {
@@ -159,6 +170,8 @@ impl Resolved {
             Resolved::Neon => Kernels::Neon,
             #[cfg(target_arch = "aarch64")]
             Resolved::NeonDot => Kernels::NeonDot,
+            #[cfg(octet_arm_dsp)]
+            Resolved::CortexM => Kernels::CortexM,
         }
     }
 }
@@ -280,20 +293,27 @@ impl Kernels {
         }
     }
 
+    /// Whether the Cortex-M DSP kernels can run here: known at compile time (built for
+    /// Armv7E-M, `cfg(octet_arm_dsp)`; Armv7-M cores such as the Cortex-M3 lack `SMLAD`).
+    pub const fn cortex_m_available() -> bool {
+        cfg!(octet_arm_dsp)
+    }
+
     /// Every kernel set, the reference first (each may be unavailable here: see
     /// [`Kernels::resolved_name`]).
-    pub const ALL: [Kernels; 7] = [
+    pub const ALL: [Kernels; 8] = [
         Kernels::Scalar,
         Kernels::Avx2,
         Kernels::AvxVnni,
         Kernels::Avx512Vnni,
         Kernels::Neon,
         Kernels::NeonDot,
+        Kernels::CortexM,
         Kernels::Auto,
     ];
 
     /// Lower-case name (`scalar`, `avx2`, `avx-vnni`, `avx512-vnni`, `neon`, `neon-dotprod`,
-    /// `auto`), as command lines and benchmark files spell it.
+    /// `cortex-m-dsp`, `auto`), as command lines and benchmark files spell it.
     pub const fn name(self) -> &'static str {
         match self {
             Kernels::Scalar => "scalar",
@@ -302,6 +322,7 @@ impl Kernels {
             Kernels::Avx512Vnni => "avx512-vnni",
             Kernels::Neon => "neon",
             Kernels::NeonDot => "neon-dotprod",
+            Kernels::CortexM => "cortex-m-dsp",
             Kernels::Auto => "auto",
         }
     }
@@ -360,6 +381,10 @@ impl Kernels {
             #[cfg(target_arch = "aarch64")]
             Kernels::NeonDot if Self::dotprod_available() => Ok(Resolved::NeonDot),
             Kernels::NeonDot => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(octet_arm_dsp)]
+            Kernels::CortexM => Ok(Resolved::CortexM),
+            #[cfg(not(octet_arm_dsp))]
+            Kernels::CortexM => Err(crate::RuntimeError::KernelsUnavailable),
             #[cfg(target_arch = "aarch64")]
             Kernels::Auto if Self::dotprod_available() => Ok(Resolved::NeonDot),
             #[cfg(target_arch = "aarch64")]
@@ -370,6 +395,9 @@ impl Kernels {
             Kernels::Auto if Self::avx_vnni_available() => Ok(Resolved::AvxVnni),
             #[cfg(target_arch = "x86_64")]
             Kernels::Auto if Self::avx2_available() => Ok(Resolved::Avx2),
+            #[cfg(octet_arm_dsp)]
+            Kernels::Auto => Ok(Resolved::CortexM),
+            #[cfg(not(octet_arm_dsp))]
             Kernels::Auto => Ok(Resolved::Scalar),
         }
     }
@@ -507,7 +535,8 @@ const fn align64(n: usize) -> usize {
 /// conv2d: the larger of `CONV_PIXEL_BLOCK · align16(K) · 2` (AVX2: im2col rows widened to
 /// i16), `VNNI_PIXEL_BLOCK · align64(K)` (VNNI: u8 im2col rows), K = kernel_h·kernel_w·c_in,
 /// and, when [`lanes_supported`], `64 + t + panel + tile + epi` from [`lanes_regions`] (the
-/// pixels-in-lanes VNNI conv); every other op: 0.
+/// pixels-in-lanes VNNI conv); every other op: 0. (The Cortex-M conv fits itself into this,
+/// whatever the geometry: see `cortex_m::conv2d`.)
 pub const fn scratch_bytes(kind: u8, g: &OpGeometry) -> usize {
     match kind {
         OP_CONV2D => {
@@ -821,6 +850,8 @@ pub(crate) fn conv2d(
         #[cfg(target_arch = "aarch64")]
         // SAFETY: Resolved::NeonDot is only produced when NEON and dotprod are available.
         Resolved::NeonDot => unsafe { neon::conv2d_dot(p, input, output, scratch) },
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::conv2d(p, input, output, scratch),
     }
     let _ = scratch;
 }
@@ -891,6 +922,8 @@ pub(crate) fn max_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [
         Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
             avx2::max_pool(p, input, output)
         },
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::max_pool(p, input, output),
         _ => scalar::max_pool(p, input, output),
     }
 }
@@ -911,6 +944,8 @@ pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &
         #[cfg(target_arch = "aarch64")]
         // SAFETY: Resolved::NeonDot is only produced when NEON and dotprod are available.
         Resolved::NeonDot => unsafe { neon::fully_connected_dot(p, input, output) },
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::fully_connected(p, input, output),
     }
 }
 
@@ -989,5 +1024,22 @@ mod neon_elsewhere_tests {
             Kernels::NeonDot.resolve(),
             Err(RuntimeError::KernelsUnavailable)
         );
+    }
+}
+
+#[cfg(all(test, not(octet_arm_dsp)))]
+mod cortex_m_elsewhere_tests {
+    use super::Kernels;
+    use crate::RuntimeError;
+
+    #[test]
+    fn cortex_m_kernels_unavailable() {
+        assert!(!Kernels::cortex_m_available());
+        assert_eq!(
+            Kernels::CortexM.resolve(),
+            Err(RuntimeError::KernelsUnavailable)
+        );
+        assert!(Kernels::available().all(|k| k != Kernels::CortexM));
+        assert_eq!(Kernels::from_name("cortex-m-dsp"), Some(Kernels::CortexM));
     }
 }

@@ -393,7 +393,7 @@ impl Builder {
 /// Recomputes the header CRC.
 pub fn fix_crc(f: &mut [u8]) {
     if f.len() >= 16 {
-        let crc = crc32fast::hash(&f[16..]);
+        let crc = octet_runtime::format::crc32(&f[16..]);
         f[12..16].copy_from_slice(&crc.to_le_bytes());
     }
 }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# CI: the runtime on microcontrollers. Installs QEMU, the Arm bare-metal binutils and the rustup
+# targets when missing, then runs bench/mcu.sh's check: the firmware (firmware/) on a Cortex-M4F
+# and a Cortex-M3 under QEMU, two LeNets, every logit byte against the host's. Fails on any
+# difference. Builds only the runtime, the firmware and its small dependencies (no candle).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+command -v qemu-system-arm >/dev/null || missing+=(qemu-system-arm)
+command -v arm-none-eabi-size >/dev/null || command -v llvm-size >/dev/null ||
+  missing+=(gcc-arm-none-eabi libnewlib-arm-none-eabi)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}"
+fi
+for t in thumbv7em-none-eabihf thumbv7m-none-eabi; do
+  rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+done
+
+bash bench/mcu.sh check
+# The firmware is outside the workspace: its format and lints, for both targets, here.
+cargo fmt --manifest-path firmware/Cargo.toml -- --check
+inputs=$(realpath "${CARGO_TARGET_DIR:-target}")/mcu/lenet1
+(cd firmware && for t in thumbv7em-none-eabihf thumbv7m-none-eabi; do
+  OCTET_MCU_INPUTS=$inputs cargo clippy --release -q --target "$t" --all-targets -- -D warnings
+done)

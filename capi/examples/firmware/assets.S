@@ -1,0 +1,23 @@
+/* The embedded inputs: the model (part of the firmware, in .rodata) and the test images (in
+   .testdata, outside the flash figure). MODEL_FILE and IMAGES_FILE are paths given with -D;
+   building the peer defines no MODEL_FILE. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+#ifdef MODEL_FILE
+    .section .rodata.ex_model, "a"
+    .balign 16
+    .global ex_model
+ex_model:
+    .incbin STR(MODEL_FILE)
+    .global ex_model_end
+ex_model_end:
+#endif
+
+    .section .testdata, "a"
+    .balign 16
+    .global ex_images
+ex_images:
+    .incbin STR(IMAGES_FILE)
+    .global ex_images_end
+ex_images_end:

@@ -1,0 +1,383 @@
+//! The C API of octet: parse an `.o8` model from bytes, ask the sizes, run it.
+//!
+//! ```c
+//! OctetModel model;                                   /* borrows `bytes`, allocates nothing */
+//! OctetStatus s = octet_model_parse(&model, bytes, len);
+//! size_t need = octet_model_arena_bytes(&model, 1);   /* arena for one image */
+//! s = octet_model_run(&model, pixels, octet_model_input_len(&model),
+//!                     arena, need, logits, octet_model_output_len(&model));
+//! if (s != OCTET_STATUS_OK) puts(octet_status_message(s));
+//! ```
+//!
+//! `include/octet.h` is generated from this file by cbindgen (`tests/header.rs` checks that it
+//! is current). Every function checks its pointers and lengths and returns an [`OctetStatus`];
+//! nothing allocates, and nothing panics for any input (a panic would abort: nothing unwinds
+//! into C). On bare-metal targets the crate is `no_std`.
+#![cfg_attr(target_os = "none", no_std)]
+#![warn(missing_docs)]
+
+use core::ffi::c_char;
+use core::mem::{align_of, size_of};
+use core::ptr;
+
+use octet_runtime::{Model, RuntimeError};
+
+/// Status of every call. `OCTET_STATUS_OK` is 0; `octet_status_message` says what went wrong
+/// and what to do.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OctetStatus {
+    /// Success.
+    Ok = 0,
+    /// A pointer argument is NULL while its length is not 0.
+    NullPointer = 1,
+    /// The model handle was not filled by a successful `octet_model_parse`.
+    BadHandle = 2,
+    /// The bytes are not an `.o8` model (bad magic).
+    BadMagic = 3,
+    /// The `.o8` format version is not supported.
+    UnsupportedVersion = 4,
+    /// A header field is invalid.
+    BadHeader = 5,
+    /// The model is shorter than its header declares.
+    Truncated = 6,
+    /// The stored CRC-32 does not match the bytes.
+    CrcMismatch = 7,
+    /// An offset, length or id in the model points outside the file or the arena.
+    OutOfBounds = 8,
+    /// A tensor record is invalid.
+    BadTensor = 9,
+    /// An op's shapes are inconsistent.
+    BadShape = 10,
+    /// An op parameter or constant array is invalid.
+    BadParam = 11,
+    /// An op could overflow its int32 accumulator.
+    AccumulatorOverflow = 12,
+    /// The model's memory plan or data flow is broken.
+    Aliasing = 13,
+    /// The arena is smaller than `octet_model_arena_bytes(model, batch)`.
+    ArenaTooSmall = 14,
+    /// The pixel count is not a positive multiple of `octet_model_input_len(model)`.
+    InputLength = 15,
+    /// The logits buffer is smaller than batch × `octet_model_output_len(model)`.
+    OutputTooSmall = 16,
+    /// Two of the buffers passed to `octet_model_run` overlap.
+    BuffersOverlap = 17,
+    /// The runtime refused a request this API never makes (a bug of this library).
+    Internal = 18,
+}
+
+impl From<RuntimeError> for OctetStatus {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::BadMagic => OctetStatus::BadMagic,
+            RuntimeError::UnsupportedVersion(_) => OctetStatus::UnsupportedVersion,
+            RuntimeError::BadHeader { .. } => OctetStatus::BadHeader,
+            RuntimeError::Truncated { .. } => OctetStatus::Truncated,
+            RuntimeError::CrcMismatch { .. } => OctetStatus::CrcMismatch,
+            RuntimeError::OutOfBounds { .. } => OctetStatus::OutOfBounds,
+            RuntimeError::BadTensor { .. } => OctetStatus::BadTensor,
+            RuntimeError::BadShape { .. } => OctetStatus::BadShape,
+            RuntimeError::BadParam { .. } => OctetStatus::BadParam,
+            RuntimeError::AccumulatorOverflow { .. } => OctetStatus::AccumulatorOverflow,
+            RuntimeError::Aliasing { .. } => OctetStatus::Aliasing,
+            RuntimeError::ArenaTooSmall { .. } => OctetStatus::ArenaTooSmall,
+            RuntimeError::InputLength { .. } => OctetStatus::InputLength,
+            // `octet_model_run` asks for the automatic kernels and no threads.
+            RuntimeError::KernelsUnavailable | RuntimeError::BadThreads => OctetStatus::Internal,
+        }
+    }
+}
+
+/// Messages by status code, NUL-terminated (C strings).
+const MESSAGES: [&str; 19] = [
+    "success\0",
+    "a pointer argument is NULL while its length is not 0: pass a valid buffer\0",
+    "the model handle was not filled by a successful octet_model_parse: parse the model first \
+     and check its status\0",
+    "not an .o8 model (bad magic): pass the bytes of a file written by `octet export`\0",
+    "unsupported .o8 format version: export the model again with the octet this library comes \
+     from\0",
+    "invalid .o8 header field: the model is corrupt or was not written by `octet export`\0",
+    "the model is shorter than its header declares: pass the whole file (check the copy or the \
+     flash image)\0",
+    "the model's CRC-32 does not match its bytes: the copy is corrupt, copy or flash it again\0",
+    "an offset, length or id in the model points outside the file or the arena: the model is \
+     corrupt, export it again\0",
+    "invalid tensor record in the model: the model is corrupt, export it again\0",
+    "an op's tensor shapes are inconsistent: the model is corrupt, export it again\0",
+    "invalid op parameter or constant array in the model: the model is corrupt, export it again\0",
+    "an op of the model could overflow its int32 accumulator: the model is corrupt, export it \
+     again\0",
+    "the model's memory plan or data flow is broken: the model is corrupt, export it again\0",
+    "the arena is too small: give at least octet_model_arena_bytes(model, batch) bytes\0",
+    "the pixel count is not a positive multiple of octet_model_input_len(model): pass whole \
+     images (u8, planar C x H x W)\0",
+    "the logits buffer is too small: give at least batch x octet_model_output_len(model) bytes\0",
+    "buffers overlap: the pixels, the arena and the logits must be three separate buffers\0",
+    "internal error of the octet C API: please report it\0",
+];
+
+const _: () = assert!(MESSAGES.len() == OctetStatus::Internal as usize + 1);
+
+const UNKNOWN: &str = "unknown octet status code: pass a value returned by an octet_ function\0";
+
+/// A static, NUL-terminated English message for `status`: what was wrong and what to do. Any
+/// value is accepted (an unknown code gets a message saying so).
+#[no_mangle]
+pub extern "C" fn octet_status_message(status: i32) -> *const c_char {
+    let s = usize::try_from(status)
+        .ok()
+        .and_then(|i| MESSAGES.get(i))
+        .unwrap_or(&UNKNOWN);
+    s.as_ptr().cast()
+}
+
+/// Size of `OctetModel` in 64-bit words.
+pub const OCTET_MODEL_WORDS: usize = 32;
+
+/// A parsed model: storage the caller provides (on the stack, static, anywhere), filled by
+/// `octet_model_parse`. It borrows the model's bytes, which must stay valid and unchanged for
+/// as long as the handle is used. Its contents are private.
+#[repr(C)]
+pub struct OctetModel {
+    opaque: [u64; OCTET_MODEL_WORDS],
+}
+
+/// What the opaque storage holds: a tag (set only by a successful parse) and the model.
+#[repr(C)]
+struct Parsed {
+    tag: u64,
+    model: Model<'static>,
+}
+
+/// "octet-m\0", little-endian.
+const TAG: u64 = u64::from_le_bytes(*b"octet-m\0");
+
+const _: () = assert!(
+    size_of::<Parsed>() <= size_of::<OctetModel>(),
+    "octet_runtime::Model outgrew OctetModel: raise OCTET_MODEL_WORDS (and regenerate octet.h)"
+);
+const _: () = assert!(align_of::<Parsed>() <= align_of::<OctetModel>());
+
+/// The parsed model behind `handle`, if a successful parse filled it.
+///
+/// # Safety
+/// `handle` is NULL or points to an `OctetModel` (any contents).
+unsafe fn parsed<'h>(handle: *const OctetModel) -> Result<&'h Model<'static>, OctetStatus> {
+    if handle.is_null() {
+        return Err(OctetStatus::NullPointer);
+    }
+    let p = handle.cast::<Parsed>();
+    // Volatile: the storage may hold anything a C caller left there.
+    if ptr::read_volatile(ptr::addr_of!((*p).tag)) != TAG {
+        return Err(OctetStatus::BadHandle);
+    }
+    Ok(&(*p).model)
+}
+
+/// `len` bytes at `p` as a slice; NULL is accepted for `len == 0`.
+///
+/// # Safety
+/// A non-NULL `p` is valid for reads of `len` bytes.
+unsafe fn slice<'a>(p: *const u8, len: usize) -> Result<&'a [u8], OctetStatus> {
+    match (p.is_null(), len) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(OctetStatus::NullPointer),
+        (false, _) => Ok(core::slice::from_raw_parts(p, len)),
+    }
+}
+
+/// Parses and validates the `.o8` model in `data[0..len]` into `*model` (every check of the
+/// format, once; nothing is copied or allocated). On success the handle borrows `data`: keep
+/// them valid and unchanged while the handle is used. On failure the handle is marked invalid.
+///
+/// # Safety
+/// `model` is NULL or valid for writes of an `OctetModel`; `data` is NULL or valid for reads
+/// of `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_parse(
+    model: *mut OctetModel,
+    data: *const u8,
+    len: usize,
+) -> OctetStatus {
+    if model.is_null() {
+        return OctetStatus::NullPointer;
+    }
+    let p = model.cast::<Parsed>();
+    ptr::write_volatile(ptr::addr_of_mut!((*p).tag), 0);
+    let b = match slice(data, len) {
+        Ok(b) => b,
+        Err(s) => return s,
+    };
+    match Model::parse(b) {
+        Ok(m) => {
+            ptr::addr_of_mut!((*p).model).write(m);
+            ptr::write_volatile(ptr::addr_of_mut!((*p).tag), TAG);
+            OctetStatus::Ok
+        }
+        Err(e) => e.into(),
+    }
+}
+
+/// Arena bytes `octet_model_run` needs for `batch` images (at least 1 is assumed); 0 when the
+/// handle is not a parsed model.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_arena_bytes(model: *const OctetModel, batch: usize) -> usize {
+    parsed(model).map_or(0, |m| m.arena_bytes_for(batch.max(1)))
+}
+
+/// Bytes of one input image (c·h·w u8 pixels, planar); 0 when the handle is not a parsed
+/// model.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_input_len(model: *const OctetModel) -> usize {
+    parsed(model).map_or(0, |m| m.input_len())
+}
+
+/// Logits per image (int8); 0 when the handle is not a parsed model.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_output_len(model: *const OctetModel) -> usize {
+    parsed(model).map_or(0, |m| m.output_len())
+}
+
+/// The input shape (channels, height, width) into `*c`, `*h`, `*w` (each may be NULL).
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`; each of `c`, `h`, `w` is NULL or valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_input_shape(
+    model: *const OctetModel,
+    c: *mut usize,
+    h: *mut usize,
+    w: *mut usize,
+) -> OctetStatus {
+    let m = match parsed(model) {
+        Ok(m) => m,
+        Err(s) => return s,
+    };
+    let (mc, mh, mw) = m.input_shape();
+    for (p, v) in [(c, mc), (h, mh), (w, mw)] {
+        if !p.is_null() {
+            p.write(v);
+        }
+    }
+    OctetStatus::Ok
+}
+
+/// The logits' quantization: real = `*scale` · (q − `*zero_point`) (each pointer may be NULL).
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`; `scale` and `zero_point` are NULL or valid
+/// for a write.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_output_quant(
+    model: *const OctetModel,
+    scale: *mut f32,
+    zero_point: *mut i32,
+) -> OctetStatus {
+    let m = match parsed(model) {
+        Ok(m) => m,
+        Err(s) => return s,
+    };
+    if !scale.is_null() {
+        scale.write(m.output_scale());
+    }
+    if !zero_point.is_null() {
+        zero_point.write(m.output_zero_point());
+    }
+    OctetStatus::Ok
+}
+
+fn overlap(a: &[u8], b: &[u8]) -> bool {
+    let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    !a.is_empty() && !b.is_empty() && a0 < b0 + b.len() && b0 < a0 + a.len()
+}
+
+/// Runs the model on `pixels_len / octet_model_input_len(model)` images (u8, planar C×H×W
+/// each, back to back) and writes their logits, `octet_model_output_len(model)` int8 values
+/// per image, to `logits`. `arena` is working memory of at least
+/// `octet_model_arena_bytes(model, batch)` bytes (any alignment; its contents on return are
+/// unspecified). Integer-only, no allocation; the same bytes on every CPU. Nothing is written
+/// to `logits` unless the call succeeds.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`; each buffer is NULL or valid for its length
+/// (reads for `pixels`, writes for `arena` and `logits`); the model's bytes are not modified
+/// meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_run(
+    model: *const OctetModel,
+    pixels: *const u8,
+    pixels_len: usize,
+    arena: *mut u8,
+    arena_len: usize,
+    logits: *mut i8,
+    logits_len: usize,
+) -> OctetStatus {
+    match run(
+        model, pixels, pixels_len, arena, arena_len, logits, logits_len,
+    ) {
+        Ok(()) => OctetStatus::Ok,
+        Err(s) => s,
+    }
+}
+
+unsafe fn run(
+    model: *const OctetModel,
+    pixels: *const u8,
+    pixels_len: usize,
+    arena: *mut u8,
+    arena_len: usize,
+    logits: *mut i8,
+    logits_len: usize,
+) -> Result<(), OctetStatus> {
+    let m = parsed(model)?;
+    let px = slice(pixels, pixels_len)?;
+    let ar = slice(arena, arena_len)?;
+    let lg = slice(logits.cast(), logits_len)?;
+    if overlap(px, ar) || overlap(px, lg) || overlap(ar, lg) {
+        return Err(OctetStatus::BuffersOverlap);
+    }
+    let batch = m.batch_of(pixels_len)?;
+    let n_out = batch
+        .checked_mul(m.output_len())
+        .ok_or(OctetStatus::OutputTooSmall)?;
+    if logits_len < n_out {
+        return Err(OctetStatus::OutputTooSmall);
+    }
+    // Checked before any write, so that an error leaves the arena untouched too.
+    let need = m.arena_bytes_for(batch);
+    if arena_len < need {
+        return Err(OctetStatus::ArenaTooSmall);
+    }
+    // SAFETY: non-NULL (arena_len ≥ need > 0), valid for writes (caller), and overlapping
+    // neither `px` nor `lg` (checked).
+    let ar = core::slice::from_raw_parts_mut(arena, arena_len);
+    let out = m.run(px, ar)?;
+    ptr::copy_nonoverlapping(out.as_ptr(), logits, n_out);
+    Ok(())
+}
+
+#[cfg(all(target_os = "none", feature = "panic-handler"))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // Nothing to print to on bare metal: trap, so that the firmware's fault handler reports it
+    // (a panic means a bug of octet; the runtime validates everything it reads).
+    loop {
+        #[cfg(target_arch = "arm")]
+        // SAFETY: `udf` only raises an exception.
+        unsafe {
+            core::arch::asm!("udf #0xfe")
+        };
+    }
+}

@@ -1,0 +1,292 @@
+//! The C API called as C would call it: results equal the runtime's, and every error path
+//! returns its status without touching the caller's buffers.
+
+mod support;
+
+use std::ffi::CStr;
+use std::ptr;
+
+use octet_capi::*;
+use octet_runtime::{Kernels, Model};
+
+fn parsed(bytes: &[u8]) -> OctetModel {
+    let mut m = unparsed();
+    let s = unsafe { octet_model_parse(&mut m, bytes.as_ptr(), bytes.len()) };
+    assert_eq!(s, OctetStatus::Ok, "{}", message(s as i32));
+    m
+}
+
+fn unparsed() -> OctetModel {
+    // Zeroed storage, as C's `OctetModel m = {0};`.
+    unsafe { std::mem::zeroed() }
+}
+
+fn parse_status(bytes: &[u8]) -> OctetStatus {
+    let mut m = unparsed();
+    unsafe { octet_model_parse(&mut m, bytes.as_ptr(), bytes.len()) }
+}
+
+fn message(code: i32) -> String {
+    let p = octet_status_message(code);
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_owned()
+}
+
+/// `octet_model_run` with Rust slices; `logits` keeps its contents unless the call succeeds.
+fn run(m: &OctetModel, pixels: &[u8], arena: &mut [u8], logits: &mut [i8]) -> OctetStatus {
+    unsafe {
+        octet_model_run(
+            m,
+            pixels.as_ptr(),
+            pixels.len(),
+            arena.as_mut_ptr(),
+            arena.len(),
+            logits.as_mut_ptr(),
+            logits.len(),
+        )
+    }
+}
+
+#[test]
+fn sizes_and_logits_match_the_runtime() {
+    for channels in [1, 3] {
+        let bytes = support::lenet(channels, 7);
+        let m = parsed(&bytes);
+        let r = Model::parse(&bytes).unwrap();
+        unsafe {
+            assert_eq!(octet_model_input_len(&m), r.input_len());
+            assert_eq!(octet_model_input_len(&m), channels as usize * 32 * 32);
+            assert_eq!(octet_model_output_len(&m), 10);
+            for batch in [1, 3] {
+                assert_eq!(octet_model_arena_bytes(&m, batch), r.arena_bytes_for(batch));
+            }
+            assert_eq!(octet_model_arena_bytes(&m, 0), r.arena_bytes_for(1));
+            let (mut c, mut h, mut w) = (0, 0, 0);
+            assert_eq!(
+                octet_model_input_shape(&m, &mut c, &mut h, &mut w),
+                OctetStatus::Ok
+            );
+            assert_eq!((c, h, w), (channels as usize, 32, 32));
+            assert_eq!(
+                octet_model_input_shape(&m, ptr::null_mut(), ptr::null_mut(), &mut w),
+                OctetStatus::Ok
+            );
+            let (mut scale, mut zp) = (0f32, 0i32);
+            assert_eq!(
+                octet_model_output_quant(&m, &mut scale, &mut zp),
+                OctetStatus::Ok
+            );
+            assert_eq!((scale, zp), (r.output_scale(), r.output_zero_point()));
+        }
+        let pixels = support::images(3, r.input_len(), 11);
+        let mut want_arena = vec![0u8; r.arena_bytes_for(3)];
+        let want = r
+            .run_with(Kernels::Scalar, &pixels, &mut want_arena)
+            .unwrap()
+            .to_vec();
+        // Exactly the arena asked for, and a larger one at an odd address.
+        for extra in [0, 1001] {
+            let mut arena = vec![0u8; r.arena_bytes_for(3) + extra + 1];
+            let mut logits = vec![0i8; 30];
+            assert_eq!(
+                run(&m, &pixels, &mut arena[1..], &mut logits),
+                OctetStatus::Ok
+            );
+            assert_eq!(logits, want);
+        }
+        // One image at a time gives the same logits.
+        let mut arena = vec![0u8; r.arena_bytes()];
+        for (img, want) in pixels.chunks(r.input_len()).zip(want.chunks(10)) {
+            let mut logits = [0i8; 10];
+            assert_eq!(run(&m, img, &mut arena, &mut logits), OctetStatus::Ok);
+            assert_eq!(&logits[..], want);
+        }
+    }
+}
+
+#[test]
+fn truncated_and_corrupt_models_are_refused() {
+    let bytes = support::lenet(1, 3);
+    assert_eq!(
+        parse_status(&bytes[..bytes.len() - 1]),
+        OctetStatus::Truncated
+    );
+    assert_eq!(parse_status(&bytes[..40]), OctetStatus::Truncated);
+    assert_eq!(parse_status(&[]), OctetStatus::Truncated);
+    let mut bad = bytes.clone();
+    bad[0] ^= 1;
+    assert_eq!(parse_status(&bad), OctetStatus::BadMagic);
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x40;
+    assert_eq!(parse_status(&bad), OctetStatus::CrcMismatch);
+    let mut bad = bytes.clone();
+    bad[8] = 99; // version
+    assert_eq!(parse_status(&bad), OctetStatus::UnsupportedVersion);
+    // A failed parse leaves the handle unusable, even one a good parse had filled.
+    let mut m = parsed(&bytes);
+    let s = unsafe { octet_model_parse(&mut m, bytes.as_ptr(), bytes.len() - 1) };
+    assert_eq!(s, OctetStatus::Truncated);
+    unsafe {
+        assert_eq!(octet_model_input_len(&m), 0);
+        assert_eq!(octet_model_arena_bytes(&m, 1), 0);
+    }
+    let mut logits = [7i8; 10];
+    let mut arena = vec![0u8; 1 << 16];
+    assert_eq!(
+        run(&m, &[0; 1024], &mut arena, &mut logits),
+        OctetStatus::BadHandle
+    );
+    assert_eq!(logits, [7; 10]);
+}
+
+#[test]
+fn arena_pixels_and_logits_are_checked() {
+    let bytes = support::lenet(1, 5);
+    let m = parsed(&bytes);
+    let n_in = unsafe { octet_model_input_len(&m) };
+    let need = unsafe { octet_model_arena_bytes(&m, 2) };
+    let pixels = support::images(2, n_in, 2);
+    let mut logits = [7i8; 20];
+
+    // Arena one byte short: refused, nothing written (arena or logits).
+    let mut arena = vec![0xA5u8; need - 1];
+    assert_eq!(
+        run(&m, &pixels, &mut arena, &mut logits),
+        OctetStatus::ArenaTooSmall
+    );
+    assert!(arena.iter().all(|&b| b == 0xA5));
+    assert_eq!(logits, [7; 20]);
+
+    let mut arena = vec![0u8; need];
+    // Wrong pixel counts: not a whole image, none at all.
+    for len in [n_in - 1, n_in + 1, 2 * n_in - 1, 0] {
+        assert_eq!(
+            run(&m, &pixels[..len], &mut arena, &mut logits),
+            OctetStatus::InputLength,
+            "{len} pixels"
+        );
+    }
+    // Room for one image's logits, two images given.
+    assert_eq!(
+        run(&m, &pixels, &mut arena, &mut logits[..19]),
+        OctetStatus::OutputTooSmall
+    );
+    assert_eq!(logits, [7; 20]);
+    assert_eq!(run(&m, &pixels, &mut arena, &mut logits), OctetStatus::Ok);
+}
+
+#[test]
+fn null_pointers_bad_handles_and_overlaps_are_refused() {
+    let bytes = support::lenet(1, 9);
+    let m = parsed(&bytes);
+    let mut arena = vec![0u8; unsafe { octet_model_arena_bytes(&m, 1) } + 1024];
+    let pixels = vec![0u8; 1024];
+    let mut logits = [0i8; 10];
+    unsafe {
+        let mut h = unparsed();
+        assert_eq!(
+            octet_model_parse(ptr::null_mut(), bytes.as_ptr(), bytes.len()),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_parse(&mut h, ptr::null(), bytes.len()),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_parse(&mut h, ptr::null(), 0),
+            OctetStatus::Truncated
+        );
+        assert_eq!(octet_model_input_len(ptr::null()), 0);
+        assert_eq!(octet_model_output_len(&unparsed()), 0);
+        assert_eq!(
+            octet_model_input_shape(
+                ptr::null(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut()
+            ),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_output_quant(&unparsed(), ptr::null_mut(), ptr::null_mut()),
+            OctetStatus::BadHandle
+        );
+        let a = (arena.as_mut_ptr(), arena.len());
+        let l = (logits.as_mut_ptr(), logits.len());
+        let p = (pixels.as_ptr(), pixels.len());
+        assert_eq!(
+            octet_model_run(ptr::null(), p.0, p.1, a.0, a.1, l.0, l.1),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_run(&unparsed(), p.0, p.1, a.0, a.1, l.0, l.1),
+            OctetStatus::BadHandle
+        );
+        assert_eq!(
+            octet_model_run(&m, ptr::null(), p.1, a.0, a.1, l.0, l.1),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_run(&m, p.0, p.1, ptr::null_mut(), a.1, l.0, l.1),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_run(&m, p.0, p.1, a.0, a.1, ptr::null_mut(), l.1),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_run(&m, p.0, p.1, ptr::null_mut(), 0, l.0, l.1),
+            OctetStatus::ArenaTooSmall
+        );
+        // Logits inside the arena; pixels inside the arena.
+        assert_eq!(
+            octet_model_run(&m, p.0, p.1, a.0, a.1, a.0.add(a.1 - 10).cast(), 10),
+            OctetStatus::BuffersOverlap
+        );
+        assert_eq!(
+            octet_model_run(&m, a.0, 1024, a.0.add(1024), a.1 - 1024, l.0, l.1),
+            OctetStatus::Ok,
+            "adjacent buffers do not overlap"
+        );
+        assert_eq!(
+            octet_model_run(&m, a.0.add(8), 1024, a.0, a.1, l.0, l.1),
+            OctetStatus::BuffersOverlap
+        );
+    }
+}
+
+#[test]
+fn every_status_has_a_message() {
+    let statuses = [
+        OctetStatus::Ok,
+        OctetStatus::NullPointer,
+        OctetStatus::BadHandle,
+        OctetStatus::BadMagic,
+        OctetStatus::UnsupportedVersion,
+        OctetStatus::BadHeader,
+        OctetStatus::Truncated,
+        OctetStatus::CrcMismatch,
+        OctetStatus::OutOfBounds,
+        OctetStatus::BadTensor,
+        OctetStatus::BadShape,
+        OctetStatus::BadParam,
+        OctetStatus::AccumulatorOverflow,
+        OctetStatus::Aliasing,
+        OctetStatus::ArenaTooSmall,
+        OctetStatus::InputLength,
+        OctetStatus::OutputTooSmall,
+        OctetStatus::BuffersOverlap,
+        OctetStatus::Internal,
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for (i, s) in statuses.iter().enumerate() {
+        assert_eq!(*s as i32, i as i32, "codes are 0..n in order");
+        let msg = message(*s as i32);
+        assert!(msg.len() > 5 && seen.insert(msg.clone()), "{msg}");
+    }
+    assert_eq!(message(0), "success");
+    assert!(message(statuses.len() as i32).starts_with("unknown"));
+    assert!(message(-1).starts_with("unknown"));
+    assert!(message(i32::MAX).starts_with("unknown"));
+    assert!(message(14).contains("octet_model_arena_bytes"));
+}

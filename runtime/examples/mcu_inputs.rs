@@ -1,0 +1,244 @@
+//! Inputs of the microcontroller firmware (`firmware/`, `bench/mcu.sh`), made without candle:
+//!
+//! `mcu_inputs DIR MODEL [IMAGES]` writes into `DIR`
+//! - `model.o8`: `MODEL` = `lenet1` (`common::lenet`: the LeNet `octet demo` exports, 1×32×32,
+//!   random weights), `lenet3` (the same on 3×32×32) or the path of an `.o8` file;
+//! - `images.bin`: `IMAGES` (default 4) raw u8 images, planar C×H×W, one after another: the
+//!   first Fashion-MNIST test images of `data/fashion-mnist-subset` (centred in 32×32, as the
+//!   trainer pads them) when the model takes 1×32×32, random bytes otherwise;
+//! - `expected.bin`: the logits of every image by the host's scalar kernels, which the fastest
+//!   host kernels (`Kernels::Auto`) must match byte for byte (else this fails);
+//! - `ops.txt`: one line per op, `index kind multiply-adds`.
+//!
+//! The test models' builder gives every buffer its own arena bytes; the models here are
+//! replanned as the exporter plans them (`export/src/plan.rs`: greedy by size, dead buffers
+//! reused), so their arena is the one a device needs.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+
+use octet_runtime::{align16, Kernels, Model, OpKind};
+
+/// LeNet (conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2, fc 400→120→84→10) on c×32×32.
+fn lenet(c: u16, seed: u64) -> common::Builder {
+    let mut b = common::Builder::new(c, 32, 32, seed);
+    let x = b.conv(0, 6, 5, 1, 0, true);
+    let x = b.max_pool(x, 2, 2);
+    let x = b.conv(x, 16, 5, 1, 0, true);
+    let x = b.max_pool(x, 2, 2);
+    let x = b.fc(x, 120, true);
+    let x = b.fc(x, 84, true);
+    b.fc(x, 10, false);
+    b
+}
+
+/// Replans the arena like the exporter: each tensor lives from the op writing it (the input:
+/// op 0) to the last op reading it (the output: past the end), scratch during its op; largest
+/// first, each at the lowest 16-aligned offset clear of the buffers live at the same time.
+fn replan(b: &mut common::Builder) {
+    let n_ops = b.ops.len();
+    let nt = b.tensors.len();
+    let mut first = vec![usize::MAX; nt];
+    let mut last = vec![0usize; nt];
+    first[b.input_tensor as usize] = 0;
+    for (i, op) in b.ops.iter().enumerate() {
+        let out = op.out as usize;
+        first[out] = first[out].min(i);
+        last[out] = last[out].max(i);
+        for t in [op.in0, op.in1] {
+            if t != 0xFFFF {
+                last[t as usize] = last[t as usize].max(i);
+            }
+        }
+    }
+    let output = b.output_tensor.unwrap_or(b.ops[n_ops - 1].out) as usize;
+    last[output] = n_ops;
+    // (bytes, first op, last op): the tensors, then each op's scratch.
+    let mut bufs: Vec<(u32, usize, usize)> = b
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(t, s)| {
+            let size = if first[t] == usize::MAX {
+                0
+            } else {
+                s.c as u32 * s.h as u32 * s.w as u32
+            };
+            (size, first[t].min(n_ops), last[t])
+        })
+        .collect();
+    // Each op's scratch: the runtime's figure, as `Builder::push` reserved it.
+    for (i, op) in b.ops.iter().enumerate() {
+        let x = &b.tensors[op.in0 as usize];
+        let g = octet_runtime::OpGeometry {
+            kernel_h: op.kh as u32,
+            kernel_w: op.kw as u32,
+            stride: op.stride as u32,
+            pad: op.pad as u32,
+            c_in: x.c as u32,
+            h_in: x.h as u32,
+            w_in: x.w as u32,
+            c_out: b.tensors[op.out as usize].c as u32,
+        };
+        bufs.push((octet_runtime::scratch_bytes(op.kind, &g) as u32, i, i));
+    }
+    let mut order: Vec<usize> = (0..bufs.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(bufs[i].0), bufs[i].1, i));
+    let mut offsets = vec![0u32; bufs.len()];
+    let mut placed: Vec<usize> = Vec::new();
+    let mut total = 0;
+    for i in order {
+        let (size, f, l) = bufs[i];
+        if size == 0 {
+            continue;
+        }
+        let mut live: Vec<(u32, u32)> = placed
+            .iter()
+            .filter(|&&j| bufs[j].1 <= l && f <= bufs[j].2)
+            .map(|&j| (offsets[j], offsets[j] + bufs[j].0))
+            .collect();
+        live.sort_unstable();
+        let mut at = 0;
+        for (start, end) in live {
+            if at + size <= start {
+                break;
+            }
+            at = at.max(common::align16(end));
+        }
+        offsets[i] = at;
+        total = total.max(at + size);
+        placed.push(i);
+    }
+    for (t, s) in b.tensors.iter_mut().enumerate() {
+        s.offset = offsets[t];
+    }
+    for (i, op) in b.ops.iter_mut().enumerate() {
+        op.scratch = if bufs[nt + i].0 > 0 {
+            offsets[nt + i]
+        } else {
+            0
+        };
+    }
+    b.arena = total;
+}
+
+/// The first `n` test images of the bundled Fashion-MNIST subset, centred in 32×32.
+fn fashion_images(n: usize) -> Result<Vec<u8>, String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/fashion-mnist-subset/t10k-images-idx3-ubyte.gz");
+    let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut idx = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut idx)
+        .map_err(|e| format!("{}: not gzip: {e}", path.display()))?;
+    let be = |o: usize| u32::from_be_bytes([idx[o], idx[o + 1], idx[o + 2], idx[o + 3]]) as usize;
+    if idx.len() < 16 || be(0) != 0x0803 || be(8) != 28 || be(12) != 28 || be(4) < n {
+        return Err(format!(
+            "{}: not an IDX file of at least {n} 28×28 images",
+            path.display()
+        ));
+    }
+    let mut out = vec![0u8; n * 32 * 32];
+    for (i, img) in out.chunks_exact_mut(32 * 32).enumerate() {
+        let src = &idx[16 + i * 28 * 28..16 + (i + 1) * 28 * 28];
+        for (r, row) in src.chunks_exact(28).enumerate() {
+            img[(r + 2) * 32 + 2..(r + 2) * 32 + 30].copy_from_slice(row);
+        }
+    }
+    Ok(out)
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 2 || args.len() > 3 {
+        return Err("usage: mcu_inputs DIR lenet1|lenet3|MODEL.o8 [IMAGES]".into());
+    }
+    let dir = Path::new(&args[0]);
+    let n: usize = match args.get(2) {
+        Some(s) => s
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or(format!("IMAGES: '{s}' is not a positive count"))?,
+        None => 4,
+    };
+    let bytes = match args[1].as_str() {
+        "lenet1" | "lenet3" => {
+            let c = if args[1] == "lenet1" { 1 } else { 3 };
+            let mut b = lenet(c, 16);
+            replan(&mut b);
+            b.encode()
+        }
+        path => std::fs::read(path).map_err(|e| format!("{path}: {e}"))?,
+    };
+    let model = Model::parse(&bytes).map_err(|e| format!("{}: invalid model: {e}", args[1]))?;
+    let images = if model.input_shape() == (1, 32, 32) {
+        fashion_images(n)?
+    } else {
+        common::Rng::new(3).bytes(n * model.input_len())
+    };
+
+    let mut arena = vec![0u8; model.arena_bytes()];
+    let mut expected = Vec::with_capacity(n * model.output_len());
+    for (i, img) in images.chunks_exact(model.input_len()).enumerate() {
+        let scalar: Vec<i8> = model
+            .run_with(Kernels::Scalar, img, &mut arena)
+            .map_err(|e| format!("image {i}, scalar kernels: {e}"))?
+            .to_vec();
+        let auto = model
+            .run_with(Kernels::Auto, img, &mut arena)
+            .map_err(|e| format!("image {i}, auto kernels: {e}"))?;
+        if auto != scalar.as_slice() {
+            return Err(format!(
+                "image {i}: the host's {} kernels differ from the scalar ones",
+                Kernels::Auto.resolved_name().unwrap_or("auto")
+            ));
+        }
+        expected.extend(scalar.iter().map(|&q| q as u8));
+    }
+
+    let mut ops = String::new();
+    for o in model.ops() {
+        let t = |id| model.tensor(id).map(|t| t.len() as u64).unwrap_or(0);
+        let macs = match o.kind {
+            OpKind::Conv2d => {
+                let c_in = model.tensor(o.input0).map(|t| t.c as u64).unwrap_or(0);
+                t(o.output) * o.kernel_h as u64 * o.kernel_w as u64 * c_in
+            }
+            OpKind::FullyConnected => t(o.output) * t(o.input0),
+            _ => 0,
+        };
+        ops += &format!("{} {} {macs}\n", o.index, o.kind.name());
+    }
+
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for (name, data) in [
+        ("model.o8", &bytes[..]),
+        ("images.bin", &images[..]),
+        ("expected.bin", &expected[..]),
+        ("ops.txt", ops.as_bytes()),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, data).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    println!(
+        "{}: {} model bytes, arena {} bytes ({} working + {} logits), {n} images, {} multiply-adds per image",
+        dir.display(),
+        bytes.len(),
+        model.arena_bytes(),
+        model.working_bytes(),
+        align16(model.output_len()),
+        model.macs_per_image()
+    );
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("mcu_inputs: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,563 @@
+//! conv2d: output rows from a band of the kh input rows they read, widened to 16 bits, in 2×2
+//! register blocks (two output channels × two pixels) of `SMLAD`s, after CMSIS-NN's
+//! `arm_convolve_s8`.
+//!
+//! In HWC, kernel row ky of output pixel ox reads kw·C_in consecutive values of one input row,
+//! from (ox·s − pad)·C_in on. The band holds the kh input rows of an output row with their
+//! padding (the pad values in its columns, a row of them above and below the input), widened
+//! (`SXTB16`, `SXTB16 ROR #8`, and `PKHBT`/`PKHTB` to restore the order) in natural order, so
+//! every kernel row of every pixel is a contiguous segment of it that reads as 16-bit pairs
+//! from any offset (unaligned words: one `LDR` on Armv7-M). A pixel's patch is then its kh
+//! segments, each padded to a whole word (the weights hold a zero there). For a block of pixels
+//! the patches of each pixel pair are gathered word by word from the band, interleaved (one
+//! 8-byte word per patch word: the pair's two words). The weights are widened the same way, a
+//! channel pair's rows interleaved. So the inner loop is one flat run over the patch: per step
+//! an 8-byte word of patches and one of weights (`LDRD`s) feed four `SMLAD`s, 8 multiply-adds;
+//! the epilogue requantizes a pixel's two channels together (`Requant2`). An odd last pixel of
+//! a block is gathered twice and an odd last channel pairs with zero weights; their extra sums
+//! are dropped.
+//!
+//! The kernel fits itself into the op's scratch, `scratch_bytes` (no term of its own, so it
+//! changes no arena), as [`plan`] decides from its length: where whole widened rows fit, the
+//! band is a ring of them, each input row widened once per call (held twice, so that any kh
+//! consecutive rows are contiguous), blocks are up to a whole output row and, where they fit
+//! too, all the weights are widened once per call; else (wide rows) the band is a strip of the
+//! padded columns one block reads, widened again per block, and the weights one channel pair
+//! per block. The least it needs, a one-pixel strip, always fits.
+
+use super::{ldrd_inc, load, smlad, widen, word, Epilogue, Requant, Requant2};
+use crate::kernels::{scalar, ConvParams};
+
+/// Output pixels per block at least when the band holds whole rows (else strips are used).
+const PIXEL_BLOCK: usize = 8;
+
+/// Same bytes as [`scalar::conv2d`]. `scratch` should hold `scratch_bytes(conv2d, …)` bytes
+/// (runs the scalar kernel where it holds less than [`plan`] needs).
+pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
+    let (k, cout, wo) = (p.k(), p.output.c, p.output.w);
+    if p.output.is_empty() {
+        return;
+    }
+    let plan = match plan(p, scratch.len()) {
+        Some(plan)
+            if input.len() >= p.input.len()
+                && output.len() >= p.output.len()
+                && p.weights.len() >= cout * k =>
+        {
+            plan
+        }
+        _ => return scalar::conv2d(p, input, output),
+    };
+    let (band, rest) = scratch.split_at_mut(plan.band);
+    let band = crate::as_i8_mut(band);
+    // SAFETY: every bit pattern is a valid u64; `plan` counts the 7 bytes aligning may skip.
+    let (_, words, _) = unsafe { rest.align_to_mut::<u64>() };
+    let len = plan.pair / 8;
+    // The weights at the end (every channel pair's, or room for one), the patches before.
+    let pairs = if plan.all_weights {
+        cout.div_ceil(2)
+    } else {
+        1
+    };
+    let (cols, wts) = words.split_at_mut(words.len() - pairs * len);
+    if plan.all_weights {
+        for (cp, dst) in wts.chunks_exact_mut(len).enumerate() {
+            widen_weights(p, 2 * cp, dst);
+        }
+    }
+    let g = Geometry {
+        kh: p.kernel_h,
+        rw: (p.kernel_w * p.input.c).div_ceil(2),
+        row: plan.row,
+        step: 2 * p.stride * p.input.c,
+    };
+    let e = Epilogue::new(&p.out);
+    for (oy, out) in output
+        .chunks_exact_mut(wo * cout)
+        .take(p.output.h)
+        .enumerate()
+    {
+        if plan.ring {
+            advance_ring(p, input, oy, band, g.row);
+        }
+        for x0 in (0..wo).step_by(plan.block) {
+            let np = (wo - x0).min(plan.block);
+            // Band row ky (kernel row ky's input row) and the block's first pixel there.
+            let (view, first): (&[i8], usize) = if plan.ring {
+                (&band[oy * p.stride % g.kh * g.row..], x0)
+            } else {
+                for (ky, dst) in band.chunks_exact_mut(g.row).enumerate() {
+                    fill_row(p, input, oy * p.stride + ky, x0 * p.stride, dst);
+                }
+                (band, 0)
+            };
+            let cols = &mut cols[..np.div_ceil(2) * len];
+            // Kernel rows of up to 8 words (kw·C_in ≤ 16: few input channels) unroll.
+            match g.rw {
+                1 => gather::<1>(view, first, np, &g, cols),
+                2 => gather::<2>(view, first, np, &g, cols),
+                3 => gather::<3>(view, first, np, &g, cols),
+                4 => gather::<4>(view, first, np, &g, cols),
+                5 => gather::<5>(view, first, np, &g, cols),
+                6 => gather::<6>(view, first, np, &g, cols),
+                7 => gather::<7>(view, first, np, &g, cols),
+                8 => gather::<8>(view, first, np, &g, cols),
+                _ => gather::<0>(view, first, np, &g, cols),
+            }
+            let out = &mut out[x0 * cout..][..np * cout];
+            for c0 in (0..cout).step_by(2) {
+                let wt: &[u64] = if plan.all_weights {
+                    &wts[c0 / 2 * len..][..len]
+                } else {
+                    widen_weights(p, c0, wts);
+                    wts
+                };
+                block(p, cols, wt, out, c0, &e);
+            }
+        }
+    }
+}
+
+/// How a call lays out its scratch: the band (`band` bytes: its rows of `row` bytes and 2 bytes
+/// for the last segment's read past the last row), up to 7 bytes to align the 8-byte words that
+/// follow, the patches of a block of `block` pixels and the widened weights, each pixel pair or
+/// channel pair `pair` bytes (kh kernel rows of ⌈kw·C_in/2⌉ words for each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    ring: bool,
+    row: usize,
+    band: usize,
+    pair: usize,
+    block: usize,
+    all_weights: bool,
+}
+
+/// The plan for `len` bytes of scratch, the first that fits of: a ring of whole rows (twice kh
+/// rows) with [`PIXEL_BLOCK`] pixels (or the whole row) and every channel pair's weights; the
+/// same with one pair's; a strip of the padded columns of the widest block that fits, one
+/// pair's weights. The block takes whatever room is left, up to a whole output row. `None`
+/// where not even a one-pixel strip fits, which `scratch_bytes` never gives (it holds at least
+/// 64·K bytes; the one-pixel strip about 10·K).
+fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
+    let (kh, kw, cin, s) = (p.kernel_h, p.kernel_w, p.input.c, p.stride);
+    let wo = p.output.w;
+    let pair = kh.saturating_mul((kw * cin).div_ceil(2)).saturating_mul(8);
+    if pair == 0 || s == 0 {
+        return None;
+    }
+    // Bytes for a band of `band` bytes (its 2-byte tail and the alignment added), `px` pixels'
+    // patches and `wp` weight pairs (saturating: geometries come from files).
+    let need = |band: usize, px: usize, wp: usize| {
+        band.saturating_add(9)
+            .saturating_add(px.div_ceil(2).saturating_add(wp).saturating_mul(pair))
+    };
+    let row = (p.input.w + 2 * p.pad)
+        .saturating_mul(cin)
+        .saturating_mul(2);
+    let ring = kh.saturating_mul(2).saturating_mul(row);
+    for (wp, all_weights) in [(p.output.c.div_ceil(2), true), (1, false)] {
+        if need(ring, wo.min(PIXEL_BLOCK), wp) <= len {
+            // The rest holds this many pixels.
+            let block = ((len - need(ring, 0, wp)) / pair * 2).min(wo);
+            let band = ring + 2;
+            return Some(Plan {
+                ring: true,
+                row,
+                band,
+                pair,
+                block,
+                all_weights,
+            });
+        }
+    }
+    // Strips: a block of b pixels reads (b − 1)·s + kw padded columns.
+    let strip_row =
+        |b: usize| ((b - 1).saturating_mul(s).saturating_add(kw)).saturating_mul(cin * 2);
+    let fits = |b: usize| need(kh.saturating_mul(strip_row(b)), b, 1) <= len;
+    if !fits(1) {
+        return None;
+    }
+    // The widest block that fits (`fits` holds for 1 and is monotone).
+    let (mut lo, mut hi) = (1, wo);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let row = strip_row(lo);
+    Some(Plan {
+        ring: false,
+        row,
+        band: kh * row + 2,
+        pair,
+        block: lo,
+        all_weights: false,
+    })
+}
+
+/// Where the segments lie in the band: kh rows of `row` bytes, each kernel row `rw` words of
+/// 16-bit pairs, consecutive output pixels `step` bytes apart.
+struct Geometry {
+    kh: usize,
+    rw: usize,
+    row: usize,
+    step: usize,
+}
+
+/// The patches of `np` pixels, the first at pixel position `x0` of the band's rows, into `cols`,
+/// a pair of pixels per `cols.len() / ⌈np/2⌉` words (an odd last pixel twice). `RW`: `g.rw`
+/// when not 0, a constant so the loop over a kernel row unrolls.
+#[inline(always)]
+fn gather<const RW: usize>(band: &[i8], x0: usize, np: usize, g: &Geometry, cols: &mut [u64]) {
+    let rw = if RW > 0 { RW } else { g.rw };
+    let len = cols.len() / np.div_ceil(2);
+    // The last pixel's last kernel row ends inside the band (`plan`).
+    let need = (g.kh - 1) * g.row + (x0 + np - 1) * g.step + 4 * rw;
+    assert!(band.len() >= need && len >= g.kh * rw);
+    for (i, dst) in cols.chunks_exact_mut(len).enumerate() {
+        let px = x0 + 2 * i;
+        let d = if 2 * i + 1 < np { g.step } else { 0 };
+        for (ky, dst) in dst.chunks_exact_mut(rw).take(g.kh).enumerate() {
+            let at = ky * g.row + px * g.step;
+            for (t, w) in dst.iter_mut().enumerate() {
+                // SAFETY: at most `need` bytes into the band, asserted above.
+                let (a, b) = unsafe {
+                    let x = band.as_ptr().add(at + 4 * t);
+                    (load(x), load(x.add(d)))
+                };
+                *w = a as u64 | (b as u64) << 32;
+            }
+        }
+    }
+}
+
+/// Channels `c0`, `c0 + 1` (when below C_out) of the block's pixels: `cols` holds their patches
+/// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out).
+#[inline(never)]
+fn block(p: &ConvParams, cols: &[u64], wt: &[u64], out: &mut [i8], c0: usize, e: &Epilogue) {
+    let cout = p.output.c;
+    let q = [c0, c0 + 1].map(|c| Requant::new(p.multiplier.get(c), p.shift.get(c)));
+    let b0 = p.bias.get(c0);
+    if c0 + 1 == cout {
+        return pixels(cols, wt, out, cout, [b0, 0], |o, a, _| {
+            o[c0] = q[0].apply(a, e)
+        });
+    }
+    let bias = [b0, p.bias.get(c0 + 1)];
+    match Requant2::new(q, e) {
+        Some(q2) => pixels(cols, wt, out, cout, bias, |o, a0, a1| {
+            o[c0..c0 + 2].copy_from_slice(&q2.apply(a0, a1))
+        }),
+        None => pixels(cols, wt, out, cout, bias, |o, a0, a1| {
+            o[c0] = q[0].apply(a0, e);
+            o[c0 + 1] = q[1].apply(a1, e);
+        }),
+    }
+}
+
+/// For each pixel pair of the block, [`dot2x2`] from `bias`, then `put(pixel's outputs, sum of
+/// the first channel, of the second)` for each pixel (one for an odd last pixel).
+#[inline(always)]
+fn pixels(
+    cols: &[u64],
+    wt: &[u64],
+    out: &mut [i8],
+    cout: usize,
+    bias: [i32; 2],
+    mut put: impl FnMut(&mut [i8], i32, i32),
+) {
+    let [b0, b1] = bias;
+    for (x, o) in cols.chunks_exact(wt.len()).zip(out.chunks_mut(2 * cout)) {
+        let a = dot2x2([b0, b0, b1, b1], x, wt);
+        let (o0, o1) = o.split_at_mut(cout);
+        put(o0, a[0], a[2]);
+        if !o1.is_empty() {
+            put(o1, a[1], a[3]);
+        }
+    }
+}
+
+/// Sums of two channels × two pixels, starting from `a` = `[c0·p0, c0·p1, c1·p0, c1·p1]`:
+/// each word of `x` holds the two pixels' patch words (pixel 0 in the low half), each of `w`
+/// the two channels' weights.
+#[inline(always)]
+fn dot2x2(mut a: [i32; 4], x: &[u64], w: &[u64]) -> [i32; 4] {
+    let n = x.len().min(w.len());
+    let (mut x, mut w) = (x.as_ptr(), w.as_ptr());
+    for _ in 0..n {
+        // SAFETY: n words from each start.
+        let ((v0, v1), (w0, w1)) = unsafe { (ldrd_inc(&mut x), ldrd_inc(&mut w)) };
+        a[0] = smlad(w0, v0, a[0]);
+        a[1] = smlad(w0, v1, a[1]);
+        a[2] = smlad(w1, v0, a[2]);
+        a[3] = smlad(w1, v1, a[3]);
+    }
+    a
+}
+
+/// Brings the ring to output row `oy`: padded rows t = oy·s .. oy·s + kh (input row t − pad,
+/// or pad values above and below the input) must be contiguous from band row (oy·s) mod kh on,
+/// so each is written at row t mod kh and again kh rows further; only the rows output row
+/// oy − 1 did not read are widened.
+fn advance_ring(p: &ConvParams, input: &[i8], oy: usize, band: &mut [i8], row: usize) {
+    let (kh, s) = (p.kernel_h, p.stride);
+    let first = if oy == 0 {
+        0
+    } else {
+        (oy * s).max((oy - 1) * s + kh)
+    };
+    let (ring, copy) = band[..2 * kh * row].split_at_mut(kh * row);
+    for t in first..oy * s + kh {
+        let dst = &mut ring[t % kh * row..][..row];
+        fill_row(p, input, t, 0, dst);
+        copy[t % kh * row..][..row].copy_from_slice(dst);
+    }
+}
+
+/// Padded row `t` (input row t − pad, or pad values above and below the input) from padded
+/// column `c0` on, widened into `dst` (as many columns as it holds): pad values in the padding,
+/// the input's values between.
+fn fill_row(p: &ConvParams, input: &[i8], t: usize, c0: usize, dst: &mut [i8]) {
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
+    let iy = t.wrapping_sub(pad);
+    if iy >= h {
+        return fill_pad(p, dst);
+    }
+    let n = dst.len() / (2 * cin);
+    // The padded columns holding input values, clipped to `dst`'s.
+    let (lo, hi) = (c0.max(pad), (w + pad).min(c0 + n));
+    if lo >= hi {
+        return fill_pad(p, dst);
+    }
+    let (left, rest) = dst.split_at_mut(2 * cin * (lo - c0));
+    let (body, right) = rest.split_at_mut(2 * cin * (hi - lo));
+    fill_pad(p, left);
+    fill_pad(p, right);
+    widen_natural(body, &input[(iy * w + lo - pad) * cin..][..(hi - lo) * cin]);
+}
+
+/// `src` as little-endian i16 values into `dst` (twice as long), in order: each word of 4
+/// values widened by `SXTB16` (values 0 and 2) and `SXTB16 ROR #8` (1 and 3), then repacked by
+/// `PKHBT` (0, 1) and `PKHTB` (2, 3).
+#[inline(always)]
+fn widen_natural(dst: &mut [i8], src: &[i8]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(4);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let (a, b) = widen(word(s));
+        let lo = (a & 0xFFFF) | (b << 16);
+        let hi = (b & 0xFFFF_0000) | (a >> 16);
+        put(&mut d[..4], lo);
+        put(&mut d[4..], hi);
+    }
+    for (d, &v) in d.into_remainder().chunks_exact_mut(2).zip(s.remainder()) {
+        put16(d, v as i16);
+    }
+}
+
+/// Pixels of pad values (`pad_value(c)` for channel c) as i16, filling `dst`.
+fn fill_pad(p: &ConvParams, dst: &mut [i8]) {
+    for px in dst.chunks_exact_mut(2 * p.input.c) {
+        for (c, d) in px.chunks_exact_mut(2).enumerate() {
+            put16(d, p.pad_value(c) as i16);
+        }
+    }
+}
+
+/// `v` into `d` (4 bytes, any alignment): one `STR`.
+#[inline(always)]
+fn put(d: &mut [i8], v: u32) {
+    d.copy_from_slice(&v.to_le_bytes().map(|b| b as i8));
+}
+
+/// `v` into `d` (2 bytes, any alignment): one `STRH`.
+#[inline(always)]
+fn put16(d: &mut [i8], v: i16) {
+    d.copy_from_slice(&v.to_le_bytes().map(|b| b as i8));
+}
+
+/// Channels `c0` and `c0 + 1` (zeros past C_out) widened into `pair`: kernel row ky's kw·C_in
+/// values as i16 pairs, a zero after an odd count; each element holds the two channels' words
+/// (channel `c0` in the low half).
+fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
+    let (k, run) = (p.k(), p.kernel_w * p.input.c);
+    let rw = run.div_ceil(2);
+    pair.fill(0);
+    for (half, c) in [c0, c0 + 1].into_iter().enumerate() {
+        if c >= p.output.c {
+            break;
+        }
+        let rows = p.weights[c * k..][..k].chunks_exact(run);
+        for (dst, row) in pair.chunks_exact_mut(rw).zip(rows) {
+            for (d, v) in dst.iter_mut().zip(row.chunks(2)) {
+                let hi = v.get(1).map_or(0, |&b| b as i16 as u16 as u64);
+                *d |= (v[0] as i16 as u16 as u64 | hi << 16) << (32 * half);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{
+        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
+    };
+    use crate::kernels::{I32Array, OutputQuant, Shape};
+    use crate::scratch_bytes;
+    use proptest::prelude::*;
+
+    /// Scratch lengths that select each plan: the op's own (`scratch_bytes`), a ring with one
+    /// weight pair, strips of a few pixels, the one-pixel strip (the least `plan` takes).
+    fn lengths(p: &ConvParams) -> [usize; 4] {
+        let least = (1..=scratch_bytes(1, &p.geometry()))
+            .find(|&n| plan(p, n).is_some())
+            .unwrap();
+        let row = (p.input.w + 2 * p.pad) * p.input.c * 2;
+        let pair = plan(p, least).unwrap().pair;
+        let ring = 2 * p.kernel_h * row + 9 + (p.output.w.min(PIXEL_BLOCK).div_ceil(2) + 1) * pair;
+        [scratch_bytes(1, &p.geometry()), ring, 2 * least, least]
+    }
+
+    /// Every plan, each against the scalar reference. Never declines: the op's scratch always
+    /// holds a plan.
+    fn check(c: &ConvCase) {
+        for which in 0..4 {
+            let mut run = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
+                assert!(
+                    plan(p, s.len()).is_some(),
+                    "no plan for the op's scratch: {c:?}"
+                );
+                let n = lengths(p)[which].min(s.len());
+                conv2d(p, x, y, &mut s[..n]);
+                true
+            };
+            check_conv(c, &mut run, &|_, _| false);
+        }
+    }
+
+    #[test]
+    fn model_shapes() {
+        model_convs().for_each(|c| check(&c));
+    }
+
+    /// The lengths above select what they say, on a LeNet conv.
+    #[test]
+    fn plans_by_length() {
+        conv_matches_scalar(6, 16, 14, 14, 5, 5, 1, 0, 3, &mut |p, x, y, s| {
+            let [full, ring, strips, least] = lengths(p).map(|n| plan(p, n).unwrap());
+            assert!(full.ring && full.all_weights && full.block == p.output.w);
+            assert!(ring.ring && !ring.all_weights && ring.block == PIXEL_BLOCK);
+            assert!(!strips.ring && strips.block > 1);
+            assert!(!least.ring && least.block == 1);
+            conv2d(p, x, y, s);
+        });
+    }
+
+    /// Scratch smaller than the least plan: the scalar fallback, same bytes.
+    #[test]
+    fn small_scratch_falls_back() {
+        let mut calls = 0;
+        conv_matches_scalar(3, 5, 6, 6, 3, 3, 1, 1, 7, &mut |p, x, y, s| {
+            calls += 1;
+            let short = lengths(p)[3] - 1;
+            assert!(plan(p, short).is_none());
+            conv2d(p, x, y, &mut s[..short])
+        });
+        assert_eq!(calls, 1);
+    }
+
+    /// Extreme sums: every product at its largest (−128·−128, past what validated models
+    /// hold) over K = 576, with biases at i32::MAX and i32::MIN, so the i32 sums wrap.
+    #[test]
+    fn wrapping_sums() {
+        let (cin, cout) = (64, 3);
+        let k = 9 * cin;
+        let input = vec![-128i8; 4 * 4 * cin];
+        let weights = vec![-128i8; cout * k];
+        let bias: Vec<u8> = [i32::MAX, i32::MIN, -5]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let m0: Vec<u8> = [i32::MAX, 1 << 30, 3 << 29]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let shift: Vec<u8> = [-31i32, 30, -4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let p = ConvParams {
+            input: Shape { c: cin, h: 4, w: 4 },
+            output: Shape {
+                c: cout,
+                h: 4,
+                w: 4,
+            },
+            kernel_h: 3,
+            kernel_w: 3,
+            stride: 1,
+            pad: 1,
+            weights: &weights,
+            bias: I32Array::new(&bias),
+            multiplier: I32Array::new(&m0),
+            shift: I32Array::new(&shift),
+            pad_values: &[],
+            input_zero_point: -128,
+            out: OutputQuant {
+                zero_point: 3,
+                act_min: -128,
+                act_max: 127,
+            },
+        };
+        let mut want = vec![0i8; 16 * cout];
+        scalar::conv2d(&p, &input, &mut want);
+        let mut got = vec![0i8; 16 * cout];
+        let mut scratch = vec![0u8; scratch_bytes(1, &p.geometry())];
+        conv2d(&p, &input, &mut got, &mut scratch);
+        assert_eq!(want, got);
+    }
+
+    proptest! {
+        #[test]
+        fn cortex_m_equals_scalar(c in conv_cases()) {
+            check(&c);
+        }
+
+        /// The op's scratch holds a plan whatever the geometry (wide rows, large strides,
+        /// one-value kernels), so the kernel never falls back on a valid model.
+        #[test]
+        fn scratch_bytes_holds_a_plan(
+            (cin, cout) in (1usize..600, 1usize..600), (h, w) in (1usize..300, 1usize..300),
+            (kh, kw) in (1usize..12, 1usize..12), stride in 1usize..40, pad in 0usize..6,
+        ) {
+            prop_assume!(h + 2 * pad >= kh && w + 2 * pad >= kw);
+            let output = Shape {
+                c: cout,
+                h: (h + 2 * pad - kh) / stride + 1,
+                w: (w + 2 * pad - kw) / stride + 1,
+            };
+            let p = ConvParams {
+                input: Shape { c: cin, h, w },
+                output,
+                kernel_h: kh,
+                kernel_w: kw,
+                stride,
+                pad,
+                weights: &[],
+                bias: I32Array::new(&[]),
+                multiplier: I32Array::new(&[]),
+                shift: I32Array::new(&[]),
+                pad_values: &[],
+                input_zero_point: 0,
+                out: OutputQuant { zero_point: 0, act_min: -128, act_max: 127 },
+            };
+            let plan = plan(&p, scratch_bytes(1, &p.geometry()));
+            prop_assert!(plan.is_some());
+            prop_assert!(plan.unwrap().block >= 1);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! fully_connected: [`ROWS`] output rows per pass share each widened word of the input; each
+//! row's word is widened and multiplied in with two `SMLAD`s (CMSIS-NN's
+//! `arm_nn_vec_mat_mult_t_s8` scheme). The op has no scratch, so the input is widened again
+//! for every pass.
+
+use super::{ldr_inc, smlad, tail_word, widen, Epilogue, Requant};
+use crate::kernels::{scalar, FcParams};
+
+/// Output rows per pass: the input's widening is shared by this many rows, and their
+/// accumulators and row pointers still fit in the core's registers.
+const ROWS: usize = 4;
+
+/// Same bytes as [`scalar::fully_connected`].
+pub fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
+    let (k, n) = (p.k, p.n);
+    if input.len() < k || output.len() < n || p.weights.len() < n * k {
+        return scalar::fully_connected(p, input, output);
+    }
+    let x = &input[..k];
+    let e = Epilogue::new(&p.out);
+    let mut j = 0;
+    while j + ROWS <= n {
+        let w: [&[i8]; ROWS] = core::array::from_fn(|r| &p.weights[(j + r) * k..][..k]);
+        let acc = dot(core::array::from_fn(|r| p.bias.get(j + r)), x, w);
+        for (r, &a) in acc.iter().enumerate() {
+            let q = Requant::new(p.multiplier.get(j + r), p.shift.get(j + r));
+            output[j + r] = q.apply(a, &e);
+        }
+        j += ROWS;
+    }
+    while j < n {
+        let [a] = dot([p.bias.get(j)], x, [&p.weights[j * k..][..k]]);
+        output[j] = Requant::new(p.multiplier.get(j), p.shift.get(j)).apply(a, &e);
+        j += 1;
+    }
+}
+
+/// `acc[r] + Σ x·w[r]` over rows of `x.len()` values, 4 per step (a last partial group
+/// zero-filled).
+#[inline(always)]
+fn dot<const R: usize>(mut acc: [i32; R], x: &[i8], w: [&[i8]; R]) -> [i32; R] {
+    let groups = x.len() / 4;
+    assert!(w.iter().all(|r| r.len() == x.len()));
+    let mut xp = x.as_ptr();
+    let mut wp = w.map(|r| r.as_ptr());
+    for _ in 0..groups {
+        // SAFETY: `groups` whole groups of 4 from each start (rows as long as `x`, asserted).
+        let (xa, xb) = widen(unsafe { ldr_inc(&mut xp) });
+        for (a, p) in acc.iter_mut().zip(wp.iter_mut()) {
+            // SAFETY: as above.
+            let (wa, wb) = widen(unsafe { ldr_inc(p) });
+            *a = smlad(wb, xb, smlad(wa, xa, *a));
+        }
+    }
+    let tail = 4 * groups;
+    if tail < x.len() {
+        let (xa, xb) = widen(tail_word(&x[tail..]));
+        for (a, row) in acc.iter_mut().zip(w) {
+            let (wa, wb) = widen(tail_word(&row[tail..]));
+            *a = smlad(wb, xb, smlad(wa, xa, *a));
+        }
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{fc_matches_scalar, FC_SHAPES};
+    use crate::kernels::{I32Array, OutputQuant};
+    use proptest::prelude::*;
+
+    #[test]
+    fn shared_shapes() {
+        for (k, n) in FC_SHAPES {
+            fc_matches_scalar(k, n, 7 + k as u64, &mut |p, x, y| fully_connected(p, x, y));
+        }
+    }
+
+    /// Extreme sums: −128·−128 products (past what validated models hold) over K = 65 536,
+    /// biases at the ends of i32: the sums wrap.
+    #[test]
+    fn wrapping_sums() {
+        let k = 65_536;
+        let x = vec![-128i8; k];
+        let weights = vec![-128i8; 3 * k];
+        let bias: Vec<u8> = [i32::MAX, i32::MIN, -5]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mult: Vec<u8> = [i32::MAX, 1 << 30, 3 << 29]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let shift: Vec<u8> = [-31i32, 30, -4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let p = FcParams {
+            k,
+            n: 3,
+            weights: &weights,
+            bias: I32Array::new(&bias),
+            multiplier: I32Array::new(&mult),
+            shift: I32Array::new(&shift),
+            out: OutputQuant {
+                zero_point: 3,
+                act_min: -128,
+                act_max: 127,
+            },
+        };
+        let mut want = [0i8; 3];
+        scalar::fully_connected(&p, &x, &mut want);
+        let mut got = [0i8; 3];
+        fully_connected(&p, &x, &mut got);
+        assert_eq!(want, got);
+    }
+
+    proptest! {
+        #[test]
+        fn cortex_m_equals_scalar(k in 1usize..300, n in 1usize..20, seed in any::<u64>()) {
+            fc_matches_scalar(k, n, seed, &mut |p, x, y| fully_connected(p, x, y));
+        }
+    }
+}

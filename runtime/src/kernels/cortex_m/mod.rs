@@ -1,0 +1,495 @@
+//! Cortex-M kernels for cores with the DSP extension (Armv7E-M: Cortex-M4, M7): conv2d,
+//! fully_connected and max_pool, bit-identical to `kernels::scalar`, in the manner of CMSIS-NN.
+//!
+//! Inner products use `SMLAD` (two 16-bit multiply-adds into a 32-bit accumulator): int8 values
+//! are widened four at a time by `SXTB16` (bytes 0 and 2 into the two halves) and `SXTB16` with
+//! `ROR #8` (bytes 1 and 3). The halves come out reordered, but weights and activations are
+//! widened the same way, so each `SMLAD` still pairs weight i with activation i. The sum is
+//! exact and wraps modulo 2^32 like the scalar reference's accumulator (`SMLAD` also sets the
+//! sticky Q flag on overflow, which nothing reads), so no accumulation bound is needed.
+//! Requantization goes through `crate::requant`'s decoding ([`Requant`]). max_pool takes the
+//! maximum of four int8 lanes at once (`SSUB8` + `SEL`).
+//!
+//! Each DSP instruction is one line of `asm!` on Arm with DSP (`cfg(octet_arm_dsp)`, set by
+//! `build.rs` for `thumbv7em-*`); elsewhere a plain function computes the same bits, so the same
+//! kernels run on the host under the shared proptests (there this module is compiled for tests
+//! only). The kernels are safe functions: they need nothing the target does not guarantee.
+
+mod conv2d;
+mod fully_connected;
+mod max_pool;
+
+pub use conv2d::conv2d;
+pub use fully_connected::fully_connected;
+pub use max_pool::max_pool;
+
+use crate::kernels::OutputQuant;
+use crate::requant::ChannelRequant;
+
+/// `SMLAD`: `acc + lo(a)·lo(b) + hi(a)·hi(b)` with the halves as i16, modulo 2^32.
+#[inline(always)]
+fn smlad(a: u32, b: u32, acc: i32) -> i32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let mut acc = acc;
+        // SAFETY: register-only; SMLAD writes the Q flag (so no `preserves_flags`). The
+        // accumulator stays in its register (`inout`), which keeps blocks of them allocatable.
+        unsafe {
+            core::arch::asm!(
+                "smlad {c}, {a}, {b}, {c}",
+                c = inout(reg) acc,
+                a = in(reg) a,
+                b = in(reg) b,
+                options(pure, nomem, nostack)
+            )
+        };
+        acc
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        // Each product is exact in i32 (|p| ≤ 2^30); the instruction's wider sum keeps its low
+        // 32 bits, which wrapping additions give in any order.
+        let lo = (a as i16 as i32) * (b as i16 as i32);
+        let hi = ((a >> 16) as i16 as i32) * ((b >> 16) as i16 as i32);
+        acc.wrapping_add(lo).wrapping_add(hi)
+    }
+}
+
+/// `SXTB16`: bytes 0 and 2 of `x`, sign-extended into the low and high halves.
+#[inline(always)]
+fn sxtb16(x: u32) -> u32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let r: u32;
+        // SAFETY: register-only, no flags.
+        unsafe {
+            core::arch::asm!(
+                "sxtb16 {r}, {x}",
+                r = lateout(reg) r,
+                x = in(reg) x,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        r
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        (x as u8 as i8 as i16 as u16 as u32) | ((x >> 16) as u8 as i8 as i16 as u16 as u32) << 16
+    }
+}
+
+/// `SXTB16 ROR #8`: bytes 1 and 3 of `x`, sign-extended into the low and high halves.
+#[inline(always)]
+fn sxtb16_ror8(x: u32) -> u32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let r: u32;
+        // SAFETY: register-only, no flags.
+        unsafe {
+            core::arch::asm!(
+                "sxtb16 {r}, {x}, ror #8",
+                r = lateout(reg) r,
+                x = in(reg) x,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        r
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        sxtb16(x.rotate_right(8))
+    }
+}
+
+/// The low and high words of the 8-byte word at `*p`, and `p` advanced past it: `LDRD` with
+/// post-increment (LLVM splits such a load into two `LDR`s and indexes them, costing the inner
+/// loops a third more).
+///
+/// # Safety
+/// `*p` is valid for reads (and aligned, as `LDRD` needs).
+#[inline(always)]
+unsafe fn ldrd_inc(p: &mut *const u64) -> (u32, u32) {
+    #[cfg(octet_arm_dsp)]
+    {
+        let (lo, hi): (u32, u32);
+        // SAFETY: the caller's guarantee; reads memory, writes registers only. Little-endian:
+        // the low word is the first.
+        unsafe {
+            core::arch::asm!(
+                "ldrd {lo}, {hi}, [{p}], #8",
+                p = inout(reg) *p,
+                lo = out(reg) lo,
+                hi = out(reg) hi,
+                options(pure, readonly, nostack, preserves_flags)
+            )
+        };
+        (lo, hi)
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        // SAFETY: the caller's guarantee.
+        let v = unsafe { p.read() };
+        *p = p.wrapping_add(1);
+        (v as u32, (v >> 32) as u32)
+    }
+}
+
+/// The four int8 values of `v` widened for [`smlad`]: `(SXTB16 v, SXTB16 ROR #8 v)`.
+#[inline(always)]
+fn widen(v: u32) -> (u32, u32) {
+    (sxtb16(v), sxtb16_ror8(v))
+}
+
+/// Bytes 0..4 of `b` (any alignment) as a little-endian word: one `LDR` on Armv7-M, which
+/// loads unaligned words.
+#[inline(always)]
+fn word(b: &[i8]) -> u32 {
+    let mut w = [0i8; 4];
+    w.copy_from_slice(&b[..4]);
+    u32::from_le_bytes(w.map(|v| v as u8))
+}
+
+/// The little-endian word at `*p` (any alignment), and `p` advanced past it: `LDR` with
+/// post-increment (left to itself, LLVM indexes such loads from per-row bases it then spills).
+///
+/// # Safety
+/// `*p` is valid for reads of 4 bytes.
+#[inline(always)]
+unsafe fn ldr_inc(p: &mut *const i8) -> u32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let v: u32;
+        // SAFETY: the caller's guarantee; Armv7-M loads unaligned words with LDR.
+        unsafe {
+            core::arch::asm!(
+                "ldr {v}, [{p}], #4",
+                p = inout(reg) *p,
+                v = out(reg) v,
+                options(pure, readonly, nostack, preserves_flags)
+            )
+        };
+        v
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            let v = load(*p);
+            *p = (*p).add(4);
+            v
+        }
+    }
+}
+
+/// The little-endian word at `p` (any alignment): one `LDR` on Armv7-M.
+///
+/// # Safety
+/// `p` is valid for reads of 4 bytes.
+#[inline(always)]
+unsafe fn load(p: *const i8) -> u32 {
+    // SAFETY: the caller's guarantee.
+    u32::from_le(unsafe { p.cast::<u32>().read_unaligned() })
+}
+
+/// The last `b.len()` (< 4) values of a row as a word, zero above them: the final group of a
+/// row whose length is not a multiple of 4 (a zero value adds nothing to an inner product).
+#[inline(always)]
+fn tail_word(b: &[i8]) -> u32 {
+    b.iter().rev().fold(0u32, |w, &v| (w << 8) | v as u8 as u32)
+}
+
+/// A lane-wise selection by signed comparison: `$sub` (`SSUB8` or `SSUB16`) sets a GE flag per
+/// lane where `a ≥ b`, then `SEL` takes its first operand in those lanes and its second
+/// elsewhere. Elsewhere than Arm with DSP, `$model` computes the same lanes.
+macro_rules! lane_select {
+    ($(#[$doc:meta])* $name:ident, $sub:literal, $sel:literal, $model:expr) => {
+        $(#[$doc])*
+        #[inline(always)]
+        fn $name(a: u32, b: u32) -> u32 {
+            #[cfg(octet_arm_dsp)]
+            {
+                let r: u32;
+                // SAFETY: register-only; writes the GE flags (so no `preserves_flags`).
+                unsafe {
+                    core::arch::asm!(
+                        concat!($sub, " {t}, {a}, {b}\n", $sel),
+                        t = out(reg) _,
+                        r = lateout(reg) r,
+                        a = in(reg) a,
+                        b = in(reg) b,
+                        options(pure, nomem, nostack)
+                    )
+                };
+                r
+            }
+            #[cfg(not(octet_arm_dsp))]
+            {
+                $model(a, b)
+            }
+        }
+    };
+}
+
+lane_select!(
+    /// Lane-wise maximum of four int8 lanes (`SSUB8`, `SEL`).
+    max8, "ssub8", "sel {r}, {a}, {b}", |a, b| lanes8(a, b, i8::max)
+);
+lane_select!(
+    /// Lane-wise minimum of four int8 lanes (`SSUB8`, `SEL` with its operands swapped).
+    min8, "ssub8", "sel {r}, {b}, {a}", |a, b| lanes8(a, b, i8::min)
+);
+lane_select!(
+    /// Lane-wise maximum of two int16 lanes (`SSUB16`, `SEL`).
+    max16, "ssub16", "sel {r}, {a}, {b}", |a, b| lanes16(a, b, i16::max)
+);
+lane_select!(
+    /// Lane-wise minimum of two int16 lanes (`SSUB16`, `SEL` with its operands swapped).
+    min16, "ssub16", "sel {r}, {b}, {a}", |a, b| lanes16(a, b, i16::min)
+);
+
+/// `QADD16`: lane-wise saturating sum of two int16 lanes.
+#[inline(always)]
+fn qadd16(a: u32, b: u32) -> u32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let r: u32;
+        // SAFETY: register-only (the parallel saturating adds leave the Q flag alone, but
+        // nothing here relies on it).
+        unsafe {
+            core::arch::asm!(
+                "qadd16 {r}, {a}, {b}",
+                r = lateout(reg) r,
+                a = in(reg) a,
+                b = in(reg) b,
+                options(pure, nomem, nostack)
+            )
+        };
+        r
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        lanes16(a, b, i16::saturating_add)
+    }
+}
+
+/// `f` on each int8 lane of `a` and `b`.
+#[cfg(not(octet_arm_dsp))]
+fn lanes8(a: u32, b: u32, f: impl Fn(i8, i8) -> i8) -> u32 {
+    let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
+    u32::from_le_bytes(core::array::from_fn(|i| f(a[i] as i8, b[i] as i8) as u8))
+}
+
+/// `f` on each int16 lane of `a` and `b`.
+#[cfg(not(octet_arm_dsp))]
+fn lanes16(a: u32, b: u32, f: impl Fn(i16, i16) -> i16) -> u32 {
+    let lane = |x: u32, i: u32| (x >> (16 * i)) as i16;
+    (f(lane(a, 0), lane(b, 0)) as u16 as u32) | (f(lane(a, 1), lane(b, 1)) as u16 as u32) << 16
+}
+
+/// An op's output zero point and clamp for the epilogues, the clamp bounds narrowed to int8:
+/// `min(max(v, lo), hi)` with `lo`, `hi` the bounds clamped to [−128, 127] is
+/// [`OutputQuant::clamp64`] (whatever the bounds, even crossed ones).
+#[derive(Clone, Copy)]
+struct Epilogue {
+    out: OutputQuant,
+    lo: i32,
+    hi: i32,
+}
+
+impl Epilogue {
+    #[inline(always)]
+    fn new(out: &OutputQuant) -> Self {
+        Epilogue {
+            out: *out,
+            lo: out.act_min.clamp(-128, 127),
+            hi: out.act_max.clamp(-128, 127),
+        }
+    }
+}
+
+/// One output channel's requantization: M0 and the shift as stored, and n = 31 − shift as
+/// [`ChannelRequant::new`] decodes it (the accumulators start at the bias, so it is decoded
+/// with a zero bias).
+///
+/// When n ≥ 33 (multipliers below 2^−2, the usual case) the epilogue needs only the high word
+/// of the product: with acc·M0 = hi·2^32 + lo, 0 ≤ lo < 2^32, the rounding term 2^(n−1) is a
+/// multiple of 2^32, lo cannot carry into the quotient, and
+/// `(acc·M0 + 2^(n−1)) >> n = (hi + 2^(n−33)) >> (n − 32)`, which cannot overflow
+/// (|hi| ≤ 2^30, 2^(n−33) ≤ 2^29): `SMMLA` and a shift. Other shifts take
+/// [`OutputQuant::finish`].
+#[derive(Clone, Copy)]
+struct Requant {
+    m0: i32,
+    shift: i32,
+    round_hi: i32,
+    /// n − 32 when n ≥ 33; 0 selects `OutputQuant::finish`.
+    sh: u32,
+}
+
+impl Requant {
+    #[inline(always)]
+    fn new(m0: i32, shift: i32) -> Self {
+        let n = ChannelRequant::new(0, m0, shift).n;
+        let fast = n >= 33;
+        Requant {
+            m0,
+            shift,
+            round_hi: if fast { 1 << (n - 33) } else { 0 },
+            sh: if fast { n - 32 } else { 0 },
+        }
+    }
+
+    /// Whether the high-word path applies (n ≥ 33).
+    #[inline(always)]
+    fn fast(&self) -> bool {
+        self.sh != 0
+    }
+
+    /// `(acc·M0 + 2^(n−1)) >> n` on the high-word path (`SMMLA` and a shift).
+    #[inline(always)]
+    fn scaled(&self, acc: i32) -> i32 {
+        let hi = ((acc as i64 * self.m0 as i64) >> 32) as i32;
+        (hi + self.round_hi) >> self.sh
+    }
+
+    /// `OutputQuant::finish(acc, …)`: `clamp(((acc·M0 + 2^(n−1)) >> n) + z_out)` as int8.
+    #[inline(always)]
+    fn apply(&self, acc: i32, e: &Epilogue) -> i8 {
+        if !self.fast() {
+            return e
+                .out
+                .finish(acc, &ChannelRequant::new(0, self.m0, self.shift));
+        }
+        // Saturating: where the i32 sum would overflow, the exact value lies past the clamp.
+        let v = self.scaled(acc).saturating_add(e.out.zero_point);
+        v.max(e.lo).min(e.hi) as i8
+    }
+}
+
+/// Two channels' [`Requant::apply`] on one pixel (both on the high-word path), the zero point
+/// and clamp in the two 16-bit lanes of a word: each scaled sum saturated to int16 (`SSAT`;
+/// past ±2^15 the clamp decides the same), packed (`PKHBT`), the zero point added saturating
+/// (`QADD16`, likewise), clamped (`SSUB16` + `SEL`, twice) and the low bytes of the lanes
+/// brought together for one 2-byte store.
+#[derive(Clone, Copy)]
+struct Requant2 {
+    q: [Requant; 2],
+    zp: u32,
+    lo: u32,
+    hi: u32,
+}
+
+impl Requant2 {
+    /// `None` unless both channels take the high-word path and |z_out| ≤ 32 640 (an int16 lane
+    /// then still saturates past the clamp bounds; valid models hold |z_out| ≤ 128).
+    #[inline(always)]
+    fn new(q: [Requant; 2], e: &Epilogue) -> Option<Self> {
+        let splat = |v: i32| (v as u16 as u32) * 0x1_0001;
+        let zp = e.out.zero_point;
+        (q[0].fast() && q[1].fast() && zp.unsigned_abs() <= 32_640).then(|| Requant2 {
+            q,
+            zp: splat(zp),
+            lo: splat(e.lo),
+            hi: splat(e.hi),
+        })
+    }
+
+    /// `[q[0].apply(a0), q[1].apply(a1)]`.
+    #[inline(always)]
+    fn apply(&self, a0: i32, a1: i32) -> [i8; 2] {
+        let s0 = self.q[0].scaled(a0).clamp(-32768, 32767);
+        let s1 = self.q[1].scaled(a1).clamp(-32768, 32767);
+        let v = (s0 as u32 & 0xFFFF) | (s1 as u32) << 16;
+        let v = min16(max16(qadd16(v, self.zp), self.lo), self.hi) & 0x00FF_00FF;
+        let b = v | v >> 8;
+        [b as i8, (b >> 8) as i8]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn widening_pairs_lanes() {
+        // Bytes −1, 2, −3, 4 (little-endian) and 5, −6, 7, −8.
+        let x = u32::from_le_bytes([0xFF, 2, 0xFD, 4]);
+        let w = u32::from_le_bytes([5, 0xFA, 7, 0xF8]);
+        assert_eq!(sxtb16(x), 0xFFFD_FFFF);
+        assert_eq!(sxtb16_ror8(x), 0x0004_0002);
+        let ((xa, xb), (wa, wb)) = (widen(x), widen(w));
+        // −5 − 21 − 12 − 32.
+        assert_eq!(smlad(xb, wb, smlad(xa, wa, 10)), 10 - 5 - 21 - 12 - 32);
+        assert_eq!(tail_word(&[1, -2, 3]), 0x0003_FE01);
+        assert_eq!(word(&[1, -2, 3, -4]), 0xFC03_FE01);
+    }
+
+    proptest! {
+        #[test]
+        fn smlad_wraps_like_the_instruction(a in any::<u32>(), b in any::<u32>(), acc in any::<i32>()) {
+            let p = |x: u32, y: u32| (x as i16 as i64) * (y as i16 as i64);
+            let exact = acc as i64 + p(a, b) + p(a >> 16, b >> 16);
+            prop_assert_eq!(smlad(a, b, acc), exact as i32);
+        }
+
+        #[test]
+        fn lane_max_min(a in any::<u32>(), b in any::<u32>()) {
+            let (x, y) = (a.to_le_bytes(), b.to_le_bytes());
+            let mx = u32::from_le_bytes(core::array::from_fn(|i| (x[i] as i8).max(y[i] as i8) as u8));
+            let mn = u32::from_le_bytes(core::array::from_fn(|i| (x[i] as i8).min(y[i] as i8) as u8));
+            prop_assert_eq!(max8(a, b), mx);
+            prop_assert_eq!(min8(a, b), mn);
+        }
+
+        /// The epilogue against `OutputQuant::finish` over every accumulator, multiplier and
+        /// shift (valid or not), zero point and clamp (crossed bounds included).
+        #[test]
+        fn requant_matches_finish(
+            acc in any::<i32>(), m0 in any::<i32>(), shift in -40i32..40,
+            zp in any::<i32>(), lo in -300i32..300, hi in -300i32..300,
+        ) {
+            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi };
+            let e = Epilogue::new(&out);
+            let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
+            prop_assert_eq!(Requant::new(m0, shift).apply(acc, &e), want);
+        }
+
+        /// The two-channel epilogue against two one-channel ones (themselves checked against
+        /// `finish`), over zero points beyond int8 too.
+        #[test]
+        fn requant2_matches_requant(
+            a0 in any::<i32>(), a1 in any::<i32>(), m0 in (1i32 << 30)..=i32::MAX,
+            m1 in any::<i32>(), s0 in -31i32..=-2, s1 in -40i32..=-2,
+            zp in -33_000i32..33_000, lo in -300i32..300, hi in -300i32..300,
+        ) {
+            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi };
+            let e = Epilogue::new(&out);
+            let q = [Requant::new(m0, s0), Requant::new(m1, s1)];
+            match Requant2::new(q, &e) {
+                Some(r) => prop_assert_eq!(r.apply(a0, a1), [q[0].apply(a0, &e), q[1].apply(a1, &e)]),
+                None => prop_assert!(zp.abs() > 32_640),
+            }
+        }
+
+        #[test]
+        fn lane16_ops(a in any::<u32>(), b in any::<u32>()) {
+            let l = |x: u32| [x as i16, (x >> 16) as i16];
+            let (x, y) = (l(a), l(b));
+            let pack = |v: [i16; 2]| v[0] as u16 as u32 | (v[1] as u16 as u32) << 16;
+            prop_assert_eq!(max16(a, b), pack([x[0].max(y[0]), x[1].max(y[1])]));
+            prop_assert_eq!(min16(a, b), pack([x[0].min(y[0]), x[1].min(y[1])]));
+            prop_assert_eq!(qadd16(a, b), pack([x[0].saturating_add(y[0]), x[1].saturating_add(y[1])]));
+        }
+
+        #[test]
+        fn requant_valid_multipliers(
+            acc in -(1i32 << 24)..(1 << 24), m0 in (1i32 << 30)..=i32::MAX, shift in -31i32..=30,
+            zp in -128i32..=127,
+        ) {
+            let out = OutputQuant { zero_point: zp, act_min: zp, act_max: 127 };
+            let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
+            prop_assert_eq!(Requant::new(m0, shift).apply(acc, &Epilogue::new(&out)), want);
+        }
+    }
+}
