@@ -30,10 +30,11 @@ pub enum ExportError {
     Runtime(String),
     #[error("plot: {0}")]
     Plot(String),
-    #[error("{path}: {source}")]
+    /// The OS error's text is part of the message, not a `source` (printed twice by `{:#}`).
+    #[error("{path}: {error}")]
     Io {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

@@ -162,6 +162,13 @@ pub fn export(
     let model = quantize_model(&graph, &acts, opts.weights)?;
     let plan = plan_model(&model);
     let bytes = write(&model, &plan)?;
+    // Nothing is handed out that the runtime would refuse (the writer and the reader's checks
+    // are separate code; a disagreement is a bug, reported as such rather than written).
+    octet_runtime::Model::parse(&bytes).map_err(|e| {
+        ExportError::Runtime(format!(
+            "the exported model fails the runtime's validation ({e}): an exporter bug"
+        ))
+    })?;
 
     // Per-layer SQNR: the fully simulated int8 graph against the float one.
     let n_sqnr = n.min(opts.sqnr_images.max(1));

@@ -129,9 +129,9 @@ fn regroup(counts: &[u64]) -> Vec<u64> {
 /// op output) into `dir`, which is created; returns the paths written.
 pub fn write_histograms(exported: &Exported, dir: &Path) -> Result<Vec<PathBuf>> {
     register_font()?;
-    std::fs::create_dir_all(dir).map_err(|source| ExportError::Io {
+    std::fs::create_dir_all(dir).map_err(|error| ExportError::Io {
         path: dir.to_path_buf(),
-        source,
+        error,
     })?;
     let mut written = Vec::new();
     for (i, (op, q)) in exported

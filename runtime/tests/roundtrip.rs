@@ -180,6 +180,46 @@ fn header_errors() {
     ));
 }
 
+/// Issue 19: a valid-CRC file whose arena_bytes is huge (0xFFFFFFFF) was accepted, and the
+/// CLI then tried to allocate threads × images × arena and aborted. The arena is exact.
+#[test]
+fn arena_bytes_must_be_exact() {
+    let b = lenet(4);
+    let good = b.encode();
+    assert_eq!(
+        Model::parse(&good).unwrap().working_bytes(),
+        b.arena as usize
+    );
+    for arena in [u32::MAX, b.arena + 1, b.arena + 16, b.arena - 1] {
+        let mut f = good.clone();
+        f[20..24].copy_from_slice(&arena.to_le_bytes());
+        fix_crc(&mut f);
+        assert!(
+            matches!(
+                err(&f),
+                RuntimeError::BadHeader { what } if what.starts_with("arena_bytes")
+            ) || (arena < b.arena && matches!(err(&f), RuntimeError::OutOfBounds { .. })),
+            "arena {arena}: {:?}",
+            Model::parse(&f).err()
+        );
+    }
+    // Exact, but reached through an unused gap: the output tensor moved far away, the header
+    // saying where it now ends.
+    let n_t = b.tensors.len();
+    let (out, bytes) = (n_t - 1, 10u32);
+    let mut f = good.clone();
+    let far = 0xF000_0000u32;
+    tensor_field(&mut f, out, 16, &far.to_le_bytes());
+    f[20..24].copy_from_slice(&(far + bytes).to_le_bytes());
+    fix_crc(&mut f);
+    assert_eq!(
+        err(&f),
+        RuntimeError::BadHeader {
+            what: "arena_bytes (larger than all tensors and scratch side by side: unused gaps)"
+        }
+    );
+}
+
 fn tensor_field(f: &mut [u8], t: usize, off: usize, v: &[u8]) {
     let at = 80 + 32 * t + off;
     f[at..at + v.len()].copy_from_slice(v);

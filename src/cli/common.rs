@@ -41,9 +41,17 @@ pub fn open_trained(
     model: Option<&str>,
     data: Option<&str>,
 ) -> anyhow::Result<Trained> {
-    let ck = checkpoint::load(path)?;
+    // Finite tensors and consistent metadata (architecture, shapes, normalisation), before
+    // any data is loaded.
+    let ck = checkpoint::load_checked(path)?;
     let hint = model.map(str::parse::<ModelKind>).transpose()?;
     let kind = ck.model_kind(hint)?;
+    if let Some(h) = hint.filter(|&h| h != kind) {
+        anyhow::bail!(
+            "--model {h}, but {} is a {kind} checkpoint (its metadata says so): drop --model",
+            path.display()
+        );
+    }
     let (in_channels, classes) = ck.io_shape(kind)?;
     let data_str = match (data, &ck.meta) {
         (Some(d), _) => d.to_string(),
@@ -62,6 +70,8 @@ pub fn open_trained(
         .as_ref()
         .map(|m| m.normalization.clone())
         .unwrap_or(split.norm.clone());
+    norm.check(in_channels)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(Trained {
         ck,
         kind,
@@ -106,13 +116,76 @@ pub fn run_o8_with(
     let batch = model
         .batch_of(pixels.len())
         .map_err(|e| anyhow::anyhow!("input: {e}"))?;
-    let threads = threads.max(1);
-    let mut arena =
-        vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&model, batch, threads)];
+    anyhow::ensure!(threads >= 1, "the thread count must be at least 1");
+    let mut arena = arena_for(&model, batch, threads)?;
     let logits =
         octet_runtime::parallel::run_parallel_with(&model, kernels, pixels, &mut arena, threads)
             .map_err(|e| anyhow::anyhow!("runtime: {e}"))?;
     Ok(logits.to_vec())
+}
+
+/// The zeroed arena `run_parallel` needs for `batch` images on `threads` threads, or an error
+/// saying why it cannot be had: more than this machine's memory, or refused by the allocator.
+/// Never an abort, whatever the model's (validated, but possibly large) arena size.
+pub fn arena_for(
+    model: &octet_runtime::Model,
+    batch: usize,
+    threads: usize,
+) -> anyhow::Result<Vec<u8>> {
+    let needed = octet_runtime::parallel::arena_bytes_parallel(model, batch, threads);
+    let why = || {
+        format!(
+            "the model needs {needed} bytes of arena for {batch} image(s) on {threads} \
+             thread(s) ({} bytes per image in flight, up to {} images per thread)",
+            model.working_bytes(),
+            octet_runtime::kernels::GROUP_IMAGES
+        )
+    };
+    let memory = physical_memory();
+    if needed == usize::MAX || memory.is_some_and(|m| needed as u64 > m) {
+        anyhow::bail!(
+            "{}, more than this machine's {} bytes of memory: use --threads 1 and fewer \
+             --images, or a smaller model",
+            why(),
+            memory.unwrap_or(0)
+        );
+    }
+    let mut arena = Vec::new();
+    arena.try_reserve_exact(needed).map_err(|e| {
+        anyhow::anyhow!(
+            "{}, and they cannot be allocated ({e}): use --threads 1",
+            why()
+        )
+    })?;
+    arena.resize(needed, 0);
+    Ok(arena)
+}
+
+/// Bytes of physical memory, where the OS says.
+fn physical_memory() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let (pages, size) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if pages > 0 && size > 0 {
+            return Some(pages as u64 * size as u64);
+        }
+    }
+    None
+}
+
+/// Parses a count that must be at least 1 (`--threads`, `--batch-size`, …).
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Fraction of rows of `logits` (`classes` wide) whose argmax equals the label.

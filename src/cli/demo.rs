@@ -45,6 +45,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         );
     }
     let device = parse_device(&a.device)?;
+    super::train::prepare_run_dir(&a.out)?;
     let start = Instant::now();
     let mut trainer = Trainer::new(cfg.clone(), split, &device, None)?;
     let opts = RunOptions {

@@ -5,7 +5,7 @@ use octet_trainer::device::parse_device;
 use octet_trainer::eval::evaluate;
 use octet_trainer::Normalizer;
 
-use super::common::open_trained;
+use super::common::{at_least_one, open_trained};
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -20,7 +20,8 @@ pub struct EvalArgs {
     /// Evaluate the training split instead of the test split.
     #[arg(long)]
     train_split: bool,
-    #[arg(long, default_value_t = 1000)]
+    /// Images per forward pass.
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     batch_size: usize,
     #[arg(long, default_value = "cpu")]
     device: String,

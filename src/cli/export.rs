@@ -6,7 +6,7 @@ use octet_export::{ablation, export, write_histograms, Calibration, ExportOption
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::Sampler;
 
-use super::common::{accuracy, first, open_trained, run_o8, Trained};
+use super::common::{accuracy, at_least_one, first, open_trained, run_o8, Trained};
 
 #[derive(Args)]
 pub struct ExportArgs {
@@ -33,7 +33,7 @@ pub struct ExportArgs {
     #[arg(long)]
     symmetric_activations: bool,
     /// Training images to calibrate on (a seeded random sample).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = at_least_one)]
     calibration_images: usize,
     /// Test images for the ablation report (0: the whole test split).
     #[arg(long, default_value_t = 0)]
@@ -45,7 +45,7 @@ pub struct ExportArgs {
     #[arg(long)]
     no_plots: bool,
     /// Threads for the int8 runtime.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     threads: Option<usize>,
     #[arg(long)]
     json: bool,
@@ -85,6 +85,17 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         s.push(".report");
         PathBuf::from(s)
     });
+    // Where the outputs go, checked before calibrating rather than after.
+    anyhow::ensure!(
+        !out.is_dir(),
+        "--out {} is a directory: name the .o8 file to write",
+        out.display()
+    );
+    anyhow::ensure!(
+        !report_dir.exists() || report_dir.is_dir(),
+        "the report directory {} exists and is not a directory: pass --report DIR",
+        report_dir.display()
+    );
     let threads = a.threads.unwrap_or_else(super::common::cores);
     let say = |m: String| {
         if !a.json {

@@ -4,7 +4,9 @@ use std::time::Instant;
 use clap::Args;
 use octet_trainer::data::{self, DataSource};
 
-use super::common::{accuracy, argmax, cores, first, parse_kernels, read, run_o8_with};
+use super::common::{
+    accuracy, argmax, at_least_one, cores, first, parse_kernels, read, run_o8_with,
+};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -18,7 +20,7 @@ pub struct RunArgs {
     images: usize,
     /// Worker threads [default: the machine's cores]. Fewer images than threads: each image
     /// is split between them (large models).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     threads: Option<usize>,
     /// Kernel set: auto (the fastest this CPU has), scalar (the reference), avx2, avx-vnni,
     /// avx512-vnni, neon, neon-dotprod. All give the same bytes.

@@ -1,9 +1,8 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
 use octet_models::ModelKind;
-use octet_trainer::checkpoint;
 use octet_trainer::data::{self, DataSource};
 use octet_trainer::device::parse_device;
 use octet_trainer::dist::{self, DistEnv};
@@ -11,6 +10,7 @@ use octet_trainer::metrics::EpochRecord;
 use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::Precision;
+use octet_trainer::{atomic, checkpoint};
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -39,7 +39,7 @@ pub struct TrainArgs {
     #[arg(long)]
     schedule: Option<String>,
     /// With --schedule step: multiply the rate by --gamma every this many epochs.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = super::common::at_least_one)]
     step_every: usize,
     #[arg(long, default_value_t = 0.1)]
     gamma: f64,
@@ -64,7 +64,7 @@ pub struct TrainArgs {
     #[arg(long)]
     resume: Option<PathBuf>,
     /// Stop after this many epochs of this invocation (continue later with --resume).
-    #[arg(long)]
+    #[arg(long, value_parser = super::common::at_least_one)]
     stop_after: Option<usize>,
     /// One JSON line per epoch on stdout instead of text and a progress bar.
     #[arg(long)]
@@ -175,8 +175,9 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     if a.no_tf32 {
         octet_models::ops::set_conv_tf32(false);
     }
+    // Finite tensors and consistent metadata, before anything else.
     let resume = match &a.resume {
-        Some(p) => Some(checkpoint::load(p)?),
+        Some(p) => Some(checkpoint::load_checked(p)?),
         None => None,
     };
     let base = match &resume {
@@ -194,6 +195,24 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         None => None,
     };
     let cfg = a.config(base)?;
+    cfg.validate().map_err(|e| match &a.resume {
+        Some(p) => anyhow::anyhow!(
+            "{e} (in the run configuration stored in {}, with the flags given here)",
+            p.display()
+        ),
+        None => e.into(),
+    })?;
+    if let Some((ck, m)) = resume.as_ref().and_then(|ck| Some((ck, ck.meta.as_ref()?))) {
+        anyhow::ensure!(
+            m.epoch < cfg.epochs,
+            "nothing to train: {} has finished {} epoch(s) and the run has {}: give --epochs \
+             above {} to train further",
+            ck.path.display(),
+            m.epoch,
+            cfg.epochs,
+            m.epoch
+        );
+    }
     let source: DataSource = cfg.data.parse()?;
     let split = data::load(&source)?;
     let out = a.out.clone().unwrap_or_else(|| match &a.resume {
@@ -213,6 +232,9 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         None => parse_device(&a.device)?,
     };
     let main_rank = env.as_ref().is_none_or(|e| e.rank == 0);
+    if main_rank {
+        prepare_run_dir(&out)?;
+    }
     let timeout = std::time::Duration::from_secs(a.dist_timeout);
     let coll = dist::connect(env.as_ref(), &device, timeout, timeout)?;
     let world = coll.world();
@@ -274,6 +296,44 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
             out.join("metrics.csv").display()
         );
     }
+    Ok(())
+}
+
+/// The run directory, checked before the first epoch rather than at its end: a directory (made
+/// if missing) this process can write in, with no directory where a file goes; temporaries left
+/// by an interrupted checkpoint write (`last.safetensors.PID.tmp`) are removed.
+pub fn prepare_run_dir(out: &Path) -> anyhow::Result<()> {
+    const FILES: [&str; 2] = ["last.safetensors", "metrics.csv"];
+    const PROBE: &str = ".octet-probe";
+    anyhow::ensure!(
+        !out.exists() || out.is_dir(),
+        "--out {}: a file of that name exists; the run directory holds {} and {}: name a \
+         directory",
+        out.display(),
+        FILES[0],
+        FILES[1]
+    );
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("--out {}: cannot create the run directory", out.display()))?;
+    for f in FILES {
+        let p = out.join(f);
+        anyhow::ensure!(
+            !p.is_dir(),
+            "{} is a directory, where the run writes a file: remove it or choose another --out",
+            p.display()
+        );
+    }
+    let removed = atomic::remove_stale_temporaries(out, &[FILES[0], FILES[1], PROBE])?;
+    for p in removed {
+        eprintln!(
+            "octet train: removed {} (left by a checkpoint write that was interrupted)",
+            p.display()
+        );
+    }
+    let probe = out.join(atomic::temporary_name(PROBE, std::process::id()));
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("--out {}: cannot write in the run directory", out.display()))?;
+    let _ = std::fs::remove_file(&probe);
     Ok(())
 }
 

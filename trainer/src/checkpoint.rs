@@ -67,12 +67,34 @@ pub fn snapshot(params: &Params, opt: Option<&Sgd>, meta: &CheckpointMeta) -> Re
         }
     }
     let meta_json = serde_json::to_string(meta).map_err(|e| TrainError::Config(e.to_string()))?;
+    // JSON has no NaN or infinity (serde writes them as null): metadata that would not read
+    // back is refused here rather than written into a checkpoint nothing can open.
+    if let Err(e) = serde_json::from_str::<CheckpointMeta>(&meta_json) {
+        return Err(TrainError::Config(format!(
+            "refusing to write a checkpoint whose metadata would not read back ({e}): a setting \
+             or a metric is NaN or infinite; the previous checkpoint is intact"
+        )));
+    }
     Ok(Snapshot { tensors, meta_json })
 }
 
 impl Snapshot {
-    /// Serialises to safetensors and writes atomically.
+    /// Serialises to safetensors and writes atomically; refuses (writing nothing) when a
+    /// tensor holds NaN or infinity, which [`Checkpoint::validate`] would reject on reading.
     pub fn write(&self, path: &Path) -> Result<()> {
+        let refuse = |reason: String| TrainError::Checkpoint {
+            path: path.to_path_buf(),
+            reason,
+        };
+        for (name, t) in &self.tensors {
+            let scan = non_finite(t).map_err(|e| refuse(format!("tensor '{name}': {e}")))?;
+            if let Some(bad) = scan {
+                return Err(refuse(format!(
+                    "not written: tensor '{name}' {bad} (training diverged); the previous \
+                     checkpoint is intact: resume from it with a lower --lr"
+                )));
+            }
+        }
         let info = HashMap::from([(META_KEY.to_string(), self.meta_json.clone())]);
         let tensors = self.tensors.iter().map(|(n, t)| (n.as_str(), t));
         let bytes =
@@ -90,9 +112,9 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(|source| TrainError::Io {
+    let bytes = std::fs::read(path).map_err(|error| TrainError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| {
         bad(format!(
@@ -100,10 +122,15 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         ))
     })?;
     let meta = match header.metadata().as_ref().and_then(|m| m.get(META_KEY)) {
-        Some(json) => Some(
-            serde_json::from_str::<CheckpointMeta>(json)
-                .map_err(|e| bad(format!("bad octet metadata: {e}")))?,
-        ),
+        Some(json) => Some(serde_json::from_str::<CheckpointMeta>(json).map_err(|e| {
+            let hint = if e.to_string().contains("invalid type: null, expected f64") {
+                " (a number stored as null: an older octet wrote a NaN or infinite setting such \
+                 as --gamma inf; such a checkpoint cannot be used: train again)"
+            } else {
+                ""
+            };
+            bad(format!("bad octet metadata: {e}{hint}"))
+        })?),
         None => None,
     };
     let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
@@ -115,7 +142,83 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
     })
 }
 
+/// Reads a checkpoint for use (eval, export, `--resume`): [`load`], then [`Checkpoint::validate`].
+pub fn load_checked(path: &Path) -> Result<Checkpoint> {
+    let ck = load(path)?;
+    ck.validate()?;
+    Ok(ck)
+}
+
+/// `None` when every value of `t` is finite (integer tensors always are); else which value is
+/// not and how many are not.
+fn non_finite(t: &Tensor) -> candle_core::Result<Option<String>> {
+    if !t.dtype().is_float() {
+        return Ok(None);
+    }
+    let v = t
+        .flatten_all()?
+        .to_dtype(candle_core::DType::F32)?
+        .to_vec1::<f32>()?;
+    let mut bad = v.iter().enumerate().filter(|(_, x)| !x.is_finite());
+    Ok(bad.next().map(|(i, x)| {
+        format!(
+            "holds {x} at element {i} ({} non-finite of {})",
+            1 + bad.count(),
+            v.len()
+        )
+    }))
+}
+
 impl Checkpoint {
+    /// Everything a user of the checkpoint relies on, checked before any work: every float
+    /// tensor finite; and, with octet metadata, a known architecture that the tensors and the
+    /// run's configuration agree with, its input channels and classes those of the tensors,
+    /// and a usable normalisation (one finite mean and positive std per channel).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| TrainError::Checkpoint {
+            path: self.path.clone(),
+            reason,
+        };
+        let mut names: Vec<&String> = self.tensors.keys().collect();
+        names.sort();
+        for name in names {
+            let scan = non_finite(&self.tensors[name]);
+            if let Some(what) = scan.map_err(|e| bad(format!("tensor '{name}': {e}")))? {
+                return Err(bad(format!(
+                    "tensor '{name}' {what}: the file is damaged or its training diverged; use \
+                     an earlier checkpoint"
+                )));
+            }
+        }
+        let Some(m) = &self.meta else {
+            return Ok(());
+        };
+        let kind: ModelKind = m
+            .model
+            .parse()
+            .map_err(|e| bad(format!("metadata model: {e}")))?;
+        let trained: std::result::Result<ModelKind, _> = m.config.model.parse();
+        if trained.ok() != Some(kind) {
+            return Err(bad(format!(
+                "metadata says model {} but its training configuration says {}: the metadata \
+                 was edited or damaged",
+                m.model, m.config.model
+            )));
+        }
+        let (c, classes) = self.io_shape(kind)?;
+        if (c, classes) != (m.in_channels, m.classes) {
+            return Err(bad(format!(
+                "metadata says {} input channel(s) and {} classes, the tensors hold {c} and \
+                 {classes}",
+                m.in_channels, m.classes
+            )));
+        }
+        m.normalization
+            .check(c)
+            .map_err(|e| bad(format!("metadata: {e}")))?;
+        Ok(())
+    }
+
     /// The architecture: from the metadata, or else from `hint` (for PyTorch files).
     pub fn model_kind(&self, hint: Option<ModelKind>) -> Result<ModelKind> {
         match (&self.meta, hint) {

@@ -41,10 +41,12 @@ pub enum TrainError {
     /// Distributed setup: the rank environment, the rendezvous or the communicator.
     #[error("{0}")]
     Dist(String),
-    #[error("{path}: {source}")]
+    /// The OS error's text is part of the message, not a `source` (which `{:#}` would print a
+    /// second time).
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Candle(candle_core::Error),

@@ -133,7 +133,9 @@ impl TrainConfig {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Every setting usable, and storable: checked before any work (a NaN or infinite value
+    /// would also be written into the checkpoint as JSON null, which nothing can read back).
+    pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(TrainError::Config(m));
         if self.epochs == 0 {
             return bad("--epochs must be at least 1".into());
@@ -159,6 +161,26 @@ impl TrainConfig {
             || !non_negative(self.warmup_epochs)
         {
             return bad("momentum must be in [0, 1); weight decay and warm-up must be ≥ 0".into());
+        }
+        if let Schedule::Step { every, gamma } = self.schedule {
+            if every == 0 {
+                return bad("--step-every must be at least 1 (epochs between rate steps)".into());
+            }
+            if !(gamma.is_finite() && gamma > 0.0) {
+                return bad(format!(
+                    "--gamma must be a finite number above 0 (0.1 divides the rate by 10 every \
+                     --step-every epochs), got {gamma}"
+                ));
+            }
+            let steps = i32::try_from(self.epochs.saturating_sub(1) / every).unwrap_or(i32::MAX);
+            let last = self.lr * gamma.powi(steps);
+            if !last.is_finite() {
+                return bad(format!(
+                    "--gamma {gamma} every {every} epoch(s) over {} epochs takes the learning \
+                     rate to {last}: use a --gamma at most 1",
+                    self.epochs
+                ));
+            }
         }
         Ok(())
     }
@@ -263,6 +285,16 @@ impl Trainer {
         );
         let (mut epoch, mut step, mut history) = (0, 0, Vec::new());
         if let Some(ck) = resume {
+            ck.validate()?;
+            if let Some(m) = &ck.meta {
+                if m.model.parse::<ModelKind>().ok() != Some(kind) {
+                    return Err(TrainError::Config(format!(
+                        "the configuration trains {kind}, the checkpoint {} holds {}",
+                        ck.path.display(),
+                        m.model
+                    )));
+                }
+            }
             ck.restore_model(model.params())?;
             ck.restore_optimizer(&opt)?;
             if let Some(m) = &ck.meta {

@@ -16,7 +16,7 @@ use candle_core::{Device, Tensor};
 use clap::Args;
 use octet_export::speed_model;
 use octet_models::{build, ModelKind, Network};
-use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
+use octet_runtime::parallel::run_parallel;
 use octet_runtime::Model;
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::Normalization;
@@ -137,7 +137,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
         for &b in &a.cpu_batch_sizes {
             let px = pixels(b, 7);
-            let mut arena = vec![0u8; arena_bytes_parallel(&model, b, threads)];
+            let mut arena = crate::cli::common::arena_for(&model, b, threads)?;
             let s = median(2, iters(b).min(50), || {
                 run_parallel(&model, &px, &mut arena, threads)?;
                 Ok(())

@@ -60,9 +60,9 @@ fn read_batches(paths: &[PathBuf]) -> Result<Dataset> {
     let mut images = Vec::new();
     let mut labels = Vec::new();
     for path in paths {
-        let data = std::fs::read(path).map_err(|source| DataError::Io {
+        let data = std::fs::read(path).map_err(|error| DataError::Io {
             path: path.clone(),
-            source,
+            error,
         })?;
         if data.is_empty() || data.len() % RECORD != 0 {
             return Err(DataError::BadRecordSize {

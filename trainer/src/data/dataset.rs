@@ -158,6 +158,32 @@ impl Normalization {
             std: vec![0.3530],
         }
     }
+
+    /// One finite mean and one finite, positive std per input channel; otherwise what is wrong
+    /// (an empty, zero or NaN normalisation would give a model that sees nothing, or a shape
+    /// error deep inside the first convolution).
+    pub fn check(&self, channels: usize) -> std::result::Result<(), String> {
+        if self.mean.len() != channels || self.std.len() != channels {
+            return Err(format!(
+                "normalisation has {} mean(s) and {} std(s) for a {channels}-channel model",
+                self.mean.len(),
+                self.std.len()
+            ));
+        }
+        if let Some(m) = self.mean.iter().find(|m| !m.is_finite()) {
+            return Err(format!(
+                "normalisation mean {m} (of {:?}) is not a finite number",
+                self.mean
+            ));
+        }
+        if let Some(s) = self.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(format!(
+                "normalisation std {s} (of {:?}) must be a finite number above 0",
+                self.std
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A train/test pair with the normalisation the model should use.

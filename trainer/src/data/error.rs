@@ -12,11 +12,12 @@ pub enum DataError {
     #[error("not found: {} ({hint})", display_paths(.paths))]
     Missing { paths: Vec<PathBuf>, hint: String },
 
-    #[error("{}: {source}", .path.display())]
+    /// The OS or gzip error's text is part of the message, not a `source` (which `{:#}` would
+    /// print a second time).
+    #[error("{}: {error}", .path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     #[error("{}: bad magic number: expected {expected:#010x}, found {found:#010x}", .path.display())]

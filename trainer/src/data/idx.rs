@@ -5,8 +5,6 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use flate2::read::GzDecoder;
-
 use super::{DataError, Dataset, Result};
 
 const IMAGES_MAGIC: u32 = 0x0000_0803;
@@ -184,14 +182,21 @@ fn check_size<'a>(
 }
 
 /// Reads a file, decompressing it if it starts with the gzip magic (so a
-/// compressed file without `.gz` in its name works too).
+/// compressed file without `.gz` in its name works too). Every byte must belong to a gzip
+/// member: bytes after the last one (a damaged or appended-to download) are an error, not
+/// silently ignored.
 pub(crate) fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
-    let io = |source| DataError::Io {
+    read_capped(path, MAX_DECOMPRESSED)
+}
+
+/// [`read_maybe_gzip`] accepting at most `max` decompressed bytes.
+fn read_capped(path: &Path, max: usize) -> Result<Vec<u8>> {
+    let io = |error| DataError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let raw = std::fs::read(path).map_err(io)?;
-    if !raw.starts_with(&[0x1f, 0x8b]) {
+    if !raw.starts_with(&GZIP_MAGIC) {
         return Ok(raw);
     }
     // The gzip trailer holds the uncompressed size mod 2^32: a capacity hint only,
@@ -202,11 +207,36 @@ pub(crate) fn read_maybe_gzip(path: &Path) -> Result<Vec<u8>> {
         .map_or(0, |b| u32::from_le_bytes(b) as usize)
         .min(256 << 20);
     let mut out = Vec::with_capacity(hint);
-    GzDecoder::new(raw.as_slice())
-        .read_to_end(&mut out)
-        .map_err(io)?;
+    let mut rest = raw.as_slice();
+    // One member after another (concatenated gzip files are one valid gzip file).
+    while !rest.is_empty() {
+        if !rest.starts_with(&GZIP_MAGIC) {
+            return Err(DataError::Invalid(format!(
+                "{}: {} byte(s) of trailing data after the end of the gzip stream (a damaged \
+                 or appended-to file?): download or decompress it again",
+                path.display(),
+                rest.len()
+            )));
+        }
+        let room = (max - out.len()) as u64 + 1;
+        let mut member = flate2::bufread::GzDecoder::new(rest).take(room);
+        member.read_to_end(&mut out).map_err(io)?;
+        if out.len() > max {
+            return Err(DataError::Invalid(format!(
+                "{}: decompresses to more than {max} bytes, far more than a Fashion-MNIST file \
+                 (47 MB): not an IDX file of 28×28 images",
+                path.display(),
+            )));
+        }
+        rest = member.into_inner().into_inner();
+    }
     Ok(out)
 }
+
+/// Decompressed bytes accepted from one IDX file (a gzip bomb is an error, not an abort).
+const MAX_DECOMPRESSED: usize = 1 << 30;
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 #[cfg(test)]
 mod tests {
@@ -290,5 +320,48 @@ mod tests {
         assert_eq!(check_size(p, &data, 8, 3, 1).unwrap(), &[1, 2, 3]);
         // Huge claimed sizes must not overflow.
         assert!(check_size(p, &data, 16, usize::MAX, 784).is_err());
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// Issue 19: a gzip file with trailing garbage was read as if the garbage were not there;
+    /// its error, like every OS and gzip error, must print its text once.
+    #[test]
+    fn gzip_trailing_data_is_an_error_and_members_concatenate() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.gz");
+        let mut f = gzip(b"hello ");
+        std::fs::write(&p, &f).unwrap();
+        assert_eq!(read_maybe_gzip(&p).unwrap(), b"hello ");
+        f.extend_from_slice(&gzip(b"world"));
+        std::fs::write(&p, &f).unwrap();
+        assert_eq!(read_maybe_gzip(&p).unwrap(), b"hello world");
+        f.extend_from_slice(b"garbage");
+        std::fs::write(&p, &f).unwrap();
+        let e = read_maybe_gzip(&p).unwrap_err().to_string();
+        assert!(e.contains("7 byte(s) of trailing data"), "{e}");
+        // Truncated, and corrupt: a gzip error, named once with its file.
+        let g = gzip(&[7u8; 1000]);
+        std::fs::write(&p, &g[..g.len() - 10]).unwrap();
+        let e = anyhow::Error::from(read_maybe_gzip(&p).unwrap_err());
+        let text = format!("{e:#}");
+        assert!(text.starts_with(&p.display().to_string()), "{text}");
+        let mut c = g.clone();
+        c[12] ^= 0xff;
+        c[13] ^= 0xff;
+        std::fs::write(&p, &c).unwrap();
+        let e = anyhow::Error::from(read_maybe_gzip(&p).unwrap_err());
+        let (text, plain) = (format!("{e:#}"), e.to_string());
+        assert_eq!(text, plain, "the cause is printed twice");
+        // A gzip bomb stops at the bound.
+        std::fs::write(&p, gzip(&[0u8; 5000])).unwrap();
+        let e = read_capped(&p, 4999).unwrap_err().to_string();
+        assert!(e.contains("more than 4999 bytes"), "{e}");
+        assert_eq!(read_capped(&p, 5000).unwrap().len(), 5000);
     }
 }

@@ -78,7 +78,7 @@ impl LrPlan {
         steps_per_epoch: usize,
         epochs: usize,
     ) -> Self {
-        let total_steps = (steps_per_epoch * epochs).max(1);
+        let total_steps = steps_per_epoch.saturating_mul(epochs).max(1);
         let warmup_steps =
             ((warmup_epochs * steps_per_epoch as f64).round() as usize).min(total_steps);
         Self {
