@@ -22,19 +22,6 @@ use std::path::Path;
 
 use octet_runtime::{align16, Kernels, Model, OpKind};
 
-/// LeNet (conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2, fc 400→120→84→10) on c×32×32.
-fn lenet(c: u16, seed: u64) -> common::Builder {
-    let mut b = common::Builder::new(c, 32, 32, seed);
-    let x = b.conv(0, 6, 5, 1, 0, true);
-    let x = b.max_pool(x, 2, 2);
-    let x = b.conv(x, 16, 5, 1, 0, true);
-    let x = b.max_pool(x, 2, 2);
-    let x = b.fc(x, 120, true);
-    let x = b.fc(x, 84, true);
-    b.fc(x, 10, false);
-    b
-}
-
 /// Replans the arena like the exporter: each tensor lives from the op writing it (the input:
 /// op 0) to the last op reading it (the output: past the end), scratch during its op; largest
 /// first, each at the lowest 16-aligned offset clear of the buffers live at the same time.
@@ -168,7 +155,7 @@ fn run() -> Result<(), String> {
     let bytes = match args[1].as_str() {
         "lenet1" | "lenet3" => {
             let c = if args[1] == "lenet1" { 1 } else { 3 };
-            let mut b = lenet(c, 16);
+            let mut b = common::lenet_on(c, 16);
             replan(&mut b);
             b.encode()
         }

@@ -8,15 +8,7 @@ pub mod common;
 /// LeNet over `channels`×32×32 pixels (conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2,
 /// fc 400→120→84→10, ReLU folded into the clamps) with random weights from `seed`.
 pub fn lenet(channels: u16, seed: u64) -> Vec<u8> {
-    let mut b = common::Builder::new(channels, 32, 32, seed);
-    let x = b.conv(0, 6, 5, 1, 0, true);
-    let x = b.max_pool(x, 2, 2);
-    let x = b.conv(x, 16, 5, 1, 0, true);
-    let x = b.max_pool(x, 2, 2);
-    let x = b.fc(x, 120, true);
-    let x = b.fc(x, 84, true);
-    b.fc(x, 10, false);
-    b.encode()
+    common::lenet_on(channels, seed).encode()
 }
 
 /// `n` images of `len` pixels: all 0, all 255, then random (seeded).

@@ -400,7 +400,13 @@ pub fn fix_crc(f: &mut [u8]) {
 
 /// LeNet for 1×32×32: conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2, fc 400→120→84→10.
 pub fn lenet(seed: u64) -> Builder {
-    let mut b = Builder::new(1, 32, 32, seed);
+    lenet_on(1, seed)
+}
+
+/// LeNet over `channels`×32×32 pixels (conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2,
+/// fc 400→120→84→10), random weights from `seed`.
+pub fn lenet_on(channels: u16, seed: u64) -> Builder {
+    let mut b = Builder::new(channels, 32, 32, seed);
     let x = b.conv(0, 6, 5, 1, 0, true);
     let x = b.max_pool(x, 2, 2);
     let x = b.conv(x, 16, 5, 1, 0, true);
