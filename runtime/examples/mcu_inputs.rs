@@ -59,18 +59,7 @@ fn replan(b: &mut common::Builder) {
         .collect();
     // Each op's scratch: the runtime's figure, as `Builder::push` reserved it.
     for (i, op) in b.ops.iter().enumerate() {
-        let x = &b.tensors[op.in0 as usize];
-        let g = octet_runtime::OpGeometry {
-            kernel_h: op.kh as u32,
-            kernel_w: op.kw as u32,
-            stride: op.stride as u32,
-            pad: op.pad as u32,
-            c_in: x.c as u32,
-            h_in: x.h as u32,
-            w_in: x.w as u32,
-            c_out: b.tensors[op.out as usize].c as u32,
-        };
-        bufs.push((octet_runtime::scratch_bytes(op.kind, &g) as u32, i, i));
+        bufs.push((b.scratch_of(op) as u32, i, i));
     }
     let mut order: Vec<usize> = (0..bufs.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(bufs[i].0), bufs[i].1, i));

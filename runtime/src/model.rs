@@ -1228,11 +1228,11 @@ impl<'a> Model<'a> {
 
     #[cfg(feature = "std")]
     /// Part `part` of `parts` of op `j` over the one working area at `shared` (`len` bytes),
-    /// for threads sharing an image: a conv's band of output rows ([`Model::conv_by_rows`]) or
-    /// output channels (in groups of 8, computed into `own`, this thread's working area, then
-    /// copied into place), a fully connected op's
-    /// outputs or an add's elements; pooling runs whole in part 0. Returns whether this op
-    /// splits (when not, part 0 ran all of it).
+    /// for threads sharing an image: a conv's band of output rows or output channels
+    /// ([`Model::conv_split`]; channels in groups of 8, computed into `own`, this thread's
+    /// working area, then copied into place), a fully connected op's outputs or an add's
+    /// elements (or, for an add right after its conv, `after_conv`: that conv's split, from
+    /// [`Model::add_after_conv`]); pooling runs whole in part 0.
     ///
     /// # Safety
     /// `shared..shared + len` is valid; while op `j` runs, it is accessed only by the calls
@@ -1245,6 +1245,7 @@ impl<'a> Model<'a> {
         (shared, len): (*mut u8, usize),
         own: &mut [u8],
         (part, parts): (usize, usize),
+        after_conv: Option<ConvSplit>,
     ) -> Result<()> {
         let layout = RuntimeError::BadParam {
             op: j,
@@ -1267,8 +1268,8 @@ impl<'a> Model<'a> {
         };
         match o.kind {
             OpKind::Conv2d => match self.conv_split(k, &o, &tin, &tout, parts) {
-                ConvSplit::Rows => {
-                    let (p, x) = (Self::conv_params(&o, &tin, &tout), input());
+                (ConvSplit::Rows, p) => {
+                    let x = input();
                     let (r0, r1) = share(p.output.h, 1);
                     let row = p.output.w * p.output.c;
                     let carved = Carved::new(own, ro.clone(), o.scratch_range()).ok_or(layout)?;
@@ -1281,8 +1282,8 @@ impl<'a> Model<'a> {
                         return Err(layout);
                     }
                 }
-                ConvSplit::Channels => {
-                    let (p, x) = (Self::conv_params(&o, &tin, &tout), input());
+                (ConvSplit::Channels, p) => {
+                    let x = input();
                     let (c0, c1) = share(p.output.c, 8);
                     if c0 == c1 {
                         return Ok(());
@@ -1296,10 +1297,10 @@ impl<'a> Model<'a> {
                     scatter_channels(tmp, y.add(c0), c1 - c0, p.output.c);
                 }
                 // SAFETY: the other parts of this op touch nothing.
-                ConvSplit::Whole if part == 0 => {
+                (ConvSplit::Whole, _) if part == 0 => {
                     self.exec(k, j, core::slice::from_raw_parts_mut(shared, len))?
                 }
-                ConvSplit::Whole => {}
+                (ConvSplit::Whole, _) => {}
             },
             OpKind::FullyConnected => {
                 let (p, x) = (Self::fc_params(&o, &tin, &tout), input());
@@ -1336,7 +1337,7 @@ impl<'a> Model<'a> {
                 };
                 let (c, row) = (tout.c as usize, tout.w as usize * tout.c as usize);
                 // Right after the conv before it: this part's rows or channels of that conv.
-                match self.add_after_conv(k, j, parts)? {
+                match after_conv {
                     Some(ConvSplit::Rows) => {
                         let (r0, r1) = share(tout.h as usize, 1);
                         if r0 < r1 {
@@ -1366,23 +1367,33 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// How threads sharing an image split conv `o`.
+    /// How threads sharing an image split conv `o`, and its parameters: by bands of output rows
+    /// (each builds only the input copy its rows read and writes its rows in place) where the
+    /// kernels have a band kernel and there are many pixels (at least
+    /// [`crate::parallel::SPLIT_ROWS_MIN_PIXELS`], and a row per part); else by output channels
+    /// (groups of 8, one per part at least); else not at all.
     #[cfg(feature = "std")]
-    fn conv_split(
+    fn conv_split<'o>(
         &self,
         k: Resolved,
-        o: &OpInfo,
+        o: &OpInfo<'o>,
         tin: &TensorInfo,
         tout: &TensorInfo,
         parts: usize,
-    ) -> ConvSplit {
-        if self.conv_by_rows(k, o, tin, tout, parts) {
+    ) -> (ConvSplit, ConvParams<'o>) {
+        let p = Self::conv_params(o, tin, tout);
+        let (h, w) = (p.output.h, p.output.w);
+        let split = if h * w >= crate::parallel::SPLIT_ROWS_MIN_PIXELS
+            && h >= parts
+            && kernels::conv2d_rows_covered(k, &p, o.scratch_range().len())
+        {
             ConvSplit::Rows
-        } else if tout.c as usize >= 8 * parts {
+        } else if p.output.c >= 8 * parts {
             ConvSplit::Channels
         } else {
             ConvSplit::Whole
-        }
+        };
+        (split, p)
     }
 
     /// For threads sharing an image: when op `j` is a residual add of the output of the conv
@@ -1421,33 +1432,10 @@ impl<'a> Model<'a> {
         if !apart(sum.range(), cin.range()) || !apart(cout.range(), skip.range()) {
             return Ok(None);
         }
-        Ok(match self.conv_split(k, &conv, &cin, &cout, parts) {
+        Ok(match self.conv_split(k, &conv, &cin, &cout, parts).0 {
             ConvSplit::Whole => None,
             split => Some(split),
         })
-    }
-
-    /// Whether threads sharing an image split conv `o` by bands of output rows (each builds
-    /// only the input copy its rows read and writes its rows in place) rather than by output
-    /// channels: where the kernels have a band kernel and there are many pixels (at least
-    /// [`crate::parallel::SPLIT_ROWS_MIN_PIXELS`], and a row per part).
-    #[cfg(feature = "std")]
-    fn conv_by_rows(
-        &self,
-        k: Resolved,
-        o: &OpInfo,
-        tin: &TensorInfo,
-        tout: &TensorInfo,
-        parts: usize,
-    ) -> bool {
-        let (h, w) = (tout.h as usize, tout.w as usize);
-        h * w >= crate::parallel::SPLIT_ROWS_MIN_PIXELS
-            && h >= parts
-            && kernels::conv2d_rows_covered(
-                k,
-                &Self::conv_params(o, tin, tout),
-                o.scratch_range().len(),
-            )
     }
 
     fn exec(&self, k: Resolved, j: u32, work: &mut [u8]) -> Result<()> {

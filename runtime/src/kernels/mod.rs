@@ -864,11 +864,10 @@ pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -
     match k {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => {
-            let (t, panel, tile, epi) = lanes_regions(&p.geometry());
-            // 63: the most the kernel skips to align its regions.
+            // The scratch rule sizes every op the lanes geometry covers for this kernel.
             !vnni::narrow_preferred(p)
                 && vnni::lanes_covers(p)
-                && scratch >= 63 + t + panel + tile + epi
+                && scratch >= scratch_bytes(OP_CONV2D, &p.geometry())
         }
         #[cfg(target_arch = "x86_64")]
         Resolved::Avx2 | Resolved::AvxVnni => {
@@ -882,7 +881,8 @@ pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -
 }
 
 /// Output rows `rows` of conv `p` into `output` (those rows, HWC), for threads sharing an
-/// image; `false` (nothing written) where [`conv2d_rows_covered`] is false.
+/// image, where [`conv2d_rows_covered`] holds; `false` (nothing written) where the kernel
+/// declines.
 #[cfg(feature = "std")]
 pub(crate) fn conv2d_rows(
     k: Resolved,
@@ -892,9 +892,6 @@ pub(crate) fn conv2d_rows(
     scratch: &mut [u8],
     rows: core::ops::Range<usize>,
 ) -> bool {
-    if !conv2d_rows_covered(k, p, scratch.len()) {
-        return false;
-    }
     match k {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
@@ -908,7 +905,7 @@ pub(crate) fn conv2d_rows(
             avx2::conv2d_lanes_rows_vnni(p, input, output, scratch, rows)
         },
         _ => {
-            let _ = (input, output, rows);
+            let _ = (p, input, output, scratch, rows);
             false
         }
     }

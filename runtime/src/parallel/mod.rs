@@ -211,21 +211,22 @@ pub fn run_split_with<'b>(
             if !barrier.wait() {
                 return Ok(());
             }
+            // The split of the conv just run, when op j is a residual add of its output.
+            let mut after_conv = None;
             for j in 0..ops {
+                let shared = (shared.get(), wb);
                 // SAFETY: between two barriers the threads run distinct parts of op j.
-                let r = unsafe { model.exec_part(k, j, (shared.get(), wb), own, (part, t)) };
+                let r = unsafe { model.exec_part(k, j, shared, own, (part, t), after_conv) };
                 // A residual add right after its conv runs by the conv's split: each thread's
                 // part of it reads only what the same thread just wrote (no barrier between).
-                let r = r.and_then(|()| model.add_after_conv(k, j + 1, t));
-                match r {
+                match r.and_then(|()| model.add_after_conv(k, j + 1, t)) {
                     Err(e) => {
                         barrier.fail();
                         return Err(e);
                     }
-                    Ok(Some(_)) => continue,
-                    Ok(None) => {}
+                    Ok(next) => after_conv = next,
                 }
-                if !barrier.wait() {
+                if after_conv.is_none() && !barrier.wait() {
                     return Ok(());
                 }
             }

@@ -117,8 +117,8 @@ impl Builder {
         (s.c, s.h, s.w)
     }
 
-    /// Pushes an op, reserving its scratch (at a fresh arena offset) when it needs one.
-    pub fn push(&mut self, mut op: OpSpec) -> u16 {
+    /// The scratch bytes op `op` needs (the runtime's rule).
+    pub fn scratch_of(&self, op: &OpSpec) -> usize {
         let x = &self.tensors[op.in0 as usize];
         let g = octet_runtime::OpGeometry {
             kernel_h: op.kh as u32,
@@ -130,7 +130,12 @@ impl Builder {
             w_in: x.w as u32,
             c_out: self.tensors[op.out as usize].c as u32,
         };
-        let need = octet_runtime::scratch_bytes(op.kind, &g);
+        octet_runtime::scratch_bytes(op.kind, &g)
+    }
+
+    /// Pushes an op, reserving its scratch (at a fresh arena offset) when it needs one.
+    pub fn push(&mut self, mut op: OpSpec) -> u16 {
+        let need = self.scratch_of(&op);
         if need > 0 {
             op.scratch = self.alloc(need as u32);
         }
