@@ -324,7 +324,7 @@ __device__ __forceinline__ void conv_mma(
 }
 
 // Instantiations: name = conv_mma_<BM>x<BN>[x<BK>][_gather]; the host picks one per layer
-// and batch (mod.rs: MMA_TILES must match these).
+// and batch (kernels.rs: MMA_TILES must match these).
 #define CONV_MMA_ARGS                                                                          \
     const i8 *__restrict__ x, i8 *__restrict__ y, const int *__restrict__ w,                   \
         const int4 *__restrict__ rq, const i8 *__restrict__ padv, int M, int H, int W,         \

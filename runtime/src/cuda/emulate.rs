@@ -3,7 +3,7 @@
 //! against the scalar reference on random shapes. It tests the kernels' index math, packing,
 //! padding and epilogue on machines without a GPU; the GPU tests check the real thing.
 
-use super::{pack_weights, rq_words};
+use super::lower::{pack_weights, rq_words};
 use crate::kernels::{scalar, ConvParams, I32Array, OutputQuant, Shape};
 use proptest::prelude::*;
 
