@@ -3,7 +3,9 @@
 //! runtime's output bytes for all 10,000 test images must equal the CPU runtime's.
 //!
 //! Needs a CUDA device and the full Fashion-MNIST (`$OCTET_FASHION_MNIST`, else
-//! `/usr/share/datasets/fashion-mnist`); without either it prints why and passes.
+//! `/usr/share/datasets/fashion-mnist`): ignored by default, run with
+//! `cargo test --release --features cuda --test cuda_fashion_mnist -- --include-ignored`;
+//! without either it fails saying which is missing.
 #![cfg(feature = "cuda")]
 
 use std::collections::HashMap;
@@ -12,7 +14,7 @@ use std::path::PathBuf;
 use candle_core::{Device, Tensor};
 use octet_export::{export, ExportOptions, Input};
 use octet_models::ModelKind;
-use octet_runtime::cuda::{CudaError, CudaModel};
+use octet_runtime::cuda::CudaModel;
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel};
 use octet_runtime::Model;
 use octet_trainer::data::{self, DataSource, DataSplit};
@@ -21,15 +23,11 @@ use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 /// Images per GPU call (the planned maximum batch).
 const GPU_BATCH: usize = 1000;
 
-fn fashion_mnist() -> Option<DataSplit> {
+fn fashion_mnist() -> DataSplit {
     let dir = std::env::var_os("OCTET_FASHION_MNIST").map(PathBuf::from);
-    match data::load(&DataSource::FashionMnist(dir)) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            println!("skipping: full Fashion-MNIST not found ({e})");
-            None
-        }
-    }
+    data::load(&DataSource::FashionMnist(dir)).unwrap_or_else(|e| {
+        panic!("this test needs the full Fashion-MNIST ($OCTET_FASHION_MNIST): {e}")
+    })
 }
 
 /// One epoch of `kind` on `dev`; the weights on the CPU by name.
@@ -63,15 +61,10 @@ fn cpu_bytes(model: &Model, pixels: &[u8]) -> Vec<i8> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn gpu_bytes_equal_cpu_bytes_on_the_fashion_mnist_test_set() {
-    let dev = match Device::new_cuda(0) {
-        Ok(d) => d,
-        Err(e) => {
-            println!("skipping: no CUDA device ({e})");
-            return;
-        }
-    };
-    let Some(split) = fashion_mnist() else { return };
+    let dev = Device::new_cuda(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"));
+    let split = fashion_mnist();
     let test = &split.test;
     assert_eq!(test.len(), 10_000);
     for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
@@ -93,14 +86,8 @@ fn gpu_bytes_equal_cpu_bytes_on_the_fashion_mnist_test_set() {
             .bytes;
         let model = Model::parse(&bytes).expect("parse");
         let want = cpu_bytes(&model, &test.images);
-        let mut gpu = match CudaModel::new(&model, 0, GPU_BATCH) {
-            Ok(g) => g,
-            Err(CudaError::NoDevice { error, .. }) => {
-                println!("skipping: no CUDA device ({error:?})");
-                return;
-            }
-            Err(e) => panic!("CudaModel::new: {e}"),
-        };
+        let mut gpu =
+            CudaModel::new(&model, 0, GPU_BATCH).unwrap_or_else(|e| panic!("CudaModel::new: {e}"));
         let mut got = vec![0i8; want.len()];
         for (px, out) in test
             .images

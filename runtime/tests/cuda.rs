@@ -1,8 +1,10 @@
 //! The GPU path (feature `cuda`): `CudaModel::run` gives the same bytes as `Model::run` for
 //! every test model, batch size and random conv / fc shape, through every conv kernel (the
-//! automatic pick, the dp4a fallback, each tensor-core tile); typed errors. Without a CUDA
-//! device each GPU test prints "skipping: no CUDA device" and passes; the NVRTC test needs
-//! only NVRTC. `profile_resnet18` (ignored) is the GPU benchmark of the kernels.
+//! automatic pick, the dp4a fallback, each tensor-core tile); typed errors. The tests that
+//! need a GPU are ignored by default; a machine with one runs them with
+//! `cargo test --release -p octet-runtime --features cuda -- --include-ignored`, and without
+//! one they fail saying so. The NVRTC test needs only NVRTC and always runs.
+//! `profile_resnet18` is also the GPU benchmark of the kernels (`--nocapture` for its tables).
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -40,16 +42,29 @@ fn cpu(model: &Model, pixels: &[u8]) -> Vec<i8> {
     out
 }
 
-/// `CudaModel::new`, or `None` (after printing the skip line) when there is no device.
-fn gpu(model: &Model, max_batch: usize) -> Option<CudaModel> {
-    match CudaModel::new(model, 0, max_batch) {
-        Ok(g) => Some(g),
-        Err(CudaError::NoDevice { error, .. }) => {
-            println!("skipping: no CUDA device ({error:?})");
-            None
-        }
-        Err(e) => panic!("CudaModel::new: {e}"),
-    }
+/// `CudaModel::new` on device 0; without a usable GPU, a panic that says so.
+fn gpu(model: &Model, max_batch: usize) -> CudaModel {
+    CudaModel::new(model, 0, max_batch).unwrap_or_else(|e| match e {
+        CudaError::NoDevice { .. } => panic!("this test needs a CUDA GPU: {e}"),
+        e => panic!("CudaModel::new: {e}"),
+    })
+}
+
+/// The model in `bytes`, on the CPU and uploaded to the GPU for `max_batch` images.
+fn parse_and_upload(bytes: &[u8], max_batch: usize) -> (Model<'_>, CudaModel) {
+    let model = Model::parse(bytes).unwrap();
+    let g = gpu(&model, max_batch);
+    (model, g)
+}
+
+/// `b`'s model on `batch` random images (from `seed`) through every conv path, against the
+/// CPU bytes.
+fn every_path_matches_cpu(b: &Builder, batch: usize, seed: u64) -> Result<(), String> {
+    let bytes = b.encode();
+    let (model, mut g) = parse_and_upload(&bytes, batch);
+    let pixels = Rng::new(seed).bytes(batch * model.input_len());
+    let want = cpu(&model, &pixels);
+    all_paths(&mut g, &pixels, &want)
 }
 
 /// The conv kernel choices to test: the automatic pick, the dp4a fallback, each mma tile.
@@ -93,11 +108,8 @@ fn all_paths(g: &mut CudaModel, pixels: &[u8], want: &[i8]) -> Result<(), String
 }
 
 fn check_batches(name: &str, bytes: &[u8], batches: &[usize], seed: u64) {
-    let model = Model::parse(bytes).unwrap();
     let max = *batches.iter().max().unwrap();
-    let Some(mut g) = gpu(&model, max) else {
-        return;
-    };
+    let (model, mut g) = parse_and_upload(bytes, max);
     let mut rng = Rng::new(seed);
     for &b in batches {
         let pixels = rng.bytes(b * model.input_len());
@@ -170,58 +182,84 @@ fn dense(rng: &mut Rng, n: usize, k: usize) -> (Vec<i8>, Vec<i32>, Vec<i32>, Vec
     (weights, bias, mult, shift)
 }
 
-/// A model of one conv (any kh × kw, stride, pad, channels), optionally followed by an fc.
-#[allow(clippy::too_many_arguments)]
-fn conv_model(
-    seed: u64,
-    (cin, h, w): (u16, u16, u16),
+/// One conv layer to test (any kh × kw, stride, pad, channels), optionally followed by an fc.
+#[derive(Clone, Copy, Debug)]
+struct ConvCase {
+    /// Input channels, height, width.
+    input: (u16, u16, u16),
     cout: u16,
-    (kh, kw): (u8, u8),
+    /// Kernel height and width.
+    kernel: (u8, u8),
     stride: u8,
     pad: u8,
+    /// Random pad values per input channel (else the input zero point pads).
     pad_values: bool,
     relu: bool,
+    /// Outputs of an fc after the conv.
     fc: Option<u16>,
-) -> Builder {
-    let mut b = Builder::new(cin, h, w, seed);
-    let ho = (h + 2 * pad as u16 - kh as u16) / stride as u16 + 1;
-    let wo = (w + 2 * pad as u16 - kw as u16) / stride as u16 + 1;
-    let out = b.tensor(cout, ho, wo);
-    let k = kh as usize * kw as usize * cin as usize;
-    let (weights, bias, mult, shift) = dense(&mut b.rng, cout as usize, k);
-    let pad_values = if pad_values {
-        (0..cin).map(|_| b.rng.range(-128, 127) as i8).collect()
-    } else {
-        Vec::new()
-    };
-    let zp = b.tensors[out as usize].zp;
-    let (act_min, act_max) = if relu {
-        (zp.max(-128), 127)
-    } else {
-        (-128, 127)
-    };
-    b.push(OpSpec {
-        kind: 1,
-        in0: 0,
-        in1: 0xFFFF,
-        out,
-        kh,
-        kw,
-        stride,
-        pad,
-        act_min,
-        act_max,
-        weights,
-        bias,
-        mult,
-        shift,
-        pad_values,
-        scratch: 0,
-    });
-    if let Some(n) = fc {
-        b.fc(out, n, false);
+}
+
+impl ConvCase {
+    /// A conv of `cout` channels with a `kernel` window, `(stride, pad)`, over `input`; no
+    /// pad values, ReLU or fc.
+    fn new(input: (u16, u16, u16), cout: u16, kernel: (u8, u8), (stride, pad): (u8, u8)) -> Self {
+        ConvCase {
+            input,
+            cout,
+            kernel,
+            stride,
+            pad,
+            pad_values: false,
+            relu: false,
+            fc: None,
+        }
     }
-    b
+
+    /// The model: input, the conv, the fc if any; random constants from `seed`.
+    fn model(&self, seed: u64) -> Builder {
+        let (cin, h, w) = self.input;
+        let (kh, kw) = self.kernel;
+        let (stride, pad) = (self.stride, self.pad);
+        let mut b = Builder::new(cin, h, w, seed);
+        let ho = (h + 2 * pad as u16 - kh as u16) / stride as u16 + 1;
+        let wo = (w + 2 * pad as u16 - kw as u16) / stride as u16 + 1;
+        let out = b.tensor(self.cout, ho, wo);
+        let k = kh as usize * kw as usize * cin as usize;
+        let (weights, bias, mult, shift) = dense(&mut b.rng, self.cout as usize, k);
+        let pad_values = if self.pad_values {
+            (0..cin).map(|_| b.rng.range(-128, 127) as i8).collect()
+        } else {
+            Vec::new()
+        };
+        let zp = b.tensors[out as usize].zp;
+        let (act_min, act_max) = if self.relu {
+            (zp.max(-128), 127)
+        } else {
+            (-128, 127)
+        };
+        b.push(OpSpec {
+            kind: 1,
+            in0: 0,
+            in1: 0xFFFF,
+            out,
+            kh,
+            kw,
+            stride,
+            pad,
+            act_min,
+            act_max,
+            weights,
+            bias,
+            mult,
+            shift,
+            pad_values,
+            scratch: 0,
+        });
+        if let Some(n) = self.fc {
+            b.fc(out, n, false);
+        }
+        b
+    }
 }
 
 #[test]
@@ -246,17 +284,16 @@ fn nvrtc_compiles_every_kernel() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn hand_model_matches_cpu() {
     let bytes = hand_model().encode();
-    let model = Model::parse(&bytes).unwrap();
-    let Some(mut g) = gpu(&model, 2) else {
-        return;
-    };
+    let (_, mut g) = parse_and_upload(&bytes, 2);
     assert_eq!(g.run(&[0, 128, 255, 130]).unwrap(), &[28, 5]);
     check_batches("hand", &bytes, &[1, 3, 64, 1000], 1);
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn lenet_matches_cpu() {
     for seed in [1, 2] {
         check_batches("lenet", &lenet(seed).encode(), &[1, 3, 64, 1000], seed);
@@ -264,6 +301,7 @@ fn lenet_matches_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn small_resnet_matches_cpu() {
     check_batches(
         "small_resnet",
@@ -274,6 +312,7 @@ fn small_resnet_matches_cpu() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn resnet18_matches_cpu() {
     // 256 images: the automatic pick uses every direct tile size somewhere.
     check_batches("resnet18", &resnet18(4).encode(), &[1, 3, 64, 256], 4);
@@ -282,6 +321,7 @@ fn resnet18_matches_cpu() {
 /// ResNet-18's conv shapes (C_in 64…512, 3×3 and strided 1×1) through every path, with M
 /// large enough for several row tiles.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn resnet_shapes_match_cpu_on_every_path() {
     let shapes = [
         ((64, 32, 32), 64, 3, 1, 1, 6),
@@ -294,33 +334,46 @@ fn resnet_shapes_match_cpu_on_every_path() {
     ];
     for (i, &(chw, cout, k, stride, pad, batch)) in shapes.iter().enumerate() {
         let seed = 40 + i as u64;
-        let b = conv_model(seed, chw, cout, (k, k), stride, pad, i % 2 == 0, true, None);
-        let bytes = b.encode();
-        let model = Model::parse(&bytes).unwrap();
-        let Some(mut g) = gpu(&model, batch) else {
-            return;
+        let case = ConvCase {
+            pad_values: i % 2 == 0,
+            relu: true,
+            ..ConvCase::new(chw, cout, (k, k), (stride, pad))
         };
-        let pixels = Rng::new(seed).bytes(batch * model.input_len());
-        let want = cpu(&model, &pixels);
-        all_paths(&mut g, &pixels, &want).unwrap_or_else(|e| panic!("shape {i}: {e}"));
+        every_path_matches_cpu(&case.model(seed), batch, seed)
+            .unwrap_or_else(|e| panic!("shape {i}: {e}"));
     }
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn odd_shapes_match_cpu() {
     for seed in [5, 6, 7] {
         check_batches("odd", &odd_model(seed).encode(), &[1, 3, 64, 1000], seed);
     }
     check_batches("fc_only", &fc_only(8).encode(), &[1, 3, 64, 1000], 8);
     // Rectangular kernels, C_out across the 64-wide tile, stride 3, pad 2 with pad values.
-    let b = conv_model(9, (7, 11, 9), 70, (3, 2), 3, 2, true, true, Some(13));
-    check_batches("rect", &b.encode(), &[1, 3, 64, 1000], 9);
+    let rect = ConvCase {
+        pad_values: true,
+        relu: true,
+        fc: Some(13),
+        ..ConvCase::new((7, 11, 9), 70, (3, 2), (3, 2))
+    };
+    check_batches("rect", &rect.model(9).encode(), &[1, 3, 64, 1000], 9);
     // C_in % 4 = 0 (aligned loads), pad with the input zero point.
-    let b = conv_model(10, (8, 9, 9), 16, (3, 3), 1, 1, false, false, Some(4));
-    check_batches("aligned", &b.encode(), &[1, 3, 64, 1000], 10);
+    let aligned = ConvCase {
+        fc: Some(4),
+        ..ConvCase::new((8, 9, 9), 16, (3, 3), (1, 1))
+    };
+    check_batches(
+        "aligned",
+        &aligned.model(10).encode(),
+        &[1, 3, 64, 1000],
+        10,
+    );
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn fc_paths_agree_at_the_threshold() {
     // Batches on both sides of FC_WARP_MAX_BATCH (warp kernel vs GEMM).
     let bytes = lenet(11).encode();
@@ -333,15 +386,13 @@ fn fc_paths_agree_at_the_threshold() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn typed_errors() {
     let bytes = lenet(12).encode();
     let model = Model::parse(&bytes).unwrap();
     match CudaModel::new(&model, 0, 0) {
         Err(CudaError::BadMaxBatch { max_batch: 0 }) => {}
-        Err(CudaError::NoDevice { .. }) => {
-            println!("skipping: no CUDA device");
-            return;
-        }
+        Err(e @ CudaError::NoDevice { .. }) => panic!("this test needs a CUDA GPU: {e}"),
         Err(e) => panic!("max_batch 0: {e}"),
         Ok(_) => panic!("max_batch 0 accepted"),
     }
@@ -349,9 +400,7 @@ fn typed_errors() {
         CudaModel::new(&model, 4096, 1),
         Err(CudaError::NoDevice { ordinal: 4096, .. })
     ));
-    let Some(mut g) = gpu(&model, 4) else {
-        return;
-    };
+    let mut g = gpu(&model, 4);
     let n = model.input_len();
     assert_eq!(g.max_batch(), 4);
     assert_eq!(g.input_len(), n);
@@ -384,51 +433,59 @@ fn typed_errors() {
     assert!(e.to_string().contains("5"));
 }
 
+/// Random conv cases: C_in from `cin`, H and W up to `hw`, C_out up to `cout`, kernel sides up
+/// to `k`, stride up to 3, padding up to 2, with and without pad values, ReLU and an fc after.
+fn conv_cases(
+    cin: impl Strategy<Value = u16>,
+    hw: u16,
+    cout: u16,
+    k: u8,
+) -> impl Strategy<Value = ConvCase> {
+    let shape = (cin, 1..=hw, 1..=hw, 1..=cout, 1..=k, 1..=k);
+    let options = (1u8..=3, 0u8..=2, any::<bool>(), any::<bool>());
+    (shape, options, prop::option::of(1u16..=20))
+        .prop_map(
+            |((cin, h, w, cout, kh, kw), (stride, pad, pad_values, relu), fc)| ConvCase {
+                pad_values,
+                relu,
+                fc,
+                ..ConvCase::new((cin, h, w), cout, (kh, kw), (stride, pad))
+            },
+        )
+        .prop_filter("the kernel fits the padded input", |c| {
+            let pad = 2 * c.pad as u16;
+            c.input.1 + pad >= c.kernel.0 as u16 && c.input.2 + pad >= c.kernel.1 as u16
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn random_conv_matches_cpu(
-        seed in any::<u64>(),
-        cin in 1u16..=9, h in 1u16..=10, w in 1u16..=10, cout in 1u16..=70,
-        kh in 1u8..=4, kw in 1u8..=4, stride in 1u8..=3, pad in 0u8..=2,
-        pad_values in any::<bool>(), relu in any::<bool>(), fc in prop::option::of(1u16..=20),
-        batch in 1usize..=12,
+        seed in any::<u64>(), case in conv_cases(1u16..=9, 10, 70, 4), batch in 1usize..=12,
     ) {
-        prop_assume!(h + 2 * pad as u16 >= kh as u16 && w + 2 * pad as u16 >= kw as u16);
-        let b = conv_model(seed, (cin, h, w), cout, (kh, kw), stride, pad, pad_values, relu, fc);
-        let bytes = b.encode();
-        let model = Model::parse(&bytes).unwrap();
-        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
-        let pixels = Rng::new(seed ^ 0x5555).bytes(batch * model.input_len());
-        let want = cpu(&model, &pixels);
-        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
+        every_path_matches_cpu(&case.model(seed), batch, seed ^ 0x5555)
+            .map_err(TestCaseError::fail)?;
     }
 
     /// C_in a multiple of 16 (half of them of 32): the tensor cores' direct tiles; C_out and
     /// M on and off the tile sizes, C_out % 16 ≠ 0 (the byte-store epilogue) and = 0.
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn random_mma_conv_matches_cpu(
-        seed in any::<u64>(),
-        cin16 in 1u16..=8, h in 1u16..=12, w in 1u16..=12, cout in 1u16..=160,
-        kh in 1u8..=3, kw in 1u8..=3, stride in 1u8..=3, pad in 0u8..=2,
-        pad_values in any::<bool>(), relu in any::<bool>(), fc in prop::option::of(1u16..=20),
+        seed in any::<u64>(), case in conv_cases((1u16..=8).prop_map(|c| 16 * c), 12, 160, 3),
         batch in 1usize..=24,
     ) {
-        prop_assume!(h + 2 * pad as u16 >= kh as u16 && w + 2 * pad as u16 >= kw as u16);
-        let cin = 16 * cin16;
-        let b = conv_model(seed, (cin, h, w), cout, (kh, kw), stride, pad, pad_values, relu, fc);
-        let bytes = b.encode();
-        let model = Model::parse(&bytes).unwrap();
-        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
-        let pixels = Rng::new(seed ^ 0x3333).bytes(batch * model.input_len());
-        let want = cpu(&model, &pixels);
-        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
+        every_path_matches_cpu(&case.model(seed), batch, seed ^ 0x3333)
+            .map_err(TestCaseError::fail)?;
     }
 
     /// A residual block: the add after the second conv is fused into that conv's epilogue on
     /// the tensor-core path (C_out % 16 == 0), with the conv's output as either add input.
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn random_residual_block_matches_cpu(
         seed in any::<u64>(), c16 in 1u16..=4, h in 1u16..=12, w in 1u16..=12,
         conv_first in any::<bool>(), relu in any::<bool>(), batch in 1usize..=24,
@@ -439,27 +496,18 @@ proptest! {
         let y = b.conv(x, c, 3, 1, 1, false);
         let z = if conv_first { b.add(y, x, relu) } else { b.add(x, y, relu) };
         b.fc(z, 7, false);
-        let bytes = b.encode();
-        let model = Model::parse(&bytes).unwrap();
-        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
-        let pixels = Rng::new(seed ^ 0x7777).bytes(batch * model.input_len());
-        let want = cpu(&model, &pixels);
-        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
+        every_path_matches_cpu(&b, batch, seed ^ 0x7777).map_err(TestCaseError::fail)?;
     }
 
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn random_fc_matches_cpu(
         seed in any::<u64>(), k in 1u16..=300, n in 1u16..=70, relu in any::<bool>(),
         batch in 1usize..=20,
     ) {
         let mut b = Builder::new(k, 1, 1, seed);
         b.fc(0, n, relu);
-        let bytes = b.encode();
-        let model = Model::parse(&bytes).unwrap();
-        let Some(mut g) = gpu(&model, batch) else { return Ok(()); };
-        let pixels = Rng::new(seed ^ 0xAAAA).bytes(batch * model.input_len());
-        let want = cpu(&model, &pixels);
-        all_paths(&mut g, &pixels, &want).map_err(TestCaseError::fail)?;
+        every_path_matches_cpu(&b, batch, seed ^ 0xAAAA).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -479,18 +527,16 @@ fn median_ms(warm: usize, reps: usize, mut f: impl FnMut()) -> f64 {
     t[reps / 2]
 }
 
-/// The GPU benchmark of the kernels on the ResNet-18 fixture (random weights):
+/// The GPU benchmark of the kernels on the ResNet-18 fixture (random weights), which also
+/// checks the GPU bytes at batch 1024:
 /// `cargo test --release -p octet-runtime --features cuda --test cuda -- --ignored profile
 /// --nocapture`. Host pixels → host logits per batch for the tensor-core and dp4a paths,
 /// pinned and pageable copies, then the per-kernel device times (CUDA events) at batch 1024.
 #[test]
-#[ignore = "GPU benchmark"]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn profile_resnet18() {
     let bytes = resnet18(4).encode();
-    let model = Model::parse(&bytes).unwrap();
-    let Some(mut g) = gpu(&model, 4096) else {
-        return;
-    };
+    let (model, mut g) = parse_and_upload(&bytes, 4096);
     let (n_in, n_out) = (model.input_len(), model.output_len());
     let px = Rng::new(1).bytes(4096 * n_in);
     let mut out = vec![0i8; 4096 * n_out];
@@ -580,12 +626,10 @@ fn mean_profile(g: &mut CudaModel, pixels: &[u8], runs: usize) -> Vec<(String, f
 /// `load` + `run_loaded` + `read_logits` give `run`'s bytes; running before loading, or after
 /// `run` replaced the loaded images, is a typed error.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn loaded_images_give_run_bytes() {
     let bytes = small_resnet(21).encode();
-    let model = Model::parse(&bytes).unwrap();
-    let Some(mut g) = gpu(&model, 8) else {
-        return;
-    };
+    let (model, mut g) = parse_and_upload(&bytes, 8);
     assert!(matches!(g.run_loaded(), Err(CudaError::NothingLoaded)));
     let pixels = Rng::new(22).bytes(8 * model.input_len());
     let want = g.run(&pixels).unwrap().to_vec();
@@ -601,12 +645,10 @@ fn loaded_images_give_run_bytes() {
 /// Replaying captured CUDA graphs (the default) gives the bytes of launching every op, for
 /// several batch sizes in turn (one graph each) and after the graphs are turned off and on.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn cuda_graphs_give_the_same_bytes() {
     let bytes = resnet18(31).encode();
-    let model = Model::parse(&bytes).unwrap();
-    let Some(mut g) = gpu(&model, 16) else {
-        return;
-    };
+    let (model, mut g) = parse_and_upload(&bytes, 16);
     let mut rng = Rng::new(32);
     let n = model.input_len();
     let inputs: Vec<Vec<u8>> = [1usize, 16, 5, 16, 1]

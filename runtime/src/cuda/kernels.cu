@@ -41,6 +41,12 @@ __device__ __forceinline__ int pack4(int b0, int b1, int b2, int b3) {
     return (b0 & 0xff) | ((b1 & 0xff) << 8) | ((b2 & 0xff) << 16) | ((unsigned)(b3 & 0xff) << 24);
 }
 
+// The four int8 at p as one word, those at or past the first `left` zero (the last word of a
+// row whose length is not a multiple of 4).
+__device__ __forceinline__ int load4_partial(const i8* p, int left) {
+    return pack4(p[0], 1 < left ? p[1] : 0, 2 < left ? p[2] : 0, 3 < left ? p[3] : 0);
+}
+
 // u8 pixels, planar C×H×W per image → i8 HWC (q = pixel − 128, i.e. pixel ^ 0x80).
 extern "C" __global__ void input_u8_to_hwc(const u8* __restrict__ px, i8* __restrict__ x,
                                            i64 total, int c, int hw) {
@@ -114,21 +120,9 @@ conv2d_dp4a(const i8* __restrict__ x, i8* __restrict__ y, const int* __restrict_
                 const int iy = iy0 + ky, ix = ix0 + kx;
                 if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
                     const i64 base = (((i64)b * H + iy) * W + ix) * cin + c;
-                    if (aligned) {
-                        v = *(const int*)(x + base);
-                    } else {
-                        const int b0 = x[base];
-                        const int b1 = c + 1 < cin ? x[base + 1] : 0;
-                        const int b2 = c + 2 < cin ? x[base + 2] : 0;
-                        const int b3 = c + 3 < cin ? x[base + 3] : 0;
-                        v = pack4(b0, b1, b2, b3);
-                    }
+                    v = aligned ? *(const int*)(x + base) : load4_partial(x + base, cin - c);
                 } else {
-                    const int b0 = padv[c];
-                    const int b1 = c + 1 < cin ? padv[c + 1] : 0;
-                    const int b2 = c + 2 < cin ? padv[c + 2] : 0;
-                    const int b3 = c + 3 < cin ? padv[c + 3] : 0;
-                    v = pack4(b0, b1, b2, b3);
+                    v = load4_partial(padv + c, cin - c);
                 }
             }
             As[kk][am] = v;
@@ -184,22 +178,26 @@ extern "C" __global__ void fc_warp(const i8* __restrict__ x, i8* __restrict__ y,
     const bool aligned = (k & 3) == 0;
     int acc = 0;
     for (int i = lane; i < k_words; i += 32) {
-        int v;
-        if (aligned) {
-            v = ((const int*)xr)[i];
-        } else {
-            const int c = 4 * i;
-            const int b0 = xr[c];
-            const int b1 = c + 1 < k ? xr[c + 1] : 0;
-            const int b2 = c + 2 < k ? xr[c + 2] : 0;
-            const int b3 = c + 3 < k ? xr[c + 3] : 0;
-            v = pack4(b0, b1, b2, b3);
-        }
+        const int v = aligned ? ((const int*)xr)[i] : load4_partial(xr + 4 * i, k - 4 * i);
         acc = __dp4a(v, wr[i], acc);
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
     if (lane == 0) y[b * n + o] = finish(acc, rq[o], zout, act_min, act_max);
+}
+
+// The input byte of the first tap of pool output element i (batch-major HWC: channel ch of
+// pixel (ox, oy) of image b): channel ch at (oy·stride, ox·stride); tap (ky, kx) lies
+// (ky·W + kx)·c bytes further.
+__device__ __forceinline__ const i8* pool_window(const i8* x, i64 i, int H, int W, int c,
+                                                 int Ho, int Wo, int stride) {
+    const int ch = (int)(i % c);
+    i64 t = i / c;
+    const int ox = (int)(t % Wo);
+    t /= Wo;
+    const int oy = (int)(t % Ho);
+    const i64 b = t / Ho;
+    return x + ((b * H + oy * stride) * W + (i64)ox * stride) * c + ch;
 }
 
 // max_pool: one thread per output value; max over the window (from −128), then the clamp.
@@ -208,15 +206,10 @@ extern "C" __global__ void max_pool(const i8* __restrict__ x, i8* __restrict__ y
                                     int stride, int act_min, int act_max) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (i64)gridDim.x * blockDim.x) {
-        const int ch = (int)(i % c);
-        i64 t = i / c;
-        const int ox = (int)(t % Wo);
-        t /= Wo;
-        const int oy = (int)(t % Ho);
-        const i64 b = t / Ho;
+        const i8* win = pool_window(x, i, H, W, c, Ho, Wo, stride);
         int m = -128;
         for (int ky = 0; ky < kh; ++ky) {
-            const i8* row = x + ((b * H + oy * stride + ky) * W + (i64)ox * stride) * c + ch;
+            const i8* row = win + (i64)ky * W * c;
             for (int kx = 0; kx < kw; ++kx) {
                 const int v = row[(i64)kx * c];
                 m = v > m ? v : m;
@@ -233,15 +226,10 @@ extern "C" __global__ void avg_pool(const i8* __restrict__ x, i8* __restrict__ y
                                     int act_min, int act_max) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (i64)gridDim.x * blockDim.x) {
-        const int ch = (int)(i % c);
-        i64 t = i / c;
-        const int ox = (int)(t % Wo);
-        t /= Wo;
-        const int oy = (int)(t % Ho);
-        const i64 b = t / Ho;
+        const i8* win = pool_window(x, i, H, W, c, Ho, Wo, stride);
         int acc = 0;
         for (int ky = 0; ky < kh; ++ky) {
-            const i8* row = x + ((b * H + oy * stride + ky) * W + (i64)ox * stride) * c + ch;
+            const i8* row = win + (i64)ky * W * c;
             for (int kx = 0; kx < kw; ++kx) acc += (int)row[(i64)kx * c] - zin;
         }
         const i64 v = (((i64)acc * (i64)m0 + (1LL << (n - 1))) >> n) + (i64)zout;
