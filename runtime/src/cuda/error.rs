@@ -44,7 +44,7 @@ pub enum CudaError {
     BatchTooLarge {
         /// Images given.
         batch: usize,
-        /// `max_batch` of [`CudaModel::new`].
+        /// `max_batch` of [`CudaModel::new`](super::CudaModel::new).
         max: usize,
     },
     /// The pixel slice is not a positive multiple of the input size.
@@ -61,7 +61,7 @@ pub enum CudaError {
         /// Bytes given.
         got: usize,
     },
-    /// [`CudaModel::run_loaded`] before any [`CudaModel::load`], or after `run`/`run_into`
+    /// [`CudaModel::run_loaded`](super::CudaModel::run_loaded) before any [`CudaModel::load`](super::CudaModel::load), or after `run`/`run_into`
     /// replaced the loaded images.
     NothingLoaded,
     /// Any other driver failure (allocation, copy, launch).
