@@ -11,7 +11,7 @@ mod common;
 
 use common::{hand_model, lenet, resnet18, small_resnet, Builder, OpSpec, Rng};
 use octet_runtime::cuda::{compile_ptx, CudaError, CudaModel, FC_WARP_MAX_BATCH, KERNEL_NAMES};
-use octet_runtime::{quantize_multiplier, Model};
+use octet_runtime::Model;
 use proptest::prelude::*;
 use std::time::Instant;
 
@@ -166,20 +166,14 @@ fn fc_only(seed: u64) -> Builder {
     b
 }
 
-/// Random dense constants for `n` outputs of `k` multiply-adds (as the common builder makes).
-fn dense(rng: &mut Rng, n: usize, k: usize) -> (Vec<i8>, Vec<i32>, Vec<i32>, Vec<i32>) {
-    let weights = (0..n * k).map(|_| rng.range(-127, 127) as i8).collect();
-    let sk = (k as f64).sqrt();
-    let bias = (0..n)
-        .map(|_| rng.range(-(2000.0 * sk) as i64, (2000.0 * sk) as i64) as i32)
-        .collect();
-    let (mut mult, mut shift) = (Vec::new(), Vec::new());
-    for _ in 0..n {
-        let (m0, s) = quantize_multiplier(0.008 / sk * (0.5 + 1.5 * rng.unit())).unwrap();
-        mult.push(m0);
-        shift.push(s);
-    }
-    (weights, bias, mult, shift)
+/// Random constants (weights, bias, multipliers, shifts) for `n` outputs of `k` inputs each,
+/// drawn by the common builder as an fc's: a conv's constants are an fc's over its kh·kw·C_in
+/// taps.
+fn dense_constants(seed: u64, n: u16, k: usize) -> OpSpec {
+    let k = u16::try_from(k).expect("at most 65535 taps");
+    let mut fc = Builder::new(k, 1, 1, seed);
+    fc.fc(0, n, false);
+    fc.ops.pop().expect("the fc just pushed")
 }
 
 /// One conv layer to test (any kh × kw, stride, pad, channels), optionally followed by an fc.
@@ -225,7 +219,7 @@ impl ConvCase {
         let wo = (w + 2 * pad as u16 - kw as u16) / stride as u16 + 1;
         let out = b.tensor(self.cout, ho, wo);
         let k = kh as usize * kw as usize * cin as usize;
-        let (weights, bias, mult, shift) = dense(&mut b.rng, self.cout as usize, k);
+        let constants = dense_constants(b.rng.next(), self.cout, k);
         let pad_values = if self.pad_values {
             (0..cin).map(|_| b.rng.range(-128, 127) as i8).collect()
         } else {
@@ -240,7 +234,6 @@ impl ConvCase {
         b.push(OpSpec {
             kind: 1,
             in0: 0,
-            in1: 0xFFFF,
             out,
             kh,
             kw,
@@ -248,12 +241,9 @@ impl ConvCase {
             pad,
             act_min,
             act_max,
-            weights,
-            bias,
-            mult,
-            shift,
             pad_values,
             scratch: 0,
+            ..constants
         });
         if let Some(n) = self.fc {
             b.fc(out, n, false);
