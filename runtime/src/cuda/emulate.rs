@@ -1,10 +1,17 @@
-//! Host emulation of `conv2d_dp4a` and `fc_warp` (a line-by-line transliteration of
-//! kernels.cu: blocks, the two phases between `__syncthreads`, the 4×4 thread tiles), checked
-//! against the scalar reference on random shapes. It tests the kernels' index math, packing,
-//! padding and epilogue on machines without a GPU; the GPU tests check the real thing.
+//! Host emulation of the GPU path, for machines without a GPU (the GPU tests check the real
+//! thing). `conv2d_dp4a` is a line-by-line transliteration of kernels.cu (blocks, the two
+//! phases between `__syncthreads`, the 4×4 thread tiles), checked against the scalar reference
+//! on random shapes: the kernels' index math, packing, padding and epilogue. `forward` runs a
+//! whole model's lowered steps (lower.rs) over one activation buffer laid out by plan.rs, each
+//! step as its kernel computes it (`fc_warp` at small batches, an add fused into the conv
+//! before it as the tensor-core epilogue computes it), checked against `Model::run` on the
+//! bundled test models: the lowering's offsets, parameters and fusion decisions.
 
-use super::lower::{pack_weights, rq_words};
+use super::lower::{pack_weights, rq_words, Dense, DenseConsts, Pool, Residual, Step};
+use super::{launch::FC_WARP_MAX_BATCH, plan};
 use crate::kernels::{scalar, ConvParams, I32Array, OutputQuant, Shape};
+use crate::requant::AddRequant;
+use crate::Model;
 use proptest::prelude::*;
 
 fn dp4a(a: i32, b: i32, c: i32) -> i32 {
@@ -212,4 +219,218 @@ impl Lcg {
         self.0 ^= self.0 << 17;
         self.0
     }
+}
+
+/// One step's bytes of `batch` images: region `off` of `acts`, `len` bytes per image.
+fn region(acts: &[i8], off: usize, len: usize, batch: usize) -> &[i8] {
+    &acts[off..off + len * batch]
+}
+
+/// `input_u8_to_hwc`: planar u8 pixels to int8 HWC (q = pixel − 128).
+fn input_to_hwc(px: &[u8], (c, h, w): (usize, usize, usize), x: &mut [i8]) {
+    for (i, v) in x.iter_mut().enumerate() {
+        let (ch, t) = (i % c, i / c);
+        let (p, b) = (t % (h * w), t / (h * w));
+        *v = (px[(b * c + ch) * h * w + p] ^ 0x80) as i8;
+    }
+}
+
+/// `fc_warp`: one dp4a reduction per (image, output) over the packed weight row.
+fn fc_warp(x: &[i8], y: &mut [i8], d: &Dense<DenseConsts>, batch: usize) {
+    let (k, n, kw) = (d.g.cin as usize, d.g.cout as usize, d.cin_words as usize);
+    for b in 0..batch {
+        let xr = &x[b * k..][..k];
+        for o in 0..n {
+            let acc = (0..kw).fold(0, |acc, i| {
+                let c = 4 * i;
+                let v = pack4([0, 1, 2, 3].map(|j| xr.get(c + j).map_or(0, |&q| q as i32)));
+                dp4a(v, d.consts.w[o * kw + i], acc)
+            });
+            y[b * n + o] = finish(acc, &d.consts.rq[4 * o..4 * o + 4], d.q);
+        }
+    }
+}
+
+/// A conv/fc as the GEMM kernels compute it.
+fn dense_gemm(x: &[i8], y: &mut [i8], d: &Dense<DenseConsts>, batch: usize) {
+    let u = |v: i32| v as usize;
+    let g = Geom {
+        m: batch * u(d.g.ho * d.g.wo),
+        h: u(d.g.h),
+        w: u(d.g.w),
+        cin: u(d.g.cin),
+        ho: u(d.g.ho),
+        wo: u(d.g.wo),
+        cout: u(d.g.cout),
+        kh: u(d.g.kh),
+        kw: u(d.g.kw),
+        stride: u(d.g.stride),
+        pad: u(d.g.pad),
+        cin_words: u(d.cin_words),
+    };
+    let c = &d.consts;
+    conv2d_dp4a(x, y, &c.w, &c.rq, &c.padv, &g, d.q);
+}
+
+/// `max_pool` / `avg_pool`: one output value per thread.
+fn pool(x: &[i8], y: &mut [i8], p: &Pool) {
+    let g = &p.g;
+    let (h, w, c) = (g.h as usize, g.w as usize, g.cin as usize);
+    let (ho, wo, s) = (g.ho as usize, g.wo as usize, g.stride as usize);
+    for (i, out) in y.iter_mut().enumerate() {
+        let (ch, t) = (i % c, i / c);
+        let (ox, oy, b) = (t % wo, (t / wo) % ho, t / wo / ho);
+        let taps = (0..g.kh as usize).flat_map(|ky| (0..g.kw as usize).map(move |kx| (ky, kx)));
+        let vals =
+            taps.map(|(ky, kx)| x[((b * h + oy * s + ky) * w + ox * s + kx) * c + ch] as i32);
+        let v = if p.avg {
+            let acc = vals.map(|q| q - p.zin).sum::<i32>() as i64;
+            ((acc * p.m0 as i64 + (1i64 << (p.n - 1))) >> p.n) + p.q.zero_point as i64
+        } else {
+            vals.fold(-128, i32::max) as i64
+        };
+        *out = v.max(p.q.act_min as i64).min(p.q.act_max as i64) as i8;
+    }
+}
+
+/// `add_byte`: `(q0 − z0)·m0 + (q1 − z1)·m1`, shifted, offset and clamped.
+fn add_byte(rq: &AddRequant, q0: i8, q1: i8) -> i8 {
+    let t = (q0 as i64 - rq.z0 as i64) * rq.m0 as i64 + (q1 as i64 - rq.z1 as i64) * rq.m1 as i64;
+    let v = ((t + (1i64 << (rq.n - 1))) >> rq.n) + rq.out.zero_point as i64;
+    v.max(rq.out.act_min as i64).min(rq.out.act_max as i64) as i8
+}
+
+/// Whether byte ranges `a` and `b` of the activation buffer share no byte.
+fn disjoint(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.0 + a.1 <= b.0 || b.0 + b.1 <= a.0
+}
+
+/// `lower`'s steps. (Its error is not formatted: that would call into the driver library,
+/// which this test binary must not need.)
+fn lowered(model: &Model, layout: &plan::Layout, batch: usize) -> Vec<Step<DenseConsts>> {
+    let Ok(steps) = super::lower::lower(model, layout, batch) else {
+        panic!("lowering failed");
+    };
+    steps
+}
+
+/// The GPU forward of `batch` images on the host: `model` lowered for exactly `batch` images,
+/// with the adds fused where launch.rs fuses them on the tensor cores (`fuse`: C_out % 16 == 0)
+/// or never; returns the logits.
+fn forward(model: &Model, pixels: &[u8], batch: usize, fuse: bool) -> Vec<i8> {
+    let layout = plan::plan(model, batch).unwrap();
+    let steps = lowered(model, &layout, batch);
+    let mut acts = vec![0i8; layout.total];
+    let off = |t: u16| layout.offsets[t as usize].unwrap();
+    let input = off(model.input_tensor());
+    let n_in = model.input_len();
+    input_to_hwc(
+        pixels,
+        model.input_shape(),
+        &mut acts[input..input + n_in * batch],
+    );
+    let mut fused = false;
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            Step::Dense(d) => {
+                let (n_x, n_y) = (d.g.h * d.g.w * d.g.cin, d.g.ho * d.g.wo * d.g.cout);
+                let (n_x, n_y) = (n_x as usize, n_y as usize);
+                let x = region(&acts, d.x, n_x, batch).to_vec();
+                let mut y = vec![0i8; n_y * batch];
+                let warp = d.fc && batch <= FC_WARP_MAX_BATCH;
+                if warp {
+                    fc_warp(&x, &mut y, d, batch);
+                } else {
+                    dense_gemm(&x, &mut y, d, batch);
+                }
+                let add = match steps.get(i + 1) {
+                    Some(Step::Add(a)) if fuse && !warp && d.g.cout % 16 == 0 => {
+                        a.fusable.as_ref().map(|r| (a, r))
+                    }
+                    _ => None,
+                };
+                fused = add.is_some();
+                let (at, out) = match add {
+                    Some((a, r)) => (a.y, fused_add(&acts, &y, a, r, (d.x, n_x), batch)),
+                    None => (d.y, y),
+                };
+                acts[at..at + out.len()].copy_from_slice(&out);
+            }
+            Step::Add(_) if fused => fused = false,
+            Step::Add(a) => {
+                let y: Vec<i8> = (0..a.len * batch)
+                    .map(|j| add_byte(&a.rq, acts[a.a + j], acts[a.b + j]))
+                    .collect();
+                acts[a.y..a.y + y.len()].copy_from_slice(&y);
+            }
+            Step::Pool(p) => {
+                let n_x = (p.g.h * p.g.w * p.g.cin) as usize;
+                let x = region(&acts, p.x, n_x, batch).to_vec();
+                let mut y = vec![0i8; (p.g.ho * p.g.wo * p.g.cin) as usize * batch];
+                pool(&x, &mut y, p);
+                acts[p.y..p.y + y.len()].copy_from_slice(&y);
+            }
+        }
+    }
+    let out = off(model.output_tensor());
+    acts[out..out + model.output_len() * batch].to_vec()
+}
+
+/// The conv epilogue's fused add: the conv's int8 output `conv` as one input, the residual
+/// read from `acts`; the add's output region must not overlap the conv's input `x` (offset,
+/// bytes per image) or the residual, which other blocks still read.
+fn fused_add(
+    acts: &[i8],
+    conv: &[i8],
+    a: &super::lower::Add,
+    r: &Residual,
+    x: (usize, usize),
+    batch: usize,
+) -> Vec<i8> {
+    let y = (a.y, a.len * batch);
+    assert!(disjoint(y, (x.0, x.1 * batch)) && disjoint(y, (r.at, a.len * batch)));
+    let rq = AddRequant {
+        z0: r.z,
+        m0: r.m,
+        z1: r.conv_z,
+        m1: r.conv_m,
+        ..a.rq
+    };
+    let res = region(acts, r.at, a.len, batch);
+    res.iter()
+        .zip(conv)
+        .map(|(&q0, &q1)| add_byte(&rq, q0, q1))
+        .collect()
+}
+
+#[test]
+fn emulated_forward_matches_the_cpu() {
+    let models: [&[u8]; 4] = [
+        include_bytes!("../../fuzz/corpus/parse/hand.o8"),
+        include_bytes!("../../fuzz/corpus/parse/lenet.o8"),
+        include_bytes!("../../fuzz/corpus/parse/small_resnet.o8"),
+        include_bytes!("../../fuzz/corpus/parse/all_ops.o8"),
+    ];
+    let mut fused_any = false;
+    for (mi, bytes) in models.iter().enumerate() {
+        let model = Model::parse(bytes).unwrap();
+        for batch in [1, FC_WARP_MAX_BATCH + 1] {
+            let mut r = Lcg(0x9e37 + (mi * 16 + batch) as u64);
+            let pixels: Vec<u8> = (0..batch * model.input_len())
+                .map(|_| r.next() as u8)
+                .collect();
+            let mut arena = vec![0u8; model.arena_bytes_for(batch)];
+            let want = model.run(&pixels, &mut arena).unwrap().to_vec();
+            for fuse in [false, true] {
+                let got = forward(&model, &pixels, batch, fuse);
+                assert_eq!(got, want, "model {mi}, batch {batch}, fused adds {fuse}");
+            }
+        }
+        let layout = plan::plan(&model, 1).unwrap();
+        let steps = lowered(&model, &layout, 1);
+        fused_any |= steps
+            .iter()
+            .any(|s| matches!(s, Step::Add(a) if a.fusable.is_some()));
+    }
+    assert!(fused_any, "no test model has an add that the GPU may fuse");
 }
