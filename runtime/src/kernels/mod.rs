@@ -443,8 +443,10 @@ pub struct OpGeometry {
 /// them in one call; see `Model::arena_bytes_for`).
 pub const GROUP_IMAGES: usize = 8;
 
-/// Output pixels per pass of the pixels-in-lanes VNNI conv ([`vnni::conv2d_lanes`]): 4 vectors
-/// of 16 pixels.
+/// Output pixels the scratch rule sizes a pass of the pixels-in-lanes VNNI conv
+/// ([`vnni::conv2d_lanes`]) for: 4 vectors of 16 pixels. The kernel's passes take 3 vectors
+/// (48 pixels); the rule keeps its room for 64 so that `scratch_bytes`, and with it the
+/// exported files, stay as they are.
 pub const LANES_PIXEL_BLOCK: usize = 64;
 
 /// Bytes per output channel of the lanes conv's requantization table.

@@ -1,12 +1,13 @@
 //! Backend-neutral test helpers: every SIMD backend's conv (AVX2, VNNI, NEON) is checked
 //! against the scalar reference by the same shape-generic case generator.
 
-use crate::kernels::{ConvParams, I32Array, OutputQuant, Shape};
+use crate::kernels::{ConvParams, I32Array, OutputQuant, PoolParams, Shape};
 
 /// A fast conv kernel under test: (params, input, output, scratch).
 pub type ConvKernel<'f> = dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8]) + 'f;
 
 /// xorshift64* stream for test data.
+#[derive(Clone, Debug)]
 pub struct Rng(pub u64);
 impl Rng {
     pub fn next(&mut self) -> u64 {
@@ -28,79 +29,124 @@ impl Rng {
     }
 }
 
-/// A convolution of the given shape with values drawn from `seed` (weights, biases,
-/// multipliers, pad values, zero points, clamp), run by the scalar reference and by `fast`:
-/// the bytes must be equal. Shapes the kernel cannot cover are skipped.
-#[allow(clippy::too_many_arguments)]
-pub fn conv_matches_scalar(
-    cin: usize,
-    cout: usize,
-    h: usize,
-    w: usize,
-    kh: usize,
-    kw: usize,
-    stride: usize,
-    pad: usize,
-    seed: u64,
-    fast: &mut ConvKernel,
-) {
-    if h + 2 * pad < kh || w + 2 * pad < kw {
+/// A convolution of `case`'s shape with values drawn from its seed ([`ConvData::random`]),
+/// run by the scalar reference and by `fast`: the bytes must be equal. Shapes no conv has
+/// (a kernel larger than the padded input) are skipped.
+pub fn conv_matches_scalar(case: &ConvCase, fast: &mut ConvKernel) {
+    let Some(d) = ConvData::random(case) else {
         return;
-    }
-    let mut rng = Rng(seed | 1);
-    let ho = (h + 2 * pad - kh) / stride + 1;
-    let wo = (w + 2 * pad - kw) / stride + 1;
-    let k = kh * kw * cin;
-    let input = rng.i8s(cin * h * w, -128, 127);
-    let weights = rng.i8s(cout * k, -127, 127);
-    let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
-    let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
-    // Mostly typical shifts (n in [33, 49]); every fourth case the whole valid range.
-    let shift = if rng.next().is_multiple_of(4) {
-        rng.i32s(cout, -31, 30)
-    } else {
-        rng.i32s(cout, -18, -2)
     };
-    let pads = if rng.next().is_multiple_of(2) {
-        rng.i8s(cin, -128, 127)
-    } else {
-        Vec::new()
-    };
-    let zo = rng.range(-128, 127) as i32;
-    let (lo, hi) = if rng.next().is_multiple_of(2) {
-        (zo.max(-128), 127)
-    } else {
-        (-128, 127)
-    };
-    let p = ConvParams {
-        input: Shape { c: cin, h, w },
-        output: Shape {
-            c: cout,
-            h: ho,
-            w: wo,
-        },
-        kernel_h: kh,
-        kernel_w: kw,
-        stride,
-        pad,
-        weights: &weights,
-        bias: I32Array::new(&bias),
-        multiplier: I32Array::new(&mult),
-        shift: I32Array::new(&shift),
-        pad_values: &pads,
-        input_zero_point: rng.range(-128, 127) as i32,
-        out: OutputQuant {
+    let p = d.params();
+    let mut want = vec![0i8; p.output.len()];
+    let mut got = vec![0x55i8; p.output.len()];
+    crate::kernels::scalar::conv2d(&p, &d.input, &mut want);
+    let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, &p.geometry())];
+    fast(&p, &d.input, &mut got, &mut scratch);
+    assert_eq!(want, got);
+}
+
+/// The tensors and quantization of a test conv: what [`ConvParams`] borrows.
+pub struct ConvData {
+    pub case: ConvCase,
+    pub input: Vec<i8>,
+    pub weights: Vec<i8>,
+    pub bias: Vec<u8>,
+    pub mult: Vec<u8>,
+    pub shift: Vec<u8>,
+    pub pads: Vec<i8>,
+    pub input_zero_point: i32,
+    pub out: OutputQuant,
+    /// The stream the values came from, for more inputs of the same conv.
+    pub rng: Rng,
+}
+
+impl ConvData {
+    /// Values from the case's seed: weights in [−127, 127], biases, multipliers, mostly
+    /// typical shifts (n in [33, 49]; every fourth case the whole valid range), pad values
+    /// or none, zero points, a clamp or none. `None` where the kernel outgrows the padded input.
+    pub fn random(c: &ConvCase) -> Option<Self> {
+        let mut d = Self::typical(c)?;
+        let rng = &mut d.rng;
+        if rng.next().is_multiple_of(4) {
+            d.shift = rng.i32s(c.cout, -31, 30);
+        }
+        if rng.next().is_multiple_of(2) {
+            d.pads.clear();
+        }
+        let zo = rng.range(-128, 127) as i32;
+        let lo = if rng.next().is_multiple_of(2) {
+            zo
+        } else {
+            -128
+        };
+        d.out = OutputQuant {
             zero_point: zo,
             act_min: lo,
-            act_max: hi,
-        },
-    };
-    let mut want = vec![0i8; cout * ho * wo];
-    let mut got = vec![0x55i8; cout * ho * wo];
-    crate::kernels::scalar::conv2d(&p, &input, &mut want);
-    let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, &p.geometry())];
-    fast(&p, &input, &mut got, &mut scratch);
-    assert_eq!(want, got);
+            act_max: 127,
+        };
+        d.input_zero_point = rng.range(-128, 127) as i32;
+        Some(d)
+    }
+
+    /// Values every kernel covers (shifts n in [33, 49], pad values per channel, a clamp
+    /// within i8), for batch and timing tests that must not be declined.
+    pub fn typical(c: &ConvCase) -> Option<Self> {
+        if c.h + 2 * c.pad < c.kh || c.w + 2 * c.pad < c.kw {
+            return None;
+        }
+        let mut rng = Rng(c.seed | 1);
+        let k = c.kh * c.kw * c.cin;
+        Some(ConvData {
+            case: *c,
+            input: rng.i8s(c.cin * c.h * c.w, -128, 127),
+            weights: rng.i8s(c.cout * k, -127, 127),
+            bias: rng.i32s(c.cout, -(1 << 20), 1 << 20),
+            mult: rng.i32s(c.cout, 1 << 30, i32::MAX as i64),
+            shift: rng.i32s(c.cout, -18, -2),
+            pads: rng.i8s(c.cin, -128, 127),
+            input_zero_point: 3,
+            out: OutputQuant {
+                zero_point: -5,
+                act_min: -5,
+                act_max: 127,
+            },
+            rng,
+        })
+    }
+
+    /// Another input of the conv's shape.
+    pub fn another_input(&mut self) -> Vec<i8> {
+        let c = self.case;
+        self.rng.i8s(c.cin * c.h * c.w, -128, 127)
+    }
+
+    /// The conv these values make.
+    pub fn params(&self) -> ConvParams<'_> {
+        let c = &self.case;
+        ConvParams {
+            input: Shape {
+                c: c.cin,
+                h: c.h,
+                w: c.w,
+            },
+            output: Shape {
+                c: c.cout,
+                h: (c.h + 2 * c.pad - c.kh) / c.stride + 1,
+                w: (c.w + 2 * c.pad - c.kw) / c.stride + 1,
+            },
+            kernel_h: c.kh,
+            kernel_w: c.kw,
+            stride: c.stride,
+            pad: c.pad,
+            weights: &self.weights,
+            bias: I32Array::new(&self.bias),
+            multiplier: I32Array::new(&self.mult),
+            shift: I32Array::new(&self.shift),
+            pad_values: &self.pads,
+            input_zero_point: self.input_zero_point,
+            out: self.out,
+        }
+    }
 }
 
 /// One conv case for [`check_conv`].
@@ -115,6 +161,31 @@ pub struct ConvCase {
     pub stride: usize,
     pub pad: usize,
     pub seed: u64,
+}
+
+impl ConvCase {
+    /// A square input and kernel.
+    pub const fn square(
+        cin: usize,
+        cout: usize,
+        hw: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        seed: u64,
+    ) -> Self {
+        ConvCase {
+            cin,
+            cout,
+            h: hw,
+            w: hw,
+            kh: k,
+            kw: k,
+            stride,
+            pad,
+            seed,
+        }
+    }
 }
 
 /// The convs of the models here: LeNet (1 and 3 channels in), ResNet-18's stem (1 and 3), its
@@ -138,16 +209,8 @@ pub fn model_convs() -> impl Iterator<Item = ConvCase> {
     ]
     .into_iter()
     .enumerate()
-    .map(|(i, (cin, cout, hw, k, stride, pad))| ConvCase {
-        cin,
-        cout,
-        h: hw,
-        w: hw,
-        kh: k,
-        kw: k,
-        stride,
-        pad,
-        seed: 40 + i as u64,
+    .map(|(i, (cin, cout, hw, k, stride, pad))| {
+        ConvCase::square(cin, cout, hw, k, stride, pad, 40 + i as u64)
     })
 }
 
@@ -190,38 +253,108 @@ pub fn check_conv(
     kernel: &mut MaybeConv,
     may_decline: &dyn Fn(&ConvParams, usize) -> bool,
 ) {
-    let c = *case;
-    conv_matches_scalar(
-        c.cin,
-        c.cout,
-        c.h,
-        c.w,
-        c.kh,
-        c.kw,
-        c.stride,
-        c.pad,
-        c.seed,
-        &mut |p, x, y, s| {
-            if !kernel(p, x, y, s) {
-                assert!(may_decline(p, s.len()), "declined a conv it covers: {c:?}");
-                crate::kernels::scalar::conv2d(p, x, y);
-            }
-        },
-    );
+    conv_matches_scalar(case, &mut |p, x, y, s| {
+        if !kernel(p, x, y, s) {
+            assert!(
+                may_decline(p, s.len()),
+                "declined a conv it covers: {case:?}"
+            );
+            crate::kernels::scalar::conv2d(p, x, y);
+        }
+    });
 }
+
+/// A kernel's band entry point: (params, input, the band's output rows, scratch, rows).
+pub type RowsConv<'f> =
+    dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8], core::ops::Range<usize>) -> bool + 'f;
+
+/// [`check_conv`] of a band entry point in 2 to 4 bands of rows (from the seed), as threads
+/// sharing an image take them, the scratch poisoned before each band: a band may read nothing
+/// another band built.
+pub fn check_conv_bands(
+    case: &ConvCase,
+    rows: &mut RowsConv,
+    may_decline: &dyn Fn(&ConvParams, usize) -> bool,
+) {
+    let bands = 2 + (case.seed % 3) as usize;
+    let mut in_bands = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
+        let (ho, row) = (p.output.h, p.output.w * p.output.c);
+        let per = ho.div_ceil(bands).max(1);
+        let mut covered = true;
+        for r0 in (0..ho).step_by(per) {
+            let r1 = (r0 + per).min(ho);
+            s.fill(0xA5);
+            covered &= rows(p, x, &mut y[r0 * row..r1 * row], s, r0..r1);
+        }
+        covered
+    };
+    check_conv(case, &mut in_bands, may_decline);
+}
+
+/// The conv suite every conv kernel instantiates: the models' convs ([`model_convs`]) and
+/// random cases ([`conv_cases`]), each through `$check` (a `fn(&ConvCase)` that runs the
+/// kernel against the scalar reference, e.g. with [`check_conv`]).
+macro_rules! conv_suite {
+    ($check:path) => {
+        #[test]
+        fn model_shapes() {
+            $crate::kernels::test_util::model_convs().for_each(|c| $check(&c));
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn equals_scalar(c in $crate::kernels::test_util::conv_cases()) {
+                $check(&c);
+            }
+        }
+    };
+}
+pub(crate) use conv_suite;
+
+/// The fully connected suite every fc kernel instantiates: [`FC_SHAPES`] and random shapes,
+/// each through `$check` (a `fn(k, n, seed)`, e.g. with [`fc_matches_scalar`]).
+macro_rules! fc_suite {
+    ($check:path) => {
+        #[test]
+        fn fixed_shapes() {
+            for (k, n) in $crate::kernels::test_util::FC_SHAPES {
+                $check(k, n, k as u64);
+            }
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn equals_scalar(k in 1usize..300, n in 1usize..20, seed in proptest::prelude::any::<u64>()) {
+                $check(k, n, seed);
+            }
+        }
+    };
+}
+pub(crate) use fc_suite;
 
 /// A fully connected kernel under test: (params, input, output).
 pub type FcKernel<'f> = dyn FnMut(&crate::kernels::FcParams, &[i8], &mut [i8]) + 'f;
 
-/// A fully connected layer of `k` inputs and `n` outputs with values from `seed` (every valid
-/// shift, weights in [−127, 127]), run by the scalar reference and by `fast`: equal bytes.
+/// A fully connected layer of `k` inputs and `n` outputs with values from `seed` (weights in
+/// [−127, 127]; mostly typical shifts, every fourth case every valid one; a clamp or none),
+/// run by the scalar reference and by `fast`: equal bytes.
 pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
     let mut rng = Rng(seed | 1);
     let x = rng.i8s(k, -128, 127);
     let weights = rng.i8s(n * k, -127, 127);
     let bias = rng.i32s(n, -(1 << 20), 1 << 20);
     let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
-    let shift = rng.i32s(n, -31, 30);
+    let shift = if rng.next().is_multiple_of(4) {
+        rng.i32s(n, -31, 30)
+    } else {
+        rng.i32s(n, -18, -2)
+    };
+    let zo = rng.range(-128, 127) as i32;
+    let (lo, hi) = if rng.next().is_multiple_of(2) {
+        (zo, 127)
+    } else {
+        (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
+    };
     let p = crate::kernels::FcParams {
         k,
         n,
@@ -230,9 +363,9 @@ pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
         multiplier: I32Array::new(&mult),
         shift: I32Array::new(&shift),
         out: OutputQuant {
-            zero_point: rng.range(-128, 127) as i32,
-            act_min: -128,
-            act_max: 127,
+            zero_point: zo,
+            act_min: lo,
+            act_max: hi,
         },
     };
     let mut want = vec![0i8; n];
@@ -252,3 +385,127 @@ pub const FC_SHAPES: [(usize, usize); 7] = [
     (17, 5),
     (65_536, 3),
 ];
+
+/// Extreme fully connected layers, K = 65 536 (the exporter's limit): every product at its
+/// largest (−128·−127, and −128·−128 which validated models never hold) with biases at the
+/// ends of i32, so the i32 sums wrap; `fast` must give the scalar reference's bytes.
+pub fn fc_extremes(fast: &mut FcKernel) {
+    let k = 65_536;
+    let x = vec![-128i8; k];
+    let mut weights = vec![-127i8; k];
+    weights.resize(3 * k, -128);
+    let bias = i32_bytes(&[i32::MAX, i32::MIN, -5]);
+    let mult = i32_bytes(&[i32::MAX, 1 << 30, 3 << 29]);
+    let shift = i32_bytes(&[-31, 30, -4]);
+    let p = crate::kernels::FcParams {
+        k,
+        n: 3,
+        weights: &weights,
+        bias: I32Array::new(&bias),
+        multiplier: I32Array::new(&mult),
+        shift: I32Array::new(&shift),
+        out: OutputQuant {
+            zero_point: 3,
+            act_min: -128,
+            act_max: 127,
+        },
+    };
+    let mut want = [0i8; 3];
+    crate::kernels::scalar::fully_connected(&p, &x, &mut want);
+    let mut got = [0x55i8; 3];
+    fast(&p, &x, &mut got);
+    assert_eq!(want, got);
+}
+
+/// i32 values as the file's little-endian bytes.
+pub fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A pool kernel under test: (params, input, output).
+pub type PoolKernel<'f> = dyn FnMut(&PoolParams, &[i8], &mut [i8]) + 'f;
+
+/// One max_pool case for [`max_pool_matches_scalar`].
+#[derive(Clone, Copy, Debug)]
+pub struct PoolCase {
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    /// The clamp.
+    pub lo: i32,
+    pub hi: i32,
+    pub seed: u64,
+}
+
+/// Random max_pool cases: up to 40 channels, inputs up to 11×11, windows up to 3×3 (square
+/// where `square`), strides 1–3, clamps from `clamp` (empty ones included).
+pub fn pool_cases(
+    square: bool,
+    clamp: core::ops::RangeInclusive<i32>,
+) -> impl proptest::strategy::Strategy<Value = PoolCase> {
+    use proptest::prelude::*;
+    (
+        (1usize..40, 1usize..12, 1usize..12),
+        (1usize..4, 1usize..4, 1usize..4),
+        (clamp.clone(), clamp),
+        any::<u64>(),
+    )
+        .prop_map(
+            move |((c, h, w), (kh, kw, stride), (lo, hi), seed)| PoolCase {
+                c,
+                h,
+                w,
+                kh,
+                kw: if square { kh } else { kw },
+                stride,
+                lo,
+                hi,
+                seed,
+            },
+        )
+}
+
+/// A max_pool of `case`'s shape on random input, run by the scalar reference and by `fast`:
+/// equal bytes. Windows larger than the input are skipped.
+pub fn max_pool_matches_scalar(case: &PoolCase, fast: &mut PoolKernel) {
+    let PoolCase {
+        c,
+        h,
+        w,
+        kh,
+        kw,
+        stride,
+        ..
+    } = *case;
+    if h < kh || w < kw {
+        return;
+    }
+    let input = Rng(case.seed | 1).i8s(c * h * w, -128, 127);
+    let p = PoolParams {
+        input: Shape { c, h, w },
+        output: Shape {
+            c,
+            h: (h - kh) / stride + 1,
+            w: (w - kw) / stride + 1,
+        },
+        kernel_h: kh,
+        kernel_w: kw,
+        stride,
+        input_zero_point: 0,
+        multiplier: 0,
+        shift: 0,
+        out: OutputQuant {
+            zero_point: 0,
+            act_min: case.lo,
+            act_max: case.hi,
+        },
+    };
+    let mut want = vec![0i8; p.output.len()];
+    let mut got = vec![0x55i8; p.output.len()];
+    crate::kernels::scalar::max_pool(&p, &input, &mut want);
+    fast(&p, &input, &mut got);
+    assert_eq!(want, got, "{case:?}");
+}

@@ -219,33 +219,16 @@ unsafe fn dot4x1(x: *const i16, kp: usize, k: usize, w0: &[i8]) -> [i32; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
+    use crate::kernels::test_util::{conv_matches_scalar, conv_suite, ConvCase};
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
+    /// Never declines.
     fn check(c: &ConvCase) {
         if Kernels::avx2_available() {
             // SAFETY: AVX2 checked above.
-            check_conv(
-                c,
-                &mut |p, x, y, s| {
-                    unsafe { conv2d(p, x, y, s) };
-                    true
-                },
-                &|_, _| false,
-            );
+            conv_matches_scalar(c, &mut |p, x, y, s| unsafe { conv2d(p, x, y, s) });
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
-
-    proptest! {
-        #[test]
-        fn avx2_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
-    }
+    conv_suite!(check);
 }

@@ -75,7 +75,3 @@ pub(crate) unsafe fn hsum4(v: [__m256i; 4]) -> [i32; 4] {
     _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, r);
     out
 }
-
-/// The shared test helpers, at their old path for the kernels that still import them from here.
-#[cfg(test)]
-pub(crate) use super::test_util;

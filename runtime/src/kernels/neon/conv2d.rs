@@ -198,11 +198,8 @@ fn fill_pad(p: &ConvParams, d: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{
-        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
-    };
+    use crate::kernels::test_util::{conv_matches_scalar, conv_suite, ConvCase};
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
     /// Both inner products, each forced: plain NEON always, SDOT when the CPU has it. Neither
     /// declines (too little scratch runs the scalar kernel inside).
@@ -215,35 +212,21 @@ mod tests {
         }
         for f in kernels {
             // SAFETY: NEON checked above; SDOT only when dotprod is there.
-            let mut run = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
-                unsafe { f(p, x, y, s) };
-                true
-            };
-            check_conv(c, &mut run, &|_, _| false);
+            conv_matches_scalar(c, &mut |p, x, y, s| unsafe { f(p, x, y, s) });
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
+    conv_suite!(check);
 
     /// Scratch smaller than a block of rows: the scalar fallback, same bytes.
     #[test]
     fn small_scratch_falls_back() {
         let mut calls = 0;
-        conv_matches_scalar(3, 5, 6, 6, 3, 3, 1, 1, 7, &mut |p, x, y, s| {
+        conv_matches_scalar(&ConvCase::square(3, 5, 6, 3, 1, 1, 7), &mut |p, x, y, s| {
             calls += 1;
             let short = BLOCK * crate::align16(p.k()) - 1;
             unsafe { conv2d(p, x, y, &mut s[..short]) }
         });
         assert_eq!(calls, 1);
-    }
-
-    proptest! {
-        #[test]
-        fn neon_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
     }
 }

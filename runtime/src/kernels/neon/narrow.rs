@@ -442,52 +442,28 @@ fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{
-        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
-    };
+    use crate::kernels::test_util::{check_conv, conv_matches_scalar, conv_suite, ConvCase};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
     /// Runs the narrow path itself (both inner products where the CPU has them); asserts it
     /// took the conv when `covered`, else the packed kernel ran.
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        kh: usize,
-        kw: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
+    fn check(c: &ConvCase) {
         assert!(Kernels::neon_available());
         let run = |dot: bool| {
-            conv_matches_scalar(
-                cin,
-                cout,
-                h,
-                w,
-                kh,
-                kw,
-                stride,
-                pad,
-                seed,
-                &mut |p, x, y, s| {
-                    // SAFETY: NEON checked above; dotprod when `dot`.
-                    let took = unsafe {
-                        if dot {
-                            super::super::conv2d::conv2d_dot(p, x, y, s);
-                            conv::<true>(p, x, y, s)
-                        } else {
-                            super::super::conv2d::conv2d(p, x, y, s);
-                            conv::<false>(p, x, y, s)
-                        }
-                    };
-                    assert_eq!(took, supported(p) && cin <= 3);
-                },
-            )
+            conv_matches_scalar(c, &mut |p, x, y, s| {
+                // SAFETY: NEON checked above; dotprod when `dot`.
+                let took = unsafe {
+                    if dot {
+                        super::super::conv2d::conv2d_dot(p, x, y, s);
+                        conv::<true>(p, x, y, s)
+                    } else {
+                        super::super::conv2d::conv2d(p, x, y, s);
+                        conv::<false>(p, x, y, s)
+                    }
+                };
+                assert_eq!(took, supported(p) && c.cin <= 3);
+            })
         };
         run(false);
         if Kernels::dotprod_available() {
@@ -505,7 +481,7 @@ mod tests {
             (1, 1, 1, 1, 1, 0),
             (3, 8, 7, 3, 3, 2),
         ] {
-            check(cin, cout, hw, hw, k, k, s, pad, 7 + cin as u64);
+            check(&ConvCase::square(cin, cout, hw, k, s, pad, 7 + cin as u64));
         }
     }
 
@@ -513,7 +489,11 @@ mod tests {
     #[test]
     fn smallest_panel() {
         for (cin, k, s) in [(1, 5, 1), (3, 3, 1), (3, 7, 2), (2, 1, 3)] {
-            conv_matches_scalar(cin, 17, 9, 11, k, k, s, 1, 5, &mut |p, x, y, sc| {
+            let c = ConvCase {
+                w: 11,
+                ..ConvCase::square(cin, 17, 9, k, s, 1, 5)
+            };
+            conv_matches_scalar(&c, &mut |p, x, y, sc| {
                 let (img, wq, per_vec) = regions(p);
                 let need = sc.as_ptr().align_offset(16) + img + wq + PV * per_vec;
                 // SAFETY: NEON is the aarch64 Linux baseline.
@@ -551,32 +531,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| suite(&c));
-    }
+    conv_suite!(suite);
 
     /// Scratch too small for a panel of 4 vectors: declined, output untouched.
     #[test]
     fn small_scratch_declines() {
         let mut calls = 0;
-        conv_matches_scalar(1, 6, 12, 12, 5, 5, 1, 0, 3, &mut |p, x, y, s| {
-            calls += 1;
-            // SAFETY: NEON is the aarch64 Linux baseline.
-            unsafe {
-                assert!(!conv::<false>(p, x, y, &mut s[..200]));
-                assert!(conv::<false>(p, x, y, s));
-            }
-        });
+        conv_matches_scalar(
+            &ConvCase::square(1, 6, 12, 5, 1, 0, 3),
+            &mut |p, x, y, s| {
+                calls += 1;
+                // SAFETY: NEON is the aarch64 Linux baseline.
+                unsafe {
+                    assert!(!conv::<false>(p, x, y, &mut s[..200]));
+                    assert!(conv::<false>(p, x, y, s));
+                }
+            },
+        );
         assert_eq!(calls, 1);
     }
 
     proptest! {
-        #[test]
-        fn suite_equals_scalar(c in conv_cases()) {
-            suite(&c);
-        }
-
         #[test]
         fn narrow_equals_scalar(
             cin in 1usize..=4,
@@ -585,7 +560,7 @@ mod tests {
             kh in 1usize..=7, kw in 1usize..=7,
             stride in 1usize..=2, pad in 0usize..=3, seed in any::<u64>(),
         ) {
-            check(cin, cout, h, w, kh, kw, stride, pad, seed);
+            check(&ConvCase { cin, cout, h, w, kh, kw, stride, pad, seed });
         }
     }
 }

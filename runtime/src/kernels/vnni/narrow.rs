@@ -289,9 +289,8 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
+    use crate::kernels::test_util::{check_conv, conv_suite, ConvCase};
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
     fn check(c: &ConvCase) {
         if Kernels::vnni_available() && vbmi() {
@@ -304,15 +303,5 @@ mod tests {
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
-
-    proptest! {
-        #[test]
-        fn narrow_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
-    }
+    conv_suite!(check);
 }
