@@ -114,6 +114,7 @@ impl ConvData {
         })
     }
 
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     /// Another input of the conv's shape.
     pub fn another_input(&mut self) -> Vec<i8> {
         let c = self.case;
@@ -264,10 +265,13 @@ pub fn check_conv(
     });
 }
 
+// The batch, band and timing tests that use it run on x86 only.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 /// A kernel's band entry point: (params, input, the band's output rows, scratch, rows).
 pub type RowsConv<'f> =
     dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8], core::ops::Range<usize>) -> bool + 'f;
 
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 /// [`check_conv`] of a band entry point in 2 to 4 bands of rows (from the seed), as threads
 /// sharing an image take them, the scratch poisoned before each band: a band may read nothing
 /// another band built.

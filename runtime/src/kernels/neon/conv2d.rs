@@ -74,17 +74,22 @@ unsafe fn conv<const DOT: bool>(
         for r in 0..np {
             pack_patch(p, input, p0 + r, &mut rows[r * kp..]);
         }
-        let packed: &[i8] = rows;
+        let b = Block {
+            rows,
+            kp,
+            np,
+            p0,
+        };
         let mut co = 0;
         while co < cout {
             let nc = (cout - co).min(4);
             // SAFETY: the caller's target features (NEON, dotprod when DOT).
             unsafe {
                 match nc {
-                    4 => group::<DOT, 4>(p, packed, kp, np, p0, co, &e, &tail, output),
-                    3 => group::<DOT, 3>(p, packed, kp, np, p0, co, &e, &tail, output),
-                    2 => group::<DOT, 2>(p, packed, kp, np, p0, co, &e, &tail, output),
-                    _ => group::<DOT, 1>(p, packed, kp, np, p0, co, &e, &tail, output),
+                    4 => group::<DOT, 4>(p, &b, co, &e, &tail, output),
+                    3 => group::<DOT, 3>(p, &b, co, &e, &tail, output),
+                    2 => group::<DOT, 2>(p, &b, co, &e, &tail, output),
+                    _ => group::<DOT, 1>(p, &b, co, &e, &tail, output),
                 }
             }
             co += nc;
@@ -93,21 +98,26 @@ unsafe fn conv<const DOT: bool>(
     }
 }
 
-/// Output channels `co..co + NC` of the block's `np` pixels (packed rows of `kp` values;
-/// rows past `np` up to the tile are stale scratch bytes whose results are dropped).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn group<const DOT: bool, const NC: usize>(
-    p: &ConvParams,
-    rows: &[i8],
+/// A block of packed patches: output pixels `p0..p0 + np`, one row of `kp` values each (rows
+/// past `np` up to the tile are stale scratch bytes whose results are dropped).
+struct Block<'a> {
+    rows: &'a [i8],
     kp: usize,
     np: usize,
     p0: usize,
+}
+
+/// Output channels `co..co + NC` of the block's pixels.
+#[inline(always)]
+unsafe fn group<const DOT: bool, const NC: usize>(
+    p: &ConvParams,
+    b: &Block,
     co: usize,
     e: &Epilogue,
     tail: &Tail,
     output: &mut [i8],
 ) {
+    let Block { rows, kp, np, p0 } = *b;
     let (k, cout) = (p.k(), p.output.c);
     let w: [&[i8]; NC] = core::array::from_fn(|c| &p.weights[(co + c) * k..][..k]);
     let wtail: [int8x16_t; NC] = core::array::from_fn(|c| tail.load(w[c]));

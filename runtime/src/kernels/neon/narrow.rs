@@ -124,27 +124,9 @@ pub(super) unsafe fn conv<const DOT: bool>(
     let (img, rest) = area.split_at_mut(img_len);
     let (wq, panel) = rest.split_at_mut(wq_len);
     pad_input(p, input, img);
-    for t in 0..taps {
-        let (ky, q) = (t / g, t % g);
-        for co in 0..cout {
-            let w = &p.weights[co * k + ky * run..][..run];
-            for b in 0..4 {
-                let i = 4 * q + b;
-                wq[(t * cout + co) * 4 + b] = if i < run { w[i] } else { 0 };
-            }
-        }
-    }
-    let step = s * cin;
-    let idx: [u8; 16] = core::array::from_fn(|i| {
-        let (j, b) = if DOT {
-            (i / 4, i % 4)
-        } else {
-            ((i % 8) / 2, 2 * (i / 8) + i % 2)
-        };
-        (j * step + b) as u8
-    });
-    // SAFETY: a load of a local 16-byte array; NEON (the caller's contract).
-    let idx = unsafe { vld1q_u8(idx.as_ptr()) };
+    weight_quads(p, wq);
+    // SAFETY: NEON (the caller's contract).
+    let idx = unsafe { quad_index::<DOT>(s * cin) };
     let e = Epilogue::new(&p.out);
     let mut v0 = 0;
     while v0 < nvec {
@@ -170,49 +152,103 @@ pub(super) unsafe fn conv<const DOT: bool>(
                 }
             }
         }
-        let mut co = 0;
-        while co < cout {
-            let nc = (cout - co).min(4);
-            let job = Job {
-                panel,
-                img,
-                idx,
-                wq,
-                taps,
-                g,
-                row: wp * cin,
-                step: s * cin,
-                stride: s,
-                pass,
-                cout,
-                co,
-                v0,
-                nv,
-                nvw,
-                wo,
-            };
-            // SAFETY: the caller's target features (NEON, dotprod when DOT).
-            unsafe {
-                match (nc, direct) {
-                    (4, false) => group::<DOT, 4, false>(p, &job, &e, output),
-                    (3, false) => group::<DOT, 3, false>(p, &job, &e, output),
-                    (2, false) => group::<DOT, 2, false>(p, &job, &e, output),
-                    (_, false) => group::<DOT, 1, false>(p, &job, &e, output),
-                    (4, true) => group::<DOT, 4, true>(p, &job, &e, output),
-                    (3, true) => group::<DOT, 3, true>(p, &job, &e, output),
-                    (2, true) => group::<DOT, 2, true>(p, &job, &e, output),
-                    (_, true) => group::<DOT, 1, true>(p, &job, &e, output),
-                }
-            }
-            co += nc;
-        }
+        let job = Job {
+            panel,
+            img,
+            idx,
+            wq,
+            taps,
+            g,
+            row: wp * cin,
+            step: s * cin,
+            stride: s,
+            pass,
+            cout,
+            co: 0,
+            v0,
+            nv,
+            nvw,
+            wo,
+        };
+        // SAFETY: the caller's target features (NEON, dotprod when DOT).
+        unsafe { groups::<DOT>(p, &job, &e, output, direct) };
         v0 += nv;
     }
     true
 }
 
+/// The weight quads `[tap][channel]`: 4 consecutive bytes of a kernel row each, zero past it.
+#[inline(always)]
+fn weight_quads(p: &ConvParams, wq: &mut [i8]) {
+    let (run, k, cout) = (p.kernel_w * p.input.c, p.k(), p.output.c);
+    let g = run.div_ceil(4);
+    for t in 0..p.kernel_h * g {
+        let (ky, q) = (t / g, t % g);
+        for co in 0..cout {
+            let w = &p.weights[co * k + ky * run..][..run];
+            for b in 0..4 {
+                let i = 4 * q + b;
+                wq[(t * cout + co) * 4 + b] = if i < run { w[i] } else { 0 };
+            }
+        }
+    }
+}
+
+/// The `TBL` indices that pick 4 pixels' quads (windows `step` bytes apart) out of 32 input
+/// bytes, in the lane order of `SDOT` (`DOT`) or of `SMULL` + `SADALP` (see the module doc).
+///
+/// # Safety
+/// NEON.
+#[inline(always)]
+unsafe fn quad_index<const DOT: bool>(step: usize) -> uint8x16_t {
+    let idx: [u8; 16] = core::array::from_fn(|i| {
+        let (j, b) = if DOT {
+            (i / 4, i % 4)
+        } else {
+            ((i % 8) / 2, 2 * (i / 8) + i % 2)
+        };
+        (j * step + b) as u8
+    });
+    // SAFETY: a load of a local 16-byte array; NEON (the caller's contract).
+    unsafe { vld1q_u8(idx.as_ptr()) }
+}
+
+/// Every channel group of one pass (`job` with its `co` set per group), 4 channels a tile.
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn groups<const DOT: bool>(
+    p: &ConvParams,
+    job: &Job,
+    e: &Epilogue,
+    output: &mut [i8],
+    direct: bool,
+) {
+    let mut co = 0;
+    while co < job.cout {
+        let nc = (job.cout - co).min(4);
+        let job = Job { co, ..*job };
+        // SAFETY: the caller's target features (NEON, dotprod when DOT).
+        unsafe {
+            match (nc, direct) {
+                (4, false) => group::<DOT, 4, false>(p, &job, e, output),
+                (3, false) => group::<DOT, 3, false>(p, &job, e, output),
+                (2, false) => group::<DOT, 2, false>(p, &job, e, output),
+                (_, false) => group::<DOT, 1, false>(p, &job, e, output),
+                (4, true) => group::<DOT, 4, true>(p, &job, e, output),
+                (3, true) => group::<DOT, 3, true>(p, &job, e, output),
+                (2, true) => group::<DOT, 2, true>(p, &job, e, output),
+                (_, true) => group::<DOT, 1, true>(p, &job, e, output),
+            }
+        }
+        co += nc;
+    }
+}
+
 /// One pass's channel group: the panel (or the padded image and the quads' byte indices),
 /// the weight quads and where the pass sits.
+#[derive(Clone, Copy)]
 struct Job<'a> {
     panel: &'a [i8],
     img: &'a [i8],
