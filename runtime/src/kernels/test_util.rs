@@ -299,6 +299,16 @@ pub fn check_conv_bands(
 /// random cases ([`conv_cases`]), each through `$check` (a `fn(&ConvCase)` that runs the
 /// kernel against the scalar reference, e.g. with [`check_conv`]).
 macro_rules! conv_suite {
+    // A kernel that never declines, tested where `$available` holds.
+    (if $available:expr, $kernel:expr) => {
+        fn check(c: &$crate::kernels::test_util::ConvCase) {
+            if $available {
+                $crate::kernels::test_util::conv_matches_scalar(c, &mut $kernel);
+            }
+        }
+
+        $crate::kernels::test_util::conv_suite!(check);
+    };
     ($check:path) => {
         #[test]
         fn model_shapes() {
@@ -318,6 +328,16 @@ pub(crate) use conv_suite;
 /// The fully connected suite every fc kernel instantiates: [`FC_SHAPES`] and random shapes,
 /// each through `$check` (a `fn(k, n, seed)`, e.g. with [`fc_matches_scalar`]).
 macro_rules! fc_suite {
+    // A kernel tested where `$available` holds.
+    (if $available:expr, $kernel:expr) => {
+        fn check(k: usize, n: usize, seed: u64) {
+            if $available {
+                $crate::kernels::test_util::fc_matches_scalar(k, n, seed, &mut $kernel);
+            }
+        }
+
+        $crate::kernels::test_util::fc_suite!(check);
+    };
     ($check:path) => {
         #[test]
         fn fixed_shapes() {

@@ -74,12 +74,7 @@ unsafe fn conv<const DOT: bool>(
         for r in 0..np {
             pack_patch(p, input, p0 + r, &mut rows[r * kp..]);
         }
-        let b = Block {
-            rows,
-            kp,
-            np,
-            p0,
-        };
+        let b = Block { rows, kp, np, p0 };
         let mut co = 0;
         while co < cout {
             let nc = (cout - co).min(4);
