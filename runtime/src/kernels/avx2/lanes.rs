@@ -26,7 +26,7 @@
 use core::arch::x86_64::*;
 use core::ops::Range;
 
-use crate::kernels::{ConvParams, QuadPlanes};
+use crate::kernels::{ConvImage, ConvParams, QuadPlanes};
 
 /// Pixels per run: two runs make a vector of 8 lanes.
 const RUN: usize = 4;
@@ -88,65 +88,26 @@ pub fn lanes_scratch(p: &ConvParams) -> usize {
     }
 }
 
+/// Output rows `rows` of the conv (all of them: `0..output.h`) into `im.output` (those rows,
+/// HWC), the input copied only for the rows they read, so threads sharing an image each take a
+/// band of rows. Same bytes as the same rows of `scalar::conv2d`, or `false` (output untouched)
+/// outside [`lanes_covered`] or when the scratch is too small for `T`: the caller then runs
+/// another kernel.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn conv2d_lanes_avx2(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    conv2d_lanes::<false>(p, im, rows)
+}
+
 /// [`conv2d_lanes_avx2`] with AVX-VNNI's `vpdpbusd`.
 ///
 /// # Safety
 /// The CPU must support AVX2 and AVX-VNNI.
 #[target_feature(enable = "avx2,avxvnni")]
-pub unsafe fn conv2d_lanes_vnni(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
-    conv2d_lanes::<true>(p, input, output, scratch, 0..p.output.h)
-}
-
-/// [`conv2d_lanes_vnni`] over output rows `rows` only (see [`conv2d_lanes_rows_avx2`]).
-///
-/// # Safety
-/// The CPU must support AVX2 and AVX-VNNI.
-#[target_feature(enable = "avx2,avxvnni")]
-pub unsafe fn conv2d_lanes_rows_vnni(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-    rows: Range<usize>,
-) -> bool {
-    conv2d_lanes::<true>(p, input, output, scratch, rows)
-}
-
-/// Same bytes as `scalar::conv2d`, or `false` (output untouched) outside [`lanes_covered`] or
-/// when `scratch` is too small for `T`: the caller then runs another kernel.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn conv2d_lanes_avx2(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
-    conv2d_lanes::<false>(p, input, output, scratch, 0..p.output.h)
-}
-
-/// [`conv2d_lanes_avx2`] over output rows `rows`: `output` holds those rows (HWC), and the
-/// input is copied only for the rows they read, so threads sharing an image each take a band
-/// of rows. Same bytes as the same rows of `scalar::conv2d`.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn conv2d_lanes_rows_avx2(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-    rows: Range<usize>,
-) -> bool {
-    conv2d_lanes::<false>(p, input, output, scratch, rows)
+pub unsafe fn conv2d_lanes_vnni(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    conv2d_lanes::<true>(p, im, rows)
 }
 
 /// A run of up to 4 output pixels within one row: its first pixel and length.
@@ -185,24 +146,22 @@ const MAX_TAPS: usize = 121;
 #[inline(always)]
 unsafe fn conv2d_lanes<const VNNI: bool>(
     p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
+    im: ConvImage,
     rows: Range<usize>,
 ) -> bool {
     let (kh, kw, cout) = (p.kernel_h, p.kernel_w, p.output.c);
     if !lanes_covered(p)
         || kh * kw > MAX_TAPS
-        || scratch.len() < lanes_scratch(p)
-        || input.len() < p.input.len()
+        || im.scratch.len() < lanes_scratch(p)
+        || im.input.len() < p.input.len()
         || rows.start >= rows.end
         || rows.end > p.output.h
-        || output.len() < rows.len() * p.output.w * cout
+        || im.output.len() < rows.len() * p.output.w * cout
         || p.weights.len() < cout * p.k()
     {
         return false;
     }
-    let job = Job::new(p, input, output, scratch, &rows);
+    let job = Job::new(p, im, &rows);
     job.run::<VNNI>(rows);
     true
 }
@@ -211,13 +170,12 @@ impl<'p> Job<'p> {
     /// Builds the conv's scratch for output rows `rows`: `T` (or, in the few-channel mode, the
     /// padded input and the weight quads) and the requantization constants.
     #[inline(always)]
-    unsafe fn new(
-        p: &'p ConvParams<'p>,
-        input: &[i8],
-        output: &mut [i8],
-        scratch: &mut [u8],
-        rows: &Range<usize>,
-    ) -> Self {
+    unsafe fn new(p: &'p ConvParams<'p>, im: ConvImage, rows: &Range<usize>) -> Self {
+        let ConvImage {
+            input,
+            output,
+            scratch,
+        } = im;
         let g = QuadPlanes::new(&p.geometry());
         let (cin, cout, s) = (p.input.c, p.output.c, p.stride);
         let (kh, kw, wo) = (p.kernel_h, p.kernel_w, p.output.w);
@@ -605,23 +563,26 @@ mod tests {
 
     /// Both entry points this CPU can run (AVX2, AVX-VNNI), whole and in bands of rows.
     fn check(c: &ConvCase) {
-        type Lanes = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8]) -> bool;
-        type Rows = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8], Range<usize>) -> bool;
-        let mut kernels: Vec<(Lanes, Rows)> = Vec::new();
+        type Lanes = unsafe fn(&ConvParams, ConvImage, Range<usize>) -> bool;
+        let mut kernels: Vec<Lanes> = Vec::new();
         if Kernels::avx2_available() {
-            kernels.push((conv2d_lanes_avx2, conv2d_lanes_rows_avx2));
+            kernels.push(conv2d_lanes_avx2);
         }
         if Kernels::avx_vnni_available() {
-            kernels.push((conv2d_lanes_vnni, conv2d_lanes_rows_vnni));
+            kernels.push(conv2d_lanes_vnni);
         }
         let declines = |p: &ConvParams, s| !lanes_covered(p) || s < lanes_scratch(p);
-        for (whole, rows) in kernels {
+        for f in kernels {
             // SAFETY: only the entry points this CPU supports.
-            check_conv(c, &mut |p, x, y, s| unsafe { whole(p, x, y, s) }, &declines);
+            check_conv(
+                c,
+                &mut |p, x, y, s| unsafe { f(p, ConvImage::new(x, y, s), 0..p.output.h) },
+                &declines,
+            );
             check_conv_bands(
                 c,
                 // SAFETY: as above.
-                &mut |p, x, y, s, r| unsafe { rows(p, x, y, s, r) },
+                &mut |p, x, y, s, r| unsafe { f(p, ConvImage::new(x, y, s), r) },
                 &declines,
             );
         }

@@ -12,10 +12,7 @@ mod max_pool;
 
 pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;
-pub use lanes::{
-    conv2d_lanes_avx2, conv2d_lanes_rows_avx2, conv2d_lanes_rows_vnni, conv2d_lanes_vnni,
-    lanes_covered, lanes_scratch,
-};
+pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
 pub use max_pool::max_pool;
 
 use core::arch::x86_64::*;

@@ -11,7 +11,7 @@
 use core::arch::aarch64::*;
 
 use super::{dot_tile, Epilogue, Requant4, Tail};
-use crate::kernels::{scalar, ConvParams};
+use crate::kernels::{scalar, ConvImage, ConvParams};
 
 /// Output pixels packed per pass. The conv's scratch holds at least
 /// `VNNI_PIXEL_BLOCK · align64(K)` ≥ 64 rows of `align16(K)` bytes; 16 rows keep a block's
@@ -29,7 +29,7 @@ const TP: usize = 4;
 #[target_feature(enable = "neon")]
 pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     // SAFETY: NEON is enabled here; DOT = false needs nothing more.
-    unsafe { conv::<false>(p, input, output, scratch) }
+    unsafe { conv::<false>(p, ConvImage::new(input, output, scratch)) }
 }
 
 /// [`conv2d`] with `SDOT`.
@@ -39,19 +39,19 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn conv2d_dot(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     // SAFETY: NEON and dotprod are enabled here.
-    unsafe { conv::<true>(p, input, output, scratch) }
+    unsafe { conv::<true>(p, ConvImage::new(input, output, scratch)) }
 }
 
 #[inline(always)]
-unsafe fn conv<const DOT: bool>(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) {
+unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
+    let ConvImage {
+        input,
+        output,
+        scratch,
+    } = im;
     // Few input channels: pixels in lanes, kernel rows in quads (`narrow`), when it fits.
     // SAFETY: the caller's target features (NEON, dotprod when DOT).
-    if unsafe { super::narrow::conv::<DOT>(p, input, output, scratch) } {
+    if unsafe { super::narrow::conv::<DOT>(p, ConvImage::new(input, output, scratch)) } {
         return;
     }
     let k = p.k();

@@ -21,7 +21,7 @@
 use core::arch::aarch64::*;
 
 use super::{mac, Epilogue, Requant4};
-use crate::kernels::ConvParams;
+use crate::kernels::{ConvImage, ConvParams};
 
 /// Output pixels per vector.
 const V: usize = 4;
@@ -80,15 +80,15 @@ fn min_scratch(p: &ConvParams) -> usize {
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-pub(super) unsafe fn conv<const DOT: bool>(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
+pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> bool {
     if !supported(p) {
         return false;
     }
+    let ConvImage {
+        input,
+        output,
+        scratch,
+    } = im;
     let (cin, s, kh, kw) = (p.input.c, p.stride, p.kernel_h, p.kernel_w);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad;
@@ -492,10 +492,10 @@ mod tests {
                 let took = unsafe {
                     if dot {
                         super::super::conv2d::conv2d_dot(p, x, y, s);
-                        conv::<true>(p, x, y, s)
+                        conv::<true>(p, ConvImage::new(x, y, s))
                     } else {
                         super::super::conv2d::conv2d(p, x, y, s);
-                        conv::<false>(p, x, y, s)
+                        conv::<false>(p, ConvImage::new(x, y, s))
                     }
                 };
                 assert_eq!(took, supported(p) && c.cin <= 3);
@@ -534,13 +534,13 @@ mod tests {
                 let need = sc.as_ptr().align_offset(16) + img + wq + PV * per_vec;
                 // SAFETY: NEON is the aarch64 Linux baseline.
                 unsafe {
-                    assert!(!conv::<false>(p, x, y, &mut sc[..need - 1]));
-                    assert!(conv::<false>(p, x, y, &mut sc[..need]));
+                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut sc[..need - 1])));
+                    assert!(conv::<false>(p, ConvImage::new(x, y, &mut sc[..need])));
                 }
                 if Kernels::dotprod_available() {
                     y.fill(0);
                     // SAFETY: dotprod checked.
-                    unsafe { assert!(conv::<true>(p, x, y, &mut sc[..need])) };
+                    unsafe { assert!(conv::<true>(p, ConvImage::new(x, y, &mut sc[..need]))) };
                 }
             });
         }
@@ -554,14 +554,14 @@ mod tests {
         // SAFETY: NEON checked above.
         check_conv(
             c,
-            &mut |p, x, y, s| unsafe { conv::<false>(p, x, y, s) },
+            &mut |p, x, y, s| unsafe { conv::<false>(p, ConvImage::new(x, y, s)) },
             &may,
         );
         if Kernels::dotprod_available() {
             // SAFETY: dotprod checked.
             check_conv(
                 c,
-                &mut |p, x, y, s| unsafe { conv::<true>(p, x, y, s) },
+                &mut |p, x, y, s| unsafe { conv::<true>(p, ConvImage::new(x, y, s)) },
                 &may,
             );
         }
@@ -579,8 +579,8 @@ mod tests {
                 calls += 1;
                 // SAFETY: NEON is the aarch64 Linux baseline.
                 unsafe {
-                    assert!(!conv::<false>(p, x, y, &mut s[..200]));
-                    assert!(conv::<false>(p, x, y, s));
+                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut s[..200])));
+                    assert!(conv::<false>(p, ConvImage::new(x, y, s)));
                 }
             },
         );

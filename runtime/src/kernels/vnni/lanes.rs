@@ -15,7 +15,9 @@
 use core::arch::x86_64::*;
 use core::ops::Range;
 
-use crate::kernels::{lanes_regions, lanes_supported, ConvParams, QuadPlanes, LANES_EPI_BYTES};
+use crate::kernels::{
+    lanes_regions, lanes_supported, ConvImage, ConvParams, QuadPlanes, LANES_EPI_BYTES,
+};
 
 /// One output channel's requantization, for accumulators that already hold the bias.
 #[derive(Clone, Copy, Default)]
@@ -70,37 +72,18 @@ struct Regions {
 /// Pixels per vector.
 const V: usize = 16;
 
-/// One image of a batched conv: its input, output and scratch.
-pub struct ConvImage<'a> {
-    /// The input tensor (HWC).
-    pub input: &'a [i8],
-    /// The output tensor (HWC).
-    pub output: &'a mut [i8],
-    /// The op's scratch in this image's working area.
-    pub scratch: &'a mut [u8],
-}
-
-/// Same bytes as `scalar::conv2d`, or `false` (output untouched) when the conv is outside
-/// what this kernel covers ([`lanes_supported`], a shift n above 54, a clamp outside i8, a
-/// scratch smaller than `scratch_bytes`): the caller then runs another kernel.
+/// Output rows `rows` of the conv (all of them: `0..output.h`) into `im.output` (those rows,
+/// HWC), `T` built only for the input rows they read, so threads sharing an image each take a
+/// band of rows ([`crate::parallel`]). Same bytes as the same rows of `scalar::conv2d`, or
+/// `false` (output untouched) when the conv is outside what this kernel covers
+/// ([`lanes_supported`], a shift n above 54, a clamp outside i8, a scratch smaller than
+/// `scratch_bytes`): the caller then runs another kernel.
 ///
 /// # Safety
 /// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn conv2d_lanes(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
-    conv2d_lanes_batch(
-        p,
-        &mut [ConvImage {
-            input,
-            output,
-            scratch,
-        }],
-    )
+pub unsafe fn conv2d_lanes(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    lanes(p, &mut [im], rows)
 }
 
 /// [`conv2d_lanes`] over several images at once (up to [`MAX_IMAGES`]): their output pixels
@@ -112,28 +95,6 @@ pub unsafe fn conv2d_lanes(
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bool {
     lanes(p, images, 0..p.output.h)
-}
-
-/// [`conv2d_lanes`] over output rows `rows` of one image: `output` holds those rows (HWC), and
-/// `T` is built only for the input rows they read, so threads sharing an image each take a
-/// band of rows ([`crate::parallel`]). Same bytes as the same rows of `scalar::conv2d`.
-///
-/// # Safety
-/// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn conv2d_lanes_rows(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-    rows: Range<usize>,
-) -> bool {
-    let image = ConvImage {
-        input,
-        output,
-        scratch,
-    };
-    lanes(p, &mut [image], rows)
 }
 
 /// The kernel: output rows `rows` of every image (all rows when there are several images),
@@ -1132,13 +1093,13 @@ mod tests {
         // SAFETY: AVX-512 VNNI checked above.
         check_conv(
             c,
-            &mut |p, x, y, s| unsafe { conv2d_lanes(p, x, y, s) },
+            &mut |p, x, y, s| unsafe { conv2d_lanes(p, ConvImage::new(x, y, s), 0..p.output.h) },
             &declines,
         );
         check_conv_bands(
             c,
             // SAFETY: AVX-512 VNNI checked above.
-            &mut |p, x, y, s, rows| unsafe { conv2d_lanes_rows(p, x, y, s, rows) },
+            &mut |p, x, y, s, rows| unsafe { conv2d_lanes(p, ConvImage::new(x, y, s), rows) },
             &declines,
         );
     }
@@ -1180,11 +1141,7 @@ mod tests {
             .iter()
             .zip(outs.iter_mut())
             .zip(scratch.iter_mut())
-            .map(|((x, y), s)| ConvImage {
-                input: x,
-                output: y,
-                scratch: s,
-            })
+            .map(|((x, y), s)| ConvImage::new(x, y, s))
             .collect()
     }
 

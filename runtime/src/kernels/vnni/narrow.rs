@@ -15,7 +15,7 @@ use core::arch::x86_64::*;
 use super::lanes::{
     epi_hi, epi_supported, fill_epi, requant16, requant16_hi, store_tile, vbmi, Epi,
 };
-use crate::kernels::ConvParams;
+use crate::kernels::{ConvImage, ConvParams};
 
 /// Pixels per vector.
 const V: usize = 16;
@@ -88,15 +88,15 @@ pub fn narrow_preferred(p: &ConvParams) -> bool {
 /// # Safety
 /// The CPU must support AVX2, AVX-512 F, BW, VL, VBMI and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
-pub unsafe fn conv2d_narrow(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
+pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
     if !narrow_supported(p) {
         return false;
     }
+    let ConvImage {
+        input,
+        output,
+        scratch,
+    } = im;
     let (cin, s, kh) = (p.input.c, p.stride, p.kernel_h);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad;
@@ -339,7 +339,7 @@ mod tests {
             // SAFETY: AVX-512 VNNI and VBMI checked above.
             check_conv(
                 c,
-                &mut |p, x, y, s| unsafe { conv2d_narrow(p, x, y, s) },
+                &mut |p, x, y, s| unsafe { conv2d_narrow(p, ConvImage::new(x, y, s)) },
                 &|p, s| !narrow_supported(p) || s < narrow_scratch(p),
             );
         }
