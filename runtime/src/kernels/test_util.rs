@@ -1,7 +1,9 @@
 //! Backend-neutral test helpers: every SIMD backend's conv (AVX2, VNNI, NEON) is checked
 //! against the scalar reference by the same shape-generic case generator.
 
-use crate::kernels::{ConvParams, I32Array, OutputQuant, PoolParams, Shape};
+use core::ops::Range;
+
+use crate::kernels::{ConvImage, ConvParams, I32Array, OutputQuant, PoolParams, Shape};
 
 /// A fast conv kernel under test: (params, input, output, scratch).
 pub type ConvKernel<'f> = dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8]) + 'f;
@@ -265,21 +267,25 @@ pub fn check_conv(
     });
 }
 
-// The batch, band and timing tests that use it run on x86 only.
+/// A conv entry point over output rows `rows` (the whole conv for `0..output.h`), writing
+/// those rows into the image's output.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-/// A kernel's band entry point: (params, input, the band's output rows, scratch, rows).
-pub type RowsConv<'f> =
-    dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8], core::ops::Range<usize>) -> bool + 'f;
+pub type RowsConv<'f> = dyn FnMut(&ConvParams, ConvImage, Range<usize>) -> bool + 'f;
 
+/// [`check_conv`] of a rows entry point: the whole conv, then 2 to 4 bands of rows (from the
+/// seed) as threads sharing an image take them, the scratch poisoned before each band (a band
+/// may read nothing another band built).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-/// [`check_conv`] of a band entry point in 2 to 4 bands of rows (from the seed), as threads
-/// sharing an image take them, the scratch poisoned before each band: a band may read nothing
-/// another band built.
-pub fn check_conv_bands(
+pub fn check_conv_rows(
     case: &ConvCase,
-    rows: &mut RowsConv,
+    f: &mut RowsConv,
     may_decline: &dyn Fn(&ConvParams, usize) -> bool,
 ) {
+    check_conv(
+        case,
+        &mut |p, x, y, s| f(p, ConvImage::new(x, y, s), 0..p.output.h),
+        may_decline,
+    );
     let bands = 2 + (case.seed % 3) as usize;
     let mut in_bands = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
         let (ho, row) = (p.output.h, p.output.w * p.output.c);
@@ -288,7 +294,7 @@ pub fn check_conv_bands(
         for r0 in (0..ho).step_by(per) {
             let r1 = (r0 + per).min(ho);
             s.fill(0xA5);
-            covered &= rows(p, x, &mut y[r0 * row..r1 * row], s, r0..r1);
+            covered &= f(p, ConvImage::new(x, &mut y[r0 * row..r1 * row], s), r0..r1);
         }
         covered
     };

@@ -171,11 +171,7 @@ impl<'p> Job<'p> {
     /// padded input and the weight quads) and the requantization constants.
     #[inline(always)]
     unsafe fn new(p: &'p ConvParams<'p>, im: ConvImage, rows: &Range<usize>) -> Self {
-        let ConvImage {
-            input,
-            output,
-            scratch,
-        } = im;
+        let (input, output, scratch) = (im.input, im.output, im.scratch);
         let g = QuadPlanes::new(&p.geometry());
         let (cin, cout, s) = (p.input.c, p.output.c, p.stride);
         let (kh, kw, wo) = (p.kernel_h, p.kernel_w, p.output.w);
@@ -558,7 +554,7 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, check_conv_bands, conv_suite, ConvCase};
+    use crate::kernels::test_util::{check_conv_rows, conv_suite, ConvCase};
     use crate::kernels::Kernels;
 
     /// Both entry points this CPU can run (AVX2, AVX-VNNI), whole and in bands of rows.
@@ -574,17 +570,7 @@ mod tests {
         let declines = |p: &ConvParams, s| !lanes_covered(p) || s < lanes_scratch(p);
         for f in kernels {
             // SAFETY: only the entry points this CPU supports.
-            check_conv(
-                c,
-                &mut |p, x, y, s| unsafe { f(p, ConvImage::new(x, y, s), 0..p.output.h) },
-                &declines,
-            );
-            check_conv_bands(
-                c,
-                // SAFETY: as above.
-                &mut |p, x, y, s, r| unsafe { f(p, ConvImage::new(x, y, s), r) },
-                &declines,
-            );
+            check_conv_rows(c, &mut |p, im, r| unsafe { f(p, im, r) }, &declines);
         }
     }
 

@@ -44,11 +44,7 @@ pub unsafe fn conv2d_dot(p: &ConvParams, input: &[i8], output: &mut [i8], scratc
 
 #[inline(always)]
 unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
-    let ConvImage {
-        input,
-        output,
-        scratch,
-    } = im;
+    let (input, output, scratch) = (im.input, im.output, im.scratch);
     // Few input channels: pixels in lanes, kernel rows in quads (`narrow`), when it fits.
     // SAFETY: the caller's target features (NEON, dotprod when DOT).
     if unsafe { super::narrow::conv::<DOT>(p, ConvImage::new(input, output, scratch)) } {

@@ -84,11 +84,7 @@ pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> boo
     if !supported(p) {
         return false;
     }
-    let ConvImage {
-        input,
-        output,
-        scratch,
-    } = im;
+    let (input, output, scratch) = (im.input, im.output, im.scratch);
     let (cin, s, kh, kw) = (p.input.c, p.stride, p.kernel_h, p.kernel_w);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad;

@@ -286,7 +286,7 @@ pub(super) fn epi_supported(p: &ConvParams) -> bool {
 }
 
 /// Whether every channel has n in [33, 54], where the epilogue can work on the high halves of
-/// the products in i32 lanes ([`requant16_hi`]).
+/// the products in i32 lanes ([`OutputStage::apply`]).
 pub(super) fn epi_hi(p: &ConvParams) -> bool {
     (0..p.output.c).all(|c| {
         let n = 31 - p.shift.get(c).clamp(-31, 30);
@@ -703,12 +703,7 @@ unsafe fn groups<const NV: usize, const CH: usize>(
         ),
     };
 
-    let (lo, hi) = (p.out.act_min.max(-128), p.out.act_max.min(127));
-    let clamp = if g.hi {
-        (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi))
-    } else {
-        (_mm512_set1_epi64(lo as i64), _mm512_set1_epi64(hi as i64))
-    };
+    let out = OutputStage::new(p, g.hi);
     let mut co = 0;
     while co < cout {
         if first {
@@ -720,9 +715,9 @@ unsafe fn groups<const NV: usize, const CH: usize>(
         let wk = (wc, pf, k, g.wstep);
         let tail = short && co + CH >= cout;
         if g.hi {
-            tile_kernel::<NV, CH, true>(&q, tail, wk, ec, clamp, (tc, cout * V));
+            tile_kernel::<NV, CH, true>(&q, tail, wk, ec, &out, (tc, cout * V));
         } else {
-            tile_kernel::<NV, CH, false>(&q, tail, wk, ec, clamp, (tc, cout * V));
+            tile_kernel::<NV, CH, false>(&q, tail, wk, ec, &out, (tc, cout * V));
         }
         co += CH;
     }
@@ -798,7 +793,7 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
     tail: bool,
     (w, pf, k, wstep): (*const i8, *const i8, usize, usize),
     epi: *const Epi,
-    clamp: (__m512i, __m512i),
+    out: &OutputStage,
     (tile, tstride): (*mut u8, usize),
 ) {
     let mut acc: [[__m512i; NV]; CH] =
@@ -843,8 +838,6 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
             }
         }
     }
-    let lo_idx = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-    let hi_idx = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
     // Unrolled by hand with constant indices (CH ≤ 8): the accumulators stay in registers,
     // here and in the loop above.
     macro_rules! channel {
@@ -853,11 +846,7 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
                 // A copy: the tile stores cannot alias it, so its broadcasts are done once.
                 let e = epi.add($c).read();
                 for v in 0..NV {
-                    let b = if HI {
-                        requant16_hi(acc[$c][v], &e, hi_idx, clamp)
-                    } else {
-                        requant16(acc[$c][v], &e, lo_idx, clamp)
-                    };
+                    let b = out.apply::<HI>(acc[$c][v], &e);
                     _mm_storeu_si128(tile.add(v * tstride + $c * V) as *mut __m128i, b);
                 }
             }
@@ -873,47 +862,66 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
     channel!(7);
 }
 
-/// [`requant16`] for n in [33, 54]: r is a multiple of 2^32, so
-/// `(P + r) >> n = ((P >> 32) + (r >> 32)) >> (n − 32)` with P = acc·M0, and P >> 32 (the high
-/// halves of the products) fits i32: the rest runs on 16 i32 lanes, the clamp included.
-#[inline(always)]
-pub(super) unsafe fn requant16_hi(
-    acc: __m512i,
-    e: &Epi,
-    idx: __m512i,
+/// The output stage of the VNNI convs: one channel's 16 accumulators (bias included) to
+/// bytes, exactly `OutputQuant::finish`, with that channel's constants broadcast.
+#[derive(Clone, Copy)]
+pub(super) struct OutputStage {
+    /// The clamp: i32 lanes for the i32 epilogue, else i64 lanes.
     clamp: (__m512i, __m512i),
-) -> __m128i {
-    // `vpmuldq` reads the low half of each 64-bit lane: a 32-bit broadcast of M0 is enough.
-    let m = _mm512_set1_epi32(e.m0 as i32);
-    let ev = _mm512_mul_epi32(acc, m);
-    let od = _mm512_mul_epi32(_mm512_srli_epi64::<32>(acc), m);
-    let h = _mm512_add_epi32(
-        _mm512_permutex2var_epi32(ev, idx, od),
-        _mm512_set1_epi32(e.r_hi),
-    );
-    let y = _mm512_sra_epi32(h, _mm_cvtsi32_si128(e.n_hi));
-    _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(y, clamp.0), clamp.1))
+    /// Even and odd lanes back together: from the low (i64 epilogue) or high (i32) halves.
+    lo_idx: __m512i,
+    hi_idx: __m512i,
 }
 
-/// The 16 accumulators of one channel to bytes, exactly `OutputQuant::finish`:
-/// `(acc·M0 + r) >> n` on even and odd lanes in i64, clamped, the low halves back together.
-#[inline(always)]
-pub(super) unsafe fn requant16(
-    acc: __m512i,
-    e: &Epi,
-    idx: __m512i,
-    clamp: (__m512i, __m512i),
-) -> __m128i {
-    let m = _mm512_set1_epi32(e.m0 as i32);
-    let r = _mm512_set1_epi64(e.r);
-    let n = _mm_cvtsi32_si128(e.n);
-    let one = |x: __m512i| {
-        let y = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), r), n);
-        _mm512_min_epi64(_mm512_max_epi64(y, clamp.0), clamp.1)
-    };
-    let ev = one(acc);
-    let od = one(_mm512_srli_epi64::<32>(acc));
-    _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(ev, idx, od))
+impl OutputStage {
+    /// For conv `p`, with the i32 epilogue where `hi` ([`epi_hi`]).
+    #[inline(always)]
+    pub(super) unsafe fn new(p: &ConvParams, hi: bool) -> Self {
+        let (lo_c, hi_c) = (p.out.act_min.max(-128), p.out.act_max.min(127));
+        OutputStage {
+            clamp: if hi {
+                (_mm512_set1_epi32(lo_c), _mm512_set1_epi32(hi_c))
+            } else {
+                (
+                    _mm512_set1_epi64(lo_c as i64),
+                    _mm512_set1_epi64(hi_c as i64),
+                )
+            },
+            lo_idx: _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+            hi_idx: _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31),
+        }
+    }
+
+    /// `(acc·M0 + r) >> n`, clamped. `HI` (n in [33, 54], see [`epi_hi`]): r is a multiple of
+    /// 2^32, so `(P + r) >> n = ((P >> 32) + (r >> 32)) >> (n − 32)` with P = acc·M0, and
+    /// P >> 32 (the high halves of the products) fits i32: the rest runs on 16 i32 lanes, the
+    /// clamp included. Else on even and odd lanes in i64, the low halves back together.
+    #[inline(always)]
+    pub(super) unsafe fn apply<const HI: bool>(&self, acc: __m512i, e: &Epi) -> __m128i {
+        let clamp = self.clamp;
+        // `vpmuldq` reads the low half of each 64-bit lane: a 32-bit broadcast of M0 is enough.
+        let m = _mm512_set1_epi32(e.m0 as i32);
+        if HI {
+            let ev = _mm512_mul_epi32(acc, m);
+            let od = _mm512_mul_epi32(_mm512_srli_epi64::<32>(acc), m);
+            let h = _mm512_add_epi32(
+                _mm512_permutex2var_epi32(ev, self.hi_idx, od),
+                _mm512_set1_epi32(e.r_hi),
+            );
+            let y = _mm512_sra_epi32(h, _mm_cvtsi32_si128(e.n_hi));
+            _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(y, clamp.0), clamp.1))
+        } else {
+            let r = _mm512_set1_epi64(e.r);
+            let n = _mm_cvtsi32_si128(e.n);
+            let one = |x: __m512i| {
+                let y = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), r), n);
+                _mm512_min_epi64(_mm512_max_epi64(y, clamp.0), clamp.1)
+            };
+            let ev = one(acc);
+            let od = one(_mm512_srli_epi64::<32>(acc));
+            _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(ev, self.lo_idx, od))
+        }
+    }
 }
 
 /// Whether the CPU has AVX-512 VBMI (`vpermb`; CPUID leaf 7, ECX bit 1), cached. The VNNI
@@ -1079,7 +1087,7 @@ unsafe fn transpose16_vbmi(src: *const u8, dst: *mut u8, ds: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, check_conv_bands, conv_suite, ConvCase, ConvData};
+    use crate::kernels::test_util::{check_conv_rows, conv_suite, ConvCase, ConvData};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
@@ -1091,15 +1099,9 @@ mod tests {
         }
         let declines = |p: &ConvParams, _| !lanes_supported(&p.geometry()) || !epi_supported(p);
         // SAFETY: AVX-512 VNNI checked above.
-        check_conv(
+        check_conv_rows(
             c,
-            &mut |p, x, y, s| unsafe { conv2d_lanes(p, ConvImage::new(x, y, s), 0..p.output.h) },
-            &declines,
-        );
-        check_conv_bands(
-            c,
-            // SAFETY: AVX-512 VNNI checked above.
-            &mut |p, x, y, s, rows| unsafe { conv2d_lanes(p, ConvImage::new(x, y, s), rows) },
+            &mut |p, im, r| unsafe { conv2d_lanes(p, im, r) },
             &declines,
         );
     }

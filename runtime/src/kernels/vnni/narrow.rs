@@ -12,9 +12,7 @@
 
 use core::arch::x86_64::*;
 
-use super::lanes::{
-    epi_hi, epi_supported, fill_epi, requant16, requant16_hi, store_tile, vbmi, Epi,
-};
+use super::lanes::{epi_hi, epi_supported, fill_epi, store_tile, vbmi, Epi, OutputStage};
 use crate::kernels::{ConvImage, ConvParams};
 
 /// Pixels per vector.
@@ -92,11 +90,7 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
     if !narrow_supported(p) {
         return false;
     }
-    let ConvImage {
-        input,
-        output,
-        scratch,
-    } = im;
+    let (input, output, scratch) = (im.input, im.output, im.scratch);
     let (cin, s, kh) = (p.input.c, p.stride, p.kernel_h);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad;
@@ -121,7 +115,6 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
     weight_quads(p, wq);
     fill_epi(p, 0, cout, epi);
     let hi = epi_hi(p);
-    let (lo_c, hi_c) = (p.out.act_min.max(-128), p.out.act_max.min(127));
     let tiles = Tiles {
         wq,
         epi,
@@ -129,14 +122,7 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
         taps,
         cout,
         hi,
-        clamp: if hi {
-            (_mm512_set1_epi32(lo_c), _mm512_set1_epi32(hi_c))
-        } else {
-            (
-                _mm512_set1_epi64(lo_c as i64),
-                _mm512_set1_epi64(hi_c as i64),
-            )
-        },
+        out: OutputStage::new(p, hi),
     };
 
     // Byte 4l + j of quad q of pixel lane l: window byte l·s·C_in + 4q + j.
@@ -218,7 +204,7 @@ struct Tiles {
     cout: usize,
     /// The i32 epilogue applies (`epi_hi`).
     hi: bool,
-    clamp: (__m512i, __m512i),
+    out: OutputStage,
 }
 
 impl Tiles {
@@ -227,8 +213,6 @@ impl Tiles {
     #[inline(always)]
     unsafe fn compute(&self, xs: &[__m512i; MAX_TAPS]) {
         let (epi, taps, cout) = (self.epi, self.taps, self.cout);
-        let lo_idx = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-        let hi_idx = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
         let mut co = 0;
         while co < cout {
             let ch = (cout - co).min(CH);
@@ -247,9 +231,9 @@ impl Tiles {
             for (c, &a) in acc.iter().enumerate().take(ch) {
                 let e = &*epi.add(co + c);
                 let v = if self.hi {
-                    requant16_hi(a, e, hi_idx, self.clamp)
+                    self.out.apply::<true>(a, e)
                 } else {
-                    requant16(a, e, lo_idx, self.clamp)
+                    self.out.apply::<false>(a, e)
                 };
                 _mm_storeu_si128(self.tile.add((co + c) * V) as *mut __m128i, v);
             }
