@@ -32,6 +32,8 @@ pub mod neon;
 pub mod cortex_m;
 
 #[cfg(test)]
+mod test_rng;
+#[cfg(test)]
 pub(crate) mod test_util;
 
 use crate::format::{OP_CONV2D, OP_FULLY_CONNECTED};

@@ -3,33 +3,12 @@
 
 use core::ops::Range;
 
-use crate::kernels::{ConvImage, ConvParams, I32Array, OutputQuant, PoolParams, Shape};
+use crate::kernels::{ConvImage, ConvParams, FcParams, I32Array, OutputQuant, PoolParams, Shape};
 
 /// A fast conv kernel under test: (params, input, output, scratch).
 pub type ConvKernel<'f> = dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8]) + 'f;
 
-/// xorshift64* stream for test data.
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % ((hi - lo + 1) as u64)) as i64
-    }
-    pub fn i8s(&mut self, n: usize, lo: i64, hi: i64) -> Vec<i8> {
-        (0..n).map(|_| self.range(lo, hi) as i8).collect()
-    }
-    pub fn i32s(&mut self, n: usize, lo: i64, hi: i64) -> Vec<u8> {
-        (0..n)
-            .flat_map(|_| (self.range(lo, hi) as i32).to_le_bytes())
-            .collect()
-    }
-}
+pub use super::test_rng::Rng;
 
 /// A convolution of `case`'s shape with values drawn from its seed ([`ConvData::random`]),
 /// run by the scalar reference and by `fast`: the bytes must be equal. Shapes no conv has
@@ -363,46 +342,80 @@ macro_rules! fc_suite {
 pub(crate) use fc_suite;
 
 /// A fully connected kernel under test: (params, input, output).
-pub type FcKernel<'f> = dyn FnMut(&crate::kernels::FcParams, &[i8], &mut [i8]) + 'f;
+pub type FcKernel<'f> = dyn FnMut(&FcParams, &[i8], &mut [i8]) + 'f;
 
-/// A fully connected layer of `k` inputs and `n` outputs with values from `seed` (weights in
-/// [−127, 127]; mostly typical shifts, every fourth case every valid one; a clamp or none),
-/// run by the scalar reference and by `fast`: equal bytes.
+/// The tensors and quantization of a test fully connected layer: what [`FcParams`] borrows.
+pub struct FcData {
+    pub x: Vec<i8>,
+    pub weights: Vec<i8>,
+    pub bias: Vec<u8>,
+    pub mult: Vec<u8>,
+    pub shift: Vec<u8>,
+    pub out: OutputQuant,
+}
+
+impl FcData {
+    /// `k` inputs and `n` outputs with values from `seed`: weights in [−127, 127]; mostly
+    /// typical shifts, every fourth case every valid one; a clamp or none.
+    pub fn random(k: usize, n: usize, seed: u64) -> Self {
+        let mut rng = Rng(seed | 1);
+        let x = rng.i8s(k, -128, 127);
+        let weights = rng.i8s(n * k, -127, 127);
+        let bias = rng.i32s(n, -(1 << 20), 1 << 20);
+        let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
+        let shift = if rng.next().is_multiple_of(4) {
+            rng.i32s(n, -31, 30)
+        } else {
+            rng.i32s(n, -18, -2)
+        };
+        let zo = rng.range(-128, 127) as i32;
+        let (lo, hi) = if rng.next().is_multiple_of(2) {
+            (zo, 127)
+        } else {
+            (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
+        };
+        FcData {
+            x,
+            weights,
+            bias,
+            mult,
+            shift,
+            out: OutputQuant {
+                zero_point: zo,
+                act_min: lo,
+                act_max: hi,
+            },
+        }
+    }
+
+    /// The layer these values make.
+    pub fn params(&self) -> FcParams<'_> {
+        FcParams {
+            k: self.x.len(),
+            n: self.bias.len() / 4,
+            weights: &self.weights,
+            bias: I32Array::new(&self.bias),
+            multiplier: I32Array::new(&self.mult),
+            shift: I32Array::new(&self.shift),
+            out: self.out,
+        }
+    }
+
+    /// The scalar reference and `fast` on this layer: equal bytes.
+    pub fn check(&self, fast: &mut FcKernel) {
+        let p = self.params();
+        let mut want = vec![0i8; p.n];
+        let mut got = vec![0x55i8; p.n];
+        crate::kernels::scalar::fully_connected(&p, &self.x, &mut want);
+        fast(&p, &self.x, &mut got);
+        assert_eq!(want, got, "k {} n {}", p.k, p.n);
+    }
+}
+
+/// A fully connected layer of `k` inputs and `n` outputs with values from `seed`
+/// ([`FcData::random`]), run by the scalar reference and by `fast`: equal bytes.
 pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
-    let mut rng = Rng(seed | 1);
-    let x = rng.i8s(k, -128, 127);
-    let weights = rng.i8s(n * k, -127, 127);
-    let bias = rng.i32s(n, -(1 << 20), 1 << 20);
-    let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
-    let shift = if rng.next().is_multiple_of(4) {
-        rng.i32s(n, -31, 30)
-    } else {
-        rng.i32s(n, -18, -2)
-    };
-    let zo = rng.range(-128, 127) as i32;
-    let (lo, hi) = if rng.next().is_multiple_of(2) {
-        (zo, 127)
-    } else {
-        (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
-    };
-    let p = crate::kernels::FcParams {
-        k,
-        n,
-        weights: &weights,
-        bias: I32Array::new(&bias),
-        multiplier: I32Array::new(&mult),
-        shift: I32Array::new(&shift),
-        out: OutputQuant {
-            zero_point: zo,
-            act_min: lo,
-            act_max: hi,
-        },
-    };
-    let mut want = vec![0i8; n];
-    let mut got = vec![0x55i8; n];
-    crate::kernels::scalar::fully_connected(&p, &x, &mut want);
-    fast(&p, &x, &mut got);
-    assert_eq!(want, got, "k {k} n {n}");
+    FcData::random(k, n, seed).check(fast);
 }
 
 /// The fully connected shapes of the models here, and edge shapes (k 1, 65 536).
@@ -421,30 +434,26 @@ pub const FC_SHAPES: [(usize, usize); 7] = [
 /// ends of i32, so the i32 sums wrap; `fast` must give the scalar reference's bytes.
 pub fn fc_extremes(fast: &mut FcKernel) {
     let k = 65_536;
-    let x = vec![-128i8; k];
     let mut weights = vec![-127i8; k];
     weights.resize(3 * k, -128);
-    let bias = i32_bytes(&[i32::MAX, i32::MIN, -5]);
-    let mult = i32_bytes(&[i32::MAX, 1 << 30, 3 << 29]);
-    let shift = i32_bytes(&[-31, 30, -4]);
-    let p = crate::kernels::FcParams {
-        k,
-        n: 3,
-        weights: &weights,
-        bias: I32Array::new(&bias),
-        multiplier: I32Array::new(&mult),
-        shift: I32Array::new(&shift),
-        out: OutputQuant {
-            zero_point: 3,
-            act_min: -128,
-            act_max: 127,
-        },
-    };
-    let mut want = [0i8; 3];
-    crate::kernels::scalar::fully_connected(&p, &x, &mut want);
-    let mut got = [0x55i8; 3];
-    fast(&p, &x, &mut got);
-    assert_eq!(want, got);
+    FcData {
+        x: vec![-128i8; k],
+        weights,
+        bias: i32_bytes(&[i32::MAX, i32::MIN, -5]),
+        mult: i32_bytes(&[i32::MAX, 1 << 30, 3 << 29]),
+        shift: i32_bytes(&[-31, 30, -4]),
+        out: full_range(3),
+    }
+    .check(fast);
+}
+
+/// Output zero point `zero_point`, no clamp but i8's.
+pub const fn full_range(zero_point: i32) -> OutputQuant {
+    OutputQuant {
+        zero_point,
+        act_min: -128,
+        act_max: 127,
+    }
 }
 
 /// i32 values as the file's little-endian bytes.
@@ -468,6 +477,55 @@ pub struct PoolCase {
     pub lo: i32,
     pub hi: i32,
     pub seed: u64,
+}
+
+impl PoolCase {
+    /// `c` channels, a square input of `hw` and window of `k`, no clamp but i8's.
+    pub const fn square(c: usize, hw: usize, k: usize, stride: usize) -> Self {
+        PoolCase {
+            c,
+            h: hw,
+            w: hw,
+            kh: k,
+            kw: k,
+            stride,
+            lo: -128,
+            hi: 127,
+            seed: 0,
+        }
+    }
+
+    /// The pool (max_pool's: no input zero point or multiplier).
+    pub const fn params(&self) -> PoolParams {
+        let PoolCase {
+            c,
+            h,
+            w,
+            kh,
+            kw,
+            stride,
+            ..
+        } = *self;
+        PoolParams {
+            input: Shape { c, h, w },
+            output: Shape {
+                c,
+                h: (h - kh) / stride + 1,
+                w: (w - kw) / stride + 1,
+            },
+            kernel_h: kh,
+            kernel_w: kw,
+            stride,
+            input_zero_point: 0,
+            multiplier: 0,
+            shift: 0,
+            out: OutputQuant {
+                zero_point: 0,
+                act_min: self.lo,
+                act_max: self.hi,
+            },
+        }
+    }
 }
 
 /// Random max_pool cases: up to 40 channels, inputs up to 11×11, windows up to 3×3 (square
@@ -501,38 +559,11 @@ pub fn pool_cases(
 /// A max_pool of `case`'s shape on random input, run by the scalar reference and by `fast`:
 /// equal bytes. Windows larger than the input are skipped.
 pub fn max_pool_matches_scalar(case: &PoolCase, fast: &mut PoolKernel) {
-    let PoolCase {
-        c,
-        h,
-        w,
-        kh,
-        kw,
-        stride,
-        ..
-    } = *case;
-    if h < kh || w < kw {
+    if case.h < case.kh || case.w < case.kw {
         return;
     }
-    let input = Rng(case.seed | 1).i8s(c * h * w, -128, 127);
-    let p = PoolParams {
-        input: Shape { c, h, w },
-        output: Shape {
-            c,
-            h: (h - kh) / stride + 1,
-            w: (w - kw) / stride + 1,
-        },
-        kernel_h: kh,
-        kernel_w: kw,
-        stride,
-        input_zero_point: 0,
-        multiplier: 0,
-        shift: 0,
-        out: OutputQuant {
-            zero_point: 0,
-            act_min: case.lo,
-            act_max: case.hi,
-        },
-    };
+    let input = Rng(case.seed | 1).i8s(case.c * case.h * case.w, -128, 127);
+    let p = case.params();
     let mut want = vec![0i8; p.output.len()];
     let mut got = vec![0x55i8; p.output.len()];
     crate::kernels::scalar::max_pool(&p, &input, &mut want);
