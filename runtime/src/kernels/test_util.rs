@@ -26,71 +26,96 @@ pub fn conv_matches_scalar(case: &ConvCase, fast: &mut ConvKernel) {
     assert_eq!(want, got);
 }
 
-/// The tensors and quantization of a test conv: what [`ConvParams`] borrows.
-pub struct ConvData {
-    pub case: ConvCase,
-    pub input: Vec<i8>,
+/// The weights and requantization of a test layer: `n` outputs of `k` values each.
+pub struct LayerData {
+    /// `[n][k]`.
     pub weights: Vec<i8>,
     pub bias: Vec<u8>,
     pub mult: Vec<u8>,
     pub shift: Vec<u8>,
-    pub pads: Vec<i8>,
-    pub input_zero_point: i32,
     pub out: OutputQuant,
-    /// The stream the values came from, for more inputs of the same conv.
-    pub rng: Rng,
 }
 
-impl ConvData {
-    /// Values from the case's seed: weights in [−127, 127], biases, multipliers, mostly
-    /// typical shifts (n in [33, 49]; every fourth case the whole valid range), pad values
-    /// or none, zero points, a clamp or none. `None` where the kernel outgrows the padded input.
-    pub fn random(c: &ConvCase) -> Option<Self> {
-        let mut d = Self::typical(c)?;
-        let rng = &mut d.rng;
-        if rng.next().is_multiple_of(4) {
-            d.shift = rng.i32s(c.cout, -31, 30);
-        }
-        if rng.next().is_multiple_of(2) {
-            d.pads.clear();
-        }
-        let zo = rng.range(-128, 127) as i32;
-        let lo = if rng.next().is_multiple_of(2) {
-            zo
-        } else {
-            -128
-        };
-        d.out = OutputQuant {
-            zero_point: zo,
-            act_min: lo,
-            act_max: 127,
-        };
-        d.input_zero_point = rng.range(-128, 127) as i32;
-        Some(d)
-    }
-
-    /// Values every kernel covers (shifts n in [33, 49], pad values per channel, a clamp
-    /// within i8), for batch and timing tests that must not be declined.
-    pub fn typical(c: &ConvCase) -> Option<Self> {
-        if c.h + 2 * c.pad < c.kh || c.w + 2 * c.pad < c.kw {
-            return None;
-        }
-        let mut rng = Rng(c.seed | 1);
-        let k = c.kh * c.kw * c.cin;
-        Some(ConvData {
-            case: *c,
-            input: rng.i8s(c.cin * c.h * c.w, -128, 127),
-            weights: rng.i8s(c.cout * k, -127, 127),
-            bias: rng.i32s(c.cout, -(1 << 20), 1 << 20),
-            mult: rng.i32s(c.cout, 1 << 30, i32::MAX as i64),
-            shift: rng.i32s(c.cout, -18, -2),
-            pads: rng.i8s(c.cin, -128, 127),
-            input_zero_point: 3,
+impl LayerData {
+    /// Values every kernel covers: weights in [−127, 127], biases, multipliers, shifts n in
+    /// [33, 49], a clamp within i8.
+    pub fn typical(rng: &mut Rng, n: usize, k: usize) -> Self {
+        LayerData {
+            weights: rng.i8s(n * k, -127, 127),
+            bias: rng.i32s(n, -(1 << 20), 1 << 20),
+            mult: rng.i32s(n, 1 << 30, i32::MAX as i64),
+            shift: rng.i32s(n, -18, -2),
             out: OutputQuant {
                 zero_point: -5,
                 act_min: -5,
                 act_max: 127,
             },
+        }
+    }
+
+    /// [`LayerData::typical`], then every fourth case every valid shift, and any output zero
+    /// point with the clamp from it (ReLU) or any other.
+    pub fn random(rng: &mut Rng, n: usize, k: usize) -> Self {
+        let mut l = Self::typical(rng, n, k);
+        if rng.next().is_multiple_of(4) {
+            l.shift = rng.i32s(n, -31, 30);
+        }
+        let zo = rng.range(-128, 127) as i32;
+        let (lo, hi) = if rng.next().is_multiple_of(2) {
+            (zo, 127)
+        } else {
+            (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
+        };
+        l.out = OutputQuant {
+            zero_point: zo,
+            act_min: lo,
+            act_max: hi,
+        };
+        l
+    }
+}
+
+/// The tensors and quantization of a test conv: what [`ConvParams`] borrows.
+pub struct ConvData {
+    pub case: ConvCase,
+    pub input: Vec<i8>,
+    pub layer: LayerData,
+    pub pads: Vec<i8>,
+    pub input_zero_point: i32,
+    /// The stream the values came from, for more inputs of the same conv.
+    pub rng: Rng,
+}
+
+impl ConvData {
+    /// Values from the case's seed ([`LayerData::random`]), pad values or none, any input
+    /// zero point. `None` where the kernel outgrows the padded input.
+    pub fn random(c: &ConvCase) -> Option<Self> {
+        Self::new(c, LayerData::random).map(|mut d| {
+            if d.rng.next().is_multiple_of(2) {
+                d.pads.clear();
+            }
+            d.input_zero_point = d.rng.range(-128, 127) as i32;
+            d
+        })
+    }
+
+    /// Values every kernel covers ([`LayerData::typical`]), pad values per channel, for batch
+    /// and timing tests that must not be declined.
+    pub fn typical(c: &ConvCase) -> Option<Self> {
+        Self::new(c, LayerData::typical)
+    }
+
+    fn new(c: &ConvCase, layer: fn(&mut Rng, usize, usize) -> LayerData) -> Option<Self> {
+        if c.h + 2 * c.pad < c.kh || c.w + 2 * c.pad < c.kw {
+            return None;
+        }
+        let mut rng = Rng(c.seed | 1);
+        Some(ConvData {
+            case: *c,
+            input: rng.i8s(c.cin * c.h * c.w, -128, 127),
+            layer: layer(&mut rng, c.cout, c.kh * c.kw * c.cin),
+            pads: rng.i8s(c.cin, -128, 127),
+            input_zero_point: 3,
             rng,
         })
     }
@@ -104,7 +129,7 @@ impl ConvData {
 
     /// The conv these values make.
     pub fn params(&self) -> ConvParams<'_> {
-        let c = &self.case;
+        let (c, l) = (&self.case, &self.layer);
         ConvParams {
             input: Shape {
                 c: c.cin,
@@ -120,13 +145,13 @@ impl ConvData {
             kernel_w: c.kw,
             stride: c.stride,
             pad: c.pad,
-            weights: &self.weights,
-            bias: I32Array::new(&self.bias),
-            multiplier: I32Array::new(&self.mult),
-            shift: I32Array::new(&self.shift),
+            weights: &l.weights,
+            bias: I32Array::new(&l.bias),
+            multiplier: I32Array::new(&l.mult),
+            shift: I32Array::new(&l.shift),
             pad_values: &self.pads,
             input_zero_point: self.input_zero_point,
-            out: self.out,
+            out: l.out,
         }
     }
 }
@@ -344,60 +369,34 @@ pub(crate) use fc_suite;
 /// A fully connected kernel under test: (params, input, output).
 pub type FcKernel<'f> = dyn FnMut(&FcParams, &[i8], &mut [i8]) + 'f;
 
-/// The tensors and quantization of a test fully connected layer: what [`FcParams`] borrows.
+/// The input and layer of a test fully connected layer: what [`FcParams`] borrows.
 pub struct FcData {
     pub x: Vec<i8>,
-    pub weights: Vec<i8>,
-    pub bias: Vec<u8>,
-    pub mult: Vec<u8>,
-    pub shift: Vec<u8>,
-    pub out: OutputQuant,
+    pub layer: LayerData,
 }
 
 impl FcData {
-    /// `k` inputs and `n` outputs with values from `seed`: weights in [−127, 127]; mostly
-    /// typical shifts, every fourth case every valid one; a clamp or none.
+    /// `k` inputs and `n` outputs with values from `seed` ([`LayerData::random`]).
     pub fn random(k: usize, n: usize, seed: u64) -> Self {
         let mut rng = Rng(seed | 1);
         let x = rng.i8s(k, -128, 127);
-        let weights = rng.i8s(n * k, -127, 127);
-        let bias = rng.i32s(n, -(1 << 20), 1 << 20);
-        let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
-        let shift = if rng.next().is_multiple_of(4) {
-            rng.i32s(n, -31, 30)
-        } else {
-            rng.i32s(n, -18, -2)
-        };
-        let zo = rng.range(-128, 127) as i32;
-        let (lo, hi) = if rng.next().is_multiple_of(2) {
-            (zo, 127)
-        } else {
-            (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
-        };
         FcData {
             x,
-            weights,
-            bias,
-            mult,
-            shift,
-            out: OutputQuant {
-                zero_point: zo,
-                act_min: lo,
-                act_max: hi,
-            },
+            layer: LayerData::random(&mut rng, n, k),
         }
     }
 
     /// The layer these values make.
     pub fn params(&self) -> FcParams<'_> {
+        let l = &self.layer;
         FcParams {
             k: self.x.len(),
-            n: self.bias.len() / 4,
-            weights: &self.weights,
-            bias: I32Array::new(&self.bias),
-            multiplier: I32Array::new(&self.mult),
-            shift: I32Array::new(&self.shift),
-            out: self.out,
+            n: l.bias.len() / 4,
+            weights: &l.weights,
+            bias: I32Array::new(&l.bias),
+            multiplier: I32Array::new(&l.mult),
+            shift: I32Array::new(&l.shift),
+            out: l.out,
         }
     }
 
@@ -438,13 +437,21 @@ pub fn fc_extremes(fast: &mut FcKernel) {
     weights.resize(3 * k, -128);
     FcData {
         x: vec![-128i8; k],
+        layer: wrapping_layer(weights),
+    }
+    .check(fast);
+}
+
+/// Three outputs whose sums wrap with `weights` at their largest: biases at the ends of i32,
+/// the largest and smallest multipliers and shifts.
+pub fn wrapping_layer(weights: Vec<i8>) -> LayerData {
+    LayerData {
         weights,
         bias: i32_bytes(&[i32::MAX, i32::MIN, -5]),
         mult: i32_bytes(&[i32::MAX, 1 << 30, 3 << 29]),
         shift: i32_bytes(&[-31, 30, -4]),
         out: full_range(3),
     }
-    .check(fast);
 }
 
 /// Output zero point `zero_point`, no clamp but i8's.

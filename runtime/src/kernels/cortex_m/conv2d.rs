@@ -404,7 +404,7 @@ fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
 mod tests {
     use super::*;
     use crate::kernels::test_util::{
-        conv_matches_scalar, conv_suite, i32_bytes, ConvCase, ConvData,
+        conv_matches_scalar, conv_suite, wrapping_layer, ConvCase, ConvData,
     };
     use crate::kernels::{I32Array, OutputQuant, Shape};
     use crate::scratch_bytes;
@@ -475,17 +475,9 @@ mod tests {
     fn wrapping_sums() {
         let mut d = ConvData::typical(&ConvCase::square(64, 3, 4, 3, 1, 1, 1)).unwrap();
         d.input.fill(-128);
-        d.weights.fill(-128);
-        d.bias = i32_bytes(&[i32::MAX, i32::MIN, -5]);
-        d.mult = i32_bytes(&[i32::MAX, 1 << 30, 3 << 29]);
-        d.shift = i32_bytes(&[-31, 30, -4]);
+        d.layer = wrapping_layer(vec![-128; d.layer.weights.len()]);
         d.pads.clear();
         d.input_zero_point = -128;
-        d.out = OutputQuant {
-            zero_point: 3,
-            act_min: -128,
-            act_max: 127,
-        };
         let (p, input, cout) = (d.params(), &d.input, 3);
         let mut want = vec![0i8; 16 * cout];
         scalar::conv2d(&p, input, &mut want);

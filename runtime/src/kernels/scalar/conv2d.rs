@@ -42,7 +42,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{full_range, i32_bytes, ConvCase, ConvData};
+    use crate::kernels::test_util::{full_range, i32_bytes, ConvCase, ConvData, LayerData};
 
     #[test]
     fn hand_computed_3x3_pad1() {
@@ -50,9 +50,14 @@ mod tests {
         // bias 10, m = 0.5 (M0 = 2^30, shift 0), z_out = 3.
         let mut d = ConvData::typical(&ConvCase::square(1, 1, 2, 3, 1, 1, 0)).unwrap();
         d.input = vec![1, 2, 3, 4];
-        d.weights = vec![1; 9];
-        (d.bias, d.mult, d.shift) = (i32_bytes(&[10]), i32_bytes(&[1 << 30]), i32_bytes(&[0]));
-        (d.pads, d.input_zero_point, d.out) = (vec![1], 0, full_range(3));
+        d.layer = LayerData {
+            weights: vec![1; 9],
+            bias: i32_bytes(&[10]),
+            mult: i32_bytes(&[1 << 30]),
+            shift: i32_bytes(&[0]),
+            out: full_range(3),
+        };
+        (d.pads, d.input_zero_point) = (vec![1], 0);
         let mut out = [0i8; 4];
         conv2d(&d.params(), &d.input, &mut out);
         // Every output sees all 4 inputs (sum 10) and 5 pad taps (value 1): acc = 10 + 10 + 5 = 25,

@@ -18,17 +18,20 @@ pub fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{full_range, i32_bytes, FcData};
+    use crate::kernels::test_util::{full_range, i32_bytes, FcData, LayerData};
 
     #[test]
     fn hand_computed() {
-        let d = FcData {
-            x: vec![1, -2, 3],
+        let layer = LayerData {
             weights: vec![1, 1, 1, 2, 0, -1],
             bias: i32_bytes(&[5, -1]),
             mult: i32_bytes(&[1 << 30; 2]),
             shift: i32_bytes(&[1, 0]),
             out: full_range(-1),
+        };
+        let d = FcData {
+            x: vec![1, -2, 3],
+            layer,
         };
         let mut out = [0i8; 2];
         fully_connected(&d.params(), &d.x, &mut out);
