@@ -14,7 +14,9 @@
 //!   every target for tests, with the DSP instructions emulated bit for bit).
 //!
 //! [`Kernels`] names a set; `resolve` checks it against the CPU once per run, and the
-//! functions at the end of this file dispatch each op. Pools other than max_pool on AVX2 and
+//! functions at the end of this file dispatch each op. Kernels that may decline a conv take a
+//! [`ConvImage`] and return `false`, output untouched, for the dispatch to run another. Every
+//! kernel instantiates the one test suite of `test_util` (against the scalar reference). Pools other than max_pool on AVX2 and
 //! Cortex-M run scalar; `scalar::add` uses AVX-512 when the CPU has it.
 
 pub mod scalar;

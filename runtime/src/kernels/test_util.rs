@@ -1,5 +1,7 @@
-//! Backend-neutral test helpers: every SIMD backend's conv (AVX2, VNNI, NEON) is checked
-//! against the scalar reference by the same shape-generic case generator.
+//! The kernels' shared test suite (tract-style): every conv, fully connected and max_pool kernel
+//! (AVX2, VNNI, NEON, Cortex-M) is checked byte for byte against the scalar reference on the
+//! same cases, through `conv_suite!` / `fc_suite!` instantiated in the kernel's own tests, and
+//! the builders of test data (`ConvData`, `FcData`, `LayerData`, `PoolCase`).
 
 use core::ops::Range;
 
