@@ -100,7 +100,12 @@ fn bench(c: &mut Criterion) {
         let rows: [(&str, &str, usize, Kernel); 4] = [
             ("vpdpbusd-zmm", "avx512vnni", 64, dpbusd_zmm),
             ("vpsignb+vpdpbusd-ymm", "avxvnni", 32, sign_dpbusd_ymm),
-            ("vpsignb+vpmaddubsw+vpmaddwd-ymm", "avx2", 32, sign_maddubs_ymm),
+            (
+                "vpsignb+vpmaddubsw+vpmaddwd-ymm",
+                "avx2",
+                32,
+                sign_maddubs_ymm,
+            ),
             ("vpmaddwd-ymm", "avx2", 16, maddwd_ymm),
         ];
         for (name, feature, macs, f) in rows {
