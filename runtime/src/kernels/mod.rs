@@ -14,7 +14,9 @@
 //!   every target for tests, with the DSP instructions emulated bit for bit).
 //!
 //! [`Kernels`] names a set; `resolve` checks it against the CPU once per run, and the
-//! functions at the end of this file dispatch each op. Pools other than max_pool on AVX2 and
+//! functions at the end of this file dispatch each op. Kernels that may decline a conv take a
+//! [`ConvImage`] and return `false`, output untouched, for the dispatch to run another. Every
+//! kernel instantiates the one test suite of `test_util` (against the scalar reference). Pools other than max_pool on AVX2 and
 //! Cortex-M run scalar; `scalar::add` uses AVX-512 when the CPU has it.
 
 pub mod scalar;
@@ -31,6 +33,8 @@ pub mod neon;
 #[cfg(any(octet_arm_dsp, test))]
 pub mod cortex_m;
 
+#[cfg(test)]
+mod test_rng;
 #[cfg(test)]
 pub(crate) mod test_util;
 
@@ -443,8 +447,10 @@ pub struct OpGeometry {
 /// them in one call; see `Model::arena_bytes_for`).
 pub const GROUP_IMAGES: usize = 8;
 
-/// Output pixels per pass of the pixels-in-lanes VNNI conv ([`vnni::conv2d_lanes`]): 4 vectors
-/// of 16 pixels.
+/// Output pixels the scratch rule sizes a pass of the pixels-in-lanes VNNI conv
+/// ([`vnni::conv2d_lanes`]) for: 4 vectors of 16 pixels. The kernel's passes take 3 vectors
+/// (48 pixels); the rule keeps its room for 64 so that `scratch_bytes`, and with it the
+/// exported files, stay as they are.
 pub const LANES_PIXEL_BLOCK: usize = 64;
 
 /// Bytes per output channel of the lanes conv's requantization table.
@@ -751,6 +757,27 @@ impl<'a> ConvParams<'a> {
     }
 }
 
+/// One image's buffers for a conv: what every kernel that may decline a conv takes.
+pub struct ConvImage<'a> {
+    /// The input tensor (HWC).
+    pub input: &'a [i8],
+    /// The output tensor (HWC; a band's rows for the band entry points).
+    pub output: &'a mut [i8],
+    /// The op's scratch in this image's working area.
+    pub scratch: &'a mut [u8],
+}
+
+impl<'a> ConvImage<'a> {
+    /// The buffers of one image.
+    pub fn new(input: &'a [i8], output: &'a mut [i8], scratch: &'a mut [u8]) -> Self {
+        ConvImage {
+            input,
+            output,
+            scratch,
+        }
+    }
+}
+
 /// fully_connected parameters.
 #[derive(Clone, Copy, Debug)]
 pub struct FcParams<'a> {
@@ -815,29 +842,32 @@ pub(crate) fn conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    let all = 0..p.output.h;
     match k {
         Resolved::Scalar => scalar::conv2d(p, input, output),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
         Resolved::Avx2 => unsafe {
-            if !avx2::conv2d_lanes_avx2(p, input, output, scratch) {
+            if !avx2::conv2d_lanes_avx2(p, ConvImage::new(input, output, scratch), all) {
                 avx2::conv2d(p, input, output, scratch)
             }
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
         Resolved::AvxVnni => unsafe {
-            if !avx2::conv2d_lanes_vnni(p, input, output, scratch) {
+            if !avx2::conv2d_lanes_vnni(p, ConvImage::new(input, output, scratch), all) {
                 avx2::conv2d(p, input, output, scratch)
             }
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
-            if (vnni::narrow_preferred(p) && vnni::conv2d_narrow(p, input, output, scratch))
-                || vnni::conv2d_lanes(p, input, output, scratch)
+            if (vnni::narrow_preferred(p)
+                && vnni::conv2d_narrow(p, ConvImage::new(input, output, scratch)))
+                || vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), all)
             {
-                // Covered by the pixels-in-lanes kernel.
+                // Covered by the few-channel or the pixels-in-lanes kernel.
             } else if p.k() >= VNNI_MIN_K && p.output.c >= VNNI_MIN_COUT {
                 vnni::conv2d(p, input, output, scratch)
             } else {
@@ -895,14 +925,18 @@ pub(crate) fn conv2d_rows(
     match k {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
-        Resolved::Vnni => unsafe { vnni::conv2d_lanes_rows(p, input, output, scratch, rows) },
+        Resolved::Vnni => unsafe {
+            vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), rows)
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
-        Resolved::Avx2 => unsafe { avx2::conv2d_lanes_rows_avx2(p, input, output, scratch, rows) },
+        Resolved::Avx2 => unsafe {
+            avx2::conv2d_lanes_avx2(p, ConvImage::new(input, output, scratch), rows)
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
         Resolved::AvxVnni => unsafe {
-            avx2::conv2d_lanes_rows_vnni(p, input, output, scratch, rows)
+            avx2::conv2d_lanes_vnni(p, ConvImage::new(input, output, scratch), rows)
         },
         _ => {
             let _ = (p, input, output, scratch, rows);

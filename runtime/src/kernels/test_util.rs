@@ -1,106 +1,161 @@
-//! Backend-neutral test helpers: every SIMD backend's conv (AVX2, VNNI, NEON) is checked
-//! against the scalar reference by the same shape-generic case generator.
+//! The kernels' shared test suite (tract-style): every conv, fully connected and max_pool kernel
+//! (AVX2, VNNI, NEON, Cortex-M) is checked byte for byte against the scalar reference on the
+//! same cases, through `conv_suite!` / `fc_suite!` instantiated in the kernel's own tests, and
+//! the builders of test data (`ConvData`, `FcData`, `LayerData`, `PoolCase`).
 
-use crate::kernels::{ConvParams, I32Array, OutputQuant, Shape};
+use core::ops::Range;
+
+use crate::kernels::{ConvImage, ConvParams, FcParams, I32Array, OutputQuant, PoolParams, Shape};
 
 /// A fast conv kernel under test: (params, input, output, scratch).
 pub type ConvKernel<'f> = dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8]) + 'f;
 
-/// xorshift64* stream for test data.
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % ((hi - lo + 1) as u64)) as i64
-    }
-    pub fn i8s(&mut self, n: usize, lo: i64, hi: i64) -> Vec<i8> {
-        (0..n).map(|_| self.range(lo, hi) as i8).collect()
-    }
-    pub fn i32s(&mut self, n: usize, lo: i64, hi: i64) -> Vec<u8> {
-        (0..n)
-            .flat_map(|_| (self.range(lo, hi) as i32).to_le_bytes())
-            .collect()
-    }
+pub use super::test_rng::Rng;
+
+/// A convolution of `case`'s shape with values drawn from its seed ([`ConvData::random`]),
+/// run by the scalar reference and by `fast`: the bytes must be equal. Shapes no conv has
+/// (a kernel larger than the padded input) are skipped.
+pub fn conv_matches_scalar(case: &ConvCase, fast: &mut ConvKernel) {
+    let Some(d) = ConvData::random(case) else {
+        return;
+    };
+    let p = d.params();
+    let mut want = vec![0i8; p.output.len()];
+    let mut got = vec![0x55i8; p.output.len()];
+    crate::kernels::scalar::conv2d(&p, &d.input, &mut want);
+    let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, &p.geometry())];
+    fast(&p, &d.input, &mut got, &mut scratch);
+    assert_eq!(want, got);
 }
 
-/// A convolution of the given shape with values drawn from `seed` (weights, biases,
-/// multipliers, pad values, zero points, clamp), run by the scalar reference and by `fast`:
-/// the bytes must be equal. Shapes the kernel cannot cover are skipped.
-#[allow(clippy::too_many_arguments)]
-pub fn conv_matches_scalar(
-    cin: usize,
-    cout: usize,
-    h: usize,
-    w: usize,
-    kh: usize,
-    kw: usize,
-    stride: usize,
-    pad: usize,
-    seed: u64,
-    fast: &mut ConvKernel,
-) {
-    if h + 2 * pad < kh || w + 2 * pad < kw {
-        return;
+/// The weights and requantization of a test layer: `n` outputs of `k` values each.
+pub struct LayerData {
+    /// `[n][k]`.
+    pub weights: Vec<i8>,
+    pub bias: Vec<u8>,
+    pub mult: Vec<u8>,
+    pub shift: Vec<u8>,
+    pub out: OutputQuant,
+}
+
+impl LayerData {
+    /// Values every kernel covers: weights in [−127, 127], biases, multipliers, shifts n in
+    /// [33, 49], a clamp within i8.
+    pub fn typical(rng: &mut Rng, n: usize, k: usize) -> Self {
+        LayerData {
+            weights: rng.i8s(n * k, -127, 127),
+            bias: rng.i32s(n, -(1 << 20), 1 << 20),
+            mult: rng.i32s(n, 1 << 30, i32::MAX as i64),
+            shift: rng.i32s(n, -18, -2),
+            out: OutputQuant {
+                zero_point: -5,
+                act_min: -5,
+                act_max: 127,
+            },
+        }
     }
-    let mut rng = Rng(seed | 1);
-    let ho = (h + 2 * pad - kh) / stride + 1;
-    let wo = (w + 2 * pad - kw) / stride + 1;
-    let k = kh * kw * cin;
-    let input = rng.i8s(cin * h * w, -128, 127);
-    let weights = rng.i8s(cout * k, -127, 127);
-    let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
-    let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
-    // Mostly typical shifts (n in [33, 49]); every fourth case the whole valid range.
-    let shift = if rng.next().is_multiple_of(4) {
-        rng.i32s(cout, -31, 30)
-    } else {
-        rng.i32s(cout, -18, -2)
-    };
-    let pads = if rng.next().is_multiple_of(2) {
-        rng.i8s(cin, -128, 127)
-    } else {
-        Vec::new()
-    };
-    let zo = rng.range(-128, 127) as i32;
-    let (lo, hi) = if rng.next().is_multiple_of(2) {
-        (zo.max(-128), 127)
-    } else {
-        (-128, 127)
-    };
-    let p = ConvParams {
-        input: Shape { c: cin, h, w },
-        output: Shape {
-            c: cout,
-            h: ho,
-            w: wo,
-        },
-        kernel_h: kh,
-        kernel_w: kw,
-        stride,
-        pad,
-        weights: &weights,
-        bias: I32Array::new(&bias),
-        multiplier: I32Array::new(&mult),
-        shift: I32Array::new(&shift),
-        pad_values: &pads,
-        input_zero_point: rng.range(-128, 127) as i32,
-        out: OutputQuant {
+
+    /// [`LayerData::typical`], then every fourth case every valid shift, and any output zero
+    /// point with the clamp from it (ReLU) or any other.
+    pub fn random(rng: &mut Rng, n: usize, k: usize) -> Self {
+        let mut l = Self::typical(rng, n, k);
+        if rng.next().is_multiple_of(4) {
+            l.shift = rng.i32s(n, -31, 30);
+        }
+        let zo = rng.range(-128, 127) as i32;
+        let (lo, hi) = if rng.next().is_multiple_of(2) {
+            (zo, 127)
+        } else {
+            (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
+        };
+        l.out = OutputQuant {
             zero_point: zo,
             act_min: lo,
             act_max: hi,
-        },
-    };
-    let mut want = vec![0i8; cout * ho * wo];
-    let mut got = vec![0x55i8; cout * ho * wo];
-    crate::kernels::scalar::conv2d(&p, &input, &mut want);
-    let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, &p.geometry())];
-    fast(&p, &input, &mut got, &mut scratch);
-    assert_eq!(want, got);
+        };
+        l
+    }
+}
+
+/// The tensors and quantization of a test conv: what [`ConvParams`] borrows.
+pub struct ConvData {
+    pub case: ConvCase,
+    pub input: Vec<i8>,
+    pub layer: LayerData,
+    pub pads: Vec<i8>,
+    pub input_zero_point: i32,
+    /// The stream the values came from, for more inputs of the same conv.
+    pub rng: Rng,
+}
+
+impl ConvData {
+    /// Values from the case's seed ([`LayerData::random`]), pad values or none, any input
+    /// zero point. `None` where the kernel outgrows the padded input.
+    pub fn random(c: &ConvCase) -> Option<Self> {
+        Self::new(c, LayerData::random).map(|mut d| {
+            if d.rng.next().is_multiple_of(2) {
+                d.pads.clear();
+            }
+            d.input_zero_point = d.rng.range(-128, 127) as i32;
+            d
+        })
+    }
+
+    /// Values every kernel covers ([`LayerData::typical`]), pad values per channel, for batch
+    /// and timing tests that must not be declined.
+    pub fn typical(c: &ConvCase) -> Option<Self> {
+        Self::new(c, LayerData::typical)
+    }
+
+    fn new(c: &ConvCase, layer: fn(&mut Rng, usize, usize) -> LayerData) -> Option<Self> {
+        if c.h + 2 * c.pad < c.kh || c.w + 2 * c.pad < c.kw {
+            return None;
+        }
+        let mut rng = Rng(c.seed | 1);
+        Some(ConvData {
+            case: *c,
+            input: rng.i8s(c.cin * c.h * c.w, -128, 127),
+            layer: layer(&mut rng, c.cout, c.kh * c.kw * c.cin),
+            pads: rng.i8s(c.cin, -128, 127),
+            input_zero_point: 3,
+            rng,
+        })
+    }
+
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// Another input of the conv's shape.
+    pub fn another_input(&mut self) -> Vec<i8> {
+        let c = self.case;
+        self.rng.i8s(c.cin * c.h * c.w, -128, 127)
+    }
+
+    /// The conv these values make.
+    pub fn params(&self) -> ConvParams<'_> {
+        let (c, l) = (&self.case, &self.layer);
+        ConvParams {
+            input: Shape {
+                c: c.cin,
+                h: c.h,
+                w: c.w,
+            },
+            output: Shape {
+                c: c.cout,
+                h: (c.h + 2 * c.pad - c.kh) / c.stride + 1,
+                w: (c.w + 2 * c.pad - c.kw) / c.stride + 1,
+            },
+            kernel_h: c.kh,
+            kernel_w: c.kw,
+            stride: c.stride,
+            pad: c.pad,
+            weights: &l.weights,
+            bias: I32Array::new(&l.bias),
+            multiplier: I32Array::new(&l.mult),
+            shift: I32Array::new(&l.shift),
+            pad_values: &self.pads,
+            input_zero_point: self.input_zero_point,
+            out: l.out,
+        }
+    }
 }
 
 /// One conv case for [`check_conv`].
@@ -115,6 +170,31 @@ pub struct ConvCase {
     pub stride: usize,
     pub pad: usize,
     pub seed: u64,
+}
+
+impl ConvCase {
+    /// A square input and kernel.
+    pub const fn square(
+        cin: usize,
+        cout: usize,
+        hw: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        seed: u64,
+    ) -> Self {
+        ConvCase {
+            cin,
+            cout,
+            h: hw,
+            w: hw,
+            kh: k,
+            kw: k,
+            stride,
+            pad,
+            seed,
+        }
+    }
 }
 
 /// The convs of the models here: LeNet (1 and 3 channels in), ResNet-18's stem (1 and 3), its
@@ -138,16 +218,8 @@ pub fn model_convs() -> impl Iterator<Item = ConvCase> {
     ]
     .into_iter()
     .enumerate()
-    .map(|(i, (cin, cout, hw, k, stride, pad))| ConvCase {
-        cin,
-        cout,
-        h: hw,
-        w: hw,
-        kh: k,
-        kw: k,
-        stride,
-        pad,
-        seed: 40 + i as u64,
+    .map(|(i, (cin, cout, hw, k, stride, pad))| {
+        ConvCase::square(cin, cout, hw, k, stride, pad, 40 + i as u64)
     })
 }
 
@@ -190,56 +262,161 @@ pub fn check_conv(
     kernel: &mut MaybeConv,
     may_decline: &dyn Fn(&ConvParams, usize) -> bool,
 ) {
-    let c = *case;
-    conv_matches_scalar(
-        c.cin,
-        c.cout,
-        c.h,
-        c.w,
-        c.kh,
-        c.kw,
-        c.stride,
-        c.pad,
-        c.seed,
-        &mut |p, x, y, s| {
-            if !kernel(p, x, y, s) {
-                assert!(may_decline(p, s.len()), "declined a conv it covers: {c:?}");
-                crate::kernels::scalar::conv2d(p, x, y);
-            }
-        },
-    );
+    conv_matches_scalar(case, &mut |p, x, y, s| {
+        if !kernel(p, x, y, s) {
+            assert!(
+                may_decline(p, s.len()),
+                "declined a conv it covers: {case:?}"
+            );
+            crate::kernels::scalar::conv2d(p, x, y);
+        }
+    });
 }
 
-/// A fully connected kernel under test: (params, input, output).
-pub type FcKernel<'f> = dyn FnMut(&crate::kernels::FcParams, &[i8], &mut [i8]) + 'f;
+/// A conv entry point over output rows `rows` (the whole conv for `0..output.h`), writing
+/// those rows into the image's output.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub type RowsConv<'f> = dyn FnMut(&ConvParams, ConvImage, Range<usize>) -> bool + 'f;
 
-/// A fully connected layer of `k` inputs and `n` outputs with values from `seed` (every valid
-/// shift, weights in [−127, 127]), run by the scalar reference and by `fast`: equal bytes.
-pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
-    let mut rng = Rng(seed | 1);
-    let x = rng.i8s(k, -128, 127);
-    let weights = rng.i8s(n * k, -127, 127);
-    let bias = rng.i32s(n, -(1 << 20), 1 << 20);
-    let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
-    let shift = rng.i32s(n, -31, 30);
-    let p = crate::kernels::FcParams {
-        k,
-        n,
-        weights: &weights,
-        bias: I32Array::new(&bias),
-        multiplier: I32Array::new(&mult),
-        shift: I32Array::new(&shift),
-        out: OutputQuant {
-            zero_point: rng.range(-128, 127) as i32,
-            act_min: -128,
-            act_max: 127,
-        },
+/// [`check_conv`] of a rows entry point: the whole conv, then 2 to 4 bands of rows (from the
+/// seed) as threads sharing an image take them, the scratch poisoned before each band (a band
+/// may read nothing another band built).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn check_conv_rows(
+    case: &ConvCase,
+    f: &mut RowsConv,
+    may_decline: &dyn Fn(&ConvParams, usize) -> bool,
+) {
+    check_conv(
+        case,
+        &mut |p, x, y, s| f(p, ConvImage::new(x, y, s), 0..p.output.h),
+        may_decline,
+    );
+    let bands = 2 + (case.seed % 3) as usize;
+    let mut in_bands = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
+        let (ho, row) = (p.output.h, p.output.w * p.output.c);
+        let per = ho.div_ceil(bands).max(1);
+        let mut covered = true;
+        for r0 in (0..ho).step_by(per) {
+            let r1 = (r0 + per).min(ho);
+            s.fill(0xA5);
+            covered &= f(p, ConvImage::new(x, &mut y[r0 * row..r1 * row], s), r0..r1);
+        }
+        covered
     };
-    let mut want = vec![0i8; n];
-    let mut got = vec![0x55i8; n];
-    crate::kernels::scalar::fully_connected(&p, &x, &mut want);
-    fast(&p, &x, &mut got);
-    assert_eq!(want, got, "k {k} n {n}");
+    check_conv(case, &mut in_bands, may_decline);
+}
+
+/// The conv suite every conv kernel instantiates: the models' convs ([`model_convs`]) and
+/// random cases ([`conv_cases`]), each through `$check` (a `fn(&ConvCase)` that runs the
+/// kernel against the scalar reference, e.g. with [`check_conv`]).
+macro_rules! conv_suite {
+    // A kernel that never declines, tested where `$available` holds.
+    (if $available:expr, $kernel:expr) => {
+        fn check(c: &$crate::kernels::test_util::ConvCase) {
+            if $available {
+                $crate::kernels::test_util::conv_matches_scalar(c, &mut $kernel);
+            }
+        }
+
+        $crate::kernels::test_util::conv_suite!(check);
+    };
+    ($check:path) => {
+        #[test]
+        fn model_shapes() {
+            $crate::kernels::test_util::model_convs().for_each(|c| $check(&c));
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn equals_scalar(c in $crate::kernels::test_util::conv_cases()) {
+                $check(&c);
+            }
+        }
+    };
+}
+pub(crate) use conv_suite;
+
+/// The fully connected suite every fc kernel instantiates: [`FC_SHAPES`] and random shapes,
+/// each through `$check` (a `fn(k, n, seed)`, e.g. with [`fc_matches_scalar`]).
+macro_rules! fc_suite {
+    // A kernel tested where `$available` holds.
+    (if $available:expr, $kernel:expr) => {
+        fn check(k: usize, n: usize, seed: u64) {
+            if $available {
+                $crate::kernels::test_util::fc_matches_scalar(k, n, seed, &mut $kernel);
+            }
+        }
+
+        $crate::kernels::test_util::fc_suite!(check);
+    };
+    ($check:path) => {
+        #[test]
+        fn fixed_shapes() {
+            for (k, n) in $crate::kernels::test_util::FC_SHAPES {
+                $check(k, n, k as u64);
+            }
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn equals_scalar(k in 1usize..300, n in 1usize..20, seed in proptest::prelude::any::<u64>()) {
+                $check(k, n, seed);
+            }
+        }
+    };
+}
+pub(crate) use fc_suite;
+
+/// A fully connected kernel under test: (params, input, output).
+pub type FcKernel<'f> = dyn FnMut(&FcParams, &[i8], &mut [i8]) + 'f;
+
+/// The input and layer of a test fully connected layer: what [`FcParams`] borrows.
+pub struct FcData {
+    pub x: Vec<i8>,
+    pub layer: LayerData,
+}
+
+impl FcData {
+    /// `k` inputs and `n` outputs with values from `seed` ([`LayerData::random`]).
+    pub fn random(k: usize, n: usize, seed: u64) -> Self {
+        let mut rng = Rng(seed | 1);
+        let x = rng.i8s(k, -128, 127);
+        FcData {
+            x,
+            layer: LayerData::random(&mut rng, n, k),
+        }
+    }
+
+    /// The layer these values make.
+    pub fn params(&self) -> FcParams<'_> {
+        let l = &self.layer;
+        FcParams {
+            k: self.x.len(),
+            n: l.bias.len() / 4,
+            weights: &l.weights,
+            bias: I32Array::new(&l.bias),
+            multiplier: I32Array::new(&l.mult),
+            shift: I32Array::new(&l.shift),
+            out: l.out,
+        }
+    }
+
+    /// The scalar reference and `fast` on this layer: equal bytes.
+    pub fn check(&self, fast: &mut FcKernel) {
+        let p = self.params();
+        let mut want = vec![0i8; p.n];
+        let mut got = vec![0x55i8; p.n];
+        crate::kernels::scalar::fully_connected(&p, &self.x, &mut want);
+        fast(&p, &self.x, &mut got);
+        assert_eq!(want, got, "k {} n {}", p.k, p.n);
+    }
+}
+
+/// A fully connected layer of `k` inputs and `n` outputs with values from `seed`
+/// ([`FcData::random`]), run by the scalar reference and by `fast`: equal bytes.
+pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
+    FcData::random(k, n, seed).check(fast);
 }
 
 /// The fully connected shapes of the models here, and edge shapes (k 1, 65 536).
@@ -252,3 +429,153 @@ pub const FC_SHAPES: [(usize, usize); 7] = [
     (17, 5),
     (65_536, 3),
 ];
+
+/// Extreme fully connected layers, K = 65 536 (the exporter's limit): every product at its
+/// largest (−128·−127, and −128·−128 which validated models never hold) with biases at the
+/// ends of i32, so the i32 sums wrap; `fast` must give the scalar reference's bytes.
+pub fn fc_extremes(fast: &mut FcKernel) {
+    let k = 65_536;
+    let mut weights = vec![-127i8; k];
+    weights.resize(3 * k, -128);
+    FcData {
+        x: vec![-128i8; k],
+        layer: wrapping_layer(weights),
+    }
+    .check(fast);
+}
+
+/// Three outputs whose sums wrap with `weights` at their largest: biases at the ends of i32,
+/// the largest and smallest multipliers and shifts.
+pub fn wrapping_layer(weights: Vec<i8>) -> LayerData {
+    LayerData {
+        weights,
+        bias: i32_bytes(&[i32::MAX, i32::MIN, -5]),
+        mult: i32_bytes(&[i32::MAX, 1 << 30, 3 << 29]),
+        shift: i32_bytes(&[-31, 30, -4]),
+        out: full_range(3),
+    }
+}
+
+/// Output zero point `zero_point`, no clamp but i8's.
+pub const fn full_range(zero_point: i32) -> OutputQuant {
+    OutputQuant {
+        zero_point,
+        act_min: -128,
+        act_max: 127,
+    }
+}
+
+/// i32 values as the file's little-endian bytes.
+pub fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A pool kernel under test: (params, input, output).
+pub type PoolKernel<'f> = dyn FnMut(&PoolParams, &[i8], &mut [i8]) + 'f;
+
+/// One max_pool case for [`max_pool_matches_scalar`].
+#[derive(Clone, Copy, Debug)]
+pub struct PoolCase {
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    /// The clamp.
+    pub lo: i32,
+    pub hi: i32,
+    pub seed: u64,
+}
+
+impl PoolCase {
+    /// `c` channels, a square input of `hw` and window of `k`, no clamp but i8's.
+    pub const fn square(c: usize, hw: usize, k: usize, stride: usize) -> Self {
+        PoolCase {
+            c,
+            h: hw,
+            w: hw,
+            kh: k,
+            kw: k,
+            stride,
+            lo: -128,
+            hi: 127,
+            seed: 0,
+        }
+    }
+
+    /// The pool (max_pool's: no input zero point or multiplier).
+    pub const fn params(&self) -> PoolParams {
+        let PoolCase {
+            c,
+            h,
+            w,
+            kh,
+            kw,
+            stride,
+            ..
+        } = *self;
+        PoolParams {
+            input: Shape { c, h, w },
+            output: Shape {
+                c,
+                h: (h - kh) / stride + 1,
+                w: (w - kw) / stride + 1,
+            },
+            kernel_h: kh,
+            kernel_w: kw,
+            stride,
+            input_zero_point: 0,
+            multiplier: 0,
+            shift: 0,
+            out: OutputQuant {
+                zero_point: 0,
+                act_min: self.lo,
+                act_max: self.hi,
+            },
+        }
+    }
+}
+
+/// Random max_pool cases: up to 40 channels, inputs up to 11×11, windows up to 3×3 (square
+/// where `square`), strides 1–3, clamps from `clamp` (empty ones included).
+pub fn pool_cases(
+    square: bool,
+    clamp: core::ops::RangeInclusive<i32>,
+) -> impl proptest::strategy::Strategy<Value = PoolCase> {
+    use proptest::prelude::*;
+    (
+        (1usize..40, 1usize..12, 1usize..12),
+        (1usize..4, 1usize..4, 1usize..4),
+        (clamp.clone(), clamp),
+        any::<u64>(),
+    )
+        .prop_map(
+            move |((c, h, w), (kh, kw, stride), (lo, hi), seed)| PoolCase {
+                c,
+                h,
+                w,
+                kh,
+                kw: if square { kh } else { kw },
+                stride,
+                lo,
+                hi,
+                seed,
+            },
+        )
+}
+
+/// A max_pool of `case`'s shape on random input, run by the scalar reference and by `fast`:
+/// equal bytes. Windows larger than the input are skipped.
+pub fn max_pool_matches_scalar(case: &PoolCase, fast: &mut PoolKernel) {
+    if case.h < case.kh || case.w < case.kw {
+        return;
+    }
+    let input = Rng(case.seed | 1).i8s(case.c * case.h * case.w, -128, 127);
+    let p = case.params();
+    let mut want = vec![0i8; p.output.len()];
+    let mut got = vec![0x55i8; p.output.len()];
+    crate::kernels::scalar::max_pool(&p, &input, &mut want);
+    fast(&p, &input, &mut got);
+    assert_eq!(want, got, "{case:?}");
+}

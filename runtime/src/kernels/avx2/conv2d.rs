@@ -43,42 +43,48 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
         let x = base as *const i16;
         let mut co = 0;
         while co + 3 <= cout {
-            let w0 = &p.weights[co * k..][..k];
-            let w1 = &p.weights[(co + 1) * k..][..k];
-            let w2 = &p.weights[(co + 2) * k..][..k];
-            let s = dot4x3(x, kp, k, w0, w1, w2);
-            let q: [ChannelRequant; 3] = core::array::from_fn(|c| chan(p, co + c));
-            for r in 0..np {
-                let o = &mut output[(p0 + r) * cout + co..][..3];
-                for (c, ov) in o.iter_mut().enumerate() {
-                    *ov = p.out.finish(s[r * 3 + c], &q[c]);
-                }
-            }
+            let s = dot4::<3>(x, kp, k, weight_rows(p, co));
+            store(p, &s, np, p0, co, output);
             co += 3;
         }
         if co + 2 <= cout {
-            let w0 = &p.weights[co * k..][..k];
-            let w1 = &p.weights[(co + 1) * k..][..k];
-            let s = dot4x2(x, kp, k, w0, w1);
-            let q: [ChannelRequant; 2] = core::array::from_fn(|c| chan(p, co + c));
-            for r in 0..np {
-                let o = &mut output[(p0 + r) * cout + co..][..2];
-                for (c, ov) in o.iter_mut().enumerate() {
-                    *ov = p.out.finish(s[r * 2 + c], &q[c]);
-                }
-            }
+            let s = dot4::<2>(x, kp, k, weight_rows(p, co));
+            store(p, &s, np, p0, co, output);
             co += 2;
         }
         if co < cout {
-            let w0 = &p.weights[co * k..][..k];
-            let s = dot4x1(x, kp, k, w0);
-            for (r, &sr) in s.iter().enumerate().take(np) {
-                let acc = sr.wrapping_add(p.bias.get(co));
-                output[(p0 + r) * cout + co] =
-                    p.out.requantize(acc, p.multiplier.get(co), p.shift.get(co));
-            }
+            let s = dot4::<1>(x, kp, k, weight_rows(p, co));
+            store(p, &s, np, p0, co, output);
         }
         p0 += P;
+    }
+}
+
+/// The weight rows of output channels `co..co + C`.
+#[inline(always)]
+fn weight_rows<'a, const C: usize>(p: &ConvParams<'a>, co: usize) -> [&'a [i8]; C] {
+    let k = p.k();
+    core::array::from_fn(|c| &p.weights[(co + c) * k..][..k])
+}
+
+/// The output stage: the sums `s[pixel][channel]` of pixels `p0..p0 + np` and channels
+/// `co..co + C` requantized into their HWC bytes.
+#[inline(always)]
+fn store<const C: usize>(
+    p: &ConvParams,
+    s: &[[i32; C]; P],
+    np: usize,
+    p0: usize,
+    co: usize,
+    output: &mut [i8],
+) {
+    let cout = p.output.c;
+    let q: [ChannelRequant; C] = core::array::from_fn(|c| chan(p, co + c));
+    for (r, sr) in s.iter().enumerate().take(np) {
+        let o = &mut output[(p0 + r) * cout + co..][..C];
+        for ((ov, &sum), q) in o.iter_mut().zip(sr).zip(&q) {
+            *ov = p.out.finish(sum, q);
+        }
     }
 }
 
@@ -124,128 +130,67 @@ unsafe fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: *mut i16, kp:
     }
 }
 
-/// Dot products of 4 patch rows (i16, stride `kp`) with 3 weight rows of length `k`.
-/// Result index: pixel·3 + channel.
+/// Dot products of 4 patch rows (i16, stride `kp`) with `C` weight rows of length `k`:
+/// `[pixel][channel]`. Each loaded patch vector serves the `C` channels, each weight vector
+/// the 4 pixels.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn dot4x3(x: *const i16, kp: usize, k: usize, w0: &[i8], w1: &[i8], w2: &[i8]) -> [i32; 12] {
-    let mut a = [_mm256_setzero_si256(); 12];
+unsafe fn dot4<const C: usize>(x: *const i16, kp: usize, k: usize, w: [&[i8]; C]) -> [[i32; C]; P] {
+    let mut a = [[_mm256_setzero_si256(); C]; P];
     macro_rules! step {
-        ($kk:expr, $wa:expr, $wb:expr, $wc:expr) => {{
-            let (kk, wa, wb, wc) = ($kk, $wa, $wb, $wc);
-            for r in 0..P {
+        ($kk:expr, $wv:expr) => {{
+            let (kk, wv): (usize, [__m256i; C]) = ($kk, $wv);
+            for (r, ar) in a.iter_mut().enumerate() {
                 let xv = _mm256_loadu_si256(x.add(r * kp + kk) as *const __m256i);
-                a[r * 3] = _mm256_add_epi32(a[r * 3], _mm256_madd_epi16(xv, wa));
-                a[r * 3 + 1] = _mm256_add_epi32(a[r * 3 + 1], _mm256_madd_epi16(xv, wb));
-                a[r * 3 + 2] = _mm256_add_epi32(a[r * 3 + 2], _mm256_madd_epi16(xv, wc));
+                for (acc, &wc) in ar.iter_mut().zip(&wv) {
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(xv, wc));
+                }
             }
         }};
     }
     let kfull = k & !15;
     let mut kk = 0;
     while kk < kfull {
-        let wa = _mm256_cvtepi8_epi16(_mm_loadu_si128(w0.as_ptr().add(kk) as *const __m128i));
-        let wb = _mm256_cvtepi8_epi16(_mm_loadu_si128(w1.as_ptr().add(kk) as *const __m128i));
-        let wc = _mm256_cvtepi8_epi16(_mm_loadu_si128(w2.as_ptr().add(kk) as *const __m128i));
-        step!(kk, wa, wb, wc);
-        kk += 16;
-    }
-    if kfull < k {
-        step!(
-            kfull,
-            load16_i8_as_i16(w0, kfull),
-            load16_i8_as_i16(w1, kfull),
-            load16_i8_as_i16(w2, kfull)
-        );
-    }
-    let lo = hsum8([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]);
-    let hi = hsum4([a[8], a[9], a[10], a[11]]);
-    [
-        lo[0], lo[1], lo[2], lo[3], lo[4], lo[5], lo[6], lo[7], hi[0], hi[1], hi[2], hi[3],
-    ]
-}
-
-/// Dot products of 4 patch rows (i16, stride `kp`) with 2 weight rows of length `k`.
-/// Result index: pixel·2 + channel.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn dot4x2(x: *const i16, kp: usize, k: usize, w0: &[i8], w1: &[i8]) -> [i32; 8] {
-    let mut a = [_mm256_setzero_si256(); 8];
-    macro_rules! step {
-        ($kk:expr, $wa:expr, $wb:expr) => {{
-            let (kk, wa, wb) = ($kk, $wa, $wb);
-            for r in 0..P {
-                let xv = _mm256_loadu_si256(x.add(r * kp + kk) as *const __m256i);
-                a[r * 2] = _mm256_add_epi32(a[r * 2], _mm256_madd_epi16(xv, wa));
-                a[r * 2 + 1] = _mm256_add_epi32(a[r * 2 + 1], _mm256_madd_epi16(xv, wb));
-            }
-        }};
-    }
-    let kfull = k & !15;
-    let mut kk = 0;
-    while kk < kfull {
-        let wa = _mm256_cvtepi8_epi16(_mm_loadu_si128(w0.as_ptr().add(kk) as *const __m128i));
-        let wb = _mm256_cvtepi8_epi16(_mm_loadu_si128(w1.as_ptr().add(kk) as *const __m128i));
-        step!(kk, wa, wb);
-        kk += 16;
-    }
-    if kfull < k {
-        step!(
-            kfull,
-            load16_i8_as_i16(w0, kfull),
-            load16_i8_as_i16(w1, kfull)
-        );
-    }
-    hsum8(a)
-}
-
-/// Dot products of 4 patch rows with 1 weight row.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn dot4x1(x: *const i16, kp: usize, k: usize, w0: &[i8]) -> [i32; 4] {
-    let mut a = [_mm256_setzero_si256(); 4];
-    let mut kk = 0;
-    while kk < k {
-        let wa = load16_i8_as_i16(w0, kk);
-        for (r, ar) in a.iter_mut().enumerate() {
-            let xv = _mm256_loadu_si256(x.add(r * kp + kk) as *const __m256i);
-            *ar = _mm256_add_epi32(*ar, _mm256_madd_epi16(xv, wa));
+        let mut wv = [_mm256_setzero_si256(); C];
+        for (v, wr) in wv.iter_mut().zip(&w) {
+            *v = _mm256_cvtepi8_epi16(_mm_loadu_si128(wr.as_ptr().add(kk) as *const __m128i));
         }
+        step!(kk, wv);
         kk += 16;
     }
-    hsum4(a)
+    if kfull < k {
+        let mut wv = [_mm256_setzero_si256(); C];
+        for (v, wr) in wv.iter_mut().zip(&w) {
+            *v = load16_i8_as_i16(wr, kfull);
+        }
+        step!(kfull, wv);
+    }
+    // Horizontal sums, 8 vectors (then 4) at a time, in `[pixel][channel]` order.
+    let mut v = [_mm256_setzero_si256(); 12];
+    let n = P * C;
+    for (i, vi) in v.iter_mut().enumerate().take(n) {
+        *vi = a[i / C][i % C];
+    }
+    let mut sums = [0i32; 12];
+    let mut i = 0;
+    while i + 8 <= n {
+        let h = hsum8(core::array::from_fn(|j| v[i + j]));
+        sums[i..i + 8].copy_from_slice(&h);
+        i += 8;
+    }
+    if i < n {
+        let h = hsum4(core::array::from_fn(|j| v[i + j]));
+        sums[i..i + 4].copy_from_slice(&h);
+    }
+    core::array::from_fn(|r| core::array::from_fn(|c| sums[r * C + c]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
+    use crate::kernels::test_util::conv_suite;
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
-    fn check(c: &ConvCase) {
-        if Kernels::avx2_available() {
-            // SAFETY: AVX2 checked above.
-            check_conv(
-                c,
-                &mut |p, x, y, s| {
-                    unsafe { conv2d(p, x, y, s) };
-                    true
-                },
-                &|_, _| false,
-            );
-        }
-    }
-
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
-
-    proptest! {
-        #[test]
-        fn avx2_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
-    }
+    // SAFETY: the kernel runs only where AVX2 is available.
+    conv_suite!(if Kernels::avx2_available(), |p, x, y, s| unsafe { conv2d(p, x, y, s) });
 }

@@ -72,30 +72,9 @@ pub unsafe fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{fc_matches_scalar, FC_SHAPES};
+    use crate::kernels::test_util::fc_suite;
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
-    fn check(k: usize, n: usize, seed: u64) {
-        if Kernels::avx2_available() {
-            // SAFETY: the CPU features checked above.
-            fc_matches_scalar(k, n, seed, &mut |p, x, y| unsafe {
-                fully_connected(p, x, y)
-            });
-        }
-    }
-
-    #[test]
-    fn fixed_shapes() {
-        for (k, n) in FC_SHAPES {
-            check(k, n, k as u64);
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn avx2_equals_scalar(k in 1usize..300, n in 1usize..20, seed in any::<u64>()) {
-            check(k, n, seed);
-        }
-    }
+    // SAFETY: the kernel runs only where AVX2 is available.
+    fc_suite!(if Kernels::avx2_available(), |p, x, y| unsafe { fully_connected(p, x, y) });
 }

@@ -26,7 +26,7 @@
 use core::arch::x86_64::*;
 use core::ops::Range;
 
-use crate::kernels::{ConvParams, QuadPlanes};
+use crate::kernels::{ConvImage, ConvParams, QuadPlanes};
 
 /// Pixels per run: two runs make a vector of 8 lanes.
 const RUN: usize = 4;
@@ -88,65 +88,26 @@ pub fn lanes_scratch(p: &ConvParams) -> usize {
     }
 }
 
+/// Output rows `rows` of the conv (all of them: `0..output.h`) into `im.output` (those rows,
+/// HWC), the input copied only for the rows they read, so threads sharing an image each take a
+/// band of rows. Same bytes as the same rows of `scalar::conv2d`, or `false` (output untouched)
+/// outside [`lanes_covered`] or when the scratch is too small for `T`: the caller then runs
+/// another kernel.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn conv2d_lanes_avx2(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    conv2d_lanes::<false>(p, im, rows)
+}
+
 /// [`conv2d_lanes_avx2`] with AVX-VNNI's `vpdpbusd`.
 ///
 /// # Safety
 /// The CPU must support AVX2 and AVX-VNNI.
 #[target_feature(enable = "avx2,avxvnni")]
-pub unsafe fn conv2d_lanes_vnni(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
-    conv2d_lanes::<true>(p, input, output, scratch, 0..p.output.h)
-}
-
-/// [`conv2d_lanes_vnni`] over output rows `rows` only (see [`conv2d_lanes_rows_avx2`]).
-///
-/// # Safety
-/// The CPU must support AVX2 and AVX-VNNI.
-#[target_feature(enable = "avx2,avxvnni")]
-pub unsafe fn conv2d_lanes_rows_vnni(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-    rows: Range<usize>,
-) -> bool {
-    conv2d_lanes::<true>(p, input, output, scratch, rows)
-}
-
-/// Same bytes as `scalar::conv2d`, or `false` (output untouched) outside [`lanes_covered`] or
-/// when `scratch` is too small for `T`: the caller then runs another kernel.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn conv2d_lanes_avx2(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
-    conv2d_lanes::<false>(p, input, output, scratch, 0..p.output.h)
-}
-
-/// [`conv2d_lanes_avx2`] over output rows `rows`: `output` holds those rows (HWC), and the
-/// input is copied only for the rows they read, so threads sharing an image each take a band
-/// of rows. Same bytes as the same rows of `scalar::conv2d`.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
-pub unsafe fn conv2d_lanes_rows_avx2(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-    rows: Range<usize>,
-) -> bool {
-    conv2d_lanes::<false>(p, input, output, scratch, rows)
+pub unsafe fn conv2d_lanes_vnni(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    conv2d_lanes::<true>(p, im, rows)
 }
 
 /// A run of up to 4 output pixels within one row: its first pixel and length.
@@ -172,6 +133,10 @@ struct Job<'p> {
     /// that picks 4 pixels' quads out of 16 input bytes.
     wq: *const i32,
     shuffle: __m256i,
+    /// `T` (or the padded input).
+    t: *mut u8,
+    /// The few-channel mode's quads per kernel row.
+    narrow: Option<usize>,
 }
 
 /// Taps a conv may have (11×11).
@@ -181,58 +146,167 @@ const MAX_TAPS: usize = 121;
 #[inline(always)]
 unsafe fn conv2d_lanes<const VNNI: bool>(
     p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
+    im: ConvImage,
     rows: Range<usize>,
 ) -> bool {
-    let g = QuadPlanes::new(&p.geometry());
-    let (cin, cout) = (p.input.c, p.output.c);
-    let (s, pad) = (p.stride, p.pad);
-    let (kh, kw) = (p.kernel_h, p.kernel_w);
-    let (ho, wo) = (p.output.h, p.output.w);
+    let (kh, kw, cout) = (p.kernel_h, p.kernel_w, p.output.c);
     if !lanes_covered(p)
         || kh * kw > MAX_TAPS
-        || scratch.len() < lanes_scratch(p)
-        || input.len() < p.input.len()
+        || im.scratch.len() < lanes_scratch(p)
+        || im.input.len() < p.input.len()
         || rows.start >= rows.end
-        || rows.end > ho
-        || output.len() < rows.len() * wo * cout
+        || rows.end > p.output.h
+        || im.output.len() < rows.len() * p.output.w * cout
         || p.weights.len() < cout * p.k()
     {
         return false;
     }
-    // Padded input rows the band reads: from its first window to its last.
-    let in_rows = rows.start * s..((rows.end - 1) * s + kh).min(p.input.h + 2 * pad);
-    let t = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
-    let narrow = narrow_quads(p);
-    let (hp, wp) = (p.input.h + 2 * pad, p.input.w + 2 * pad);
-    // Few-channel mode: the padded input (HWC) and the weight quads; else T.
-    let rowb = wp * cin;
-    let (data_len, wq) = match narrow {
-        Some(gq) => {
-            pad_input(p, input, t, in_rows);
-            let len = hp * rowb + SLACK;
-            let wq = t.add(len) as *mut i32;
-            let run = kw * cin;
-            for co in 0..cout {
-                for ky in 0..kh {
-                    let mut b = [0u8; 4 * MAX_TAPS];
-                    let src = p.weights.as_ptr().add(co * p.k() + ky * run) as *const u8;
-                    core::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), run);
-                    let dst = wq.add((co * kh + ky) * gq) as *mut u8;
-                    core::ptr::copy_nonoverlapping(b.as_ptr(), dst, 4 * gq);
-                }
+    let job = Job::new(p, im, &rows);
+    job.run::<VNNI>(rows);
+    true
+}
+
+impl<'p> Job<'p> {
+    /// Builds the conv's scratch for output rows `rows`: `T` (or, in the few-channel mode, the
+    /// padded input and the weight quads) and the requantization constants.
+    #[inline(always)]
+    unsafe fn new(p: &'p ConvParams<'p>, im: ConvImage, rows: &Range<usize>) -> Self {
+        let (input, output, scratch) = (im.input, im.output, im.scratch);
+        let g = QuadPlanes::new(&p.geometry());
+        let (cin, cout, s) = (p.input.c, p.output.c, p.stride);
+        let (kh, kw, wo) = (p.kernel_h, p.kernel_w, p.output.w);
+        // Padded input rows the band reads: from its first window to its last.
+        let in_rows = rows.start * s..((rows.end - 1) * s + kh).min(p.input.h + 2 * p.pad);
+        let t = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
+        let narrow = narrow_quads(p);
+        // Few-channel mode: the padded input (HWC) and the weight quads; else T.
+        let rowb = (p.input.w + 2 * p.pad) * cin;
+        let (data_len, wq) = match narrow {
+            Some(gq) => {
+                pad_input(p, input, t, in_rows);
+                let len = (p.input.h + 2 * p.pad) * rowb + SLACK;
+                let wq = t.add(len) as *mut i32;
+                weight_quads(p, gq, wq);
+                (len + cout * kh * gq * 4, wq as *const i32)
             }
-            (len + cout * kh * gq * 4, wq as *const i32)
+            None => {
+                build_t(p, &g, input, t, in_rows);
+                (g.bytes() + SLACK, core::ptr::null())
+            }
+        };
+        let epi = t.add(data_len) as *mut Epi;
+        fill_epi(p, epi);
+        let mut job = Job {
+            p,
+            g: match narrow {
+                Some(_) => QuadPlanes { planes: 1, ..g },
+                None => g,
+            },
+            offs: [0; MAX_TAPS],
+            taps: match narrow {
+                Some(gq) => kh * gq,
+                None => kh * kw,
+            },
+            wq,
+            // Byte 4l + j of each 128-bit half: byte l·s·C_in + j of the window (pixel l's
+            // quad).
+            shuffle: {
+                let b: [u8; 16] = core::array::from_fn(|i| ((i / 4) * s * cin + i % 4) as u8);
+                let v = _mm_loadu_si128(b.as_ptr() as *const __m128i);
+                _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(v), v)
+            },
+            epi,
+            // Where pixel 0 would be (before the slice for a band; only the band's pixels are
+            // written, through `wrapping_add`).
+            out: output.as_mut_ptr().wrapping_sub(rows.start * wo * cout),
+            clamp: (
+                _mm256_set1_epi32(p.out.act_min.max(-128)),
+                _mm256_set1_epi32(p.out.act_max.min(127)),
+            ),
+            t,
+            narrow,
+        };
+        let taps = job.taps;
+        for (tp, o) in job.offs.iter_mut().enumerate().take(taps) {
+            *o = match narrow {
+                Some(gq) => (tp / gq) * rowb + 4 * (tp % gq),
+                None => g.at(s, tp / kw, tp % kw),
+            };
         }
-        None => {
-            build_t(p, &g, input, t, in_rows);
-            (g.bytes() + SLACK, core::ptr::null())
+        job
+    }
+
+    /// Output rows `rows`: runs in raster order, two per vector, every channel.
+    #[inline(always)]
+    unsafe fn run<const VNNI: bool>(&self, rows: Range<usize>) {
+        let (p, narrow) = (self.p, self.narrow.is_some());
+        let (cin, cout, s, wo) = (p.input.c, p.output.c, p.stride, p.output.w);
+        let rowb = (p.input.w + 2 * p.pad) * cin;
+        let mut next = (rows.start, 0usize);
+        let mut take = || -> Option<Run> {
+            let (oy, x0) = next;
+            if oy >= rows.end {
+                return None;
+            }
+            let n = (wo - x0).min(RUN);
+            next = if x0 + RUN >= wo {
+                (oy + 1, 0)
+            } else {
+                (oy, x0 + RUN)
+            };
+            Some(Run {
+                pix: oy * wo + x0,
+                n,
+                base: if narrow {
+                    self.t.add(oy * s * rowb + x0 * s * cin)
+                } else {
+                    self.t.add(oy * s * self.g.row + x0 * 4)
+                },
+            })
+        };
+        while let Some(a) = take() {
+            let b = take().unwrap_or(Run { n: 0, ..a });
+            let mut co = 0;
+            while co + CH <= cout {
+                self.tiles::<VNNI, CH>(a, b, co, narrow);
+                co += CH;
+            }
+            // The remaining channels: 4, 2, 1.
+            if cout - co >= 4 {
+                self.tiles::<VNNI, 4>(a, b, co, narrow);
+                co += 4;
+            }
+            if cout - co >= 2 {
+                self.tiles::<VNNI, 2>(a, b, co, narrow);
+                co += 2;
+            }
+            if cout - co >= 1 {
+                self.tiles::<VNNI, 1>(a, b, co, narrow);
+            }
         }
-    };
-    let epi = t.add(data_len) as *mut Epi;
-    for c in 0..cout {
+    }
+}
+
+/// The few-channel mode's weight quads `[channel][ky][quad]`: each kernel row's `kw·C_in`
+/// bytes, zero-padded to `gq` quads.
+#[inline(always)]
+unsafe fn weight_quads(p: &ConvParams, gq: usize, wq: *mut i32) {
+    let (kh, run) = (p.kernel_h, p.kernel_w * p.input.c);
+    for co in 0..p.output.c {
+        for ky in 0..kh {
+            let mut b = [0u8; 4 * MAX_TAPS];
+            let src = p.weights.as_ptr().add(co * p.k() + ky * run) as *const u8;
+            core::ptr::copy_nonoverlapping(src, b.as_mut_ptr(), run);
+            let dst = wq.add((co * kh + ky) * gq) as *mut u8;
+            core::ptr::copy_nonoverlapping(b.as_ptr(), dst, 4 * gq);
+        }
+    }
+}
+
+/// Every output channel's requantization constants.
+#[inline(always)]
+unsafe fn fill_epi(p: &ConvParams, epi: *mut Epi) {
+    for c in 0..p.output.c {
         let n = 31 - p.shift.get(c).clamp(-31, 30) as i64;
         let r = (1i64 << (n - 1)) + ((p.out.zero_point as i64) << n);
         epi.add(c).write(Epi {
@@ -242,85 +316,6 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
             n_hi: n as i32 - 32,
         });
     }
-    // Byte 4l + j of each 128-bit half: byte l·s·C_in + j of the window (pixel l's quad).
-    let shuffle = {
-        let b: [u8; 16] = core::array::from_fn(|i| ((i / 4) * s * cin + i % 4) as u8);
-        let v = _mm_loadu_si128(b.as_ptr() as *const __m128i);
-        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(v), v)
-    };
-    let mut job = Job {
-        p,
-        g: match narrow {
-            Some(_) => QuadPlanes { planes: 1, ..g },
-            None => g,
-        },
-        offs: [0; MAX_TAPS],
-        taps: match narrow {
-            Some(gq) => kh * gq,
-            None => kh * kw,
-        },
-        wq,
-        shuffle,
-        epi,
-        // Where pixel 0 would be (before the slice for a band; only the band's pixels are
-        // written, through `wrapping_add`).
-        out: output.as_mut_ptr().wrapping_sub(rows.start * wo * cout),
-        clamp: (
-            _mm256_set1_epi32(p.out.act_min.max(-128)),
-            _mm256_set1_epi32(p.out.act_max.min(127)),
-        ),
-    };
-    let taps = job.taps;
-    for (tp, o) in job.offs.iter_mut().enumerate().take(taps) {
-        *o = match narrow {
-            Some(gq) => (tp / gq) * rowb + 4 * (tp % gq),
-            None => g.at(s, tp / kw, tp % kw),
-        };
-    }
-
-    // Runs in raster order, two per vector.
-    let mut next = (rows.start, 0usize);
-    let mut take = || -> Option<Run> {
-        let (oy, x0) = next;
-        if oy >= rows.end {
-            return None;
-        }
-        let n = (wo - x0).min(RUN);
-        next = if x0 + RUN >= wo {
-            (oy + 1, 0)
-        } else {
-            (oy, x0 + RUN)
-        };
-        Some(Run {
-            pix: oy * wo + x0,
-            n,
-            base: match narrow {
-                Some(_) => t.add(oy * s * rowb + x0 * s * cin),
-                None => t.add(oy * s * g.row + x0 * 4),
-            },
-        })
-    };
-    while let Some(a) = take() {
-        let b = take().unwrap_or(Run { n: 0, ..a });
-        let mut co = 0;
-        while co + CH <= cout {
-            job.tiles::<VNNI, CH>(a, b, co, narrow.is_some());
-            co += CH;
-        }
-        // The remaining channels: 4, 2, 1.
-        if cout - co >= 4 {
-            job.tiles::<VNNI, 4>(a, b, co, narrow.is_some());
-            co += 4;
-        }
-        if cout - co >= 2 {
-            job.tiles::<VNNI, 2>(a, b, co, narrow.is_some());
-            co += 2;
-        }
-        if cout - co >= 1 {
-            job.tiles::<VNNI, 1>(a, b, co, narrow.is_some());
-        }
-    }
-    true
 }
 
 impl Job<'_> {
@@ -347,8 +342,22 @@ impl Job<'_> {
         b: Run,
         co: usize,
     ) {
+        let acc = self.accumulate::<VNNI, C, NARROW>(a, b, co);
+        let rows = self.requantize::<C>(acc, co);
+        self.store::<C>(rows, a, b, co);
+    }
+
+    /// The accumulators of output channels `co..co + C` over runs `a` and `b`: 8 lanes each,
+    /// from the bias.
+    #[inline(always)]
+    unsafe fn accumulate<const VNNI: bool, const C: usize, const NARROW: bool>(
+        &self,
+        a: Run,
+        b: Run,
+        co: usize,
+    ) -> [__m256i; C] {
         let (p, g) = (self.p, self.g);
-        let (cin, k, cout) = (p.input.c, p.k(), p.output.c);
+        let (cin, k) = (p.input.c, p.k());
         let ones = _mm256_set1_epi16(1);
         let mut acc: [__m256i; C] =
             core::array::from_fn(|c| _mm256_set1_epi32((*self.epi.add(co + c)).bias));
@@ -399,6 +408,12 @@ impl Job<'_> {
                 }
             }
         }
+        acc
+    }
+
+    /// Each channel's 8 accumulators requantized: its 8 bytes, in lane order.
+    #[inline(always)]
+    unsafe fn requantize<const C: usize>(&self, acc: [__m256i; C], co: usize) -> [__m128i; C] {
         let (lo, hi) = self.clamp;
         let mut rows = [_mm_setzero_si128(); C];
         for (c, &acc) in acc.iter().enumerate() {
@@ -420,6 +435,13 @@ impl Job<'_> {
                 _mm256_extracti128_si256::<1>(b8),
             );
         }
+        rows
+    }
+
+    /// Channel rows `rows` (channels `co..co + C`) to the HWC output of the runs' pixels.
+    #[inline(always)]
+    unsafe fn store<const C: usize>(&self, rows: [__m128i; C], a: Run, b: Run, co: usize) {
+        let cout = self.p.output.c;
         if C == CH {
             // 8 channels × 8 pixels transposed: one 8-byte store per pixel.
             let a0 = _mm_unpacklo_epi8(rows[0], rows[1 % C]);
@@ -532,13 +554,12 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
+    use crate::kernels::test_util::{check_conv_rows, conv_suite, ConvCase};
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
-    /// Both entry points this CPU can run.
+    /// Both entry points this CPU can run (AVX2, AVX-VNNI), whole and in bands of rows.
     fn check(c: &ConvCase) {
-        type Lanes = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8]) -> bool;
+        type Lanes = unsafe fn(&ConvParams, ConvImage, Range<usize>) -> bool;
         let mut kernels: Vec<Lanes> = Vec::new();
         if Kernels::avx2_available() {
             kernels.push(conv2d_lanes_avx2);
@@ -546,62 +567,12 @@ mod tests {
         if Kernels::avx_vnni_available() {
             kernels.push(conv2d_lanes_vnni);
         }
+        let declines = |p: &ConvParams, s| !lanes_covered(p) || s < lanes_scratch(p);
         for f in kernels {
             // SAFETY: only the entry points this CPU supports.
-            check_conv(c, &mut |p, x, y, s| unsafe { f(p, x, y, s) }, &|p, s| {
-                !lanes_covered(p) || s < lanes_scratch(p)
-            });
+            check_conv_rows(c, &mut |p, im, r| unsafe { f(p, im, r) }, &declines);
         }
     }
 
-    /// The band entry points, in 2 to 4 bands of rows as threads sharing an image take them,
-    /// the scratch poisoned before each band: a band reads nothing another band copied.
-    fn check_rows(c: &ConvCase) {
-        type Rows = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8], Range<usize>) -> bool;
-        let mut kernels: Vec<Rows> = Vec::new();
-        if Kernels::avx2_available() {
-            kernels.push(conv2d_lanes_rows_avx2);
-        }
-        if Kernels::avx_vnni_available() {
-            kernels.push(conv2d_lanes_rows_vnni);
-        }
-        let bands = 2 + (c.seed % 3) as usize;
-        for f in kernels {
-            let mut bands_of = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
-                let (ho, row) = (p.output.h, p.output.w * p.output.c);
-                let per = ho.div_ceil(bands).max(1);
-                let mut covered = true;
-                for r0 in (0..ho).step_by(per) {
-                    let r1 = (r0 + per).min(ho);
-                    s.fill(0xA5);
-                    // SAFETY: only the entry points this CPU supports.
-                    covered &= unsafe { f(p, x, &mut y[r0 * row..r1 * row], s, r0..r1) };
-                }
-                covered
-            };
-            check_conv(c, &mut bands_of, &|p, s| {
-                !lanes_covered(p) || s < lanes_scratch(p)
-            });
-        }
-    }
-
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| {
-            check(&c);
-            check_rows(&c);
-        });
-    }
-
-    proptest! {
-        #[test]
-        fn lanes_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
-
-        #[test]
-        fn lanes_rows_equal_scalar(c in conv_cases()) {
-            check_rows(&c);
-        }
-    }
+    conv_suite!(check);
 }

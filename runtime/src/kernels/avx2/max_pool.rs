@@ -112,38 +112,17 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::Rng;
-    use crate::kernels::{Kernels, OutputQuant, Shape};
+    use crate::kernels::test_util::{max_pool_matches_scalar, pool_cases};
+    use crate::kernels::Kernels;
     use proptest::prelude::*;
 
     proptest! {
         #[test]
-        fn avx2_equals_scalar(
-            c in 1usize..40, h in 1usize..12, w in 1usize..12,
-            k in 1usize..4, stride in 1usize..4,
-            lo in -128i32..=127, hi in -128i32..=127, seed in any::<u64>(),
-        ) {
-            if !Kernels::avx2_available() || h < k || w < k {
-                return Ok(());
+        fn equals_scalar(c in pool_cases(true, -128..=127)) {
+            if Kernels::avx2_available() {
+                // SAFETY: AVX2 checked above.
+                max_pool_matches_scalar(&c, &mut |p, x, y| unsafe { max_pool(p, x, y) });
             }
-            let mut rng = Rng(seed | 1);
-            let input = rng.i8s(c * h * w, -128, 127);
-            let p = PoolParams {
-                input: Shape { c, h, w },
-                output: Shape { c, h: (h - k) / stride + 1, w: (w - k) / stride + 1 },
-                kernel_h: k,
-                kernel_w: k,
-                stride,
-                input_zero_point: 0,
-                multiplier: 0,
-                shift: 0,
-                out: OutputQuant { zero_point: 0, act_min: lo, act_max: hi },
-            };
-            let mut want = vec![0i8; p.output.len()];
-            let mut got = vec![0x55i8; p.output.len()];
-            scalar::max_pool(&p, &input, &mut want);
-            unsafe { max_pool(&p, &input, &mut got) };
-            prop_assert_eq!(want, got);
         }
     }
 }

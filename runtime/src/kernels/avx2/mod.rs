@@ -12,10 +12,7 @@ mod max_pool;
 
 pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;
-pub use lanes::{
-    conv2d_lanes_avx2, conv2d_lanes_rows_avx2, conv2d_lanes_rows_vnni, conv2d_lanes_vnni,
-    lanes_covered, lanes_scratch,
-};
+pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
 pub use max_pool::max_pool;
 
 use core::arch::x86_64::*;
@@ -75,7 +72,3 @@ pub(crate) unsafe fn hsum4(v: [__m256i; 4]) -> [i32; 4] {
     _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, r);
     out
 }
-
-/// The shared test helpers, at their old path for the kernels that still import them from here.
-#[cfg(test)]
-pub(crate) use super::test_util;

@@ -404,7 +404,7 @@ fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
 mod tests {
     use super::*;
     use crate::kernels::test_util::{
-        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
+        conv_matches_scalar, conv_suite, wrapping_layer, ConvCase, ConvData,
     };
     use crate::kernels::{I32Array, OutputQuant, Shape};
     use crate::scratch_bytes;
@@ -433,35 +433,34 @@ mod tests {
                 );
                 let n = lengths(p)[which].min(s.len());
                 conv2d(p, x, y, &mut s[..n]);
-                true
             };
-            check_conv(c, &mut run, &|_, _| false);
+            conv_matches_scalar(c, &mut run);
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
+    conv_suite!(check);
 
     /// The lengths above select what they say, on a LeNet conv.
     #[test]
     fn plans_by_length() {
-        conv_matches_scalar(6, 16, 14, 14, 5, 5, 1, 0, 3, &mut |p, x, y, s| {
-            let [full, ring, strips, least] = lengths(p).map(|n| plan(p, n).unwrap());
-            assert!(full.ring && full.all_weights && full.block == p.output.w);
-            assert!(ring.ring && !ring.all_weights && ring.block == PIXEL_BLOCK);
-            assert!(!strips.ring && strips.block > 1);
-            assert!(!least.ring && least.block == 1);
-            conv2d(p, x, y, s);
-        });
+        conv_matches_scalar(
+            &ConvCase::square(6, 16, 14, 5, 1, 0, 3),
+            &mut |p, x, y, s| {
+                let [full, ring, strips, least] = lengths(p).map(|n| plan(p, n).unwrap());
+                assert!(full.ring && full.all_weights && full.block == p.output.w);
+                assert!(ring.ring && !ring.all_weights && ring.block == PIXEL_BLOCK);
+                assert!(!strips.ring && strips.block > 1);
+                assert!(!least.ring && least.block == 1);
+                conv2d(p, x, y, s);
+            },
+        );
     }
 
     /// Scratch smaller than the least plan: the scalar fallback, same bytes.
     #[test]
     fn small_scratch_falls_back() {
         let mut calls = 0;
-        conv_matches_scalar(3, 5, 6, 6, 3, 3, 1, 1, 7, &mut |p, x, y, s| {
+        conv_matches_scalar(&ConvCase::square(3, 5, 6, 3, 1, 1, 7), &mut |p, x, y, s| {
             calls += 1;
             let short = lengths(p)[3] - 1;
             assert!(plan(p, short).is_none());
@@ -474,59 +473,21 @@ mod tests {
     /// hold) over K = 576, with biases at i32::MAX and i32::MIN, so the i32 sums wrap.
     #[test]
     fn wrapping_sums() {
-        let (cin, cout) = (64, 3);
-        let k = 9 * cin;
-        let input = vec![-128i8; 4 * 4 * cin];
-        let weights = vec![-128i8; cout * k];
-        let bias: Vec<u8> = [i32::MAX, i32::MIN, -5]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let m0: Vec<u8> = [i32::MAX, 1 << 30, 3 << 29]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let shift: Vec<u8> = [-31i32, 30, -4]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let p = ConvParams {
-            input: Shape { c: cin, h: 4, w: 4 },
-            output: Shape {
-                c: cout,
-                h: 4,
-                w: 4,
-            },
-            kernel_h: 3,
-            kernel_w: 3,
-            stride: 1,
-            pad: 1,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&m0),
-            shift: I32Array::new(&shift),
-            pad_values: &[],
-            input_zero_point: -128,
-            out: OutputQuant {
-                zero_point: 3,
-                act_min: -128,
-                act_max: 127,
-            },
-        };
+        let mut d = ConvData::typical(&ConvCase::square(64, 3, 4, 3, 1, 1, 1)).unwrap();
+        d.input.fill(-128);
+        d.layer = wrapping_layer(vec![-128; d.layer.weights.len()]);
+        d.pads.clear();
+        d.input_zero_point = -128;
+        let (p, input, cout) = (d.params(), &d.input, 3);
         let mut want = vec![0i8; 16 * cout];
-        scalar::conv2d(&p, &input, &mut want);
+        scalar::conv2d(&p, input, &mut want);
         let mut got = vec![0i8; 16 * cout];
         let mut scratch = vec![0u8; scratch_bytes(1, &p.geometry())];
-        conv2d(&p, &input, &mut got, &mut scratch);
+        conv2d(&p, input, &mut got, &mut scratch);
         assert_eq!(want, got);
     }
 
     proptest! {
-        #[test]
-        fn cortex_m_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
-
         /// The op's scratch holds a plan whatever the geometry (wide rows, large strides,
         /// one-value kernels), so the kernel never falls back on a valid model.
         #[test]

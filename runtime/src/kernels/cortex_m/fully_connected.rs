@@ -66,60 +66,12 @@ fn dot<const R: usize>(mut acc: [i32; R], x: &[i8], w: [&[i8]; R]) -> [i32; R] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{fc_matches_scalar, FC_SHAPES};
-    use crate::kernels::{I32Array, OutputQuant};
-    use proptest::prelude::*;
+    use crate::kernels::test_util::{fc_extremes, fc_suite};
+
+    fc_suite!(if true, |p, x, y| fully_connected(p, x, y));
 
     #[test]
-    fn shared_shapes() {
-        for (k, n) in FC_SHAPES {
-            fc_matches_scalar(k, n, 7 + k as u64, &mut |p, x, y| fully_connected(p, x, y));
-        }
-    }
-
-    /// Extreme sums: −128·−128 products (past what validated models hold) over K = 65 536,
-    /// biases at the ends of i32: the sums wrap.
-    #[test]
-    fn wrapping_sums() {
-        let k = 65_536;
-        let x = vec![-128i8; k];
-        let weights = vec![-128i8; 3 * k];
-        let bias: Vec<u8> = [i32::MAX, i32::MIN, -5]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let mult: Vec<u8> = [i32::MAX, 1 << 30, 3 << 29]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let shift: Vec<u8> = [-31i32, 30, -4]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let p = FcParams {
-            k,
-            n: 3,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&mult),
-            shift: I32Array::new(&shift),
-            out: OutputQuant {
-                zero_point: 3,
-                act_min: -128,
-                act_max: 127,
-            },
-        };
-        let mut want = [0i8; 3];
-        scalar::fully_connected(&p, &x, &mut want);
-        let mut got = [0i8; 3];
-        fully_connected(&p, &x, &mut got);
-        assert_eq!(want, got);
-    }
-
-    proptest! {
-        #[test]
-        fn cortex_m_equals_scalar(k in 1usize..300, n in 1usize..20, seed in any::<u64>()) {
-            fc_matches_scalar(k, n, seed, &mut |p, x, y| fully_connected(p, x, y));
-        }
+    fn extremes() {
+        fc_extremes(&mut |p, x, y| fully_connected(p, x, y));
     }
 }

@@ -53,38 +53,13 @@ pub fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::Rng;
-    use crate::kernels::{OutputQuant, Shape};
+    use crate::kernels::test_util::{max_pool_matches_scalar, pool_cases};
     use proptest::prelude::*;
 
     proptest! {
         #[test]
-        fn cortex_m_equals_scalar(
-            c in 1usize..40, h in 1usize..12, w in 1usize..12,
-            kh in 1usize..4, kw in 1usize..4, stride in 1usize..4,
-            lo in -200i32..=200, hi in -200i32..=200, seed in any::<u64>(),
-        ) {
-            if h < kh || w < kw {
-                return Ok(());
-            }
-            let mut rng = Rng(seed | 1);
-            let input = rng.i8s(c * h * w, -128, 127);
-            let p = PoolParams {
-                input: Shape { c, h, w },
-                output: Shape { c, h: (h - kh) / stride + 1, w: (w - kw) / stride + 1 },
-                kernel_h: kh,
-                kernel_w: kw,
-                stride,
-                input_zero_point: 0,
-                multiplier: 0,
-                shift: 0,
-                out: OutputQuant { zero_point: 0, act_min: lo, act_max: hi },
-            };
-            let mut want = vec![0i8; p.output.len()];
-            let mut got = vec![0x55i8; p.output.len()];
-            scalar::max_pool(&p, &input, &mut want);
-            max_pool(&p, &input, &mut got);
-            prop_assert_eq!(want, got);
+        fn equals_scalar(c in pool_cases(false, -200..=200)) {
+            max_pool_matches_scalar(&c, &mut |p, x, y| max_pool(p, x, y));
         }
     }
 }

@@ -55,18 +55,20 @@ fn smlad(a: u32, b: u32, acc: i32) -> i32 {
     }
 }
 
-/// `SXTB16`: bytes 0 and 2 of `x`, sign-extended into the low and high halves.
+/// `SXTB16 x, ROR #ROT` (ROT 0 or 8): bytes ROT/8 and ROT/8 + 2 of `x`, sign-extended into
+/// the low and high halves.
 #[inline(always)]
-fn sxtb16(x: u32) -> u32 {
+fn sxtb16<const ROT: u32>(x: u32) -> u32 {
     #[cfg(octet_arm_dsp)]
     {
         let r: u32;
         // SAFETY: register-only, no flags.
         unsafe {
             core::arch::asm!(
-                "sxtb16 {r}, {x}",
+                "sxtb16 {r}, {x}, ror #{rot}",
                 r = lateout(reg) r,
                 x = in(reg) x,
+                rot = const ROT,
                 options(pure, nomem, nostack, preserves_flags)
             )
         };
@@ -74,30 +76,8 @@ fn sxtb16(x: u32) -> u32 {
     }
     #[cfg(not(octet_arm_dsp))]
     {
+        let x = x.rotate_right(ROT);
         (x as u8 as i8 as i16 as u16 as u32) | ((x >> 16) as u8 as i8 as i16 as u16 as u32) << 16
-    }
-}
-
-/// `SXTB16 ROR #8`: bytes 1 and 3 of `x`, sign-extended into the low and high halves.
-#[inline(always)]
-fn sxtb16_ror8(x: u32) -> u32 {
-    #[cfg(octet_arm_dsp)]
-    {
-        let r: u32;
-        // SAFETY: register-only, no flags.
-        unsafe {
-            core::arch::asm!(
-                "sxtb16 {r}, {x}, ror #8",
-                r = lateout(reg) r,
-                x = in(reg) x,
-                options(pure, nomem, nostack, preserves_flags)
-            )
-        };
-        r
-    }
-    #[cfg(not(octet_arm_dsp))]
-    {
-        sxtb16(x.rotate_right(8))
     }
 }
 
@@ -137,7 +117,7 @@ unsafe fn ldrd_inc(p: &mut *const u64) -> (u32, u32) {
 /// The four int8 values of `v` widened for [`smlad`]: `(SXTB16 v, SXTB16 ROR #8 v)`.
 #[inline(always)]
 fn widen(v: u32) -> (u32, u32) {
-    (sxtb16(v), sxtb16_ror8(v))
+    (sxtb16::<0>(v), sxtb16::<8>(v))
 }
 
 /// Bytes 0..4 of `b` (any alignment) as a little-endian word: one `LDR` on Armv7-M, which
@@ -416,8 +396,8 @@ mod tests {
         // Bytes −1, 2, −3, 4 (little-endian) and 5, −6, 7, −8.
         let x = u32::from_le_bytes([0xFF, 2, 0xFD, 4]);
         let w = u32::from_le_bytes([5, 0xFA, 7, 0xF8]);
-        assert_eq!(sxtb16(x), 0xFFFD_FFFF);
-        assert_eq!(sxtb16_ror8(x), 0x0004_0002);
+        assert_eq!(sxtb16::<0>(x), 0xFFFD_FFFF);
+        assert_eq!(sxtb16::<8>(x), 0x0004_0002);
         let ((xa, xb), (wa, wb)) = (widen(x), widen(w));
         // −5 − 21 − 12 − 32.
         assert_eq!(smlad(xb, wb, smlad(xa, wa, 10)), 10 - 5 - 21 - 12 - 32);

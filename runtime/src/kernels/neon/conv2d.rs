@@ -11,7 +11,7 @@
 use core::arch::aarch64::*;
 
 use super::{dot_tile, Epilogue, Requant4, Tail};
-use crate::kernels::{scalar, ConvParams};
+use crate::kernels::{scalar, ConvImage, ConvParams};
 
 /// Output pixels packed per pass. The conv's scratch holds at least
 /// `VNNI_PIXEL_BLOCK · align64(K)` ≥ 64 rows of `align16(K)` bytes; 16 rows keep a block's
@@ -29,7 +29,7 @@ const TP: usize = 4;
 #[target_feature(enable = "neon")]
 pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     // SAFETY: NEON is enabled here; DOT = false needs nothing more.
-    unsafe { conv::<false>(p, input, output, scratch) }
+    unsafe { conv::<false>(p, ConvImage::new(input, output, scratch)) }
 }
 
 /// [`conv2d`] with `SDOT`.
@@ -39,19 +39,15 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn conv2d_dot(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     // SAFETY: NEON and dotprod are enabled here.
-    unsafe { conv::<true>(p, input, output, scratch) }
+    unsafe { conv::<true>(p, ConvImage::new(input, output, scratch)) }
 }
 
 #[inline(always)]
-unsafe fn conv<const DOT: bool>(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) {
+unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
+    let (input, output, scratch) = (im.input, im.output, im.scratch);
     // Few input channels: pixels in lanes, kernel rows in quads (`narrow`), when it fits.
     // SAFETY: the caller's target features (NEON, dotprod when DOT).
-    if unsafe { super::narrow::conv::<DOT>(p, input, output, scratch) } {
+    if unsafe { super::narrow::conv::<DOT>(p, ConvImage::new(input, output, scratch)) } {
         return;
     }
     let k = p.k();
@@ -74,17 +70,17 @@ unsafe fn conv<const DOT: bool>(
         for r in 0..np {
             pack_patch(p, input, p0 + r, &mut rows[r * kp..]);
         }
-        let packed: &[i8] = rows;
+        let b = Block { rows, kp, np, p0 };
         let mut co = 0;
         while co < cout {
             let nc = (cout - co).min(4);
             // SAFETY: the caller's target features (NEON, dotprod when DOT).
             unsafe {
                 match nc {
-                    4 => group::<DOT, 4>(p, packed, kp, np, p0, co, &e, &tail, output),
-                    3 => group::<DOT, 3>(p, packed, kp, np, p0, co, &e, &tail, output),
-                    2 => group::<DOT, 2>(p, packed, kp, np, p0, co, &e, &tail, output),
-                    _ => group::<DOT, 1>(p, packed, kp, np, p0, co, &e, &tail, output),
+                    4 => group::<DOT, 4>(p, &b, co, &e, &tail, output),
+                    3 => group::<DOT, 3>(p, &b, co, &e, &tail, output),
+                    2 => group::<DOT, 2>(p, &b, co, &e, &tail, output),
+                    _ => group::<DOT, 1>(p, &b, co, &e, &tail, output),
                 }
             }
             co += nc;
@@ -93,21 +89,26 @@ unsafe fn conv<const DOT: bool>(
     }
 }
 
-/// Output channels `co..co + NC` of the block's `np` pixels (packed rows of `kp` values;
-/// rows past `np` up to the tile are stale scratch bytes whose results are dropped).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn group<const DOT: bool, const NC: usize>(
-    p: &ConvParams,
-    rows: &[i8],
+/// A block of packed patches: output pixels `p0..p0 + np`, one row of `kp` values each (rows
+/// past `np` up to the tile are stale scratch bytes whose results are dropped).
+struct Block<'a> {
+    rows: &'a [i8],
     kp: usize,
     np: usize,
     p0: usize,
+}
+
+/// Output channels `co..co + NC` of the block's pixels.
+#[inline(always)]
+unsafe fn group<const DOT: bool, const NC: usize>(
+    p: &ConvParams,
+    b: &Block,
     co: usize,
     e: &Epilogue,
     tail: &Tail,
     output: &mut [i8],
 ) {
+    let Block { rows, kp, np, p0 } = *b;
     let (k, cout) = (p.k(), p.output.c);
     let w: [&[i8]; NC] = core::array::from_fn(|c| &p.weights[(co + c) * k..][..k]);
     let wtail: [int8x16_t; NC] = core::array::from_fn(|c| tail.load(w[c]));
@@ -198,11 +199,8 @@ fn fill_pad(p: &ConvParams, d: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{
-        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
-    };
+    use crate::kernels::test_util::{conv_matches_scalar, conv_suite, ConvCase};
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
     /// Both inner products, each forced: plain NEON always, SDOT when the CPU has it. Neither
     /// declines (too little scratch runs the scalar kernel inside).
@@ -215,35 +213,21 @@ mod tests {
         }
         for f in kernels {
             // SAFETY: NEON checked above; SDOT only when dotprod is there.
-            let mut run = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
-                unsafe { f(p, x, y, s) };
-                true
-            };
-            check_conv(c, &mut run, &|_, _| false);
+            conv_matches_scalar(c, &mut |p, x, y, s| unsafe { f(p, x, y, s) });
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
+    conv_suite!(check);
 
     /// Scratch smaller than a block of rows: the scalar fallback, same bytes.
     #[test]
     fn small_scratch_falls_back() {
         let mut calls = 0;
-        conv_matches_scalar(3, 5, 6, 6, 3, 3, 1, 1, 7, &mut |p, x, y, s| {
+        conv_matches_scalar(&ConvCase::square(3, 5, 6, 3, 1, 1, 7), &mut |p, x, y, s| {
             calls += 1;
             let short = BLOCK * crate::align16(p.k()) - 1;
             unsafe { conv2d(p, x, y, &mut s[..short]) }
         });
         assert_eq!(calls, 1);
-    }
-
-    proptest! {
-        #[test]
-        fn neon_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
     }
 }

@@ -75,134 +75,29 @@ unsafe fn rows<const DOT: bool, const NC: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{fc_matches_scalar, Rng, FC_SHAPES};
-    use crate::kernels::{I32Array, Kernels, OutputQuant};
-    use proptest::prelude::*;
+    use crate::kernels::test_util::{fc_extremes, fc_matches_scalar, fc_suite, FcKernel};
+    use crate::kernels::Kernels;
 
     /// Both inner products against the scalar reference: plain NEON always, SDOT when the CPU
     /// has it.
+    fn both(test: &dyn Fn(&mut FcKernel)) {
+        assert!(Kernels::neon_available());
+        // SAFETY: NEON checked above.
+        test(&mut |p, x, y| unsafe { fully_connected(p, x, y) });
+        if Kernels::dotprod_available() {
+            // SAFETY: dotprod checked.
+            test(&mut |p, x, y| unsafe { fully_connected_dot(p, x, y) });
+        }
+    }
+
     fn check(k: usize, n: usize, seed: u64) {
-        assert!(Kernels::neon_available());
-        let mut rng = Rng(seed | 1);
-        let x = rng.i8s(k, -128, 127);
-        let weights = rng.i8s(n * k, -127, 127);
-        let bias = rng.i32s(n, -(1 << 20), 1 << 20);
-        let mult = rng.i32s(n, 1 << 30, i32::MAX as i64);
-        let shift = if rng.next().is_multiple_of(4) {
-            rng.i32s(n, -31, 30)
-        } else {
-            rng.i32s(n, -18, -2)
-        };
-        let zo = rng.range(-128, 127) as i32;
-        let (lo, hi) = if rng.next().is_multiple_of(2) {
-            (zo.max(-128), 127)
-        } else {
-            (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
-        };
-        let p = FcParams {
-            k,
-            n,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&mult),
-            shift: I32Array::new(&shift),
-            out: OutputQuant {
-                zero_point: zo,
-                act_min: lo,
-                act_max: hi,
-            },
-        };
-        let mut want = vec![0i8; n];
-        scalar::fully_connected(&p, &x, &mut want);
-        let mut got = vec![0x55i8; n];
-        unsafe { fully_connected(&p, &x, &mut got) };
-        assert_eq!(want, got, "neon k {k} n {n}");
-        if Kernels::dotprod_available() {
-            let mut got = vec![0x55i8; n];
-            unsafe { fully_connected_dot(&p, &x, &mut got) };
-            assert_eq!(want, got, "dotprod k {k} n {n}");
-        }
+        both(&|f| fc_matches_scalar(k, n, seed, f));
     }
+
+    fc_suite!(check);
 
     #[test]
-    fn fixed_shapes() {
-        for &(k, n) in &[
-            (400, 120),
-            (120, 84),
-            (84, 10),
-            (512, 10),
-            (1, 1),
-            (17, 5),
-            (65_536, 3),
-        ] {
-            check(k, n, k as u64);
-        }
-    }
-
-    /// The shared fc suite's shapes, both inner products.
-    #[test]
-    fn shared_shapes() {
-        assert!(Kernels::neon_available());
-        for (k, n) in FC_SHAPES {
-            // SAFETY: NEON checked above.
-            fc_matches_scalar(k, n, 7 + k as u64, &mut |p, x, y| unsafe {
-                fully_connected(p, x, y)
-            });
-            if Kernels::dotprod_available() {
-                // SAFETY: dotprod checked.
-                fc_matches_scalar(k, n, 9 + k as u64, &mut |p, x, y| unsafe {
-                    fully_connected_dot(p, x, y)
-                });
-            }
-        }
-    }
-
-    /// Extreme accumulators: every product at its largest (−128·−127, and −128·−128 which
-    /// validated models never hold), K = 65 536 (the exporter's limit), so the sums sit near
-    /// 2^30 (wrapping with the bias) and the i16 products at their bound.
-    #[test]
-    fn extreme_products() {
-        let k = 65_536;
-        let x = vec![-128i8; k];
-        let mut weights = vec![-127i8; k];
-        weights.resize(2 * k, -128);
-        let bias: Vec<u8> = [i32::MAX, -5]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let mult: Vec<u8> = [i32::MAX, 1 << 30]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let shift: Vec<u8> = [-31i32, 30].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let p = FcParams {
-            k,
-            n: 2,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&mult),
-            shift: I32Array::new(&shift),
-            out: OutputQuant {
-                zero_point: 3,
-                act_min: -128,
-                act_max: 127,
-            },
-        };
-        let mut want = [0i8; 2];
-        scalar::fully_connected(&p, &x, &mut want);
-        let mut got = [0i8; 2];
-        unsafe { fully_connected(&p, &x, &mut got) };
-        assert_eq!(want, got);
-        if Kernels::dotprod_available() {
-            unsafe { fully_connected_dot(&p, &x, &mut got) };
-            assert_eq!(want, got);
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn neon_equals_scalar(k in 1usize..300, n in 1usize..20, seed in any::<u64>()) {
-            check(k, n, seed);
-        }
+    fn extremes() {
+        both(&|f| fc_extremes(f));
     }
 }

@@ -21,7 +21,7 @@
 use core::arch::aarch64::*;
 
 use super::{mac, Epilogue, Requant4};
-use crate::kernels::ConvParams;
+use crate::kernels::{ConvImage, ConvParams};
 
 /// Output pixels per vector.
 const V: usize = 4;
@@ -80,15 +80,11 @@ fn min_scratch(p: &ConvParams) -> usize {
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-pub(super) unsafe fn conv<const DOT: bool>(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
+pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> bool {
     if !supported(p) {
         return false;
     }
+    let (input, output, scratch) = (im.input, im.output, im.scratch);
     let (cin, s, kh, kw) = (p.input.c, p.stride, p.kernel_h, p.kernel_w);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad;
@@ -124,27 +120,9 @@ pub(super) unsafe fn conv<const DOT: bool>(
     let (img, rest) = area.split_at_mut(img_len);
     let (wq, panel) = rest.split_at_mut(wq_len);
     pad_input(p, input, img);
-    for t in 0..taps {
-        let (ky, q) = (t / g, t % g);
-        for co in 0..cout {
-            let w = &p.weights[co * k + ky * run..][..run];
-            for b in 0..4 {
-                let i = 4 * q + b;
-                wq[(t * cout + co) * 4 + b] = if i < run { w[i] } else { 0 };
-            }
-        }
-    }
-    let step = s * cin;
-    let idx: [u8; 16] = core::array::from_fn(|i| {
-        let (j, b) = if DOT {
-            (i / 4, i % 4)
-        } else {
-            ((i % 8) / 2, 2 * (i / 8) + i % 2)
-        };
-        (j * step + b) as u8
-    });
-    // SAFETY: a load of a local 16-byte array; NEON (the caller's contract).
-    let idx = unsafe { vld1q_u8(idx.as_ptr()) };
+    weight_quads(p, wq);
+    // SAFETY: NEON (the caller's contract).
+    let idx = unsafe { quad_index::<DOT>(s * cin) };
     let e = Epilogue::new(&p.out);
     let mut v0 = 0;
     while v0 < nvec {
@@ -170,49 +148,103 @@ pub(super) unsafe fn conv<const DOT: bool>(
                 }
             }
         }
-        let mut co = 0;
-        while co < cout {
-            let nc = (cout - co).min(4);
-            let job = Job {
-                panel,
-                img,
-                idx,
-                wq,
-                taps,
-                g,
-                row: wp * cin,
-                step: s * cin,
-                stride: s,
-                pass,
-                cout,
-                co,
-                v0,
-                nv,
-                nvw,
-                wo,
-            };
-            // SAFETY: the caller's target features (NEON, dotprod when DOT).
-            unsafe {
-                match (nc, direct) {
-                    (4, false) => group::<DOT, 4, false>(p, &job, &e, output),
-                    (3, false) => group::<DOT, 3, false>(p, &job, &e, output),
-                    (2, false) => group::<DOT, 2, false>(p, &job, &e, output),
-                    (_, false) => group::<DOT, 1, false>(p, &job, &e, output),
-                    (4, true) => group::<DOT, 4, true>(p, &job, &e, output),
-                    (3, true) => group::<DOT, 3, true>(p, &job, &e, output),
-                    (2, true) => group::<DOT, 2, true>(p, &job, &e, output),
-                    (_, true) => group::<DOT, 1, true>(p, &job, &e, output),
-                }
-            }
-            co += nc;
-        }
+        let job = Job {
+            panel,
+            img,
+            idx,
+            wq,
+            taps,
+            g,
+            row: wp * cin,
+            step: s * cin,
+            stride: s,
+            pass,
+            cout,
+            co: 0,
+            v0,
+            nv,
+            nvw,
+            wo,
+        };
+        // SAFETY: the caller's target features (NEON, dotprod when DOT).
+        unsafe { groups::<DOT>(p, &job, &e, output, direct) };
         v0 += nv;
     }
     true
 }
 
+/// The weight quads `[tap][channel]`: 4 consecutive bytes of a kernel row each, zero past it.
+#[inline(always)]
+fn weight_quads(p: &ConvParams, wq: &mut [i8]) {
+    let (run, k, cout) = (p.kernel_w * p.input.c, p.k(), p.output.c);
+    let g = run.div_ceil(4);
+    for t in 0..p.kernel_h * g {
+        let (ky, q) = (t / g, t % g);
+        for co in 0..cout {
+            let w = &p.weights[co * k + ky * run..][..run];
+            for b in 0..4 {
+                let i = 4 * q + b;
+                wq[(t * cout + co) * 4 + b] = if i < run { w[i] } else { 0 };
+            }
+        }
+    }
+}
+
+/// The `TBL` indices that pick 4 pixels' quads (windows `step` bytes apart) out of 32 input
+/// bytes, in the lane order of `SDOT` (`DOT`) or of `SMULL` + `SADALP` (see the module doc).
+///
+/// # Safety
+/// NEON.
+#[inline(always)]
+unsafe fn quad_index<const DOT: bool>(step: usize) -> uint8x16_t {
+    let idx: [u8; 16] = core::array::from_fn(|i| {
+        let (j, b) = if DOT {
+            (i / 4, i % 4)
+        } else {
+            ((i % 8) / 2, 2 * (i / 8) + i % 2)
+        };
+        (j * step + b) as u8
+    });
+    // SAFETY: a load of a local 16-byte array; NEON (the caller's contract).
+    unsafe { vld1q_u8(idx.as_ptr()) }
+}
+
+/// Every channel group of one pass (`job` with its `co` set per group), 4 channels a tile.
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn groups<const DOT: bool>(
+    p: &ConvParams,
+    job: &Job,
+    e: &Epilogue,
+    output: &mut [i8],
+    direct: bool,
+) {
+    let mut co = 0;
+    while co < job.cout {
+        let nc = (job.cout - co).min(4);
+        let job = Job { co, ..*job };
+        // SAFETY: the caller's target features (NEON, dotprod when DOT).
+        unsafe {
+            match (nc, direct) {
+                (4, false) => group::<DOT, 4, false>(p, &job, e, output),
+                (3, false) => group::<DOT, 3, false>(p, &job, e, output),
+                (2, false) => group::<DOT, 2, false>(p, &job, e, output),
+                (_, false) => group::<DOT, 1, false>(p, &job, e, output),
+                (4, true) => group::<DOT, 4, true>(p, &job, e, output),
+                (3, true) => group::<DOT, 3, true>(p, &job, e, output),
+                (2, true) => group::<DOT, 2, true>(p, &job, e, output),
+                (_, true) => group::<DOT, 1, true>(p, &job, e, output),
+            }
+        }
+        co += nc;
+    }
+}
+
 /// One pass's channel group: the panel (or the padded image and the quads' byte indices),
 /// the weight quads and where the pass sits.
+#[derive(Clone, Copy)]
 struct Job<'a> {
     panel: &'a [i8],
     img: &'a [i8],
@@ -442,52 +474,28 @@ fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{
-        check_conv, conv_cases, conv_matches_scalar, model_convs, ConvCase,
-    };
+    use crate::kernels::test_util::{check_conv, conv_matches_scalar, conv_suite, ConvCase};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
     /// Runs the narrow path itself (both inner products where the CPU has them); asserts it
     /// took the conv when `covered`, else the packed kernel ran.
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        cin: usize,
-        cout: usize,
-        h: usize,
-        w: usize,
-        kh: usize,
-        kw: usize,
-        stride: usize,
-        pad: usize,
-        seed: u64,
-    ) {
+    fn check(c: &ConvCase) {
         assert!(Kernels::neon_available());
         let run = |dot: bool| {
-            conv_matches_scalar(
-                cin,
-                cout,
-                h,
-                w,
-                kh,
-                kw,
-                stride,
-                pad,
-                seed,
-                &mut |p, x, y, s| {
-                    // SAFETY: NEON checked above; dotprod when `dot`.
-                    let took = unsafe {
-                        if dot {
-                            super::super::conv2d::conv2d_dot(p, x, y, s);
-                            conv::<true>(p, x, y, s)
-                        } else {
-                            super::super::conv2d::conv2d(p, x, y, s);
-                            conv::<false>(p, x, y, s)
-                        }
-                    };
-                    assert_eq!(took, supported(p) && cin <= 3);
-                },
-            )
+            conv_matches_scalar(c, &mut |p, x, y, s| {
+                // SAFETY: NEON checked above; dotprod when `dot`.
+                let took = unsafe {
+                    if dot {
+                        super::super::conv2d::conv2d_dot(p, x, y, s);
+                        conv::<true>(p, ConvImage::new(x, y, s))
+                    } else {
+                        super::super::conv2d::conv2d(p, x, y, s);
+                        conv::<false>(p, ConvImage::new(x, y, s))
+                    }
+                };
+                assert_eq!(took, supported(p) && c.cin <= 3);
+            })
         };
         run(false);
         if Kernels::dotprod_available() {
@@ -505,7 +513,7 @@ mod tests {
             (1, 1, 1, 1, 1, 0),
             (3, 8, 7, 3, 3, 2),
         ] {
-            check(cin, cout, hw, hw, k, k, s, pad, 7 + cin as u64);
+            check(&ConvCase::square(cin, cout, hw, k, s, pad, 7 + cin as u64));
         }
     }
 
@@ -513,18 +521,22 @@ mod tests {
     #[test]
     fn smallest_panel() {
         for (cin, k, s) in [(1, 5, 1), (3, 3, 1), (3, 7, 2), (2, 1, 3)] {
-            conv_matches_scalar(cin, 17, 9, 11, k, k, s, 1, 5, &mut |p, x, y, sc| {
+            let c = ConvCase {
+                w: 11,
+                ..ConvCase::square(cin, 17, 9, k, s, 1, 5)
+            };
+            conv_matches_scalar(&c, &mut |p, x, y, sc| {
                 let (img, wq, per_vec) = regions(p);
                 let need = sc.as_ptr().align_offset(16) + img + wq + PV * per_vec;
                 // SAFETY: NEON is the aarch64 Linux baseline.
                 unsafe {
-                    assert!(!conv::<false>(p, x, y, &mut sc[..need - 1]));
-                    assert!(conv::<false>(p, x, y, &mut sc[..need]));
+                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut sc[..need - 1])));
+                    assert!(conv::<false>(p, ConvImage::new(x, y, &mut sc[..need])));
                 }
                 if Kernels::dotprod_available() {
                     y.fill(0);
                     // SAFETY: dotprod checked.
-                    unsafe { assert!(conv::<true>(p, x, y, &mut sc[..need])) };
+                    unsafe { assert!(conv::<true>(p, ConvImage::new(x, y, &mut sc[..need]))) };
                 }
             });
         }
@@ -538,45 +550,40 @@ mod tests {
         // SAFETY: NEON checked above.
         check_conv(
             c,
-            &mut |p, x, y, s| unsafe { conv::<false>(p, x, y, s) },
+            &mut |p, x, y, s| unsafe { conv::<false>(p, ConvImage::new(x, y, s)) },
             &may,
         );
         if Kernels::dotprod_available() {
             // SAFETY: dotprod checked.
             check_conv(
                 c,
-                &mut |p, x, y, s| unsafe { conv::<true>(p, x, y, s) },
+                &mut |p, x, y, s| unsafe { conv::<true>(p, ConvImage::new(x, y, s)) },
                 &may,
             );
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| suite(&c));
-    }
+    conv_suite!(suite);
 
     /// Scratch too small for a panel of 4 vectors: declined, output untouched.
     #[test]
     fn small_scratch_declines() {
         let mut calls = 0;
-        conv_matches_scalar(1, 6, 12, 12, 5, 5, 1, 0, 3, &mut |p, x, y, s| {
-            calls += 1;
-            // SAFETY: NEON is the aarch64 Linux baseline.
-            unsafe {
-                assert!(!conv::<false>(p, x, y, &mut s[..200]));
-                assert!(conv::<false>(p, x, y, s));
-            }
-        });
+        conv_matches_scalar(
+            &ConvCase::square(1, 6, 12, 5, 1, 0, 3),
+            &mut |p, x, y, s| {
+                calls += 1;
+                // SAFETY: NEON is the aarch64 Linux baseline.
+                unsafe {
+                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut s[..200])));
+                    assert!(conv::<false>(p, ConvImage::new(x, y, s)));
+                }
+            },
+        );
         assert_eq!(calls, 1);
     }
 
     proptest! {
-        #[test]
-        fn suite_equals_scalar(c in conv_cases()) {
-            suite(&c);
-        }
-
         #[test]
         fn narrow_equals_scalar(
             cin in 1usize..=4,
@@ -585,7 +592,7 @@ mod tests {
             kh in 1usize..=7, kw in 1usize..=7,
             stride in 1usize..=2, pad in 0usize..=3, seed in any::<u64>(),
         ) {
-            check(cin, cout, h, w, kh, kw, stride, pad, seed);
+            check(&ConvCase { cin, cout, h, w, kh, kw, stride, pad, seed });
         }
     }
 }

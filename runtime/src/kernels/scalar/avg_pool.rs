@@ -28,7 +28,7 @@ pub fn avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{OutputQuant, Shape};
+    use crate::kernels::test_util::{full_range, PoolCase};
 
     #[test]
     fn mean_of_four() {
@@ -36,19 +36,11 @@ mod tests {
         // → 13/4 = 3.25 → 3; z_out = −2 → 1.
         let input = [1i8, 3, 5, 8];
         let p = PoolParams {
-            input: Shape { c: 1, h: 2, w: 2 },
-            output: Shape { c: 1, h: 1, w: 1 },
-            kernel_h: 2,
-            kernel_w: 2,
-            stride: 2,
             input_zero_point: 1,
             multiplier: 1 << 30,
             shift: -1,
-            out: OutputQuant {
-                zero_point: -2,
-                act_min: -128,
-                act_max: 127,
-            },
+            out: full_range(-2),
+            ..PoolCase::square(1, 2, 2, 2).params()
         };
         let mut out = [0i8; 1];
         avg_pool(&p, &input, &mut out);

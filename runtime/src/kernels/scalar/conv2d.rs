@@ -42,38 +42,24 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{I32Array, OutputQuant, Shape};
+    use crate::kernels::test_util::{full_range, i32_bytes, ConvCase, ConvData, LayerData};
 
     #[test]
     fn hand_computed_3x3_pad1() {
         // 1 input channel 2×2, 1 output channel, 3×3 kernel of ones, pad 1 with pad value 1,
         // bias 10, m = 0.5 (M0 = 2^30, shift 0), z_out = 3.
-        let input = [1i8, 2, 3, 4];
-        let weights = [1i8; 9];
-        let bias = 10i32.to_le_bytes();
-        let m0 = (1i32 << 30).to_le_bytes();
-        let sh = 0i32.to_le_bytes();
-        let p = ConvParams {
-            input: Shape { c: 1, h: 2, w: 2 },
-            output: Shape { c: 1, h: 2, w: 2 },
-            kernel_h: 3,
-            kernel_w: 3,
-            stride: 1,
-            pad: 1,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&m0),
-            shift: I32Array::new(&sh),
-            pad_values: &[1],
-            input_zero_point: 0,
-            out: OutputQuant {
-                zero_point: 3,
-                act_min: -128,
-                act_max: 127,
-            },
+        let mut d = ConvData::typical(&ConvCase::square(1, 1, 2, 3, 1, 1, 0)).unwrap();
+        d.input = vec![1, 2, 3, 4];
+        d.layer = LayerData {
+            weights: vec![1; 9],
+            bias: i32_bytes(&[10]),
+            mult: i32_bytes(&[1 << 30]),
+            shift: i32_bytes(&[0]),
+            out: full_range(3),
         };
+        (d.pads, d.input_zero_point) = (vec![1], 0);
         let mut out = [0i8; 4];
-        conv2d(&p, &input, &mut out);
+        conv2d(&d.params(), &d.input, &mut out);
         // Every output sees all 4 inputs (sum 10) and 5 pad taps (value 1): acc = 10 + 10 + 5 = 25,
         // requant(25 · 0.5) = 13 (12.5 rounds half up), + 3 = 16.
         assert_eq!(out, [16; 4]);

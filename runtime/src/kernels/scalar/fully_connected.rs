@@ -18,33 +18,23 @@ pub fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{I32Array, OutputQuant};
+    use crate::kernels::test_util::{full_range, i32_bytes, FcData, LayerData};
 
     #[test]
     fn hand_computed() {
-        let x = [1i8, -2, 3];
-        let w = [1i8, 1, 1, 2, 0, -1];
-        let bias: Vec<u8> = [5i32, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let m0: Vec<u8> = [1i32 << 30; 2]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let sh: Vec<u8> = [1i32, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let p = FcParams {
-            k: 3,
-            n: 2,
-            weights: &w,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&m0),
-            shift: I32Array::new(&sh),
-            out: OutputQuant {
-                zero_point: -1,
-                act_min: -128,
-                act_max: 127,
-            },
+        let layer = LayerData {
+            weights: vec![1, 1, 1, 2, 0, -1],
+            bias: i32_bytes(&[5, -1]),
+            mult: i32_bytes(&[1 << 30; 2]),
+            shift: i32_bytes(&[1, 0]),
+            out: full_range(-1),
+        };
+        let d = FcData {
+            x: vec![1, -2, 3],
+            layer,
         };
         let mut out = [0i8; 2];
-        fully_connected(&p, &x, &mut out);
+        fully_connected(&d.params(), &d.x, &mut out);
         // n0: 5 + 2 = 7, m = 1 → 7 − 1 = 6; n1: −1 + 2 − 3 = −2, m = 0.5 → −1 − 1 = −2.
         assert_eq!(out, [6, -2]);
     }

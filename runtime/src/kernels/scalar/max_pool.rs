@@ -30,29 +30,14 @@ pub fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{OutputQuant, Shape};
+    use crate::kernels::test_util::PoolCase;
 
     #[test]
     fn two_by_two() {
         // 2 channels, 2×2 → 1×1.
         let input = [1i8, -5, 7, -6, -3, -7, 2, -8];
-        let p = PoolParams {
-            input: Shape { c: 2, h: 2, w: 2 },
-            output: Shape { c: 2, h: 1, w: 1 },
-            kernel_h: 2,
-            kernel_w: 2,
-            stride: 2,
-            input_zero_point: 0,
-            multiplier: 0,
-            shift: 0,
-            out: OutputQuant {
-                zero_point: 0,
-                act_min: -128,
-                act_max: 127,
-            },
-        };
         let mut out = [0i8; 2];
-        max_pool(&p, &input, &mut out);
+        max_pool(&PoolCase::square(2, 2, 2, 2).params(), &input, &mut out);
         assert_eq!(out, [7, -5]);
     }
 }

@@ -125,66 +125,59 @@ unsafe fn add_wide(p: &AddRequant, a: &[i8], b: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::avx2::test_util::Rng;
+    use crate::kernels::test_util::Rng;
     use crate::kernels::{scalar, Kernels, OutputQuant};
     use proptest::prelude::*;
 
     /// The kernel against the scalar reference on random inputs of `len`.
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        len: usize,
-        z0: i32,
-        z1: i32,
-        m0: i32,
-        m1: i32,
-        n: i32,
-        zo: i32,
-        lo: i32,
-        hi: i32,
-        seed: u64,
-    ) -> Result<(), TestCaseError> {
+    fn check(p: &AddRequant, len: usize, seed: u64) -> Result<(), TestCaseError> {
         if !Kernels::vnni_available() {
             return Ok(());
         }
         let mut rng = Rng(seed | 1);
         let a = rng.i8s(len, -128, 127);
         let b = rng.i8s(len, -128, 127);
-        let p = AddRequant {
-            z0,
-            m0,
-            z1,
-            m1,
-            n,
-            out: OutputQuant {
-                zero_point: zo,
-                act_min: lo,
-                act_max: hi,
-            },
-        };
         let mut want = vec![0i8; len];
         let mut got = vec![0x55i8; len];
-        scalar::add_reference(&p, &a, &b, &mut want);
-        unsafe { add(&p, &a, &b, &mut got) };
+        scalar::add_reference(p, &a, &b, &mut want);
+        // SAFETY: AVX-512 checked above.
+        unsafe { add(p, &a, &b, &mut got) };
         prop_assert_eq!(want, got);
         Ok(())
+    }
+
+    /// Requantizations with right shifts `n`.
+    fn adds(n: core::ops::RangeInclusive<i32>) -> impl Strategy<Value = AddRequant> {
+        (
+            (-256i32..=256, -256i32..=256),
+            (0i32..=i32::MAX, 0i32..=i32::MAX),
+            n,
+            (-128i32..=127, -128i32..=0, 0i32..=127),
+        )
+            .prop_map(|((z0, z1), (m0, m1), n, (zo, lo, hi))| AddRequant {
+                z0,
+                m0,
+                z1,
+                m1,
+                n,
+                out: OutputQuant {
+                    zero_point: zo,
+                    act_min: lo,
+                    act_max: hi,
+                },
+            })
     }
 
     proptest! {
         /// Shifts of the 32-bit fast path.
         #[test]
-        fn add_narrow_equals_reference(len in 0usize..100, z0 in -256i32..=256, z1 in -256i32..=256,
-                                m0 in 0i32..=i32::MAX, m1 in 0i32..=i32::MAX, n in 15i32..=49,
-                                zo in -128i32..=127, lo in -128i32..=0, hi in 0i32..=127,
-                                seed in any::<u64>()) {
-            check(len, z0, z1, m0, m1, n, zo, lo, hi, seed)?;
+        fn add_narrow_equals_reference(p in adds(15..=49), len in 0usize..100, seed in any::<u64>()) {
+            check(&p, len, seed)?;
         }
 
         #[test]
-        fn add_equals_reference(len in 0usize..100, z0 in -256i32..=256, z1 in -256i32..=256,
-                                m0 in 0i32..=i32::MAX, m1 in 0i32..=i32::MAX, n in -3i32..=66,
-                                zo in -128i32..=127, lo in -128i32..=0, hi in 0i32..=127,
-                                seed in any::<u64>()) {
-            check(len, z0, z1, m0, m1, n, zo, lo, hi, seed)?;
+        fn add_equals_reference(p in adds(-3..=66), len in 0usize..100, seed in any::<u64>()) {
+            check(&p, len, seed)?;
         }
     }
 }

@@ -329,28 +329,11 @@ unsafe fn micro<const SUM: bool, const PF: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase, Rng};
-    use crate::kernels::{I32Array, Kernels, OutputQuant, Shape};
-    use proptest::prelude::*;
+    use crate::kernels::test_util::{conv_suite, ConvCase, ConvData};
+    use crate::kernels::Kernels;
 
-    fn check(c: &ConvCase) {
-        if Kernels::vnni_available() {
-            // SAFETY: AVX-512 VNNI checked above; the kernel never declines.
-            check_conv(
-                c,
-                &mut |p, x, y, s| {
-                    unsafe { conv2d(p, x, y, s) };
-                    true
-                },
-                &|_, _| false,
-            );
-        }
-    }
-
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
+    // SAFETY: the kernel runs only where AVX-512 VNNI is available.
+    conv_suite!(if Kernels::vnni_available(), |p, x, y, s| unsafe { conv2d(p, x, y, s) });
 
     /// Times the kernel on the ResNet-18 (CIFAR) 3×3 shapes:
     /// `cargo test --release -p octet-runtime --all-features -- --ignored --nocapture time_resnet`.
@@ -374,53 +357,20 @@ mod tests {
             (128, 256, 16, 2, 1),
             (256, 512, 8, 2, 1),
         ] {
-            let mut rng = Rng(5);
-            let pad = kh / 2;
-            let ho = (hw + 2 * pad - kh) / s + 1;
-            let kk = kh * kh * cin;
-            let input = rng.i8s(cin * hw * hw, -128, 127);
-            let weights = rng.i8s(cout * kk, -127, 127);
-            let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
-            let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
-            let shift = rng.i32s(cout, -18, -2);
-            let p = ConvParams {
-                input: Shape {
-                    c: cin,
-                    h: hw,
-                    w: hw,
-                },
-                output: Shape {
-                    c: cout,
-                    h: ho,
-                    w: ho,
-                },
-                kernel_h: kh,
-                kernel_w: kh,
-                stride: s,
-                pad,
-                weights: &weights,
-                bias: I32Array::new(&bias),
-                multiplier: I32Array::new(&mult),
-                shift: I32Array::new(&shift),
-                pad_values: &[],
-                input_zero_point: 0,
-                out: OutputQuant {
-                    zero_point: 0,
-                    act_min: -128,
-                    act_max: 127,
-                },
-            };
+            let d = ConvData::typical(&ConvCase::square(cin, cout, hw, kh, s, kh / 2, 5)).unwrap();
+            let (p, input) = (d.params(), &d.input);
+            let (ho, kk) = (p.output.h, p.k());
             let mut got = vec![0i8; cout * ho * ho];
             let mut scratch = vec![0u8; crate::scratch_bytes(1, &p.geometry())];
             let iters = 200;
             let t = std::time::Instant::now();
             for _ in 0..iters {
-                unsafe { crate::kernels::avx2::conv2d(&p, &input, &mut got, &mut scratch) };
+                unsafe { crate::kernels::avx2::conv2d(&p, input, &mut got, &mut scratch) };
             }
             let dt2 = t.elapsed().as_secs_f64() / iters as f64;
             let t = std::time::Instant::now();
             for _ in 0..iters {
-                unsafe { conv2d(&p, &input, &mut got, &mut scratch) };
+                unsafe { conv2d(&p, input, &mut got, &mut scratch) };
             }
             let dt = t.elapsed().as_secs_f64() / iters as f64;
             println!("  avx2 {:.1} us", dt2 * 1e6);
@@ -434,12 +384,5 @@ mod tests {
             );
         }
         println!("sum {:.1} us", total * 1e6);
-    }
-
-    proptest! {
-        #[test]
-        fn vnni_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
     }
 }

@@ -15,7 +15,9 @@
 use core::arch::x86_64::*;
 use core::ops::Range;
 
-use crate::kernels::{lanes_regions, lanes_supported, ConvParams, QuadPlanes, LANES_EPI_BYTES};
+use crate::kernels::{
+    lanes_regions, lanes_supported, ConvImage, ConvParams, QuadPlanes, LANES_EPI_BYTES,
+};
 
 /// One output channel's requantization, for accumulators that already hold the bias.
 #[derive(Clone, Copy, Default)]
@@ -41,40 +43,47 @@ const _: () = assert!(core::mem::size_of::<Epi>() == LANES_EPI_BYTES);
 const PASS: usize = 48;
 const _: () = assert!(PASS <= crate::kernels::LANES_PIXEL_BLOCK && PASS.is_multiple_of(V));
 
+/// Vectors per pass.
+const PASS_VECTORS: usize = PASS / V;
+
+/// One pass: output pixels `pix0..pix0 + npx`, numbered across the images, in `nv` vectors.
+#[derive(Clone, Copy)]
+struct Pass<'a> {
+    /// Per image: its `T`, input and output.
+    ptrs: &'a [(*mut u8, *const i8, *mut i8)],
+    /// `T` of image i lives in slot i % slots.
+    slots: usize,
+    pix0: usize,
+    npx: usize,
+    nv: usize,
+}
+
+/// The scratch regions a pass works in besides `T`.
+#[derive(Clone, Copy)]
+struct Regions {
+    /// The patch quads, `[quad][vector][16 pixels][4]`.
+    panel: *mut u8,
+    /// The requantized outputs, `[vector][channel][16 pixels]`.
+    tile: *mut u8,
+    /// Per output channel constants.
+    epi: *mut Epi,
+}
+
 /// Pixels per vector.
 const V: usize = 16;
 
-/// One image of a batched conv: its input, output and scratch.
-pub struct ConvImage<'a> {
-    /// The input tensor (HWC).
-    pub input: &'a [i8],
-    /// The output tensor (HWC).
-    pub output: &'a mut [i8],
-    /// The op's scratch in this image's working area.
-    pub scratch: &'a mut [u8],
-}
-
-/// Same bytes as `scalar::conv2d`, or `false` (output untouched) when the conv is outside
-/// what this kernel covers ([`lanes_supported`], a shift n above 54, a clamp outside i8, a
-/// scratch smaller than `scratch_bytes`): the caller then runs another kernel.
+/// Output rows `rows` of the conv (all of them: `0..output.h`) into `im.output` (those rows,
+/// HWC), `T` built only for the input rows they read, so threads sharing an image each take a
+/// band of rows ([`crate::parallel`]). Same bytes as the same rows of `scalar::conv2d`, or
+/// `false` (output untouched) when the conv is outside what this kernel covers
+/// ([`lanes_supported`], a shift n above 54, a clamp outside i8, a scratch smaller than
+/// `scratch_bytes`): the caller then runs another kernel.
 ///
 /// # Safety
 /// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn conv2d_lanes(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
-    conv2d_lanes_batch(
-        p,
-        &mut [ConvImage {
-            input,
-            output,
-            scratch,
-        }],
-    )
+pub unsafe fn conv2d_lanes(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    lanes(p, &mut [im], rows)
 }
 
 /// [`conv2d_lanes`] over several images at once (up to [`MAX_IMAGES`]): their output pixels
@@ -86,28 +95,6 @@ pub unsafe fn conv2d_lanes(
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bool {
     lanes(p, images, 0..p.output.h)
-}
-
-/// [`conv2d_lanes`] over output rows `rows` of one image: `output` holds those rows (HWC), and
-/// `T` is built only for the input rows they read, so threads sharing an image each take a
-/// band of rows ([`crate::parallel`]). Same bytes as the same rows of `scalar::conv2d`.
-///
-/// # Safety
-/// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn conv2d_lanes_rows(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-    rows: Range<usize>,
-) -> bool {
-    let image = ConvImage {
-        input,
-        output,
-        scratch,
-    };
-    lanes(p, &mut [image], rows)
 }
 
 /// The kernel: output rows `rows` of every image (all rows when there are several images),
@@ -155,7 +142,11 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
     let ptrs = &ptrs[..images.len()];
     let panel = ptrs[0].0.add(tb);
     let tile = panel.add(pb);
-    let epi = tile.add(tileb) as *mut Epi;
+    let r = Regions {
+        panel,
+        tile,
+        epi: tile.add(tileb) as *mut Epi,
+    };
     let geo = Geo::new(p);
     let total = if all_rows { npix * ptrs.len() } else { px_hi };
     // 1×1 without padding over whole blocks of 16 quads: the panel straight from the input.
@@ -180,10 +171,17 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
             );
             built += 1;
         }
+        let pass = Pass {
+            ptrs,
+            slots,
+            pix0,
+            npx,
+            nv,
+        };
         // With rows of a multiple of 16 pixels every vector is one row segment: read `T`.
-        let mut bases = [core::ptr::null::<u8>(); 4];
+        let mut bases = [core::ptr::null::<u8>(); PASS_VECTORS];
         let direct = if pointwise {
-            build_panel_pointwise(p, ptrs, pix0, npx, nv, panel);
+            build_panel_pointwise(p, &pass, panel);
             None
         } else if p.output.w.is_multiple_of(V) {
             for (v, b) in bases.iter_mut().enumerate().take(nv) {
@@ -193,15 +191,15 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
             }
             Some(&bases)
         } else {
-            build_panel(p, &geo, ptrs, slots, pix0, npx, nv, panel);
+            build_panel(p, &geo, &pass, panel);
             None
         };
         let first = pix0 == px_lo;
+        // nv ≤ PASS_VECTORS = 3.
         match nv {
-            4 => groups::<4, 4>(p, &geo, panel, direct, first, epi, tile),
-            3 => groups::<3, 8>(p, &geo, panel, direct, first, epi, tile),
-            2 => groups::<2, 8>(p, &geo, panel, direct, first, epi, tile),
-            _ => groups::<1, 8>(p, &geo, panel, direct, first, epi, tile),
+            3 => groups::<3, 8>(p, &geo, &r, direct, first),
+            2 => groups::<2, 8>(p, &geo, &r, direct, first),
+            _ => groups::<1, 8>(p, &geo, &r, direct, first),
         }
         store_tile(tile, cout, npix, ptrs, pix0, npx);
         pix0 += npx;
@@ -288,7 +286,7 @@ pub(super) fn epi_supported(p: &ConvParams) -> bool {
 }
 
 /// Whether every channel has n in [33, 54], where the epilogue can work on the high halves of
-/// the products in i32 lanes ([`requant16_hi`]).
+/// the products in i32 lanes ([`OutputStage::apply`]).
 pub(super) fn epi_hi(p: &ConvParams) -> bool {
     (0..p.output.c).all(|c| {
         let n = 31 - p.shift.get(c).clamp(-31, 30);
@@ -562,21 +560,17 @@ unsafe fn transpose16x16_d(r: [__m512i; 16]) -> [__m512i; 16] {
     out
 }
 
-/// Copies the patch quads of output pixels `pix0..pix0 + npx` (numbered across the images)
-/// into the panel, `[quad][vector][16 pixels][4]` with `nv` vectors per quad, row segment by
-/// row segment.
-#[allow(clippy::too_many_arguments)]
+/// Copies the patch quads of the pass's output pixels into the panel,
+/// `[quad][vector][16 pixels][4]` with `nv` vectors per quad, row segment by row segment.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn build_panel(
-    p: &ConvParams,
-    g: &Geo,
-    ptrs: &[(*mut u8, *const i8, *mut i8)],
-    slots: usize,
-    pix0: usize,
-    npx: usize,
-    nv: usize,
-    panel: *mut u8,
-) {
+unsafe fn build_panel(p: &ConvParams, g: &Geo, pass: &Pass, panel: *mut u8) {
+    let Pass {
+        ptrs,
+        slots,
+        pix0,
+        npx,
+        nv,
+    } = *pass;
     let (wo, s) = (p.output.w, p.stride);
     let npix = p.output.h * wo;
     let (kh, kw) = (p.kernel_h, p.kernel_w);
@@ -644,14 +638,14 @@ unsafe fn build_panel(
 /// The panel of a 1×1 conv without padding, C_in a multiple of 64, from the HWC inputs: per
 /// vector and block of 16 quads, the 16 pixels' 64 channels (u8) transposed in registers.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn build_panel_pointwise(
-    p: &ConvParams,
-    ptrs: &[(*mut u8, *const i8, *mut i8)],
-    pix0: usize,
-    npx: usize,
-    nv: usize,
-    panel: *mut u8,
-) {
+unsafe fn build_panel_pointwise(p: &ConvParams, pass: &Pass, panel: *mut u8) {
+    let Pass {
+        ptrs,
+        pix0,
+        npx,
+        nv,
+        ..
+    } = *pass;
     let (cin, w, wo, s) = (p.input.c, p.input.w, p.output.w, p.stride);
     let npix = p.output.h * wo;
     let flip = _mm512_set1_epi8(-128);
@@ -678,18 +672,16 @@ unsafe fn build_panel_pointwise(
 /// Runs the NV×CH tile over every group of CH output channels; on the `first` pass also fills
 /// each group's constants. `direct`: the vectors' bases in `T` (each vector one row segment),
 /// else the panel.
-#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn groups<const NV: usize, const CH: usize>(
     p: &ConvParams,
     g: &Geo,
-    panel: *const u8,
-    direct: Option<&[*const u8; 4]>,
+    r: &Regions,
+    direct: Option<&[*const u8; PASS_VECTORS]>,
     first: bool,
-    epi: *mut Epi,
-    tile: *mut u8,
 ) {
+    let Regions { panel, tile, epi } = *r;
     let (k, cout, w) = (p.k(), p.output.c, p.weights.as_ptr());
     // When C_in < 4 the last quad's 4-byte reads pass the end of the weight row: into the next
     // row (bytes meeting zeros in T), or, for the last group, past the weights.
@@ -703,7 +695,7 @@ unsafe fn groups<const NV: usize, const CH: usize>(
             (p.kernel_w, p.stride, g.row, g.wq * 4),
         ),
         None => Quads::<NV>::new(
-            core::array::from_fn(|v| panel.add(v * 64)),
+            core::array::from_fn(|v| panel.add(v * 64) as *const u8),
             1,
             g.kq,
             NV * 64,
@@ -711,12 +703,7 @@ unsafe fn groups<const NV: usize, const CH: usize>(
         ),
     };
 
-    let (lo, hi) = (p.out.act_min.max(-128), p.out.act_max.min(127));
-    let clamp = if g.hi {
-        (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi))
-    } else {
-        (_mm512_set1_epi64(lo as i64), _mm512_set1_epi64(hi as i64))
-    };
+    let out = OutputStage::new(p, g.hi);
     let mut co = 0;
     while co < cout {
         if first {
@@ -728,9 +715,9 @@ unsafe fn groups<const NV: usize, const CH: usize>(
         let wk = (wc, pf, k, g.wstep);
         let tail = short && co + CH >= cout;
         if g.hi {
-            tile_kernel::<NV, CH, true>(&q, tail, wk, ec, clamp, (tc, cout * V));
+            tile_kernel::<NV, CH, true>(&q, tail, wk, ec, &out, (tc, cout * V));
         } else {
-            tile_kernel::<NV, CH, false>(&q, tail, wk, ec, clamp, (tc, cout * V));
+            tile_kernel::<NV, CH, false>(&q, tail, wk, ec, &out, (tc, cout * V));
         }
         co += CH;
     }
@@ -800,14 +787,13 @@ impl<const NV: usize> Quads<NV> {
 
 /// NV vectors × CH channels: `vpdpbusd` of each patch vector with each channel's broadcast
 /// weight quad, then the requantized bytes into the tile (row per channel).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
     q: &Quads<NV>,
     tail: bool,
     (w, pf, k, wstep): (*const i8, *const i8, usize, usize),
     epi: *const Epi,
-    clamp: (__m512i, __m512i),
+    out: &OutputStage,
     (tile, tstride): (*mut u8, usize),
 ) {
     let mut acc: [[__m512i; NV]; CH] =
@@ -852,8 +838,6 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
             }
         }
     }
-    let lo_idx = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-    let hi_idx = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
     // Unrolled by hand with constant indices (CH ≤ 8): the accumulators stay in registers,
     // here and in the loop above.
     macro_rules! channel {
@@ -862,11 +846,7 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
                 // A copy: the tile stores cannot alias it, so its broadcasts are done once.
                 let e = epi.add($c).read();
                 for v in 0..NV {
-                    let b = if HI {
-                        requant16_hi(acc[$c][v], &e, hi_idx, clamp)
-                    } else {
-                        requant16(acc[$c][v], &e, lo_idx, clamp)
-                    };
+                    let b = out.apply::<HI>(acc[$c][v], &e);
                     _mm_storeu_si128(tile.add(v * tstride + $c * V) as *mut __m128i, b);
                 }
             }
@@ -882,47 +862,66 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
     channel!(7);
 }
 
-/// [`requant16`] for n in [33, 54]: r is a multiple of 2^32, so
-/// `(P + r) >> n = ((P >> 32) + (r >> 32)) >> (n − 32)` with P = acc·M0, and P >> 32 (the high
-/// halves of the products) fits i32: the rest runs on 16 i32 lanes, the clamp included.
-#[inline(always)]
-pub(super) unsafe fn requant16_hi(
-    acc: __m512i,
-    e: &Epi,
-    idx: __m512i,
+/// The output stage of the VNNI convs: one channel's 16 accumulators (bias included) to
+/// bytes, exactly `OutputQuant::finish`, with that channel's constants broadcast.
+#[derive(Clone, Copy)]
+pub(super) struct OutputStage {
+    /// The clamp: i32 lanes for the i32 epilogue, else i64 lanes.
     clamp: (__m512i, __m512i),
-) -> __m128i {
-    // `vpmuldq` reads the low half of each 64-bit lane: a 32-bit broadcast of M0 is enough.
-    let m = _mm512_set1_epi32(e.m0 as i32);
-    let ev = _mm512_mul_epi32(acc, m);
-    let od = _mm512_mul_epi32(_mm512_srli_epi64::<32>(acc), m);
-    let h = _mm512_add_epi32(
-        _mm512_permutex2var_epi32(ev, idx, od),
-        _mm512_set1_epi32(e.r_hi),
-    );
-    let y = _mm512_sra_epi32(h, _mm_cvtsi32_si128(e.n_hi));
-    _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(y, clamp.0), clamp.1))
+    /// Even and odd lanes back together: from the low (i64 epilogue) or high (i32) halves.
+    lo_idx: __m512i,
+    hi_idx: __m512i,
 }
 
-/// The 16 accumulators of one channel to bytes, exactly `OutputQuant::finish`:
-/// `(acc·M0 + r) >> n` on even and odd lanes in i64, clamped, the low halves back together.
-#[inline(always)]
-pub(super) unsafe fn requant16(
-    acc: __m512i,
-    e: &Epi,
-    idx: __m512i,
-    clamp: (__m512i, __m512i),
-) -> __m128i {
-    let m = _mm512_set1_epi32(e.m0 as i32);
-    let r = _mm512_set1_epi64(e.r);
-    let n = _mm_cvtsi32_si128(e.n);
-    let one = |x: __m512i| {
-        let y = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), r), n);
-        _mm512_min_epi64(_mm512_max_epi64(y, clamp.0), clamp.1)
-    };
-    let ev = one(acc);
-    let od = one(_mm512_srli_epi64::<32>(acc));
-    _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(ev, idx, od))
+impl OutputStage {
+    /// For conv `p`, with the i32 epilogue where `hi` ([`epi_hi`]).
+    #[inline(always)]
+    pub(super) unsafe fn new(p: &ConvParams, hi: bool) -> Self {
+        let (lo_c, hi_c) = (p.out.act_min.max(-128), p.out.act_max.min(127));
+        OutputStage {
+            clamp: if hi {
+                (_mm512_set1_epi32(lo_c), _mm512_set1_epi32(hi_c))
+            } else {
+                (
+                    _mm512_set1_epi64(lo_c as i64),
+                    _mm512_set1_epi64(hi_c as i64),
+                )
+            },
+            lo_idx: _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+            hi_idx: _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31),
+        }
+    }
+
+    /// `(acc·M0 + r) >> n`, clamped. `HI` (n in [33, 54], see [`epi_hi`]): r is a multiple of
+    /// 2^32, so `(P + r) >> n = ((P >> 32) + (r >> 32)) >> (n − 32)` with P = acc·M0, and
+    /// P >> 32 (the high halves of the products) fits i32: the rest runs on 16 i32 lanes, the
+    /// clamp included. Else on even and odd lanes in i64, the low halves back together.
+    #[inline(always)]
+    pub(super) unsafe fn apply<const HI: bool>(&self, acc: __m512i, e: &Epi) -> __m128i {
+        let clamp = self.clamp;
+        // `vpmuldq` reads the low half of each 64-bit lane: a 32-bit broadcast of M0 is enough.
+        let m = _mm512_set1_epi32(e.m0 as i32);
+        if HI {
+            let ev = _mm512_mul_epi32(acc, m);
+            let od = _mm512_mul_epi32(_mm512_srli_epi64::<32>(acc), m);
+            let h = _mm512_add_epi32(
+                _mm512_permutex2var_epi32(ev, self.hi_idx, od),
+                _mm512_set1_epi32(e.r_hi),
+            );
+            let y = _mm512_sra_epi32(h, _mm_cvtsi32_si128(e.n_hi));
+            _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(y, clamp.0), clamp.1))
+        } else {
+            let r = _mm512_set1_epi64(e.r);
+            let n = _mm_cvtsi32_si128(e.n);
+            let one = |x: __m512i| {
+                let y = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), r), n);
+                _mm512_min_epi64(_mm512_max_epi64(y, clamp.0), clamp.1)
+            };
+            let ev = one(acc);
+            let od = one(_mm512_srli_epi64::<32>(acc));
+            _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(ev, self.lo_idx, od))
+        }
+    }
 }
 
 /// Whether the CPU has AVX-512 VBMI (`vpermb`; CPUID leaf 7, ECX bit 1), cached. The VNNI
@@ -1088,120 +1087,64 @@ unsafe fn transpose16_vbmi(src: *const u8, dst: *mut u8, ds: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
+    use crate::kernels::test_util::{check_conv_rows, conv_suite, ConvCase, ConvData};
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
     /// Declines only outside the lanes geometry or for a shift beyond the i64 epilogue's range
-    /// (n > 54). Whole, and in bands of rows (2 to 4, as threads sharing an image take them),
-    /// the scratch poisoned before each band: a band reads no `T` row another built.
+    /// (n > 54). Whole, and in bands of rows.
     fn check(c: &ConvCase) {
         if !Kernels::vnni_available() {
             return;
         }
         let declines = |p: &ConvParams, _| !lanes_supported(&p.geometry()) || !epi_supported(p);
         // SAFETY: AVX-512 VNNI checked above.
-        check_conv(
+        check_conv_rows(
             c,
-            &mut |p, x, y, s| unsafe { conv2d_lanes(p, x, y, s) },
-            &declines,
-        );
-        let bands = 2 + (c.seed % 3) as usize;
-        check_conv(
-            c,
-            &mut |p, x, y, s| {
-                let (ho, row) = (p.output.h, p.output.w * p.output.c);
-                let per = ho.div_ceil(bands).max(1);
-                let mut covered = true;
-                for r0 in (0..ho).step_by(per) {
-                    let r1 = (r0 + per).min(ho);
-                    s.fill(0xA5);
-                    // SAFETY: AVX-512 VNNI checked above.
-                    covered &=
-                        unsafe { conv2d_lanes_rows(p, x, &mut y[r0 * row..r1 * row], s, r0..r1) };
-                }
-                covered
-            },
+            &mut |p, im, r| unsafe { conv2d_lanes(p, im, r) },
             &declines,
         );
     }
 
+    conv_suite!(check);
+
     /// Several images in one call (passes spanning images, T slots reused) against the scalar
     /// kernel image by image.
-    fn check_batch(
-        cin: usize,
-        cout: usize,
-        hw: usize,
-        k: usize,
-        stride: usize,
-        n: usize,
-        seed: u64,
-    ) {
-        use crate::kernels::avx2::test_util::Rng;
-        use crate::kernels::{I32Array, OutputQuant, Shape};
-        if !Kernels::vnni_available() || hw + 2 * (k / 2) < k {
+    fn check_batch(c: &ConvCase, n: usize) {
+        if !Kernels::vnni_available() {
             return;
         }
-        let mut rng = Rng(seed | 1);
-        let pad = k / 2;
-        let ho = (hw + 2 * pad - k) / stride + 1;
-        let kk = k * k * cin;
-        let inputs: Vec<Vec<i8>> = (0..n).map(|_| rng.i8s(cin * hw * hw, -128, 127)).collect();
-        let weights = rng.i8s(cout * kk, -127, 127);
-        let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
-        let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
-        let shift = rng.i32s(cout, -18, -2);
-        let pads = rng.i8s(cin, -128, 127);
-        let p = ConvParams {
-            input: Shape {
-                c: cin,
-                h: hw,
-                w: hw,
-            },
-            output: Shape {
-                c: cout,
-                h: ho,
-                w: ho,
-            },
-            kernel_h: k,
-            kernel_w: k,
-            stride,
-            pad,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&mult),
-            shift: I32Array::new(&shift),
-            pad_values: &pads,
-            input_zero_point: 3,
-            out: OutputQuant {
-                zero_point: -5,
-                act_min: -5,
-                act_max: 127,
-            },
+        let Some(mut d) = ConvData::typical(c) else {
+            return;
         };
+        let inputs: Vec<Vec<i8>> = (0..n).map(|_| d.another_input()).collect();
+        let p = d.params();
         let sb = crate::scratch_bytes(1, &p.geometry());
-        let mut outs = vec![vec![0x55i8; cout * ho * ho]; n];
+        let mut outs = vec![vec![0x55i8; p.output.len()]; n];
         let mut scr = vec![vec![0xAAu8; sb]; n];
-        let mut imgs: Vec<ConvImage> = inputs
-            .iter()
-            .zip(outs.iter_mut())
-            .zip(scr.iter_mut())
-            .map(|((x, y), s)| ConvImage {
-                input: x,
-                output: y,
-                scratch: s,
-            })
-            .collect();
+        let mut imgs = images(&inputs, &mut outs, &mut scr);
+        // SAFETY: AVX-512 VNNI checked above.
         assert!(unsafe { conv2d_lanes_batch(&p, &mut imgs) });
         for (i, (x, got)) in inputs.iter().zip(&outs).enumerate() {
-            let mut want = vec![0i8; cout * ho * ho];
+            let mut want = vec![0i8; p.output.len()];
             crate::kernels::scalar::conv2d(&p, x, &mut want);
             let bad: Vec<usize> = (0..want.len()).filter(|&j| want[j] != got[j]).collect();
-            assert!(
-                bad.is_empty(),
-                "{cin} {cout} {hw} {k} {stride} image {i}: {bad:?}"
-            );
+            assert!(bad.is_empty(), "{c:?} image {i}: {bad:?}");
         }
+    }
+
+    /// The images of a batched call.
+    pub(super) fn images<'a>(
+        inputs: &'a [Vec<i8>],
+        outs: &'a mut [Vec<i8>],
+        scratch: &'a mut [Vec<u8>],
+    ) -> Vec<ConvImage<'a>> {
+        inputs
+            .iter()
+            .zip(outs.iter_mut())
+            .zip(scratch.iter_mut())
+            .map(|((x, y), s)| ConvImage::new(x, y, s))
+            .collect()
     }
 
     #[test]
@@ -1220,7 +1163,10 @@ mod tests {
             (32, 16, 16, 3, 2, 4),
             (128, 8, 4, 1, 1, 8),
         ] {
-            check_batch(cin, cout, hw, k, s, n, 7 + n as u64);
+            check_batch(
+                &ConvCase::square(cin, cout, hw, k, s, k / 2, 7 + n as u64),
+                n,
+            );
         }
     }
 
@@ -1245,11 +1191,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
-
     proptest! {
         /// Output rows of 16 or 32 pixels: the patch quads are read from `T` directly.
         #[test]
@@ -1265,19 +1206,14 @@ mod tests {
             let w = wo * stride;
             check(&ConvCase { cin, cout, h, w, kh: k, kw: k, stride, pad: k / 2, seed });
         }
-
-        #[test]
-        fn lanes_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
     }
 }
 
 #[cfg(test)]
 mod timing {
     use super::*;
-    use crate::kernels::avx2::test_util::Rng;
-    use crate::kernels::{I32Array, Kernels, OutputQuant, Shape};
+    use crate::kernels::test_util::{ConvCase, ConvData};
+    use crate::kernels::Kernels;
 
     /// Times the batched kernel on ResNet-18 (CIFAR) shapes, 8 images per call:
     /// `SHAPE=cin,cout,hw,k,s cargo test --release -p octet-runtime --lib -- --ignored --nocapture time_lanes`.
@@ -1290,43 +1226,11 @@ mod timing {
         let shape = std::env::var("SHAPE").unwrap_or_else(|_| "64,64,32,3,1".into());
         let v: Vec<usize> = shape.split(',').map(|x| x.parse().unwrap()).collect();
         let (cin, cout, hw, kh, s) = (v[0], v[1], v[2], v[3], v[4]);
-        let mut rng = Rng(5);
-        let pad = kh / 2;
-        let ho = (hw + 2 * pad - kh) / s + 1;
-        let kk = kh * kh * cin;
         let n = 8;
-        let inputs: Vec<Vec<i8>> = (0..n).map(|_| rng.i8s(cin * hw * hw, -128, 127)).collect();
-        let weights = rng.i8s(cout * kk, -127, 127);
-        let bias = rng.i32s(cout, -(1 << 20), 1 << 20);
-        let mult = rng.i32s(cout, 1 << 30, i32::MAX as i64);
-        let shift = rng.i32s(cout, -18, -2);
-        let p = ConvParams {
-            input: Shape {
-                c: cin,
-                h: hw,
-                w: hw,
-            },
-            output: Shape {
-                c: cout,
-                h: ho,
-                w: ho,
-            },
-            kernel_h: kh,
-            kernel_w: kh,
-            stride: s,
-            pad,
-            weights: &weights,
-            bias: I32Array::new(&bias),
-            multiplier: I32Array::new(&mult),
-            shift: I32Array::new(&shift),
-            pad_values: &[],
-            input_zero_point: 0,
-            out: OutputQuant {
-                zero_point: 0,
-                act_min: -128,
-                act_max: 127,
-            },
-        };
+        let mut d = ConvData::typical(&ConvCase::square(cin, cout, hw, kh, s, kh / 2, 5)).unwrap();
+        let inputs: Vec<Vec<i8>> = (0..n).map(|_| d.another_input()).collect();
+        let p = d.params();
+        let (ho, kk) = (p.output.h, p.k());
         let sb = crate::scratch_bytes(1, &p.geometry());
         let mut outs = vec![vec![0i8; cout * ho * ho]; n];
         let mut scr = vec![vec![0u8; sb]; n];
@@ -1356,16 +1260,7 @@ mod timing {
                         .for_each(|b| *b = b.wrapping_add(1));
                     spent += cpu() - e;
                 }
-                let mut imgs: Vec<ConvImage> = inputs
-                    .iter()
-                    .zip(outs.iter_mut())
-                    .zip(scr.iter_mut())
-                    .map(|((x, y), s)| ConvImage {
-                        input: x,
-                        output: y,
-                        scratch: s,
-                    })
-                    .collect();
+                let mut imgs = super::tests::images(&inputs, &mut outs, &mut scr);
                 assert!(unsafe { conv2d_lanes_batch(&p, &mut imgs) });
             }
             best = best.min((cpu() - t - spent) / (iters / 5) as f64);

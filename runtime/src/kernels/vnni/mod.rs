@@ -11,12 +11,10 @@ mod fully_connected;
 mod lanes;
 mod narrow;
 
+pub use super::ConvImage;
 pub use add::add;
 pub(crate) use add::add_supported;
 pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;
-pub use lanes::{
-    conv2d_lanes, conv2d_lanes_batch, conv2d_lanes_rows, covers as lanes_covers, ConvImage,
-    MAX_IMAGES,
-};
+pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};

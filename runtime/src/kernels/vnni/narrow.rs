@@ -12,10 +12,8 @@
 
 use core::arch::x86_64::*;
 
-use super::lanes::{
-    epi_hi, epi_supported, fill_epi, requant16, requant16_hi, store_tile, vbmi, Epi,
-};
-use crate::kernels::ConvParams;
+use super::lanes::{epi_hi, epi_supported, fill_epi, store_tile, vbmi, Epi, OutputStage};
+use crate::kernels::{ConvImage, ConvParams};
 
 /// Pixels per vector.
 const V: usize = 16;
@@ -88,22 +86,17 @@ pub fn narrow_preferred(p: &ConvParams) -> bool {
 /// # Safety
 /// The CPU must support AVX2, AVX-512 F, BW, VL, VBMI and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
-pub unsafe fn conv2d_narrow(
-    p: &ConvParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-) -> bool {
+pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
     if !narrow_supported(p) {
         return false;
     }
+    let (input, output, scratch) = (im.input, im.output, im.scratch);
     let (cin, s, kh) = (p.input.c, p.stride, p.kernel_h);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad;
     let g = quads(p);
     let row = wp * cin;
     let taps = kh * g;
-    let cpad = cout.next_multiple_of(CH);
     let [img_len, wq_len, epi_len, _] = regions(p);
     let base = scratch.as_ptr().align_offset(64);
     if scratch.len() < narrow_scratch(p)
@@ -119,36 +112,18 @@ pub unsafe fn conv2d_narrow(
     let tile = img.add(img_len + wq_len + epi_len);
     pad_input(p, input, img);
 
-    // Weight quads `[channel][ky][quad]`, zero past the kernel row and for the channels that
-    // pad C_out to a multiple of CH.
-    let run = p.kernel_w * cin;
-    // Masked loads and stores: `run` bytes in (never past the weights), 4·G out.
-    let (min, mout) = ((1u64 << run) - 1, (1u64 << (4 * g)) - 1);
-    for co in 0..cpad {
-        for ky in 0..kh {
-            let v = if co < cout {
-                let src = p.weights.as_ptr().add(co * p.k() + ky * run);
-                _mm256_maskz_loadu_epi8(min as u32, src)
-            } else {
-                _mm256_setzero_si256()
-            };
-            let dst = wq.add(co * taps + ky * g) as *mut i8;
-            _mm256_mask_storeu_epi8(dst, mout as u32, v);
-        }
-    }
+    weight_quads(p, wq);
     fill_epi(p, 0, cout, epi);
     let hi = epi_hi(p);
-    let (lo_c, hi_c) = (p.out.act_min.max(-128), p.out.act_max.min(127));
-    let clamp = if hi {
-        (_mm512_set1_epi32(lo_c), _mm512_set1_epi32(hi_c))
-    } else {
-        (
-            _mm512_set1_epi64(lo_c as i64),
-            _mm512_set1_epi64(hi_c as i64),
-        )
+    let tiles = Tiles {
+        wq,
+        epi,
+        tile,
+        taps,
+        cout,
+        hi,
+        out: OutputStage::new(p, hi),
     };
-    let lo_idx = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-    let hi_idx = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
 
     // Byte 4l + j of quad q of pixel lane l: window byte l·s·C_in + 4q + j.
     let idx: [__m512i; MAX_G] = core::array::from_fn(|q| {
@@ -181,63 +156,114 @@ pub unsafe fn conv2d_narrow(
                     xs[ky * g + q] = _mm512_permutex2var_epi8(a, idx[q], b);
                 }
             }
-            let mut co = 0;
-            while co < cout {
-                let ch = (cout - co).min(CH);
-                let mut acc = [_mm512_setzero_si512(); CH];
-                for (c, a) in acc.iter_mut().enumerate().take(ch) {
-                    *a = _mm512_set1_epi32((*epi.add(co + c)).bias);
-                }
-                let wc = wq.add(co * taps);
-                for (t, &x) in xs.iter().enumerate().take(taps) {
-                    for (c, a) in acc.iter_mut().enumerate() {
-                        // Channels past C_out (c ≥ ch) have zero quads: their sums are dropped.
-                        let w = _mm512_set1_epi32(*wc.add(c * taps + t));
-                        *a = _mm512_dpbusd_epi32(*a, x, w);
-                    }
-                }
-                for (c, &a) in acc.iter().enumerate().take(ch) {
-                    let e = &*epi.add(co + c);
-                    let v = if hi {
-                        requant16_hi(a, e, hi_idx, clamp)
-                    } else {
-                        requant16(a, e, lo_idx, clamp)
-                    };
-                    _mm_storeu_si128(tile.add((co + c) * V) as *mut __m128i, v);
-                }
-                co += CH;
-            }
+            tiles.compute(&xs);
             let n = (wo - x0).min(V);
             if cout <= 8 {
-                // Tile `[channel][16]` (at most 128 bytes) to `n` HWC pixels: two-source
-                // byte permutes.
-                let len = cout * V;
-                let mask = |n: usize| -> __mmask64 {
-                    if n >= 64 {
-                        !0
-                    } else {
-                        (1u64 << n) - 1
-                    }
-                };
-                let t0 = _mm512_maskz_loadu_epi8(mask(len), tile as *const i8);
-                let t1 = _mm512_maskz_loadu_epi8(
-                    mask(len.saturating_sub(64)),
-                    tile.add(64) as *const i8,
-                );
                 let dst = output.as_mut_ptr().add((oy * wo + x0) * cout);
-                let bytes = n * cout;
-                for (h, &ix) in hwc.iter().enumerate() {
-                    if bytes > 64 * h {
-                        let v = _mm512_permutex2var_epi8(t0, ix, t1);
-                        _mm512_mask_storeu_epi8(dst.add(64 * h), mask(bytes - 64 * h), v);
-                    }
-                }
+                store_hwc(tile, &hwc, dst, cout, n);
             } else {
                 store_tile(tile, cout, ho * wo, &out, oy * wo + x0, n);
             }
         }
     }
     true
+}
+
+/// Weight quads `[channel][ky][quad]`, zero past the kernel row and for the channels that pad
+/// C_out to a multiple of CH.
+// Inlined into `conv2d_narrow`, whose target features reach the intrinsics.
+#[inline(always)]
+unsafe fn weight_quads(p: &ConvParams, wq: *mut i32) {
+    let (kh, g, cout) = (p.kernel_h, quads(p), p.output.c);
+    let taps = kh * g;
+    let run = p.kernel_w * p.input.c;
+    // Masked loads and stores: `run` bytes in (never past the weights), 4·G out.
+    let (min, mout) = ((1u64 << run) - 1, (1u64 << (4 * g)) - 1);
+    for co in 0..cout.next_multiple_of(CH) {
+        for ky in 0..kh {
+            let v = if co < cout {
+                let src = p.weights.as_ptr().add(co * p.k() + ky * run);
+                _mm256_maskz_loadu_epi8(min as u32, src)
+            } else {
+                _mm256_setzero_si256()
+            };
+            let dst = wq.add(co * taps + ky * g) as *mut i8;
+            _mm256_mask_storeu_epi8(dst, mout as u32, v);
+        }
+    }
+}
+
+/// What every 16 output pixels of one call share: the weight quads, the constants, the tile.
+struct Tiles {
+    wq: *const i32,
+    epi: *const Epi,
+    /// `[channel][16 pixels]`.
+    tile: *mut u8,
+    /// Quads per output pixel and channel: kh·G.
+    taps: usize,
+    cout: usize,
+    /// The i32 epilogue applies (`epi_hi`).
+    hi: bool,
+    out: OutputStage,
+}
+
+impl Tiles {
+    /// Every output channel of 16 pixels whose quads are `xs`, requantized into the tile.
+    // Inlined into `conv2d_narrow`, whose target features reach the intrinsics.
+    #[inline(always)]
+    unsafe fn compute(&self, xs: &[__m512i; MAX_TAPS]) {
+        let (epi, taps, cout) = (self.epi, self.taps, self.cout);
+        let mut co = 0;
+        while co < cout {
+            let ch = (cout - co).min(CH);
+            let mut acc = [_mm512_setzero_si512(); CH];
+            for (c, a) in acc.iter_mut().enumerate().take(ch) {
+                *a = _mm512_set1_epi32((*epi.add(co + c)).bias);
+            }
+            let wc = self.wq.add(co * taps);
+            for (t, &x) in xs.iter().enumerate().take(taps) {
+                for (c, a) in acc.iter_mut().enumerate() {
+                    // Channels past C_out (c ≥ ch) have zero quads: their sums are dropped.
+                    let w = _mm512_set1_epi32(*wc.add(c * taps + t));
+                    *a = _mm512_dpbusd_epi32(*a, x, w);
+                }
+            }
+            for (c, &a) in acc.iter().enumerate().take(ch) {
+                let e = &*epi.add(co + c);
+                let v = if self.hi {
+                    self.out.apply::<true>(a, e)
+                } else {
+                    self.out.apply::<false>(a, e)
+                };
+                _mm_storeu_si128(self.tile.add((co + c) * V) as *mut __m128i, v);
+            }
+            co += CH;
+        }
+    }
+}
+
+/// Tile `[channel][16]` (C_out ≤ 8: at most 128 bytes) to `n` HWC pixels at `dst`: two-source
+/// byte permutes by `hwc`.
+// Inlined into `conv2d_narrow`, whose target features reach the intrinsics.
+#[inline(always)]
+unsafe fn store_hwc(tile: *const u8, hwc: &[__m512i; 2], dst: *mut i8, cout: usize, n: usize) {
+    let len = cout * V;
+    let mask = |n: usize| -> __mmask64 {
+        if n >= 64 {
+            !0
+        } else {
+            (1u64 << n) - 1
+        }
+    };
+    let t0 = _mm512_maskz_loadu_epi8(mask(len), tile as *const i8);
+    let t1 = _mm512_maskz_loadu_epi8(mask(len.saturating_sub(64)), tile.add(64) as *const i8);
+    let bytes = n * cout;
+    for (h, &ix) in hwc.iter().enumerate() {
+        if bytes > 64 * h {
+            let v = _mm512_permutex2var_epi8(t0, ix, t1);
+            _mm512_mask_storeu_epi8(dst.add(64 * h), mask(bytes - 64 * h), v);
+        }
+    }
 }
 
 /// The input as u8 (x + 128), `(h + 2·pad) × (w + 2·pad) × C_in`, the border filled with the
@@ -289,30 +315,19 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_cases, model_convs, ConvCase};
+    use crate::kernels::test_util::{check_conv, conv_suite, ConvCase};
     use crate::kernels::Kernels;
-    use proptest::prelude::*;
 
     fn check(c: &ConvCase) {
         if Kernels::vnni_available() && vbmi() {
             // SAFETY: AVX-512 VNNI and VBMI checked above.
             check_conv(
                 c,
-                &mut |p, x, y, s| unsafe { conv2d_narrow(p, x, y, s) },
+                &mut |p, x, y, s| unsafe { conv2d_narrow(p, ConvImage::new(x, y, s)) },
                 &|p, s| !narrow_supported(p) || s < narrow_scratch(p),
             );
         }
     }
 
-    #[test]
-    fn model_shapes() {
-        model_convs().for_each(|c| check(&c));
-    }
-
-    proptest! {
-        #[test]
-        fn narrow_equals_scalar(c in conv_cases()) {
-            check(&c);
-        }
-    }
+    conv_suite!(check);
 }
