@@ -3,8 +3,12 @@
 //! [`export`] lowers LeNet or ResNet-18 to a folded float graph (batch norm and the input
 //! normalisation folded into the convs, ReLU fused), calibrates every activation on sample
 //! images, quantizes per the int8 contract of DESIGN.md, plans the arena and writes the bytes of
-//! runtime/FORMAT.md. [`ablation`] measures what each quantization step costs on a labelled
-//! test set, the last row through the runtime itself; [`write_histograms`] plots each layer.
+//! runtime/FORMAT.md. One step per file, in that order: `lower`, `fold`, `calibrate`, `qmodel`
+//! (with `quantize`), `plan`, `write`, then `sqnr` and `report`. The file layout and the
+//! requantization arithmetic are the runtime's own (`octet_runtime::format`,
+//! `octet_runtime::requant`), never a second copy. [`ablation`] measures what each quantization
+//! step costs on a labelled test set, the last row through the runtime itself;
+//! [`write_histograms`] plots each layer.
 
 mod calibrate;
 mod error;
