@@ -247,6 +247,7 @@ pub struct HeaderFields {
     pub output_zero_point: i32,
 }
 
+/// (c, h, w) as three little-endian u16 at `off`.
 fn put_chw(b: &mut [u8], off: usize, (c, h, w): (u16, u16, u16)) {
     put(b, off, c.to_le_bytes());
     put(b, off + 2, h.to_le_bytes());
