@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::graph::Graph;
 use crate::quantize::QParams;
+use crate::reference::{values, Executor};
+use crate::{ExportOptions, Result};
 
 /// Histogram resolution.
 pub const BINS: usize = 2048;
@@ -36,6 +39,59 @@ impl std::fmt::Display for Calibration {
             Calibration::Entropy => f.write_str("entropy"),
         }
     }
+}
+
+/// One activation's calibration: what was seen and the range chosen.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorCalibration {
+    pub stats: Stats,
+    pub histogram: Histogram,
+    /// The clip range the method chose (before widening to contain 0).
+    pub clip: (f32, f32),
+}
+
+/// Calibrates every activation of `graph` on `pixels` through the float executor: pass 1
+/// finds each range, pass 2 fills a histogram over it, then `opts.calibration` chooses the
+/// clip range. Returns every tensor's parameters and calibration (`None` for the input, whose
+/// parameters are fixed).
+pub fn calibrate(
+    graph: &Graph,
+    float: &Executor,
+    pixels: &[u8],
+    opts: &ExportOptions,
+) -> Result<(Vec<QParams>, Vec<Option<TensorCalibration>>)> {
+    let nt = graph.tensors.len();
+    let batch = opts.batch.max(1);
+    let mut stats = vec![Stats::default(); nt];
+    float.run_all(pixels, batch, &mut |t, x| {
+        stats[t].add(&values(x)?);
+        Ok(())
+    })?;
+    let mut hists: Vec<Histogram> = stats
+        .iter()
+        .map(|s| Histogram::for_range(s.range().0, s.range().1))
+        .collect();
+    float.run_all(pixels, batch, &mut |t, x| {
+        hists[t].add(&values(x)?);
+        Ok(())
+    })?;
+    let mut acts = vec![QParams::input(); nt];
+    let mut calibration = Vec::with_capacity(nt);
+    for (t, (stats, histogram)) in stats.into_iter().zip(hists).enumerate() {
+        if t == graph.input {
+            calibration.push(None);
+            continue;
+        }
+        let symmetric = opts.symmetric_activations;
+        let clip = choose_range(opts.calibration, &stats, &histogram, symmetric);
+        acts[t] = QParams::from_range(clip.0, clip.1, symmetric);
+        calibration.push(Some(TensorCalibration {
+            stats,
+            histogram,
+            clip,
+        }));
+    }
+    Ok((acts, calibration))
 }
 
 /// Running min, max, mean and standard deviation.

@@ -1,25 +1,17 @@
-use candle_core::Shape;
+use octet_models::ModelError;
 
 /// Everything that can go wrong while exporting. Each variant names what is at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("tensor '{name}' is missing from the checkpoint")]
-    MissingTensor { name: String },
-    #[error("tensor '{name}' has shape {found:?}, expected {expected:?}")]
-    ShapeMismatch {
-        name: String,
-        expected: Shape,
-        found: Shape,
-    },
-    #[error("tensor '{name}': {source}")]
-    Tensor {
-        name: String,
-        source: candle_core::Error,
-    },
+    /// A checkpoint tensor is missing, misshapen or unreadable: the models crate's errors for
+    /// the same faults (`MissingTensor`, `ShapeMismatch`, `Tensor`).
+    #[error(transparent)]
+    Checkpoint(#[from] ModelError),
     #[error("bad input: {0}")]
     BadInput(String),
     #[error(
-        "layer '{layer}' sums {k} products per output; the int32 accumulator is only safe up to 65536"
+        "layer '{layer}' sums {k} products per output; the int32 accumulator is only safe up to {}",
+        octet_runtime::format::MAX_ACCUMULATION
     )]
     AccumulatorOverflow { layer: String, k: usize },
     #[error("layer '{layer}': multiplier {value:e} cannot be encoded as M0·2^(shift−31)")]

@@ -4,6 +4,7 @@
 //! (the writer transposes to the runtime's `[C_out][kh][kw][C_in]`); fully connected weights are
 //! `[N][K]` with K already in the runtime's HWC order.
 
+use octet_runtime::format;
 use serde::Serialize;
 
 /// Per-image shape of an activation tensor.
@@ -66,11 +67,26 @@ impl OpKind {
     /// The kind byte of the op record (FORMAT.md).
     pub fn code(&self) -> u8 {
         match self {
-            OpKind::Conv2d { .. } => 1,
-            OpKind::FullyConnected => 2,
-            OpKind::MaxPool { .. } => 3,
-            OpKind::AvgPool { .. } => 4,
-            OpKind::Add => 5,
+            OpKind::Conv2d { .. } => format::OP_CONV2D,
+            OpKind::FullyConnected => format::OP_FULLY_CONNECTED,
+            OpKind::MaxPool { .. } => format::OP_MAX_POOL,
+            OpKind::AvgPool { .. } => format::OP_AVG_POOL,
+            OpKind::Add => format::OP_ADD,
+        }
+    }
+
+    /// (kernel_h, kernel_w, stride, pad) as the op record stores them: 0 where they do not
+    /// apply.
+    pub fn window(&self) -> (usize, usize, usize, usize) {
+        match *self {
+            OpKind::Conv2d {
+                kh,
+                kw,
+                stride,
+                pad,
+            } => (kh, kw, stride, pad),
+            OpKind::MaxPool { k, stride } | OpKind::AvgPool { k, stride } => (k, k, stride, 0),
+            OpKind::FullyConnected | OpKind::Add => (0, 0, 0, 0),
         }
     }
 

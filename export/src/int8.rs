@@ -2,10 +2,11 @@
 //! plan), following FORMAT.md op by op. It is the exporter's check of its own arithmetic and
 //! plan, and the oracle the runtime's kernels can be compared with byte for byte.
 
+use octet_runtime::requant::{requantize, AddRequant, OutputQuant};
+
 use crate::graph::OpKind;
 use crate::plan::ArenaPlan;
 use crate::qmodel::QModel;
-use crate::quantize::requantize;
 use crate::{ExportError, Result};
 
 /// Runs `n` images of u8 pixels (NCHW) through the arena; returns the int8 logits, n × classes.
@@ -102,7 +103,7 @@ fn run_op(
                                     .sum::<i32>();
                             }
                         }
-                        let v = requantize(acc, op.multipliers[o], op.shifts[o]) + zo;
+                        let v = requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
                         y[(oy * so.w + ox) * so.c + o] = clamp(v, op.act_min, op.act_max);
                     }
                 }
@@ -116,7 +117,7 @@ fn run_op(
                         .zip(&w[o * k..(o + 1) * k])
                         .map(|(&a, &b)| a as i32 * b as i32)
                         .sum::<i32>();
-                let v = requantize(acc, op.multipliers[o], op.shifts[o]) + zo;
+                let v = requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
                 y[o] = clamp(v, op.act_min, op.act_max);
             }
         }
@@ -138,7 +139,7 @@ fn run_op(
                             clamp(m as i64, op.act_min, op.act_max)
                         } else {
                             clamp(
-                                requantize(acc, op.multipliers[0], op.shifts[0]) + zo,
+                                requantize(acc, op.multipliers[0], op.shifts[0]) as i64 + zo,
                                 op.act_min,
                                 op.act_max,
                             )
@@ -149,15 +150,20 @@ fn run_op(
         }
         OpKind::Add => {
             let x1 = x1.unwrap_or(x);
-            let z1 = model.tensors[op.inputs[1]].qparams.zero_point as i64;
-            let (m0, m1, n) = (
-                op.multipliers[0] as i64,
-                op.multipliers[1] as i64,
-                op.shifts[0],
-            );
-            for i in 0..y.len() {
-                let t = (x[i] as i64 - zi as i64) * m0 + (x1[i] as i64 - z1) * m1;
-                y[i] = clamp(((t + (1i64 << (n - 1))) >> n) + zo, op.act_min, op.act_max);
+            let add = AddRequant {
+                z0: zi,
+                m0: op.multipliers[0],
+                z1: model.tensors[op.inputs[1]].qparams.zero_point,
+                m1: op.multipliers[1],
+                n: op.shifts[0],
+                out: OutputQuant {
+                    zero_point: zo as i32,
+                    act_min: op.act_min,
+                    act_max: op.act_max,
+                },
+            };
+            for (y, (&a, &b)) in y.iter_mut().zip(x.iter().zip(x1)) {
+                *y = add.apply(a, b);
             }
         }
     }

@@ -3,8 +3,12 @@
 //! [`export`] lowers LeNet or ResNet-18 to a folded float graph (batch norm and the input
 //! normalisation folded into the convs, ReLU fused), calibrates every activation on sample
 //! images, quantizes per the int8 contract of DESIGN.md, plans the arena and writes the bytes of
-//! runtime/FORMAT.md. [`ablation`] measures what each quantization step costs on a labelled
-//! test set, the last row through the runtime itself; [`write_histograms`] plots each layer.
+//! runtime/FORMAT.md. One step per file, in that order: `lower`, `fold`, `calibrate`, `qmodel`
+//! (with `quantize`), `plan`, `write`, then `sqnr` and `report`. The file layout and the
+//! requantization arithmetic are the runtime's own (`octet_runtime::format`,
+//! `octet_runtime::requant`), never a second copy. [`ablation`] measures what each quantization
+//! step costs on a labelled test set, the last row through the runtime itself;
+//! [`write_histograms`] plots each layer.
 
 mod calibrate;
 mod error;
@@ -19,9 +23,12 @@ mod quantize;
 mod reference;
 mod report;
 mod speed;
+mod sqnr;
 mod write;
 
-pub use calibrate::{choose_range, Calibration, Histogram, Stats, BINS};
+pub use calibrate::{
+    calibrate, choose_range, Calibration, Histogram, Stats, TensorCalibration, BINS,
+};
 pub use error::{ExportError, Result};
 pub use fold::{fold_batch_norm, fold_input_normalization, BatchNorm, BN_EPS};
 pub use graph::{FloatOp, Graph, OpKind, Shape3, TensorInfo};
@@ -29,17 +36,17 @@ pub use int8::run_int8;
 pub use lower::{lower, Input};
 pub use plan::{op_scratch_bytes, plan, plan_model, ArenaPlan, Buffer, ALIGN};
 pub use plot::{register_font, write_histograms};
-pub use qmodel::{quantize_model, QModel, QOp, QTensor, MAX_ACCUMULATION};
+pub use qmodel::{quantize_model, QModel, QOp, QTensor};
 pub use quantize::{
-    add_multipliers, multiplier_value, quantize_multiplier, quantize_weight, quantize_weights,
-    requantize, QParams, QuantizedWeights, WeightScheme,
+    add_multipliers, multiplier_value, quantize_weight, quantize_weights, QParams,
+    QuantizedWeights, WeightScheme,
 };
 pub use reference::{argmax_rows, fake_quantize, Executor, FakeQuant};
 pub use report::{Ablation, AblationRow, LayerRow, Report};
 pub use speed::{speed_model, speed_model_normalized, CIFAR_MEAN, CIFAR_STD};
-pub use write::{write, HEADER_LEN, MAGIC, OP_RECORD, TENSOR_RECORD, VERSION};
+pub use sqnr::sqnr_db;
+pub use write::write;
 
-use candle_core::Tensor;
 use serde::Serialize;
 
 /// How to quantize.
@@ -70,15 +77,6 @@ impl Default for ExportOptions {
     }
 }
 
-/// One activation's calibration: what was seen and the range chosen.
-#[derive(Debug, Clone, Serialize)]
-pub struct TensorCalibration {
-    pub stats: Stats,
-    pub histogram: Histogram,
-    /// The clip range the method chose (before widening to contain 0).
-    pub clip: (f32, f32),
-}
-
 /// The result of [`export`].
 #[derive(Debug, Clone)]
 pub struct Exported {
@@ -105,12 +103,8 @@ fn check_images(graph: &Graph, pixels: &[u8], what: &str) -> Result<usize> {
     Ok(pixels.len() / len)
 }
 
-fn values(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(t.flatten_all()?.to_vec1::<f32>()?)
-}
-
 /// Exports the float model `input` to int8, calibrating on `calib_images_u8_nchw` (u8 pixels,
-/// planar, `n × C × H × W`).
+/// planar, `n × C × H × W`): lower, calibrate, quantize, plan, write, then measure.
 pub fn export(
     input: &Input,
     calib_images_u8_nchw: &[u8],
@@ -121,127 +115,34 @@ pub fn export(
     let n = avail.min(opts.calibration_images.max(1));
     let len = graph.tensors[graph.input].shape.len();
     let pixels = &calib_images_u8_nchw[..n * len];
-    let batch = opts.batch.max(1);
-    let nt = graph.tensors.len();
-
-    // Pass 1: ranges; pass 2: histograms over them.
     let float = Executor::new(&graph, &FakeQuant::default())?;
-    let mut stats = vec![Stats::default(); nt];
-    float.run_all(pixels, batch, &mut |t, x| {
-        stats[t].add(&values(x)?);
-        Ok(())
-    })?;
-    let mut hists: Vec<Histogram> = stats
-        .iter()
-        .map(|s| Histogram::for_range(s.range().0, s.range().1))
-        .collect();
-    float.run_all(pixels, batch, &mut |t, x| {
-        hists[t].add(&values(x)?);
-        Ok(())
-    })?;
-    let mut acts = vec![QParams::input(); nt];
-    let mut calibration = Vec::with_capacity(nt);
-    for t in 0..nt {
-        if t == graph.input {
-            calibration.push(None);
-            continue;
-        }
-        let clip = choose_range(
-            opts.calibration,
-            &stats[t],
-            &hists[t],
-            opts.symmetric_activations,
-        );
-        acts[t] = QParams::from_range(clip.0, clip.1, opts.symmetric_activations);
-        calibration.push(Some(TensorCalibration {
-            stats: stats[t],
-            histogram: hists[t].clone(),
-            clip,
-        }));
-    }
+    let (acts, calibration) = calibrate(&graph, &float, pixels, opts)?;
     let model = quantize_model(&graph, &acts, opts.weights)?;
     let plan = plan_model(&model);
     let bytes = write(&model, &plan)?;
-    // Nothing is handed out that the runtime would refuse (the writer and the reader's checks
-    // are separate code; a disagreement is a bug, reported as such rather than written).
+    // Nothing is handed out that the runtime would refuse (a disagreement between the writer
+    // and the reader's checks is a bug, reported as such rather than written).
     octet_runtime::Model::parse(&bytes).map_err(|e| {
         ExportError::Runtime(format!(
             "the exported model fails the runtime's validation ({e}): an exporter bug"
         ))
     })?;
-
-    // Per-layer SQNR: the fully simulated int8 graph against the float one.
     let n_sqnr = n.min(opts.sqnr_images.max(1));
-    let sim = Executor::new(
+    let sqnr = sqnr_db(
         &graph,
-        &FakeQuant {
-            weights: Some(model.dequantized_weights(&graph)),
-            biases: Some(model.dequantized_biases()),
-            activations: Some(model.qparams()),
-        },
+        &model,
+        &float,
+        &pixels[..n_sqnr * len],
+        opts.batch.max(1),
     )?;
-    let mut signal = vec![0f64; nt];
-    let mut noise = vec![0f64; nt];
-    let small = batch.min(16);
-    for chunk in pixels[..n_sqnr * len].chunks(small * len) {
-        let m = chunk.len() / len;
-        let mut reference: Vec<Option<Vec<f32>>> = vec![None; nt];
-        float.run_batch(chunk, m, &mut |t, x| {
-            reference[t] = Some(values(x)?);
-            Ok(())
-        })?;
-        sim.run_batch(chunk, m, &mut |t, x| {
-            if let Some(f) = &reference[t] {
-                for (a, b) in f.iter().zip(values(x)?) {
-                    signal[t] += (*a as f64).powi(2);
-                    noise[t] += (*a as f64 - b as f64).powi(2);
-                }
-            }
-            Ok(())
-        })?;
-    }
-    let sqnr = |t: usize| {
-        if noise[t] == 0.0 {
-            f64::INFINITY
-        } else {
-            10.0 * (signal[t] / noise[t]).log10()
-        }
-    };
-
     let layers = model
         .ops
         .iter()
         .map(|op| {
-            let t = &model.tensors[op.output];
-            let st = &stats[op.output];
-            let minmax = |v: &[f32]| {
-                v.iter().fold(None, |acc: Option<(f32, f32)>, &x| {
-                    Some(acc.map_or((x, x), |(a, b)| (a.min(x), b.max(x))))
-                })
-            };
-            let eff = op
-                .effective
-                .iter()
-                .fold(None, |acc: Option<(f64, f64)>, &x| {
-                    Some(acc.map_or((x, x), |(a, b)| (a.min(x), b.max(x))))
-                });
-            let shift = op.shifts.iter().fold(None, |acc: Option<(i32, i32)>, &x| {
-                Some(acc.map_or((x, x), |(a, b)| (a.min(x), b.max(x))))
-            });
-            LayerRow {
-                name: op.name.clone(),
-                kind: op.kind.name().into(),
-                inputs: op.inputs.iter().map(|&i| model.tensors[i].shape).collect(),
-                output: t.shape,
-                weight_scale: op.weights.as_ref().and_then(|w| minmax(&w.scales)),
-                observed: st.range(),
-                clip: t.qparams.range(),
-                scale: t.qparams.scale,
-                zero_point: t.qparams.zero_point,
-                multiplier: eff,
-                shift,
-                sqnr_db: sqnr(op.output),
-            }
+            let observed = calibration[op.output]
+                .as_ref()
+                .map_or((0.0, 0.0), |c| c.stats.range());
+            LayerRow::new(&model, op, observed, sqnr[op.output])
         })
         .collect();
     let report = Report {

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Tensor};
-use octet_models::ModelKind;
+use octet_models::{ModelError, ModelKind};
 
 use crate::fold::{fold_batch_norm, fold_input_normalization, BatchNorm};
 use crate::graph::{FloatOp, Graph, OpKind, Shape3, TensorInfo};
@@ -67,6 +67,33 @@ pub fn lower(input: &Input) -> Result<Graph> {
     Ok(b.finish())
 }
 
+/// A conv layer's options beside its name, width and kernel (candle-nn's `Conv2dConfig`).
+#[derive(Debug, Clone)]
+struct ConvConfig {
+    stride: usize,
+    pad: usize,
+    /// The layer has its own bias (`{name}.bias`); else 0, or the folded batch norm's.
+    bias: bool,
+    /// The batch norm folded in (its checkpoint prefix).
+    bn: Option<String>,
+    relu: bool,
+    /// The output tensor's name; `None`: the layer's.
+    output: Option<String>,
+}
+
+impl Default for ConvConfig {
+    fn default() -> Self {
+        Self {
+            stride: 1,
+            pad: 0,
+            bias: false,
+            bn: None,
+            relu: false,
+            output: None,
+        }
+    }
+}
+
 struct Builder<'a> {
     input: &'a Input<'a>,
     g: Graph,
@@ -103,15 +130,16 @@ impl<'a> Builder<'a> {
             .input
             .tensors
             .get(name)
-            .ok_or_else(|| ExportError::MissingTensor { name: name.into() })?;
+            .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
         if t.dims() != dims {
-            return Err(ExportError::ShapeMismatch {
+            return Err(ModelError::ShapeMismatch {
                 name: name.into(),
                 expected: dims.into(),
                 found: t.shape().clone(),
-            });
+            }
+            .into());
         }
-        let wrap = |source| ExportError::Tensor {
+        let wrap = |source| ModelError::Tensor {
             name: name.into(),
             source,
         };
@@ -151,24 +179,28 @@ impl<'a> Builder<'a> {
         id
     }
 
-    /// conv (+ optional bias, + optional BN) (+ ReLU) named `name`; output tensor `out_name`.
-    #[allow(clippy::too_many_arguments)]
+    /// conv (+ bias or folded BN, as `cfg` says) (+ ReLU) named `name`, `cout` output channels,
+    /// `k`×`k` kernel.
     fn conv(
         &mut self,
         x: usize,
         name: &str,
         cout: usize,
         k: usize,
-        stride: usize,
-        pad: usize,
-        has_bias: bool,
-        bn: Option<&str>,
-        relu: bool,
-        out_name: &str,
+        cfg: &ConvConfig,
     ) -> Result<usize> {
+        let ConvConfig {
+            stride,
+            pad,
+            bias: has_bias,
+            bn,
+            relu,
+            output,
+        } = cfg;
+        let (stride, pad, relu) = (*stride, *pad, *relu);
         let s = self.shape(x);
         let mut weight = self.get(&format!("{name}.weight"), &[cout, s.c, k, k])?;
-        let mut bias = if has_bias {
+        let mut bias = if *has_bias {
             self.get(&format!("{name}.bias"), &[cout])?
         } else {
             vec![0.0; cout]
@@ -203,7 +235,7 @@ impl<'a> Builder<'a> {
             relu,
             pad_values,
         };
-        Ok(self.push(op, out_name, out))
+        Ok(self.push(op, output.as_deref().unwrap_or(name), out))
     }
 
     /// Folds the input normalisation into the first weighted layer.
@@ -308,9 +340,14 @@ impl<'a> Builder<'a> {
 }
 
 fn lenet(b: &mut Builder) -> Result<()> {
-    let x = b.conv(0, "conv1", 6, 5, 1, 0, true, None, true, "conv1")?;
+    let conv = ConvConfig {
+        bias: true,
+        relu: true,
+        ..Default::default()
+    };
+    let x = b.conv(0, "conv1", 6, 5, &conv)?;
     let x = b.pool(x, true, 2, "pool1")?;
-    let x = b.conv(x, "conv2", 16, 5, 1, 0, true, None, true, "conv2")?;
+    let x = b.conv(x, "conv2", 16, 5, &conv)?;
     let x = b.pool(x, true, 2, "pool2")?;
     let x = b.fc(x, "fc1", 120, true)?;
     let x = b.fc(x, "fc2", 84, true)?;
@@ -318,59 +355,59 @@ fn lenet(b: &mut Builder) -> Result<()> {
     Ok(())
 }
 
+/// The basic block `name` (two 3×3 convs and the residual add); the 1×1 projection shortcut
+/// where the shape changes.
+fn basic_block(
+    b: &mut Builder,
+    x: usize,
+    name: &str,
+    (cin, cout, stride): (usize, usize, usize),
+) -> Result<usize> {
+    // The shortcut runs first: it is smaller than the block input it replaces, so the input
+    // dies earlier and the arena is smaller.
+    let short = if stride != 1 || cin != cout {
+        let cfg = ConvConfig {
+            stride,
+            bn: Some(format!("{name}.shortcut.1")),
+            output: Some(format!("{name}.shortcut")),
+            ..Default::default()
+        };
+        b.conv(x, &format!("{name}.shortcut.0"), cout, 1, &cfg)?
+    } else {
+        x
+    };
+    // 3×3 conv `{name}.conv{i}` with batch norm `{name}.bn{i}` folded in.
+    let conv_bn = |b: &mut Builder, x, i: usize, stride, relu| {
+        let cfg = ConvConfig {
+            stride,
+            pad: 1,
+            bn: Some(format!("{name}.bn{i}")),
+            relu,
+            ..Default::default()
+        };
+        b.conv(x, &format!("{name}.conv{i}"), cout, 3, &cfg)
+    };
+    let y = conv_bn(b, x, 1, stride, true)?;
+    let y = conv_bn(b, y, 2, 1, false)?;
+    b.add(y, short, &format!("{name}.add"))
+}
+
 fn resnet18(b: &mut Builder) -> Result<()> {
-    let mut x = b.conv(0, "conv1", 64, 3, 1, 1, false, Some("bn1"), true, "conv1")?;
+    let stem = ConvConfig {
+        pad: 1,
+        bn: Some("bn1".into()),
+        relu: true,
+        ..Default::default()
+    };
+    let mut x = b.conv(0, "conv1", 64, 3, &stem)?;
     let mut cin = 64;
     for (stage, (cout, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)]
         .into_iter()
         .enumerate()
     {
         for (i, s) in [stride, 1].into_iter().enumerate() {
-            let n = format!("layer{}.{i}", stage + 1);
-            // The shortcut runs first: it is smaller than the block input it replaces, so the
-            // input dies earlier and the arena is smaller.
-            let short = if s != 1 || cin != cout {
-                let sc = format!("{n}.shortcut.0");
-                b.conv(
-                    x,
-                    &sc,
-                    cout,
-                    1,
-                    s,
-                    0,
-                    false,
-                    Some(&format!("{n}.shortcut.1")),
-                    false,
-                    &format!("{n}.shortcut"),
-                )?
-            } else {
-                x
-            };
-            let y = b.conv(
-                x,
-                &format!("{n}.conv1"),
-                cout,
-                3,
-                s,
-                1,
-                false,
-                Some(&format!("{n}.bn1")),
-                true,
-                &format!("{n}.conv1"),
-            )?;
-            let y = b.conv(
-                y,
-                &format!("{n}.conv2"),
-                cout,
-                3,
-                1,
-                1,
-                false,
-                Some(&format!("{n}.bn2")),
-                false,
-                &format!("{n}.conv2"),
-            )?;
-            x = b.add(y, short, &format!("{n}.add"))?;
+            let name = format!("layer{}.{i}", stage + 1);
+            x = basic_block(b, x, &name, (cin, cout, s))?;
             cin = cout;
         }
     }

@@ -2,7 +2,6 @@
 //! Greedy by size, largest first, each at the lowest offset that does not overlap a placed buffer
 //! whose lifetime overlaps its own (TFLite Micro's greedy planner).
 
-use crate::graph::OpKind;
 use crate::qmodel::{QModel, QOp};
 
 /// Offsets are aligned to this (SIMD loads; the arena itself starts 16-aligned in the runtime).
@@ -62,16 +61,7 @@ pub fn plan(buffers: &[Buffer], align: usize) -> (Vec<usize>, usize) {
 /// Scratch bytes `op` needs in the arena for one image: the runtime's own figure
 /// (`octet_runtime::scratch_bytes`), so plan and kernels agree. The single place to change.
 pub fn op_scratch_bytes(op: &QOp, model: &QModel) -> usize {
-    let (kh, kw, stride, pad) = match op.kind {
-        OpKind::Conv2d {
-            kh,
-            kw,
-            stride,
-            pad,
-        } => (kh, kw, stride, pad),
-        OpKind::MaxPool { k, stride } | OpKind::AvgPool { k, stride } => (k, k, stride, 0),
-        _ => (0, 0, 0, 0),
-    };
+    let (kh, kw, stride, pad) = op.kind.window();
     let x = model.tensors[op.inputs[0]].shape;
     let y = model.tensors[op.output].shape;
     let g = octet_runtime::OpGeometry {

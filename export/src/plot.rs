@@ -8,8 +8,10 @@ use std::sync::Once;
 
 use plotters::prelude::*;
 
-use crate::graph::OpKind;
-use crate::{ExportError, Exported, Result};
+use crate::calibrate::Stats;
+use crate::graph::{FloatOp, OpKind};
+use crate::quantize::QuantizedWeights;
+use crate::{ExportError, Exported, Result, TensorCalibration};
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
 const DISPLAY_BINS: usize = 256;
@@ -29,16 +31,39 @@ pub fn register_font() -> Result<()> {
 }
 
 /// One histogram to draw: `counts` over `[lo, hi]` in equal bins, and the marks.
-struct Panel<'a> {
+struct Panel {
     title: String,
     lo: f64,
     hi: f64,
-    counts: &'a [u64],
+    counts: Vec<u64>,
     min: f64,
     max: f64,
     mean: f64,
     std: f64,
     clip: (f64, f64),
+}
+
+impl Panel {
+    /// `counts` over `range`, marked with what `seen` observed and the int8 range `clip`.
+    fn new(
+        title: String,
+        range: (f64, f64),
+        counts: Vec<u64>,
+        seen: &Stats,
+        clip: (f64, f64),
+    ) -> Self {
+        Panel {
+            title,
+            lo: range.0,
+            hi: range.1,
+            counts,
+            min: seen.min as f64,
+            max: seen.max as f64,
+            mean: seen.mean(),
+            std: seen.std(),
+            clip,
+        }
+    }
 }
 
 fn plot_err<E: std::fmt::Display>(e: E) -> ExportError {
@@ -142,70 +167,69 @@ pub fn write_histograms(exported: &Exported, dir: &Path) -> Result<Vec<PathBuf>>
         .enumerate()
     {
         let stem = format!("{i:02}_{}", op.name.replace(['/', '\\'], "_"));
-        if let (true, Some(qw)) = (op.kind.has_weights(), &q.weights) {
-            let w = &op.weight;
-            let (min, max) = w
-                .iter()
-                .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
-                    (a.min(x), b.max(x))
-                });
-            let n = w.len() as f64;
-            let mean = w.iter().map(|&x| x as f64).sum::<f64>() / n;
-            let std = (w.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
-            let mut counts = vec![0u64; DISPLAY_BINS];
-            let width = ((max - min) as f64).max(1e-12) / DISPLAY_BINS as f64;
-            for &x in w {
-                counts[(((x - min) as f64 / width) as usize).min(DISPLAY_BINS - 1)] += 1;
+        let weights = match (op.kind.has_weights(), &q.weights) {
+            (true, Some(qw)) => Some(weights_panel(exported, op, qw)),
+            _ => None,
+        };
+        let activations = match exported.calibration.get(op.output) {
+            Some(Some(cal)) => Some(activations_panel(exported, op, cal)),
+            _ => None,
+        };
+        for (what, panel) in [("weights", weights), ("activations", activations)] {
+            if let Some(panel) = panel {
+                let path = dir.join(format!("{stem}_{what}.png"));
+                draw(&panel, &path)?;
+                written.push(path);
             }
-            let smax = qw.scales.iter().fold(0f32, |a, &b| a.max(b)) as f64 * 127.0;
-            let kind = if matches!(op.kind, OpKind::Conv2d { .. }) {
-                "conv"
-            } else {
-                "fc"
-            };
-            let path = dir.join(format!("{stem}_weights.png"));
-            draw(
-                &Panel {
-                    title: format!(
-                        "{} {kind} weights (folded), {:?}",
-                        op.name, exported.report.weights
-                    ),
-                    lo: min as f64,
-                    hi: max as f64,
-                    counts: &counts,
-                    min: min as f64,
-                    max: max as f64,
-                    mean,
-                    std,
-                    clip: (-smax, smax),
-                },
-                &path,
-            )?;
-            written.push(path);
-        }
-        if let Some(Some(cal)) = exported.calibration.get(op.output) {
-            let counts = regroup(&cal.histogram.counts);
-            let (a, b) = exported.model.tensors[op.output].qparams.range();
-            let path = dir.join(format!("{stem}_activations.png"));
-            draw(
-                &Panel {
-                    title: format!(
-                        "{} output, {} calibration",
-                        op.name, exported.report.calibration
-                    ),
-                    lo: cal.histogram.lo,
-                    hi: cal.histogram.hi,
-                    counts: &counts,
-                    min: cal.stats.min as f64,
-                    max: cal.stats.max as f64,
-                    mean: cal.stats.mean(),
-                    std: cal.stats.std(),
-                    clip: (a as f64, b as f64),
-                },
-                &path,
-            )?;
-            written.push(path);
         }
     }
     Ok(written)
+}
+
+/// The folded float weights of `op` in [`DISPLAY_BINS`] bins over their range, with the
+/// range the int8 weights cover.
+fn weights_panel(exported: &Exported, op: &FloatOp, qw: &QuantizedWeights) -> Panel {
+    let w = &op.weight;
+    let mut seen = Stats::default();
+    seen.add(w);
+    let (min, max) = (seen.min, seen.max);
+    let mut counts = vec![0u64; DISPLAY_BINS];
+    let width = ((max - min) as f64).max(1e-12) / DISPLAY_BINS as f64;
+    for &x in w {
+        counts[(((x - min) as f64 / width) as usize).min(DISPLAY_BINS - 1)] += 1;
+    }
+    let smax = qw.scales.iter().fold(0f32, |a, &b| a.max(b)) as f64 * 127.0;
+    let kind = if matches!(op.kind, OpKind::Conv2d { .. }) {
+        "conv"
+    } else {
+        "fc"
+    };
+    let title = format!(
+        "{} {kind} weights (folded), {:?}",
+        op.name, exported.report.weights
+    );
+    Panel::new(
+        title,
+        (min as f64, max as f64),
+        counts,
+        &seen,
+        (-smax, smax),
+    )
+}
+
+/// `op`'s output as calibration saw it, with the range its int8 codes cover.
+fn activations_panel(exported: &Exported, op: &FloatOp, cal: &TensorCalibration) -> Panel {
+    let (a, b) = exported.model.tensors[op.output].qparams.range();
+    let title = format!(
+        "{} output, {} calibration",
+        op.name, exported.report.calibration
+    );
+    let h = &cal.histogram;
+    Panel::new(
+        title,
+        (h.lo, h.hi),
+        regroup(&h.counts),
+        &cal.stats,
+        (a as f64, b as f64),
+    )
 }

@@ -3,14 +3,12 @@
 
 use serde::Serialize;
 
-use crate::graph::{Graph, OpKind, Shape3};
-use crate::quantize::{
-    add_multipliers, quantize_multiplier, quantize_weights, QParams, QuantizedWeights, WeightScheme,
-};
-use crate::{ExportError, Result};
+use octet_runtime::format::MAX_ACCUMULATION;
+use octet_runtime::quantize_multiplier;
 
-/// Largest number of products per output the runtime accepts (FORMAT.md).
-pub const MAX_ACCUMULATION: usize = 65_536;
+use crate::graph::{FloatOp, Graph, OpKind, Shape3};
+use crate::quantize::{add_multipliers, quantize_weights, QParams, QuantizedWeights, WeightScheme};
+use crate::{ExportError, Result};
 
 /// An int8 activation tensor.
 #[derive(Debug, Clone, Serialize)]
@@ -79,115 +77,12 @@ impl QModel {
 /// Quantizes `graph` given each tensor's activation parameters (`acts[graph.input]` is
 /// replaced by the fixed input parameters, max-pool outputs inherit their input's).
 pub fn quantize_model(graph: &Graph, acts: &[QParams], scheme: WeightScheme) -> Result<QModel> {
-    if acts.len() != graph.tensors.len() {
-        return Err(ExportError::BadInput(format!(
-            "{} activation parameters for {} tensors",
-            acts.len(),
-            graph.tensors.len()
-        )));
-    }
-    let mut qp = acts.to_vec();
-    qp[graph.input] = QParams::input();
-    for op in &graph.ops {
-        if let OpKind::MaxPool { .. } = op.kind {
-            qp[op.output] = qp[op.inputs[0]];
-        }
-    }
-    let mut ops = Vec::with_capacity(graph.ops.len());
-    for op in &graph.ops {
-        let (sin, sout) = (qp[op.inputs[0]], qp[op.output]);
-        let relu_min = if op.relu {
-            sout.zero_point.max(-128)
-        } else {
-            -128
-        };
-        let mut q = QOp {
-            name: op.name.clone(),
-            kind: op.kind,
-            inputs: op.inputs.clone(),
-            output: op.output,
-            weights: None,
-            bias: Vec::new(),
-            bias_real: Vec::new(),
-            multipliers: Vec::new(),
-            shifts: Vec::new(),
-            effective: Vec::new(),
-            act_min: relu_min,
-            act_max: 127,
-            pad_values: Vec::new(),
-        };
-        let encode = |m: f64| {
-            quantize_multiplier(m).ok_or_else(|| ExportError::Multiplier {
-                layer: op.name.clone(),
-                value: m,
-            })
-        };
-        match op.kind {
-            OpKind::Conv2d { .. } | OpKind::FullyConnected => {
-                let k = op.k(graph);
-                if k > MAX_ACCUMULATION {
-                    return Err(ExportError::AccumulatorOverflow {
-                        layer: op.name.clone(),
-                        k,
-                    });
-                }
-                let cout = op.out_channels();
-                let (s_in, s_out) = (sin.scale as f64, sout.scale as f64);
-                // Floor each weight scale so m ≥ 2^−20: near-dead channels keep encodable
-                // multipliers and biases that fit in int32.
-                let floor = (s_out / s_in * 2f64.powi(-20)) as f32;
-                let w = quantize_weights(&op.weight, cout, scheme, &vec![floor; cout]);
-                let per = op.weight.len() / cout;
-                // |Σ w·q| ≤ K·127·128 at every partial sum; keep bias + that inside int32.
-                let bias_limit = (i32::MAX as i64 - 2 * (k as i64) * 127 * 128).max(0);
-                for o in 0..cout {
-                    let s_acc = s_in * w.scales[o] as f64;
-                    let b = (op.bias[o] as f64 / s_acc)
-                        .round()
-                        .clamp(-(bias_limit as f64), bias_limit as f64)
-                        as i64;
-                    let sum_w: i64 = w.q[o * per..(o + 1) * per].iter().map(|&x| x as i64).sum();
-                    q.bias.push((b - sin.zero_point as i64 * sum_w) as i32);
-                    q.bias_real.push((b as f64 * s_acc) as f32);
-                    let m = s_acc / s_out;
-                    let (m0, shift) = encode(m)?;
-                    q.multipliers.push(m0);
-                    q.shifts.push(shift);
-                    q.effective.push(m);
-                }
-                if let Some(pv) = &op.pad_values {
-                    q.pad_values = pv.iter().map(|&v| sin.quantize(v)).collect();
-                }
-                q.weights = Some(w);
-            }
-            OpKind::MaxPool { .. } => {
-                q.act_min = -128;
-            }
-            OpKind::AvgPool { k, .. } => {
-                let m = sin.scale as f64 / (sout.scale as f64 * (k * k) as f64);
-                let (m0, shift) = encode(m)?;
-                q.multipliers.push(m0);
-                q.shifts.push(shift);
-                q.effective.push(m);
-                q.act_min = -128;
-            }
-            OpKind::Add => {
-                let s1 = qp[op.inputs[1]].scale as f64;
-                let (m, n) =
-                    add_multipliers(sin.scale as f64, s1, sout.scale as f64).ok_or_else(|| {
-                        ExportError::Multiplier {
-                            layer: op.name.clone(),
-                            value: sin.scale.max(qp[op.inputs[1]].scale) as f64 / sout.scale as f64,
-                        }
-                    })?;
-                q.multipliers.extend(m);
-                q.shifts.push(n);
-                q.effective.push(sin.scale as f64 / sout.scale as f64);
-                q.effective.push(s1 / sout.scale as f64);
-            }
-        }
-        ops.push(q);
-    }
+    let qp = tensor_params(graph, acts)?;
+    let ops = graph
+        .ops
+        .iter()
+        .map(|op| quantize_op(graph, op, &qp, scheme))
+        .collect::<Result<Vec<_>>>()?;
     let tensors = graph
         .tensors
         .iter()
@@ -204,4 +99,134 @@ pub fn quantize_model(graph: &Graph, acts: &[QParams], scheme: WeightScheme) -> 
         input: graph.input,
         output: graph.output,
     })
+}
+
+/// Every tensor's parameters: `acts`, but the input's fixed ones and max pools passing their
+/// input's through (the int8 max of int8 values needs no requantization).
+fn tensor_params(graph: &Graph, acts: &[QParams]) -> Result<Vec<QParams>> {
+    if acts.len() != graph.tensors.len() {
+        return Err(ExportError::BadInput(format!(
+            "{} activation parameters for {} tensors",
+            acts.len(),
+            graph.tensors.len()
+        )));
+    }
+    let mut qp = acts.to_vec();
+    qp[graph.input] = QParams::input();
+    for op in &graph.ops {
+        if let OpKind::MaxPool { .. } = op.kind {
+            qp[op.output] = qp[op.inputs[0]];
+        }
+    }
+    Ok(qp)
+}
+
+/// `op` with its integer constants, given every tensor's parameters `qp`.
+fn quantize_op(graph: &Graph, op: &FloatOp, qp: &[QParams], scheme: WeightScheme) -> Result<QOp> {
+    let (sin, sout) = (qp[op.inputs[0]], qp[op.output]);
+    let relu_min = if op.relu {
+        sout.zero_point.max(-128)
+    } else {
+        -128
+    };
+    let mut q = QOp {
+        name: op.name.clone(),
+        kind: op.kind,
+        inputs: op.inputs.clone(),
+        output: op.output,
+        weights: None,
+        bias: Vec::new(),
+        bias_real: Vec::new(),
+        multipliers: Vec::new(),
+        shifts: Vec::new(),
+        effective: Vec::new(),
+        act_min: relu_min,
+        act_max: 127,
+        pad_values: Vec::new(),
+    };
+    match op.kind {
+        OpKind::Conv2d { .. } | OpKind::FullyConnected => {
+            quantize_weighted(graph, op, (sin, sout), scheme, &mut q)?
+        }
+        OpKind::MaxPool { .. } => {
+            q.act_min = -128;
+        }
+        OpKind::AvgPool { k, .. } => {
+            let m = sin.scale as f64 / (sout.scale as f64 * (k * k) as f64);
+            q.push_multiplier(m)?;
+            q.act_min = -128;
+        }
+        OpKind::Add => {
+            let s1 = qp[op.inputs[1]].scale as f64;
+            let (m, n) =
+                add_multipliers(sin.scale as f64, s1, sout.scale as f64).ok_or_else(|| {
+                    ExportError::Multiplier {
+                        layer: op.name.clone(),
+                        value: sin.scale.max(qp[op.inputs[1]].scale) as f64 / sout.scale as f64,
+                    }
+                })?;
+            q.multipliers.extend(m);
+            q.shifts.push(n);
+            q.effective.push(sin.scale as f64 / sout.scale as f64);
+            q.effective.push(s1 / sout.scale as f64);
+        }
+    }
+    Ok(q)
+}
+
+/// A conv's or fully connected layer's int8 weights, int32 biases and per-channel multipliers,
+/// given its input and output parameters `(sin, sout)`.
+fn quantize_weighted(
+    graph: &Graph,
+    op: &FloatOp,
+    (sin, sout): (QParams, QParams),
+    scheme: WeightScheme,
+    q: &mut QOp,
+) -> Result<()> {
+    let k = op.k(graph);
+    if k > MAX_ACCUMULATION as usize {
+        return Err(ExportError::AccumulatorOverflow {
+            layer: op.name.clone(),
+            k,
+        });
+    }
+    let cout = op.out_channels();
+    let (s_in, s_out) = (sin.scale as f64, sout.scale as f64);
+    // Floor each weight scale so m ≥ 2^−20: near-dead channels keep encodable
+    // multipliers and biases that fit in int32.
+    let floor = (s_out / s_in * 2f64.powi(-20)) as f32;
+    let w = quantize_weights(&op.weight, cout, scheme, &vec![floor; cout]);
+    let per = op.weight.len() / cout;
+    // |Σ w·q| ≤ K·127·128 at every partial sum; keep bias + that inside int32.
+    let bias_limit = (i32::MAX as i64 - 2 * (k as i64) * 127 * 128).max(0);
+    for o in 0..cout {
+        let s_acc = s_in * w.scales[o] as f64;
+        let b = (op.bias[o] as f64 / s_acc)
+            .round()
+            .clamp(-(bias_limit as f64), bias_limit as f64) as i64;
+        let sum_w: i64 = w.q[o * per..(o + 1) * per].iter().map(|&x| x as i64).sum();
+        q.bias.push((b - sin.zero_point as i64 * sum_w) as i32);
+        q.bias_real.push((b as f64 * s_acc) as f32);
+        q.push_multiplier(s_acc / s_out)?;
+    }
+    if let Some(pv) = &op.pad_values {
+        q.pad_values = pv.iter().map(|&v| sin.quantize(v)).collect();
+    }
+    q.weights = Some(w);
+    Ok(())
+}
+
+impl QOp {
+    /// Appends the real multiplier `m` and its encoding (M0, shift) by the runtime's
+    /// `quantize_multiplier`: the one computation, so exporter and runtime cannot drift.
+    fn push_multiplier(&mut self, m: f64) -> Result<()> {
+        let (m0, shift) = quantize_multiplier(m).ok_or_else(|| ExportError::Multiplier {
+            layer: self.name.clone(),
+            value: m,
+        })?;
+        self.multipliers.push(m0);
+        self.shifts.push(shift);
+        self.effective.push(m);
+        Ok(())
+    }
 }

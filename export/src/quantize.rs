@@ -1,6 +1,8 @@
 //! Quantization primitives of the int8 contract: activation parameters, int8 weights, and the
-//! fixed-point encoding of requantization multipliers (FORMAT.md, "Requantization").
+//! residual add's multipliers (FORMAT.md, "Requantization"). Per-channel multipliers are
+//! encoded by the runtime's `requant::quantize_multiplier`, the one definition.
 
+use octet_runtime::requant::valid_right_shift;
 use serde::{Deserialize, Serialize};
 
 /// How weights get their scales.
@@ -137,50 +139,29 @@ pub fn quantize_weights(
     QuantizedWeights { q, scales }
 }
 
-/// Encodes m > 0 as `(M0, shift)` with M0 ∈ [2^30, 2^31) and m = M0 · 2^(shift − 31), n = 31 −
-/// shift ∈ [1, 62]. `None` when m is not positive and finite or out of that range.
-pub fn quantize_multiplier(m: f64) -> Option<(i32, i32)> {
-    let (f, mut e) = frexp(m)?;
-    let mut q = (f * (1u64 << 31) as f64).round() as i64;
-    if q == 1i64 << 31 {
-        q /= 2;
-        e += 1;
-    }
-    let n = 31 - e;
-    (1..=62).contains(&n).then_some((q as i32, e))
-}
-
 /// The real value of `(M0, shift)`.
 pub fn multiplier_value(m0: i32, shift: i32) -> f64 {
     m0 as f64 * 2f64.powi(shift - 31)
 }
 
-/// m = f · 2^e with f ∈ [0.5, 1).
-fn frexp(m: f64) -> Option<(f64, i32)> {
-    if !(m.is_finite() && m > 0.0) || m < f64::MIN_POSITIVE {
+/// e with m = f · 2^e, f ∈ [0.5, 1), read from the f64's bits (as the runtime's
+/// `quantize_multiplier` does); `None` unless m is positive, finite and normal.
+fn exponent(m: f64) -> Option<i32> {
+    if !(m.is_finite() && m > 0.0) {
         return None;
     }
-    let mut e = m.log2().floor() as i32 + 1;
-    let mut f = m / 2f64.powi(e);
-    while f >= 1.0 {
-        f /= 2.0;
-        e += 1;
-    }
-    while f < 0.5 {
-        f *= 2.0;
-        e -= 1;
-    }
-    Some((f, e))
+    let biased = ((m.to_bits() >> 52) & 0x7ff) as i32;
+    (biased != 0).then_some(biased - 1022)
 }
 
 /// The residual add's integer parameters: `m_i = round(s_i/s_out · 2^n)` with n chosen so that
 /// max(m0, m1) ∈ [2^30, 2^31). Returns `([m0, m1], n)`.
 pub fn add_multipliers(s0: f64, s1: f64, s_out: f64) -> Option<([i32; 2], i32)> {
     let (r0, r1) = (s0 / s_out, s1 / s_out);
-    let (_, e) = frexp(r0.max(r1))?;
+    let e = exponent(r0.max(r1))?;
     let mut n = 31 - e;
     loop {
-        if !(1..=62).contains(&n) {
+        if !valid_right_shift(n) {
             return None;
         }
         let m0 = (r0 * 2f64.powi(n)).round();
@@ -195,33 +176,14 @@ pub fn add_multipliers(s0: f64, s1: f64, s_out: f64) -> Option<([i32; 2], i32)> 
     }
 }
 
-/// Fixed-point requantization exactly as the runtime applies it (FORMAT.md).
-pub fn requantize(acc: i32, m0: i32, shift: i32) -> i64 {
-    let n = 31 - shift;
-    (acc as i64 * m0 as i64 + (1i64 << (n - 1))) >> n
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use octet_runtime::{quantize_multiplier, requantize};
     use proptest::prelude::*;
 
-    #[test]
-    fn multiplier_examples() {
-        assert_eq!(quantize_multiplier(0.5), Some((1 << 30, 0)));
-        assert_eq!(quantize_multiplier(1.0), Some((1 << 30, 1)));
-        assert_eq!(quantize_multiplier(0.75), Some((3 << 29, 0)));
-        assert_eq!(quantize_multiplier(0.0), None);
-        assert_eq!(quantize_multiplier(-1.0), None);
-        assert_eq!(quantize_multiplier(f64::NAN), None);
-        assert_eq!(quantize_multiplier(2f64.powi(31)), None); // n would be 0
-        assert!(quantize_multiplier(2f64.powi(-40)).is_none()); // n would be 71
-                                                                // Rounding up to 2^31 renormalises.
-        let (m0, s) = quantize_multiplier(1.0 - 1e-12).unwrap();
-        assert_eq!((m0, s), (1 << 30, 1));
-    }
-
     proptest! {
+        /// The runtime's encoding over the exporter's whole range of multipliers.
         #[test]
         fn multiplier_encodes_within_half_an_ulp(m in 1e-9f64..1e8) {
             let (m0, shift) = quantize_multiplier(m).unwrap();
@@ -234,7 +196,7 @@ mod tests {
         #[test]
         fn requantize_matches_f64(m in 1e-6f64..4.0, acc in -(1i32 << 20)..(1 << 20)) {
             let (m0, shift) = quantize_multiplier(m).unwrap();
-            let got = requantize(acc, m0, shift);
+            let got = requantize(acc, m0, shift) as i64;
             let exact = acc as f64 * multiplier_value(m0, shift);
             // Round half up of the exactly represented product.
             prop_assert_eq!(got, (exact + 0.5).floor() as i64);

@@ -200,10 +200,15 @@ impl<'g> Executor<'g> {
         let mut out = Vec::new();
         for chunk in pixels.chunks(batch.max(1) * len) {
             let y = self.run_batch(chunk, chunk.len() / len, observe)?;
-            out.extend(y.flatten_all()?.to_vec1::<f32>()?);
+            out.extend(values(&y)?);
         }
         Ok(out)
     }
+}
+
+/// A tensor's values, flattened.
+pub(crate) fn values(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
 }
 
 /// Round to the int8 grid of `qp` and back.

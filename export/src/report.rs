@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::calibrate::Calibration;
 use crate::graph::Shape3;
+use crate::qmodel::{QModel, QOp};
 use crate::quantize::WeightScheme;
 
 /// One op of the int8 model.
@@ -28,6 +29,37 @@ pub struct LayerRow {
     pub shift: Option<(i32, i32)>,
     /// 10·log10(Σ f² / Σ (f − q)²) of the simulated int8 activation against the float one.
     pub sqnr_db: f64,
+}
+
+/// (min, max) of `v`; `None` when empty.
+fn span<T: Copy + PartialOrd>(v: &[T]) -> Option<(T, T)> {
+    v.iter().fold(None, |acc, &x| {
+        Some(acc.map_or((x, x), |(a, b): (T, T)| {
+            (if x < a { x } else { a }, if x > b { x } else { b })
+        }))
+    })
+}
+
+impl LayerRow {
+    /// `op`'s row: shapes, parameters and multipliers from the int8 model, the range
+    /// calibration `observed` and the SQNR of its output.
+    pub fn new(model: &QModel, op: &QOp, observed: (f32, f32), sqnr_db: f64) -> Self {
+        let t = &model.tensors[op.output];
+        LayerRow {
+            name: op.name.clone(),
+            kind: op.kind.name().into(),
+            inputs: op.inputs.iter().map(|&i| model.tensors[i].shape).collect(),
+            output: t.shape,
+            weight_scale: op.weights.as_ref().and_then(|w| span(&w.scales)),
+            observed,
+            clip: t.qparams.range(),
+            scale: t.qparams.scale,
+            zero_point: t.qparams.zero_point,
+            multiplier: span(&op.effective),
+            shift: span(&op.shifts),
+            sqnr_db,
+        }
+    }
 }
 
 /// The export's report.

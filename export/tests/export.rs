@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use octet_export::*;
-use octet_models::ModelKind;
+use octet_models::{ModelError, ModelKind};
 
 fn input<'a>(
     kind: ModelKind,
@@ -164,6 +164,7 @@ fn pytorch_layout_checkpoints_export_to_valid_files() {
             }
         }
         assert_eq!(ex.report.layers.len(), p.n_ops);
+        check_records_and_multipliers(&ex);
         let md = ex.report.to_markdown();
         assert!(md.contains("conv1") && md.contains("SQNR"), "{md}");
         serde_json::to_string(&ex.report).unwrap();
@@ -284,22 +285,26 @@ fn lenet_int8_tracks_float_on_fashion_mnist() {
     }
 }
 
-#[test]
-fn resnet18_int8_tracks_float() {
+/// A random-weight ResNet-18 (CIFAR-10 shapes) exported after calibrating on `calib_images`
+/// random images.
+fn exported_resnet18(calib_images: usize, sqnr_images: usize) -> Exported {
     let (_, tensors) = random_model(ModelKind::ResNet18, 3, 10, 5);
     let inp = input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
-    let calib = random_pixels(32, inp.image_len(), 1);
-    let ex = export(
-        &inp,
-        &calib,
-        &ExportOptions {
-            sqnr_images: 8,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let calib = random_pixels(calib_images, inp.image_len(), 1);
+    let opts = ExportOptions {
+        sqnr_images,
+        ..Default::default()
+    };
+    export(&inp, &calib, &opts).unwrap()
+}
+
+const CIFAR_IMAGE: usize = 3 * 32 * 32;
+
+#[test]
+fn resnet18_int8_tracks_float() {
+    let ex = exported_resnet18(32, 8);
     check_o8(&ex.bytes);
-    let test = random_pixels(3, inp.image_len(), 2);
+    let test = random_pixels(3, CIFAR_IMAGE, 2);
     let float = Executor::new(&ex.graph, &FakeQuant::default())
         .unwrap()
         .run_all(&test, 3, &mut |_, _| Ok(()))
@@ -362,7 +367,7 @@ fn bad_inputs_are_errors_that_name_the_culprit() {
     )
     .unwrap_err();
     assert!(
-        matches!(&err, ExportError::MissingTensor { name } if name == "layer2.0.shortcut.1.running_var"),
+        matches!(&err, ExportError::Checkpoint(ModelError::MissingTensor { name }) if name == "layer2.0.shortcut.1.running_var"),
         "{err}"
     );
 
@@ -447,20 +452,105 @@ fn runtime_matches_the_exporters_integer_interpreter() {
     let theirs = runtime_logits(&ex.bytes, test, 16).unwrap();
     assert_eq!(ours, theirs, "LeNet");
 
-    let (_, tensors) = random_model(ModelKind::ResNet18, 3, 10, 5);
-    let inp = input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
-    let calib = random_pixels(16, inp.image_len(), 1);
-    let ex = export(
-        &inp,
-        &calib,
-        &ExportOptions {
-            sqnr_images: 4,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let test = random_pixels(2, inp.image_len(), 2);
+    let ex = exported_resnet18(16, 4);
+    let test = random_pixels(2, CIFAR_IMAGE, 2);
     let ours = run_int8(&ex.model, &ex.plan, &test, 2).unwrap();
     let theirs = runtime_logits(&ex.bytes, &test, 2).unwrap();
     assert_eq!(ours, theirs, "ResNet-18");
+}
+
+/// The runtime's `format` views read back, field by field, what the model and plan hold; and
+/// there is one multiplier computation: every per-channel (M0, shift) stored is
+/// `octet_runtime::quantize_multiplier` of the real multiplier the exporter computed.
+fn check_records_and_multipliers(ex: &Exported) {
+    use octet_runtime::format::{
+        le_i32, Header, OpRecord, TensorRecord, HEADER_LEN, NO_TENSOR, OP_LEN, TENSOR_LEN,
+    };
+    let b = &ex.bytes;
+    let (model, plan) = (&ex.model, &ex.plan);
+    let h = Header::new(b).unwrap().fields();
+    assert_eq!(h.file_len as usize, b.len());
+    assert_eq!(h.arena_bytes as usize, plan.arena_bytes);
+    assert_eq!(
+        (h.input_tensor as usize, h.output_tensor as usize),
+        (model.input, model.output)
+    );
+    assert_eq!(
+        (h.n_tensors as usize, h.n_ops as usize),
+        (model.tensors.len(), model.ops.len())
+    );
+    let out = model.tensors[model.output].qparams;
+    assert_eq!(
+        (h.output_scale, h.output_zero_point),
+        (out.scale, out.zero_point)
+    );
+    for (i, t) in model.tensors.iter().enumerate() {
+        let r = TensorRecord::new(&b[HEADER_LEN + i * TENSOR_LEN..][..TENSOR_LEN])
+            .unwrap()
+            .fields();
+        let chw = (r.chw.0 as usize, r.chw.1 as usize, r.chw.2 as usize);
+        assert_eq!(chw, (t.shape.c, t.shape.h, t.shape.w), "tensor {i}");
+        assert_eq!(
+            (r.scale, r.zero_point),
+            (t.qparams.scale, t.qparams.zero_point)
+        );
+        assert_eq!(
+            (r.offset as usize, r.bytes as usize),
+            (plan.tensor_offsets[i], t.shape.len())
+        );
+    }
+    let data = &b[h.data_offset as usize..];
+    let i32s = |(off, len): (u32, u32)| -> Vec<i32> {
+        (0..len as usize / 4)
+            .map(|k| le_i32(data, off as usize + 4 * k))
+            .collect()
+    };
+    for (i, op) in model.ops.iter().enumerate() {
+        let r = OpRecord::new(&b[h.op_table as usize + i * OP_LEN..][..OP_LEN])
+            .unwrap()
+            .fields();
+        assert_eq!(r.kind, op.kind.code(), "{}", op.name);
+        assert_eq!(r.input0 as usize, op.inputs[0]);
+        let input1 = op.inputs.get(1).map_or(NO_TENSOR, |&t| t as u16);
+        assert_eq!((r.input1, r.output as usize), (input1, op.output));
+        let (kh, kw, stride, pad) = op.kind.window();
+        let window = (kh as u8, kw as u8, stride as u8, pad as u8);
+        assert_eq!((r.window, r.act), (window, (op.act_min, op.act_max)));
+        assert_eq!(r.scratch as usize, plan.scratch_offsets[i]);
+        assert_eq!(i32s(r.bias), op.bias, "{}", op.name);
+        assert_eq!(i32s(r.multiplier), op.multipliers, "{}", op.name);
+        assert_eq!(i32s(r.shift), op.shifts, "{}", op.name);
+        if op.kind != OpKind::Add {
+            // The add stores (m0, m1) and one right shift n: add_multipliers, not an M0·2^shift.
+            let want: Vec<(i32, i32)> = op
+                .effective
+                .iter()
+                .map(|&m| octet_runtime::quantize_multiplier(m).unwrap())
+                .collect();
+            let got: Vec<(i32, i32)> = op
+                .multipliers
+                .iter()
+                .copied()
+                .zip(op.shifts.iter().copied())
+                .collect();
+            assert_eq!(got, want, "{}", op.name);
+        }
+    }
+}
+
+#[test]
+fn stored_records_and_multipliers_are_the_runtimes() {
+    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 21);
+    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (pixels, _) = fashion_test(64);
+    for weights in [WeightScheme::PerChannel, WeightScheme::PerTensor] {
+        let opts = ExportOptions {
+            weights,
+            sqnr_images: 4,
+            ..Default::default()
+        };
+        check_records_and_multipliers(&export(&inp, &pixels, &opts).unwrap());
+    }
+    // Avg pool and add too.
+    check_records_and_multipliers(&exported_resnet18(8, 2));
 }

@@ -1,4 +1,6 @@
-//! Zero-copy views of the `.o8` records (see `runtime/FORMAT.md`), and the format's constants.
+//! The `.o8` layout (`runtime/FORMAT.md`) in one place, for reading and writing: the format's
+//! constants and field offsets, zero-copy views of the records (the runtime's reader), and
+//! their encoders (`*Fields::write_to`, the exporter's writer).
 //!
 //! Fields are read with `from_le_bytes` on bounds-checked slices; a view over too short a
 //! slice reads zeros rather than panicking (the constructors check the length anyway).
@@ -159,6 +161,36 @@ fn bytes<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
     }
 }
 
+/// Writes `v`'s bytes at `off`. The writer's side of [`le_u16`] and friends: the writer owns
+/// its buffer, so a write out of bounds is a bug in it and panics.
+#[inline]
+fn put<const N: usize>(b: &mut [u8], off: usize, v: [u8; N]) {
+    b[off..off + N].copy_from_slice(&v);
+}
+
+/// Little-endian getters of a record view, one line per field: `name: type @ offset`
+/// (0 when out of bounds).
+macro_rules! getters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ident @ $off:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&self) -> $ty {
+                $ty::from_le_bytes(bytes(self.0, $off))
+            }
+        )*
+    };
+}
+
+/// Three little-endian u16 (c, h, w) at `off`: [`put_chw`] reversed.
+fn chw(b: &[u8], off: usize) -> (u16, u16, u16) {
+    (le_u16(b, off), le_u16(b, off + 2), le_u16(b, off + 4))
+}
+
+/// Whether the u16 at `r0` and the bytes of `r1` (a record's reserved fields) are zero.
+fn reserved_zero(b: &[u8], r0: usize, r1: core::ops::Range<usize>) -> bool {
+    le_u16(b, r0) == 0 && b.get(r1).is_some_and(|r| r.iter().all(|&x| x == 0))
+}
+
 /// Little-endian u16 at `off` (0 when out of bounds).
 #[inline]
 pub fn le_u16(b: &[u8], off: usize) -> u16 {
@@ -183,6 +215,80 @@ pub fn le_f32(b: &[u8], off: usize) -> f32 {
     f32::from_le_bytes(bytes(b, off))
 }
 
+/// The header's values, those the format does not fix: what [`HeaderFields::write_to`] writes
+/// and [`Header::fields`] reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HeaderFields {
+    /// File length.
+    pub file_len: u32,
+    /// Working arena for one image.
+    pub arena_bytes: u32,
+    /// Input (c, h, w).
+    pub input_chw: (u16, u16, u16),
+    /// Input tensor id.
+    pub input_tensor: u16,
+    /// Output tensor id.
+    pub output_tensor: u16,
+    /// Tensor count.
+    pub n_tensors: u32,
+    /// Tensor table offset.
+    pub tensor_table: u32,
+    /// Op count.
+    pub n_ops: u32,
+    /// Op table offset.
+    pub op_table: u32,
+    /// Data section offset.
+    pub data_offset: u32,
+    /// Data section length.
+    pub data_len: u32,
+    /// Output scale (informative).
+    pub output_scale: f32,
+    /// Output zero point.
+    pub output_zero_point: i32,
+}
+
+/// (c, h, w) as three little-endian u16 at `off`.
+fn put_chw(b: &mut [u8], off: usize, (c, h, w): (u16, u16, u16)) {
+    put(b, off, c.to_le_bytes());
+    put(b, off + 2, h.to_le_bytes());
+    put(b, off + 4, w.to_le_bytes());
+}
+
+impl HeaderFields {
+    /// Writes the header into `out[..HEADER_LEN]`: magic, version, header length, these
+    /// values, zero reserved bytes. The CRC covers the whole file, so it comes last: [`seal`].
+    pub fn write_to(&self, out: &mut [u8]) {
+        let h = &mut out[..HEADER_LEN];
+        h.fill(0);
+        put(h, header::MAGIC, MAGIC);
+        put(h, header::VERSION, VERSION.to_le_bytes());
+        put(h, header::HEADER_LEN, (HEADER_LEN as u16).to_le_bytes());
+        put(h, header::FILE_LEN, self.file_len.to_le_bytes());
+        put(h, header::ARENA_BYTES, self.arena_bytes.to_le_bytes());
+        put_chw(h, header::INPUT_CHW, self.input_chw);
+        put(h, header::INPUT_TENSOR, self.input_tensor.to_le_bytes());
+        put(h, header::OUTPUT_TENSOR, self.output_tensor.to_le_bytes());
+        put(h, header::N_TENSORS, self.n_tensors.to_le_bytes());
+        put(h, header::TENSOR_TABLE, self.tensor_table.to_le_bytes());
+        put(h, header::N_OPS, self.n_ops.to_le_bytes());
+        put(h, header::OP_TABLE, self.op_table.to_le_bytes());
+        put(h, header::DATA_OFFSET, self.data_offset.to_le_bytes());
+        put(h, header::DATA_LEN, self.data_len.to_le_bytes());
+        put(h, header::OUTPUT_SCALE, self.output_scale.to_le_bytes());
+        put(
+            h,
+            header::OUTPUT_ZERO_POINT,
+            self.output_zero_point.to_le_bytes(),
+        );
+    }
+}
+
+/// Stores the CRC-32 of `file[CRC_START..]` in the header: the last step of writing a file.
+pub fn seal(file: &mut [u8]) {
+    let crc = crc32(&file[CRC_START..]);
+    put(file, header::CRC, crc.to_le_bytes());
+}
+
 /// View of the 80-byte header.
 #[derive(Clone, Copy, Debug)]
 pub struct Header<'a>(&'a [u8]);
@@ -196,81 +302,92 @@ impl<'a> Header<'a> {
     pub fn magic(&self) -> [u8; 8] {
         bytes(self.0, header::MAGIC)
     }
-    /// Format version.
-    pub fn version(&self) -> u16 {
-        le_u16(self.0, header::VERSION)
-    }
-    /// Header length.
-    pub fn header_len(&self) -> u16 {
-        le_u16(self.0, header::HEADER_LEN)
-    }
-    /// Stored CRC-32.
-    pub fn crc(&self) -> u32 {
-        le_u32(self.0, header::CRC)
-    }
-    /// Declared file length.
-    pub fn file_len(&self) -> u32 {
-        le_u32(self.0, header::FILE_LEN)
-    }
-    /// Working arena for one image.
-    pub fn arena_bytes(&self) -> u32 {
-        le_u32(self.0, header::ARENA_BYTES)
+    getters! {
+        /// Format version.
+        version: u16 @ header::VERSION;
+        /// Header length.
+        header_len: u16 @ header::HEADER_LEN;
+        /// Stored CRC-32.
+        crc: u32 @ header::CRC;
+        /// Declared file length.
+        file_len: u32 @ header::FILE_LEN;
+        /// Working arena for one image.
+        arena_bytes: u32 @ header::ARENA_BYTES;
+        /// Input tensor id.
+        input_tensor: u16 @ header::INPUT_TENSOR;
+        /// Output tensor id.
+        output_tensor: u16 @ header::OUTPUT_TENSOR;
+        /// Tensor count.
+        n_tensors: u32 @ header::N_TENSORS;
+        /// Tensor table offset.
+        tensor_table: u32 @ header::TENSOR_TABLE;
+        /// Op count.
+        n_ops: u32 @ header::N_OPS;
+        /// Op table offset.
+        op_table: u32 @ header::OP_TABLE;
+        /// Data section offset.
+        data_offset: u32 @ header::DATA_OFFSET;
+        /// Data section length.
+        data_len: u32 @ header::DATA_LEN;
+        /// Output scale (informative).
+        output_scale: f32 @ header::OUTPUT_SCALE;
+        /// Output zero point.
+        output_zero_point: i32 @ header::OUTPUT_ZERO_POINT;
     }
     /// Input (c, h, w).
     pub fn input_chw(&self) -> (u16, u16, u16) {
-        (
-            le_u16(self.0, header::INPUT_CHW),
-            le_u16(self.0, header::INPUT_CHW + 2),
-            le_u16(self.0, header::INPUT_CHW + 4),
-        )
-    }
-    /// Input tensor id.
-    pub fn input_tensor(&self) -> u16 {
-        le_u16(self.0, header::INPUT_TENSOR)
-    }
-    /// Output tensor id.
-    pub fn output_tensor(&self) -> u16 {
-        le_u16(self.0, header::OUTPUT_TENSOR)
+        chw(self.0, header::INPUT_CHW)
     }
     /// Whether every reserved byte is zero.
     pub fn reserved_zero(&self) -> bool {
-        le_u16(self.0, header::RESERVED0) == 0
-            && self
-                .0
-                .get(header::RESERVED1..HEADER_LEN)
-                .is_some_and(|r| r.iter().all(|&b| b == 0))
+        reserved_zero(self.0, header::RESERVED0, header::RESERVED1..HEADER_LEN)
     }
-    /// Tensor count.
-    pub fn n_tensors(&self) -> u32 {
-        le_u32(self.0, header::N_TENSORS)
+    /// Every value [`HeaderFields::write_to`] writes.
+    pub fn fields(&self) -> HeaderFields {
+        HeaderFields {
+            file_len: self.file_len(),
+            arena_bytes: self.arena_bytes(),
+            input_chw: self.input_chw(),
+            input_tensor: self.input_tensor(),
+            output_tensor: self.output_tensor(),
+            n_tensors: self.n_tensors(),
+            tensor_table: self.tensor_table(),
+            n_ops: self.n_ops(),
+            op_table: self.op_table(),
+            data_offset: self.data_offset(),
+            data_len: self.data_len(),
+            output_scale: self.output_scale(),
+            output_zero_point: self.output_zero_point(),
+        }
     }
-    /// Tensor table offset.
-    pub fn tensor_table(&self) -> u32 {
-        le_u32(self.0, header::TENSOR_TABLE)
-    }
-    /// Op count.
-    pub fn n_ops(&self) -> u32 {
-        le_u32(self.0, header::N_OPS)
-    }
-    /// Op table offset.
-    pub fn op_table(&self) -> u32 {
-        le_u32(self.0, header::OP_TABLE)
-    }
-    /// Data section offset.
-    pub fn data_offset(&self) -> u32 {
-        le_u32(self.0, header::DATA_OFFSET)
-    }
-    /// Data section length.
-    pub fn data_len(&self) -> u32 {
-        le_u32(self.0, header::DATA_LEN)
-    }
-    /// Output scale (informative).
-    pub fn output_scale(&self) -> f32 {
-        le_f32(self.0, header::OUTPUT_SCALE)
-    }
-    /// Output zero point.
-    pub fn output_zero_point(&self) -> i32 {
-        le_i32(self.0, header::OUTPUT_ZERO_POINT)
+}
+
+/// A tensor record's values: what [`TensorFields::write_to`] writes and
+/// [`TensorRecord::fields`] reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TensorFields {
+    /// (c, h, w).
+    pub chw: (u16, u16, u16),
+    /// Scale.
+    pub scale: f32,
+    /// Zero point.
+    pub zero_point: i32,
+    /// Arena offset.
+    pub offset: u32,
+    /// Byte count.
+    pub bytes: u32,
+}
+
+impl TensorFields {
+    /// Writes the record into `rec[..TENSOR_LEN]`, reserved bytes zero.
+    pub fn write_to(&self, rec: &mut [u8]) {
+        let r = &mut rec[..TENSOR_LEN];
+        r.fill(0);
+        put_chw(r, tensor::CHW, self.chw);
+        put(r, tensor::SCALE, self.scale.to_le_bytes());
+        put(r, tensor::ZERO_POINT, self.zero_point.to_le_bytes());
+        put(r, tensor::OFFSET, self.offset.to_le_bytes());
+        put(r, tensor::BYTES, self.bytes.to_le_bytes());
     }
 }
 
@@ -283,37 +400,93 @@ impl<'a> TensorRecord<'a> {
     pub fn new(rec: &'a [u8]) -> Option<Self> {
         (rec.len() == TENSOR_LEN).then_some(TensorRecord(rec))
     }
+    getters! {
+        /// Scale.
+        scale: f32 @ tensor::SCALE;
+        /// Zero point.
+        zero_point: i32 @ tensor::ZERO_POINT;
+        /// Arena offset.
+        offset: u32 @ tensor::OFFSET;
+        /// Byte count.
+        bytes: u32 @ tensor::BYTES;
+    }
     /// (c, h, w).
     pub fn chw(&self) -> (u16, u16, u16) {
-        (
-            le_u16(self.0, tensor::CHW),
-            le_u16(self.0, tensor::CHW + 2),
-            le_u16(self.0, tensor::CHW + 4),
-        )
-    }
-    /// Scale.
-    pub fn scale(&self) -> f32 {
-        le_f32(self.0, tensor::SCALE)
-    }
-    /// Zero point.
-    pub fn zero_point(&self) -> i32 {
-        le_i32(self.0, tensor::ZERO_POINT)
-    }
-    /// Arena offset.
-    pub fn offset(&self) -> u32 {
-        le_u32(self.0, tensor::OFFSET)
-    }
-    /// Byte count.
-    pub fn bytes(&self) -> u32 {
-        le_u32(self.0, tensor::BYTES)
+        chw(self.0, tensor::CHW)
     }
     /// Whether every reserved byte is zero.
     pub fn reserved_zero(&self) -> bool {
-        le_u16(self.0, tensor::RESERVED0) == 0
-            && self
-                .0
-                .get(tensor::RESERVED1..TENSOR_LEN)
-                .is_some_and(|r| r.iter().all(|&b| b == 0))
+        reserved_zero(self.0, tensor::RESERVED0, tensor::RESERVED1..TENSOR_LEN)
+    }
+    /// Every value [`TensorFields::write_to`] writes.
+    pub fn fields(&self) -> TensorFields {
+        TensorFields {
+            chw: self.chw(),
+            scale: self.scale(),
+            zero_point: self.zero_point(),
+            offset: self.offset(),
+            bytes: self.bytes(),
+        }
+    }
+}
+
+/// An op record's values: what [`OpFields::write_to`] writes and [`OpRecord::fields`] reads.
+/// Arrays are (offset, length) pairs, data-relative.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpFields {
+    /// Kind code (`OP_*`).
+    pub kind: u8,
+    /// Input 0 tensor id.
+    pub input0: u16,
+    /// Input 1 tensor id ([`NO_TENSOR`] for all but add).
+    pub input1: u16,
+    /// Output tensor id.
+    pub output: u16,
+    /// (kernel_h, kernel_w, stride, pad).
+    pub window: (u8, u8, u8, u8),
+    /// Output clamp (act_min, act_max).
+    pub act: (i32, i32),
+    /// Weights.
+    pub weights: (u32, u32),
+    /// Bias.
+    pub bias: (u32, u32),
+    /// Multipliers.
+    pub multiplier: (u32, u32),
+    /// Shifts.
+    pub shift: (u32, u32),
+    /// Pad values.
+    pub pad_values: (u32, u32),
+    /// Scratch arena offset.
+    pub scratch: u32,
+}
+
+impl OpFields {
+    /// Writes the record into `rec[..OP_LEN]`, the reserved byte zero.
+    pub fn write_to(&self, rec: &mut [u8]) {
+        let r = &mut rec[..OP_LEN];
+        r.fill(0);
+        r[op::KIND] = self.kind;
+        put(r, op::INPUT0, self.input0.to_le_bytes());
+        put(r, op::INPUT1, self.input1.to_le_bytes());
+        put(r, op::OUTPUT, self.output.to_le_bytes());
+        let (kh, kw, stride, pad) = self.window;
+        r[op::KERNEL_H] = kh;
+        r[op::KERNEL_W] = kw;
+        r[op::STRIDE] = stride;
+        r[op::PAD] = pad;
+        put(r, op::ACT_MIN, self.act.0.to_le_bytes());
+        put(r, op::ACT_MAX, self.act.1.to_le_bytes());
+        for (at, (offset, len)) in [
+            (op::WEIGHTS, self.weights),
+            (op::BIAS, self.bias),
+            (op::MULTIPLIER, self.multiplier),
+            (op::SHIFT, self.shift),
+            (op::PAD_VALUES, self.pad_values),
+        ] {
+            put(r, at, offset.to_le_bytes());
+            put(r, at + 4, len.to_le_bytes());
+        }
+        put(r, op::SCRATCH, self.scratch.to_le_bytes());
     }
 }
 
@@ -326,25 +499,19 @@ impl<'a> OpRecord<'a> {
     pub fn new(rec: &'a [u8]) -> Option<Self> {
         (rec.len() == OP_LEN).then_some(OpRecord(rec))
     }
-    /// Kind code.
-    pub fn kind(&self) -> u8 {
-        self.0.get(op::KIND).copied().unwrap_or(0)
-    }
-    /// Reserved byte.
-    pub fn reserved(&self) -> u8 {
-        self.0.get(op::RESERVED).copied().unwrap_or(0)
-    }
-    /// Input 0 tensor id.
-    pub fn input0(&self) -> u16 {
-        le_u16(self.0, op::INPUT0)
-    }
-    /// Input 1 tensor id ([`NO_TENSOR`] for all but add).
-    pub fn input1(&self) -> u16 {
-        le_u16(self.0, op::INPUT1)
-    }
-    /// Output tensor id.
-    pub fn output(&self) -> u16 {
-        le_u16(self.0, op::OUTPUT)
+    getters! {
+        /// Kind code.
+        kind: u8 @ op::KIND;
+        /// Reserved byte.
+        reserved: u8 @ op::RESERVED;
+        /// Input 0 tensor id.
+        input0: u16 @ op::INPUT0;
+        /// Input 1 tensor id ([`NO_TENSOR`] for all but add).
+        input1: u16 @ op::INPUT1;
+        /// Output tensor id.
+        output: u16 @ op::OUTPUT;
+        /// Scratch arena offset.
+        scratch: u32 @ op::SCRATCH;
     }
     /// (kernel_h, kernel_w, stride, pad).
     pub fn window(&self) -> (u8, u8, u8, u8) {
@@ -378,28 +545,108 @@ impl<'a> OpRecord<'a> {
     pub fn pad_values(&self) -> (u32, u32) {
         self.pair(op::PAD_VALUES)
     }
-    /// Scratch arena offset.
-    pub fn scratch(&self) -> u32 {
-        le_u32(self.0, op::SCRATCH)
+    /// Every value [`OpFields::write_to`] writes.
+    pub fn fields(&self) -> OpFields {
+        OpFields {
+            kind: self.kind(),
+            input0: self.input0(),
+            input1: self.input1(),
+            output: self.output(),
+            window: self.window(),
+            act: self.act(),
+            weights: self.weights(),
+            bias: self.bias(),
+            multiplier: self.multiplier(),
+            shift: self.shift(),
+            pad_values: self.pad_values(),
+            scratch: self.scratch(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The writer's encoders and the reader's views agree field by field, on values that
+    /// differ in every byte, with the format's fixed parts and reserved bytes in place.
+    #[test]
+    fn records_round_trip() {
+        let h = HeaderFields {
+            file_len: 0x0102_0304,
+            arena_bytes: 0x0506_0708,
+            input_chw: (0x090a, 0x0b0c, 0x0d0e),
+            input_tensor: 0x0f10,
+            output_tensor: 0x1112,
+            n_tensors: 0x1314_1516,
+            tensor_table: 0x1718_191a,
+            n_ops: 0x1b1c_1d1e,
+            op_table: 0x1f20_2122,
+            data_offset: 0x2324_2526,
+            data_len: 0x2728_292a,
+            output_scale: 0.123_456_79,
+            output_zero_point: -0x2b2c_2d2e,
+        };
+        let mut file = [0xAAu8; HEADER_LEN + 4];
+        h.write_to(&mut file);
+        seal(&mut file);
+        let view = Header::new(&file).unwrap();
+        assert_eq!(view.fields(), h);
+        assert_eq!(view.magic(), MAGIC);
+        assert_eq!(view.version(), VERSION);
+        assert_eq!(view.header_len() as usize, HEADER_LEN);
+        assert_eq!(view.crc(), crc32(&file[CRC_START..]));
+        assert!(view.reserved_zero());
+        assert_eq!(
+            file[HEADER_LEN..],
+            [0xAA; 4],
+            "nothing written past the header"
+        );
+
+        let t = TensorFields {
+            chw: (0x0102, 0x0304, 0x0506),
+            scale: 3.5e-3,
+            zero_point: -0x0708_090a,
+            offset: 0x0b0c_0d0e,
+            bytes: 0x0f10_1112,
+        };
+        let mut rec = [0xAAu8; TENSOR_LEN];
+        t.write_to(&mut rec);
+        let view = TensorRecord::new(&rec).unwrap();
+        assert_eq!(view.fields(), t);
+        assert!(view.reserved_zero());
+
+        let o = OpFields {
+            kind: OP_ADD,
+            input0: 0x0102,
+            input1: 0x0304,
+            output: 0x0506,
+            window: (7, 8, 9, 10),
+            act: (-0x0b0c_0d0e, 0x0f10_1112),
+            weights: (0x1314_1516, 0x1718_191a),
+            bias: (0x1b1c_1d1e, 0x1f20_2122),
+            multiplier: (0x2324_2526, 0x2728_292a),
+            shift: (0x2b2c_2d2e, 0x2f30_3132),
+            pad_values: (0x3334_3536, 0x3738_393a),
+            scratch: 0x3b3c_3d3e,
+        };
+        let mut rec = [0xAAu8; OP_LEN];
+        o.write_to(&mut rec);
+        let view = OpRecord::new(&rec).unwrap();
+        assert_eq!(view.fields(), o);
+        assert_eq!(view.reserved(), 0);
+    }
+
     /// The check value of the CRC catalogue, and crc32fast (zlib's CRC-32) on every length
     /// class of a table-driven loop.
     #[test]
     fn crc32_is_zlibs() {
-        assert_eq!(super::crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         let data: Vec<u8> = (0..5000u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
         for n in [0, 1, 3, 15, 16, 17, 255, 4096, 5000] {
-            assert_eq!(
-                super::crc32(&data[..n]),
-                crc32fast::hash(&data[..n]),
-                "{n} bytes"
-            );
+            assert_eq!(crc32(&data[..n]), crc32fast::hash(&data[..n]), "{n} bytes");
         }
     }
 }

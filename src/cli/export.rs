@@ -2,9 +2,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use octet_export::{ablation, export, write_histograms, Calibration, ExportOptions, WeightScheme};
+use octet_export::{
+    ablation, export, write_histograms, Ablation, Calibration, ExportOptions, Exported, Input,
+    WeightScheme,
+};
 use octet_trainer::atomic::write_atomic;
-use octet_trainer::data::Sampler;
+use octet_trainer::data::{Dataset, Sampler};
 
 use super::common::{accuracy, at_least_one, first, open_trained, run_o8, Trained};
 
@@ -73,9 +76,33 @@ fn parse_weights(s: &str) -> anyhow::Result<WeightScheme> {
     }
 }
 
-pub fn run(a: ExportArgs) -> anyhow::Result<()> {
-    let start = Instant::now();
-    let t = open_trained(&a.checkpoint, a.model.as_deref(), a.data.as_deref())?;
+/// One export: the arguments, the checkpoint, where the outputs go and the calibration sample.
+struct Session<'a> {
+    a: &'a ExportArgs,
+    t: &'a Trained,
+    input: Input<'a>,
+    out: PathBuf,
+    report_dir: PathBuf,
+    /// Calibration images: a seeded random sample of the training split, never the test split.
+    calib: Dataset,
+    threads: usize,
+    start: Instant,
+}
+
+impl Session<'_> {
+    fn say(&self, m: String) {
+        if !self.a.json {
+            eprintln!("{m}");
+        }
+    }
+
+    fn export(&self, opts: &ExportOptions) -> anyhow::Result<Exported> {
+        Ok(export(&self.input, &self.calib.images, opts)?)
+    }
+}
+
+/// The .o8 file and the report directory, checked before calibrating rather than after.
+fn destinations(a: &ExportArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
     let out = a
         .out
         .clone()
@@ -85,7 +112,6 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         s.push(".report");
         PathBuf::from(s)
     });
-    // Where the outputs go, checked before calibrating rather than after.
     anyhow::ensure!(
         !out.is_dir(),
         "--out {} is a directory: name the .o8 file to write",
@@ -96,17 +122,26 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         "the report directory {} exists and is not a directory: pass --report DIR",
         report_dir.display()
     );
-    let threads = a.threads.unwrap_or_else(super::common::cores);
-    let say = |m: String| {
-        if !a.json {
-            eprintln!("{m}");
-        }
-    };
-    let input = t.export_input();
+    Ok((out, report_dir))
+}
+
+pub fn run(a: ExportArgs) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let t = open_trained(&a.checkpoint, a.model.as_deref(), a.data.as_deref())?;
+    let (out, report_dir) = destinations(&a)?;
     // Calibration and held-out images: a seeded sample of the training split, never the test split.
     let order = Sampler::new(t.split.train.len(), true, 0).indices(0);
     let n_cal = a.calibration_images.min(order.len()).max(1);
-    let calib = t.split.train.subset(&order[..n_cal]);
+    let s = Session {
+        a: &a,
+        t: &t,
+        input: t.export_input(),
+        out,
+        report_dir,
+        calib: t.split.train.subset(&order[..n_cal]),
+        threads: a.threads.unwrap_or_else(super::common::cores),
+        start,
+    };
     let held_out = t
         .split
         .train
@@ -120,58 +155,66 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let mut tried = Vec::new();
     opts.calibration = match parse_calibration(&a.calibration)? {
         Some(c) => c,
-        None => {
-            anyhow::ensure!(
-                !held_out.is_empty(),
-                "--calibration best needs training images beyond the calibration sample"
-            );
-            let mut best = (f64::MIN, Calibration::default());
-            for c in [
-                Calibration::MinMax,
-                Calibration::Percentile(99.99),
-                Calibration::Mse,
-                Calibration::Entropy,
-            ] {
-                let e = export(
-                    &input,
-                    &calib.images,
-                    &ExportOptions {
-                        calibration: c,
-                        ..opts.clone()
-                    },
-                )?;
-                let acc = accuracy(
-                    &run_o8(&e.bytes, &held_out.images, threads)?,
-                    t.classes,
-                    &held_out.labels,
-                );
-                say(format!(
-                    "calibration {c}: int8 accuracy {:.2}% on {} held-out training images",
-                    100.0 * acc,
-                    held_out.len()
-                ));
-                tried.push(
-                    serde_json::json!({"calibration": c.to_string(), "held_out_accuracy": acc}),
-                );
-                if acc > best.0 {
-                    best = (acc, c);
-                }
-            }
-            best.1
-        }
+        None => best_calibration(&s, &opts, &held_out, &mut tried)?,
     };
-    say(format!(
+    s.say(format!(
         "exporting {} ({}) with {} calibration on {n_cal} images, {:?} weights",
         t.kind,
         a.checkpoint.display(),
         opts.calibration,
         opts.weights
     ));
-    let exported = export(&input, &calib.images, &opts)?;
-    write_atomic(&out, &exported.bytes)?;
+    let exported = s.export(&opts)?;
+    write_atomic(&s.out, &exported.bytes)?;
+    let abl = evaluate(&s, &exported, &opts)?;
+    write_report(&s, &exported, &abl, &tried)
+}
 
-    let (images, labels) = first(&t.split.test, a.test_images);
-    say(format!(
+/// `--calibration best`: every method tried, the one with the highest int8 accuracy on
+/// `held_out` kept; what each scored goes to `tried`.
+fn best_calibration(
+    s: &Session,
+    opts: &ExportOptions,
+    held_out: &Dataset,
+    tried: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<Calibration> {
+    anyhow::ensure!(
+        !held_out.is_empty(),
+        "--calibration best needs training images beyond the calibration sample"
+    );
+    let mut best = (f64::MIN, Calibration::default());
+    for c in [
+        Calibration::MinMax,
+        Calibration::Percentile(99.99),
+        Calibration::Mse,
+        Calibration::Entropy,
+    ] {
+        let e = s.export(&ExportOptions {
+            calibration: c,
+            ..opts.clone()
+        })?;
+        let acc = accuracy(
+            &run_o8(&e.bytes, &held_out.images, s.threads)?,
+            s.t.classes,
+            &held_out.labels,
+        );
+        s.say(format!(
+            "calibration {c}: int8 accuracy {:.2}% on {} held-out training images",
+            100.0 * acc,
+            held_out.len()
+        ));
+        tried.push(serde_json::json!({"calibration": c.to_string(), "held_out_accuracy": acc}));
+        if acc > best.0 {
+            best = (acc, c);
+        }
+    }
+    Ok(best.1)
+}
+
+/// The ablation on the test split, with the other weight scheme beside the chosen one.
+fn evaluate(s: &Session, exported: &Exported, opts: &ExportOptions) -> anyhow::Result<Ablation> {
+    let (images, labels) = first(&s.t.split.test, s.a.test_images);
+    s.say(format!(
         "evaluating on {} test images (float, fake-quantized, then the int8 runtime)",
         labels.len()
     ));
@@ -180,39 +223,29 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         WeightScheme::PerChannel => WeightScheme::PerTensor,
         WeightScheme::PerTensor => WeightScheme::PerChannel,
     };
-    let alt = export(
-        &input,
-        &calib.images,
-        &ExportOptions {
-            weights: other,
-            ..opts.clone()
-        },
-    )?;
+    let alt = s.export(&ExportOptions {
+        weights: other,
+        ..opts.clone()
+    })?;
     let alt_name = format!("int8 weights + activations + bias, {other} weights");
     let others = [(alt_name.as_str(), alt.bytes.as_slice())];
-    let abl = ablation(&exported, &others, images, labels, 64, &mut |r| {
-        say(format!(
+    Ok(ablation(exported, &others, images, labels, 64, &mut |r| {
+        s.say(format!(
             "  {:<55} {:>6.2}%  ({})",
             r.name,
             100.0 * r.accuracy,
             r.engine
         ))
-    })?;
-    write_report(&a, &t, &exported, &abl, &tried, &report_dir, &out, start)?;
-    Ok(())
+    })?)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn write_report(
-    a: &ExportArgs,
-    t: &Trained,
-    exported: &octet_export::Exported,
-    abl: &octet_export::Ablation,
+    s: &Session,
+    exported: &Exported,
+    abl: &Ablation,
     tried: &[serde_json::Value],
-    dir: &std::path::Path,
-    out: &std::path::Path,
-    start: Instant,
 ) -> anyhow::Result<()> {
+    let (a, t, dir, out) = (s.a, s.t, s.report_dir.as_path(), s.out.as_path());
     std::fs::create_dir_all(dir)?;
     let plots = if a.no_plots {
         Vec::new()
@@ -223,7 +256,7 @@ fn write_report(
         "checkpoint": a.checkpoint, "model": t.kind.to_string(), "data": t.split.name,
         "o8": out, "o8_bytes": exported.bytes.len(), "commit": super::COMMIT,
         "calibration_search": tried, "report": exported.report, "ablation": abl,
-        "histograms": plots, "seconds": start.elapsed().as_secs_f64(),
+        "histograms": plots, "seconds": s.start.elapsed().as_secs_f64(),
     });
     write_atomic(
         &dir.join("report.json"),
