@@ -23,6 +23,9 @@ use octet_trainer::data::Normalization;
 use octet_trainer::Normalizer;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::plot::{chart, colour, Axes, Series};
 
 #[derive(Args)]
 pub struct InferBench {
@@ -168,6 +171,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
                 })?;
                 rows.push(row(&name, engine, b, s, None));
             }
+            #[cfg(feature = "cuda")]
             cuda_int8(&model, &name, b, &px, iters(b), &mut rows)?;
         }
     }
@@ -187,7 +191,6 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Images/s against log2(batch), one line per model and engine; the peer's dashed.
 /// The distinct items, in order of first appearance.
 fn first_seen<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
     let mut out = Vec::new();
@@ -199,23 +202,18 @@ fn first_seen<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
     out
 }
 
+/// Images/s against log2(batch), one line per model and engine; the peer's dashed.
 fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<()> {
-    use plotters::style::{Color, Palette, Palette99, RGBColor};
-    octet_export::register_font()?;
-    let mut series: Vec<super::scaling_plot::Series> = Vec::new();
+    let mut series = Vec::new();
     // One series per (model, engine), in order of first appearance (rows interleave engines).
     let keys = first_seen(rows.iter().map(|r| (r.model.clone(), r.engine.clone())));
-    let colour = |i: usize| {
-        let c = Palette99::pick(i).to_rgba();
-        RGBColor(c.0, c.1, c.2)
-    };
     for (i, (m, e)) in keys.iter().enumerate() {
         let pts = rows
             .iter()
             .filter(|r| &r.model == m && &r.engine == e)
             .map(|r| ((r.batch as f64).log2(), r.img_per_s / 1e3))
             .collect();
-        series.push((format!("{m} {e}"), colour(i), false, pts));
+        series.push(Series::new(format!("{m} {e}"), colour(i), false, pts));
     }
     let pk = first_seen(peer.iter().map(|p| {
         (
@@ -234,24 +232,25 @@ fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<(
                 ))
             })
             .collect();
-        series.push((
+        series.push(Series::new(
             format!("{m} torch {p} (dashed)"),
             colour(keys.len() + i),
             true,
             pts,
         ));
     }
-    super::scaling_plot::chart(
+    chart(
         &dir.join("throughput.png"),
-        "inference throughput",
-        "log2(batch)",
-        "thousand images/s",
+        &Axes {
+            title: "inference throughput",
+            x: "log2(batch)",
+            y: "thousand images/s",
+        },
         &series,
     )
 }
 
-use serde_json::Value;
-
+/// The int8 CUDA rows: host to host, and on a batch already on the device.
 #[cfg(feature = "cuda")]
 fn cuda_int8(
     model: &Model,
@@ -282,18 +281,6 @@ fn cuda_int8(
         s,
         Some(cm.device_bytes()),
     ));
-    Ok(())
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_int8(
-    _: &Model,
-    _: &str,
-    _: usize,
-    _: &[u8],
-    _: usize,
-    _: &mut Vec<Row>,
-) -> anyhow::Result<()> {
     Ok(())
 }
 
