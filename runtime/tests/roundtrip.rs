@@ -234,104 +234,103 @@ fn op_field(f: &mut [u8], n_t: usize, op: usize, off: usize, v: &[u8]) {
 
 #[test]
 fn tensor_and_op_errors() {
+    use RuntimeError::{BadParam, BadShape, BadTensor, OutOfBounds};
     let b = lenet(5);
     let n_t = b.tensors.len();
     let good = b.encode();
-    // Tensor outside the arena.
-    let mut f = good.clone();
-    tensor_field(&mut f, 1, 16, &(b.arena).to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "tensor in arena",
-            index: 1
+    let tensor = |t: usize, off: usize, v: &[u8]| (80 + 32 * t + off, v.to_vec());
+    let op = |o: usize, off: usize, v: &[u8]| (80 + 32 * n_t + 64 * o + off, v.to_vec());
+    // (what, the fields rewritten, the error)
+    let cases = [
+        (
+            "tensor outside the arena",
+            vec![tensor(1, 16, &b.arena.to_le_bytes())],
+            OutOfBounds {
+                what: "tensor in arena",
+                index: 1,
+            },
+        ),
+        (
+            "zero shape",
+            vec![tensor(2, 0, &0u16.to_le_bytes())],
+            BadTensor {
+                index: 2,
+                what: "shape",
+            },
+        ),
+        (
+            "bad scale",
+            vec![tensor(2, 8, &f32::NAN.to_le_bytes())],
+            BadTensor {
+                index: 2,
+                what: "scale",
+            },
+        ),
+        (
+            "shape inconsistent with the conv",
+            vec![
+                tensor(1, 2, &27u16.to_le_bytes()),
+                tensor(1, 20, &(6u32 * 27 * 28).to_le_bytes()),
+            ],
+            BadShape { op: 0 },
+        ),
+        (
+            "weights offset out of the data section",
+            vec![op(0, 20, &0x0100_0000u32.to_le_bytes())],
+            OutOfBounds {
+                what: "weights",
+                index: 0,
+            },
+        ),
+        (
+            "misaligned weights",
+            vec![op(0, 20, &1u32.to_le_bytes())],
+            BadParam {
+                op: 0,
+                what: "weights",
+            },
+        ),
+        (
+            "bad tensor id",
+            vec![op(1, 2, &500u16.to_le_bytes())],
+            OutOfBounds {
+                what: "tensor id",
+                index: 500,
+            },
+        ),
+        (
+            "unknown kind",
+            vec![op(1, 0, &[9])],
+            BadParam {
+                op: 1,
+                what: "kind",
+            },
+        ),
+        (
+            "activation range",
+            vec![op(0, 12, &200i32.to_le_bytes())],
+            BadParam {
+                op: 0,
+                what: "activation range",
+            },
+        ),
+        (
+            "scratch out of the arena",
+            vec![op(0, 60, &b.arena.to_le_bytes())],
+            OutOfBounds {
+                what: "scratch",
+                index: 0,
+            },
+        ),
+    ];
+    for (what, fields, expected) in cases {
+        let mut f = good.clone();
+        for (at, v) in fields {
+            f[at..at + v.len()].copy_from_slice(&v);
         }
-    ));
-    // Zero shape.
-    let mut f = good.clone();
-    tensor_field(&mut f, 2, 0, &0u16.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::BadTensor {
-            index: 2,
-            what: "shape"
-        }
-    ));
-    // Bad scale.
-    let mut f = good.clone();
-    tensor_field(&mut f, 2, 8, &f32::NAN.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::BadTensor {
-            index: 2,
-            what: "scale"
-        }
-    ));
-    // Shape inconsistent with the conv.
-    let mut f = good.clone();
-    tensor_field(&mut f, 1, 2, &27u16.to_le_bytes());
-    tensor_field(&mut f, 1, 20, &(6u32 * 27 * 28).to_le_bytes());
-    assert_eq!(err(&f), RuntimeError::BadShape { op: 0 });
-    // Weights offset out of the data section.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 20, &0x0100_0000u32.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "weights",
-            index: 0
-        }
-    ));
-    // Misaligned weights.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 20, &1u32.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::BadParam {
-            op: 0,
-            what: "weights"
-        }
-    ));
-    // Bad tensor id.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 1, 2, &500u16.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "tensor id",
-            index: 500
-        }
-    ));
-    // Unknown kind.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 1, 0, &[9]);
-    assert_eq!(
-        err(&f),
-        RuntimeError::BadParam {
-            op: 1,
-            what: "kind"
-        }
-    );
-    // Activation range.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 12, &200i32.to_le_bytes());
-    assert_eq!(
-        err(&f),
-        RuntimeError::BadParam {
-            op: 0,
-            what: "activation range"
-        }
-    );
-    // Scratch out of the arena.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 60, &b.arena.to_le_bytes());
-    assert_eq!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "scratch",
-            index: 0
-        }
-    );
+        fix_crc(&mut f);
+        assert_eq!(err(&f), expected, "{what}");
+    }
     // Output aliases the input.
     let mut f = good.clone();
     op_field(&mut f, n_t, 1, 6, &1u16.to_le_bytes());

@@ -1,6 +1,9 @@
 //! Test-only `.o8` writer following FORMAT.md, independent of the runtime's reader.
 #![allow(dead_code)]
 
+use octet_runtime::format::{
+    NO_TENSOR, OP_ADD, OP_AVG_POOL, OP_CONV2D, OP_FULLY_CONNECTED, OP_MAX_POOL,
+};
 use octet_runtime::quantize_multiplier;
 
 pub struct Rng(pub u64);
@@ -36,7 +39,9 @@ pub struct TensorSpec {
     pub offset: u32,
 }
 
-#[derive(Clone, Debug, Default)]
+/// An op record; `Default` is an op of kind 0 with no second input, no clamp (the full int8
+/// range) and no arrays, for the fields an op kind does not use.
+#[derive(Clone, Debug)]
 pub struct OpSpec {
     pub kind: u8,
     pub in0: u16,
@@ -54,6 +59,51 @@ pub struct OpSpec {
     pub shift: Vec<i32>,
     pub pad_values: Vec<i8>,
     pub scratch: u32,
+}
+
+impl Default for OpSpec {
+    fn default() -> Self {
+        OpSpec {
+            kind: 0,
+            in0: 0,
+            in1: NO_TENSOR,
+            out: 0,
+            kh: 0,
+            kw: 0,
+            stride: 0,
+            pad: 0,
+            act_min: -128,
+            act_max: 127,
+            weights: Vec::new(),
+            bias: Vec::new(),
+            mult: Vec::new(),
+            shift: Vec::new(),
+            pad_values: Vec::new(),
+            scratch: 0,
+        }
+    }
+}
+
+/// A conv's or fc's constant arrays: weights, bias and per-channel multipliers and shifts.
+pub struct Dense {
+    pub weights: Vec<i8>,
+    pub bias: Vec<i32>,
+    pub mult: Vec<i32>,
+    pub shift: Vec<i32>,
+}
+
+impl OpSpec {
+    /// An op of `kind` over the arrays of `d`, the other fields default.
+    pub fn dense(kind: u8, d: Dense) -> OpSpec {
+        OpSpec {
+            kind,
+            weights: d.weights,
+            bias: d.bias,
+            mult: d.mult,
+            shift: d.shift,
+            ..OpSpec::default()
+        }
+    }
 }
 
 pub struct Builder {
@@ -144,7 +194,8 @@ impl Builder {
         out
     }
 
-    fn clamp(&mut self, out: u16, relu: bool) -> (i32, i32) {
+    /// The clamp of an op writing `out`: ReLU clamps at its zero point.
+    pub fn clamp(&self, out: u16, relu: bool) -> (i32, i32) {
         if relu {
             (self.tensors[out as usize].zp.max(-128), 127)
         } else {
@@ -152,7 +203,8 @@ impl Builder {
         }
     }
 
-    fn dense_params(&mut self, n: usize, k: usize) -> (Vec<i8>, Vec<i32>, Vec<i32>, Vec<i32>) {
+    /// Random arrays of `n` outputs over `k` inputs, multipliers scaled so outputs stay in range.
+    pub fn dense_params(&mut self, n: usize, k: usize) -> Dense {
         let weights: Vec<i8> = (0..n * k)
             .map(|_| self.rng.range(-127, 127) as i8)
             .collect();
@@ -168,7 +220,12 @@ impl Builder {
             mult.push(m0);
             shift.push(s);
         }
-        (weights, bias, mult, shift)
+        Dense {
+            weights,
+            bias,
+            mult,
+            shift,
+        }
     }
 
     pub fn conv(&mut self, x: u16, cout: u16, k: u8, stride: u8, pad: u8, relu: bool) -> u16 {
@@ -177,7 +234,7 @@ impl Builder {
         let wo = (w + 2 * pad as u16 - k as u16) / stride as u16 + 1;
         let out = self.tensor(cout, ho, wo);
         let kk = k as usize * k as usize * c as usize;
-        let (weights, bias, mult, shift) = self.dense_params(cout as usize, kk);
+        let dense = self.dense_params(cout as usize, kk);
         let pad_values = if pad > 0 && self.rng.next().is_multiple_of(2) {
             (0..c).map(|_| self.rng.range(-128, 127) as i8).collect()
         } else {
@@ -185,9 +242,7 @@ impl Builder {
         };
         let (act_min, act_max) = self.clamp(out, relu);
         self.push(OpSpec {
-            kind: 1,
             in0: x,
-            in1: 0xFFFF,
             out,
             kh: k,
             kw: k,
@@ -195,12 +250,8 @@ impl Builder {
             pad,
             act_min,
             act_max,
-            weights,
-            bias,
-            mult,
-            shift,
             pad_values,
-            scratch: 0,
+            ..OpSpec::dense(OP_CONV2D, dense)
         })
     }
 
@@ -208,20 +259,14 @@ impl Builder {
         let (c, h, w) = self.shape(x);
         let k = c as usize * h as usize * w as usize;
         let out = self.tensor(n, 1, 1);
-        let (weights, bias, mult, shift) = self.dense_params(n as usize, k);
+        let dense = self.dense_params(n as usize, k);
         let (act_min, act_max) = self.clamp(out, relu);
         self.push(OpSpec {
-            kind: 2,
             in0: x,
-            in1: 0xFFFF,
             out,
             act_min,
             act_max,
-            weights,
-            bias,
-            mult,
-            shift,
-            ..Default::default()
+            ..OpSpec::dense(OP_FULLY_CONNECTED, dense)
         })
     }
 
@@ -236,16 +281,13 @@ impl Builder {
             zp,
         );
         self.push(OpSpec {
-            kind: 3,
+            kind: OP_MAX_POOL,
             in0: x,
-            in1: 0xFFFF,
             out,
             kh: k,
             kw: k,
             stride,
-            act_min: -128,
-            act_max: 127,
-            ..Default::default()
+            ..OpSpec::default()
         })
     }
 
@@ -260,18 +302,15 @@ impl Builder {
             / (self.tensors[out as usize].scale as f64 * k as f64 * k as f64);
         let (m0, s) = quantize_multiplier(m).unwrap();
         self.push(OpSpec {
-            kind: 4,
+            kind: OP_AVG_POOL,
             in0: x,
-            in1: 0xFFFF,
             out,
             kh: k,
             kw: k,
             stride,
-            act_min: -128,
-            act_max: 127,
             mult: vec![m0],
             shift: vec![s],
-            ..Default::default()
+            ..OpSpec::default()
         })
     }
 
@@ -295,7 +334,7 @@ impl Builder {
         let m1 = (r1 * 2f64.powi(n)).round().min(i32::MAX as f64) as i32;
         let (act_min, act_max) = self.clamp(out, relu);
         self.push(OpSpec {
-            kind: 5,
+            kind: OP_ADD,
             in0: a,
             in1: b,
             out,
@@ -303,7 +342,7 @@ impl Builder {
             act_max,
             mult: vec![m0, m1],
             shift: vec![n],
-            ..Default::default()
+            ..OpSpec::default()
         })
     }
 
@@ -458,37 +497,36 @@ pub fn hand_model() -> Builder {
     let t1 = b.tensor_q(1, 2, 2, 0.1, 0);
     // conv 3×3 of ones, pad 1 with pad value 5, m = 1/4 (M0 2^30, shift −1).
     b.push(OpSpec {
-        kind: 1,
-        in0: 0,
-        in1: 0xFFFF,
         out: t1,
         kh: 3,
         kw: 3,
         stride: 1,
         pad: 1,
-        act_min: -128,
-        act_max: 127,
-        weights: vec![1; 9],
-        bias: vec![0],
-        mult: vec![1 << 30],
-        shift: vec![-1],
         pad_values: vec![5],
-        scratch: 0,
+        ..OpSpec::dense(
+            OP_CONV2D,
+            Dense {
+                weights: vec![1; 9],
+                bias: vec![0],
+                mult: vec![1 << 30],
+                shift: vec![-1],
+            },
+        )
     });
     let t2 = b.tensor_q(2, 1, 1, 0.5, 0);
     // fc: rows [1,1,1,1] (m = 1) and [1,0,−1,0] + bias 10 (m = 1/2).
     b.push(OpSpec {
-        kind: 2,
         in0: t1,
-        in1: 0xFFFF,
         out: t2,
-        act_min: -128,
-        act_max: 127,
-        weights: vec![1, 1, 1, 1, 1, 0, -1, 0],
-        bias: vec![0, 10],
-        mult: vec![1 << 30, 1 << 30],
-        shift: vec![1, 0],
-        ..Default::default()
+        ..OpSpec::dense(
+            OP_FULLY_CONNECTED,
+            Dense {
+                weights: vec![1, 1, 1, 1, 1, 0, -1, 0],
+                bias: vec![0, 10],
+                mult: vec![1 << 30, 1 << 30],
+                shift: vec![1, 0],
+            },
+        )
     });
     b
 }
