@@ -145,15 +145,12 @@ fn profile_resnet18_ops() {
         let t = times[j] / batch as f64;
         total += t;
         total_macs += macs;
+        let chw = |t: &octet_runtime::TensorInfo| format!("{:>3}x{:<2}x{:<2}", t.c, t.h, t.w);
         println!(
-            "{j:2} {:<6} {:>3}x{:<2}x{:<2} -> {:>3}x{:<2}x{:<2} k{} s{}: {:7.1} us/img {:6.1} GMAC/s",
+            "{j:2} {:<6} {} -> {} k{} s{}: {:7.1} us/img {:6.1} GMAC/s",
             op.kind.name(),
-            tin.c,
-            tin.h,
-            tin.w,
-            tout.c,
-            tout.h,
-            tout.w,
+            chw(&tin),
+            chw(&tout),
             op.kernel_h,
             op.stride,
             t * 1e6,

@@ -342,33 +342,19 @@ fn tensor_and_op_errors() {
 
 #[test]
 fn bad_multiplier_rejected() {
-    let mut b = lenet(6);
-    b.ops[0].mult[2] = (1 << 30) - 1;
-    assert_eq!(
-        err(&b.encode()),
-        RuntimeError::BadParam {
-            op: 0,
-            what: "multiplier/shift range"
-        }
-    );
-    let mut b = lenet(6);
-    b.ops[4].shift[0] = 31;
-    assert_eq!(
-        err(&b.encode()),
-        RuntimeError::BadParam {
-            op: 4,
-            what: "multiplier/shift range"
-        }
-    );
-    let mut b = lenet(6);
-    b.ops[4].weights[3] = -128;
-    assert_eq!(
-        err(&b.encode()),
-        RuntimeError::BadParam {
-            op: 4,
-            what: "weight -128"
-        }
-    );
+    // (an edit of the builder, the op and the parameter refused)
+    type Case = (fn(&mut Builder), u32, &'static str);
+    let range = "multiplier/shift range";
+    let cases: [Case; 3] = [
+        (|b| b.ops[0].mult[2] = (1 << 30) - 1, 0, range),
+        (|b| b.ops[4].shift[0] = 31, 4, range),
+        (|b| b.ops[4].weights[3] = -128, 4, "weight -128"),
+    ];
+    for (edit, op, what) in cases {
+        let mut b = lenet(6);
+        edit(&mut b);
+        assert_eq!(err(&b.encode()), RuntimeError::BadParam { op, what });
+    }
     let mut b = lenet(6);
     b.ops[4].bias[0] = i32::MAX - 10;
     assert!(matches!(

@@ -92,6 +92,17 @@ pub struct Dense {
     pub shift: Vec<i32>,
 }
 
+impl Dense {
+    pub fn new(weights: Vec<i8>, bias: Vec<i32>, mult: Vec<i32>, shift: Vec<i32>) -> Dense {
+        Dense {
+            weights,
+            bias,
+            mult,
+            shift,
+        }
+    }
+}
+
 impl OpSpec {
     /// An op of `kind` over the arrays of `d`, the other fields default.
     pub fn dense(kind: u8, d: Dense) -> OpSpec {
@@ -220,12 +231,7 @@ impl Builder {
             mult.push(m0);
             shift.push(s);
         }
-        Dense {
-            weights,
-            bias,
-            mult,
-            shift,
-        }
+        Dense::new(weights, bias, mult, shift)
     }
 
     pub fn conv(&mut self, x: u16, cout: u16, k: u8, stride: u8, pad: u8, relu: bool) -> u16 {
@@ -505,12 +511,7 @@ pub fn hand_model() -> Builder {
         pad_values: vec![5],
         ..OpSpec::dense(
             OP_CONV2D,
-            Dense {
-                weights: vec![1; 9],
-                bias: vec![0],
-                mult: vec![1 << 30],
-                shift: vec![-1],
-            },
+            Dense::new(vec![1; 9], vec![0], vec![1 << 30], vec![-1]),
         )
     });
     let t2 = b.tensor_q(2, 1, 1, 0.5, 0);
@@ -520,12 +521,12 @@ pub fn hand_model() -> Builder {
         out: t2,
         ..OpSpec::dense(
             OP_FULLY_CONNECTED,
-            Dense {
-                weights: vec![1, 1, 1, 1, 1, 0, -1, 0],
-                bias: vec![0, 10],
-                mult: vec![1 << 30, 1 << 30],
-                shift: vec![1, 0],
-            },
+            Dense::new(
+                vec![1, 1, 1, 1, 1, 0, -1, 0],
+                vec![0, 10],
+                vec![1 << 30, 1 << 30],
+                vec![1, 0],
+            ),
         )
     });
     b

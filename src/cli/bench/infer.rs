@@ -239,15 +239,8 @@ fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<(
             pts,
         ));
     }
-    chart(
-        &dir.join("throughput.png"),
-        &Axes {
-            title: "inference throughput",
-            x: "log2(batch)",
-            y: "thousand images/s",
-        },
-        &series,
-    )
+    let axes = Axes::new("inference throughput", "log2(batch)", "thousand images/s");
+    chart(&dir.join("throughput.png"), &axes, &series)
 }
 
 /// The int8 CUDA rows: host to host, and on a batch already on the device.

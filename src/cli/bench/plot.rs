@@ -40,6 +40,12 @@ pub struct Axes<'a> {
     pub y: &'a str,
 }
 
+impl<'a> Axes<'a> {
+    pub fn new(title: &'a str, x: &'a str, y: &'a str) -> Self {
+        Self { title, x, y }
+    }
+}
+
 /// Draws `series` to `path` (y from 0); nothing is written when no series has a point.
 pub fn chart(path: &Path, axes: &Axes, series: &[Series]) -> anyhow::Result<()> {
     octet_export::register_font()?;

@@ -39,15 +39,9 @@ pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
                 .collect()
         }));
     }
-    chart(
-        &dir.join("epoch_time.png"),
-        &Axes {
-            title: &format!("{}: epoch time vs batch per GPU", r.model),
-            x: "log2(batch per GPU)",
-            y: "epoch s",
-        },
-        &time,
-    )?;
+    let title = format!("{}: epoch time vs batch per GPU", r.model);
+    let axes = Axes::new(&title, "log2(batch per GPU)", "epoch s");
+    chart(&dir.join("epoch_time.png"), &axes, &time)?;
 
     let mut speed = Vec::new();
     for (i, b) in r.batches().into_iter().enumerate() {
@@ -69,13 +63,10 @@ pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
         true,
         ideal,
     ));
+    let title = format!("{}: speed-up vs GPUs (fixed images per epoch)", r.model);
     chart(
         &dir.join("speedup.png"),
-        &Axes {
-            title: &format!("{}: speed-up vs GPUs (fixed images per epoch)", r.model),
-            x: "GPUs",
-            y: "speed-up",
-        },
+        &Axes::new(&title, "GPUs", "speed-up"),
         &speed,
     )
 }
