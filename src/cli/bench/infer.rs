@@ -177,7 +177,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
     }
     let md = markdown(&rows, &peer);
     let json = serde_json::json!({
-        "bench": "infer", "commit": crate::cli::COMMIT,
+        "bench": "infer", "commit": crate::cli::common::COMMIT,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "cpu_threads": threads, "rows": rows, "peer": peer,
     });

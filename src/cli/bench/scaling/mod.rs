@@ -127,7 +127,7 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
         None => Vec::new(),
     };
     let report = Report {
-        commit: crate::cli::COMMIT.into(),
+        commit: crate::cli::common::COMMIT.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         model: a.model.clone(),
         images: a.images,
