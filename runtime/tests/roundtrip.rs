@@ -401,21 +401,24 @@ fn accumulator_bound() {
     }
 }
 
+/// Moves op `j`'s output tensor to where op `i`'s is in the arena.
+fn place_output_like(b: &mut Builder, j: usize, i: usize) {
+    let (dst, src) = (b.ops[j].out as usize, b.ops[i].out as usize);
+    b.tensors[dst].offset = b.tensors[src].offset;
+}
+
 #[test]
 fn liveness_violation_rejected() {
     // In the ResNet, let the second conv's output overlap the stem output that the add reads.
     let mut b = small_resnet(8);
-    let stem = b.ops[0].out as usize;
-    let y2 = b.ops[2].out as usize;
-    b.tensors[y2].offset = b.tensors[stem].offset;
+    place_output_like(&mut b, 2, 0);
     assert!(matches!(
         err(&b.encode()),
         RuntimeError::Aliasing { op: 2, .. }
     ));
     // Scratch overlapping a live tensor.
     let mut b = small_resnet(8);
-    let off = b.tensors[stem].offset;
-    b.ops[1].scratch = off;
+    b.ops[1].scratch = b.tensors[b.ops[0].out as usize].offset;
     assert!(matches!(
         err(&b.encode()),
         RuntimeError::Aliasing { op: 1, .. }
@@ -433,9 +436,7 @@ fn liveness_violation_rejected() {
 fn arena_reuse_is_accepted() {
     // LeNet with dead tensors reusing memory: conv1 output (dead after pool1) hosts conv2's.
     let mut b = lenet(10);
-    let c1 = b.ops[0].out as usize;
-    let c2 = b.ops[2].out as usize;
-    b.tensors[c2].offset = b.tensors[c1].offset;
+    place_output_like(&mut b, 2, 0);
     let bytes = b.encode();
     let m = Model::parse(&bytes).unwrap();
     let mut rng = Rng::new(1);

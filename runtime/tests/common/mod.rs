@@ -352,6 +352,19 @@ impl Builder {
         })
     }
 
+    /// A residual block (ReLU after the add): two 3×3 convs, the shortcut a 1×1 conv when the
+    /// block changes the shape, the identity otherwise.
+    pub fn block(&mut self, x: u16, width: u16, stride: u8) -> u16 {
+        let y = self.conv(x, width, 3, stride, 1, true);
+        let y = self.conv(y, width, 3, 1, 1, false);
+        let shortcut = if stride != 1 || self.shape(x).0 != width {
+            self.conv(x, width, 1, stride, 0, false)
+        } else {
+            x
+        };
+        self.add(shortcut, y, true)
+    }
+
     /// Encodes the model (output = the last op's output unless set).
     pub fn encode(&self) -> Vec<u8> {
         let n_t = self.tensors.len() as u32;
@@ -471,13 +484,8 @@ pub fn lenet_on(channels: u16, seed: u64) -> Builder {
 pub fn small_resnet(seed: u64) -> Builder {
     let mut b = Builder::new(3, 16, 16, seed);
     let s = b.conv(0, 16, 3, 1, 1, true);
-    let y = b.conv(s, 16, 3, 1, 1, true);
-    let y = b.conv(y, 16, 3, 1, 1, false);
-    let s = b.add(s, y, true);
-    let y = b.conv(s, 32, 3, 2, 1, true);
-    let y = b.conv(y, 32, 3, 1, 1, false);
-    let sc = b.conv(s, 32, 1, 2, 0, false);
-    let s = b.add(sc, y, true);
+    let s = b.block(s, 16, 1);
+    let s = b.block(s, 32, 2);
     let p = b.avg_pool(s, 8, 8);
     b.fc(p, 10, false);
     b
@@ -487,10 +495,7 @@ pub fn small_resnet(seed: u64) -> Builder {
 pub fn small_late_resnet(seed: u64) -> Builder {
     let mut b = Builder::new(3, 8, 8, seed);
     let s = b.conv(0, 16, 3, 1, 1, true);
-    let y = b.conv(s, 32, 3, 2, 1, true);
-    let y = b.conv(y, 32, 3, 1, 1, false);
-    let sc = b.conv(s, 32, 1, 2, 0, false);
-    let s = b.add(sc, y, true);
+    let s = b.block(s, 32, 2);
     let y = b.conv(s, 64, 3, 2, 1, true);
     let p = b.avg_pool(y, 2, 2);
     b.fc(p, 10, false);
@@ -536,19 +541,10 @@ pub fn hand_model() -> Builder {
 pub fn resnet18(seed: u64) -> Builder {
     let mut b = Builder::new(3, 32, 32, seed);
     let mut x = b.conv(0, 64, 3, 1, 1, true);
-    let mut c = 64u16;
     for (stage, &width) in [64u16, 128, 256, 512].iter().enumerate() {
         for block in 0..2 {
             let stride = if stage > 0 && block == 0 { 2 } else { 1 };
-            let y = b.conv(x, width, 3, stride, 1, true);
-            let y = b.conv(y, width, 3, 1, 1, false);
-            let sc = if stride != 1 || c != width {
-                b.conv(x, width, 1, stride, 0, false)
-            } else {
-                x
-            };
-            x = b.add(sc, y, true);
-            c = width;
+            x = b.block(x, width, stride);
         }
     }
     let p = b.avg_pool(x, 4, 4);
