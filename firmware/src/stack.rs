@@ -56,7 +56,7 @@ impl Painted {
 pub fn stack_or_fail(used: Option<usize>, what: &str) -> Option<usize> {
     if used.is_none() {
         hprintln!(
-            "error: {}: the stack went deeper than the painted {} bytes (raise STACK_WINDOW in firmware/src/main.rs)",
+            "error: {}: the stack went deeper than the painted {} bytes (raise STACK_WINDOW in firmware/src/stack.rs)",
             what,
             STACK_WINDOW
         );
