@@ -214,6 +214,18 @@ impl Builder {
         Dense::new(weights, bias, mult, shift)
     }
 
+    /// A conv or fc from `x` to `out` over the arrays `d`, clamped as `clamp` says.
+    fn dense_op(&self, kind: u8, x: u16, out: u16, relu: bool, d: Dense) -> OpSpec {
+        let (act_min, act_max) = self.clamp(out, relu);
+        OpSpec {
+            in0: x,
+            out,
+            act_min,
+            act_max,
+            ..OpSpec::dense(kind, d)
+        }
+    }
+
     pub fn conv(&mut self, x: u16, cout: u16, k: u8, stride: u8, pad: u8, relu: bool) -> u16 {
         let (c, h, w) = self.shape(x);
         let ho = (h + 2 * pad as u16 - k as u16) / stride as u16 + 1;
@@ -226,18 +238,13 @@ impl Builder {
         } else {
             Vec::new()
         };
-        let (act_min, act_max) = self.clamp(out, relu);
         self.push(OpSpec {
-            in0: x,
-            out,
             kh: k,
             kw: k,
             stride,
             pad,
-            act_min,
-            act_max,
             pad_values,
-            ..OpSpec::dense(OP_CONV2D, dense)
+            ..self.dense_op(OP_CONV2D, x, out, relu, dense)
         })
     }
 
@@ -246,14 +253,7 @@ impl Builder {
         let k = c as usize * h as usize * w as usize;
         let out = self.tensor(n, 1, 1);
         let dense = self.dense_params(n as usize, k);
-        let (act_min, act_max) = self.clamp(out, relu);
-        self.push(OpSpec {
-            in0: x,
-            out,
-            act_min,
-            act_max,
-            ..OpSpec::dense(OP_FULLY_CONNECTED, dense)
-        })
+        self.push(self.dense_op(OP_FULLY_CONNECTED, x, out, relu, dense))
     }
 
     pub fn max_pool(&mut self, x: u16, k: u8, stride: u8) -> u16 {
