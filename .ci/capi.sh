@@ -5,19 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../capi"
 
-export DEBIAN_FRONTEND=noninteractive
+# shellcheck source=.ci/lib.sh
+. ../.ci/lib.sh
 need=()
 command -v cc >/dev/null || need+=(gcc)
 command -v arm-none-eabi-gcc >/dev/null || need+=(gcc-arm-none-eabi)
 [ -e /usr/lib/arm-none-eabi/newlib ] || need+=(libnewlib-arm-none-eabi)
 command -v qemu-system-arm >/dev/null || need+=(qemu-system-arm)
-if [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq
-  apt-get install -y -qq "${need[@]}"
-fi
-for t in thumbv7em-none-eabihf thumbv7m-none-eabi; do
-  rustup target list --installed | grep -qx "$t" || rustup target add "$t"
-done
+apt_install "${need[@]}"
+rustup_targets thumbv7em-none-eabihf thumbv7m-none-eabi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 cargo fmt -- --check

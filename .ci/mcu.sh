@@ -6,18 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export DEBIAN_FRONTEND=noninteractive
+# shellcheck source=.ci/lib.sh
+. .ci/lib.sh
 missing=()
 command -v qemu-system-arm >/dev/null || missing+=(qemu-system-arm)
 command -v arm-none-eabi-size >/dev/null || command -v llvm-size >/dev/null ||
   missing+=(gcc-arm-none-eabi libnewlib-arm-none-eabi)
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}"
-fi
-for t in thumbv7em-none-eabihf thumbv7m-none-eabi; do
-  rustup target list --installed | grep -qx "$t" || rustup target add "$t"
-done
+apt_install "${missing[@]}"
+rustup_targets thumbv7em-none-eabihf thumbv7m-none-eabi
 
 bash bench/mcu.sh check
 # The firmware is outside the workspace: its format and lints, for both targets, here.

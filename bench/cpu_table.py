@@ -5,6 +5,14 @@
 usage: cpu_table.py bench/results/cpu_infer_*.json
 """
 import json, sys
+
+
+def cell(text, r, ratios):
+    """`text`, then the ratios of row `r` that were measured: (key, peer name) each."""
+    parts = [f"{r[key]:.2f}× {peer}" for key, peer in ratios if r.get(key)]
+    return text + (" (" + ", ".join(parts) + ")" if parts else "")
+
+
 rows = ["| CPU (kernels) | model | b64 1 thread | b64 2 threads | b1 1 thread | b1 2 threads |",
         "|---|---|---|---|---|---|"]
 for path in sys.argv[1:]:
@@ -14,17 +22,11 @@ for path in sys.argv[1:]:
     for model in ("resnet18", "lenet", "resnet18-1ch", "lenet-1ch"):
         r1, r2 = S[(model, 1)], S[(model, 2)]
         def tp(r):
-            s = f"{r['octet_int8_batch64_img_s']:,.0f}"
-            parts = []
-            if r.get("throughput_octet_over_ort"): parts.append(f"{r['throughput_octet_over_ort']:.2f}× ORT")
-            if r.get("throughput_octet_over_tflite"): parts.append(f"{r['throughput_octet_over_tflite']:.2f}× TFLite")
-            return s + (" (" + ", ".join(parts) + ")" if parts else "")
+            return cell(f"{r['octet_int8_batch64_img_s']:,.0f}", r,
+                        [("throughput_octet_over_ort", "ORT"), ("throughput_octet_over_tflite", "TFLite")])
         def lat(r):
-            s = f"{r['octet_int8_batch1_ms']:.3f} ms"
-            parts = []
-            if r.get("latency_ort_over_octet"): parts.append(f"{r['latency_ort_over_octet']:.2f}× ORT")
-            if r.get("latency_tflite_over_octet"): parts.append(f"{r['latency_tflite_over_octet']:.2f}× TFLite")
-            return s + (" (" + ", ".join(parts) + ")" if parts else "")
+            return cell(f"{r['octet_int8_batch1_ms']:.3f} ms", r,
+                        [("latency_ort_over_octet", "ORT"), ("latency_tflite_over_octet", "TFLite")])
         rows.append(f"| {cpu} ({r1['kernels']}) | {model} | {tp(r1)} | {tp(r2)} | {lat(r1)} | {lat(r2)} |")
         # other kernel sets timed on the same CPU (1 thread)
         for k in ("avx2", "avx_vnni"):

@@ -20,7 +20,7 @@
 #
 # Instructions: QEMU's -icount shift=0 makes virtual time one nanosecond per instruction;
 # the firmware reads SysTick at 40 instructions per tick (calibrated against a loop of known
-# length) and resolves single instructions by stepping across a tick edge (firmware/src/main.rs).
+# length) and resolves single instructions by stepping across a tick edge (firmware/src/clock.rs).
 # Counts include a few instructions of the measuring calls; they repeat exactly.
 set -euo pipefail
 [ -z "${OUT:-}" ] || OUT=$(realpath -m "$OUT")

@@ -17,6 +17,28 @@ fn octet_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// Runs `octet`, which must succeed and print every one of `expected`; its output.
+fn succeeds(args: &[&str], expected: &[&str]) -> String {
+    let o = octet(args);
+    let s = text(&o);
+    assert!(o.status.success(), "{s}");
+    for e in expected {
+        assert!(s.contains(e), "no {e:?} in:\n{s}");
+    }
+    s
+}
+
+/// Checks that `o` failed and printed `expected`.
+fn failed_with(o: &Output, expected: &str) {
+    let s = text(o);
+    assert!(!o.status.success() && s.contains(expected), "{s}");
+}
+
+/// Runs `octet`, which must fail and print `expected`.
+fn fails(args: &[&str], expected: &str) {
+    failed_with(&octet(args), expected);
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -29,20 +51,15 @@ fn text(o: &Output) -> String {
 fn demo_trains_then_inspect_and_eval_read_its_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("demo");
-    let o = octet(&["demo", "--epochs", "1", "--out", out.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", text(&o));
-    let s = text(&o);
-    assert!(s.contains("LeNet float test accuracy"), "{s}");
+    succeeds(
+        &["demo", "--epochs", "1", "--out", out.to_str().unwrap()],
+        &["LeNet float test accuracy"],
+    );
 
     let ck = out.join("last.safetensors");
-    let o = octet(&["inspect", ck.to_str().unwrap()]);
-    let s = text(&o);
-    assert!(
-        o.status.success()
-            && s.contains("model lenet")
-            && s.contains("conv1.weight")
-            && s.contains("optim.momentum.fc3.bias"),
-        "{s}"
+    succeeds(
+        &["inspect", ck.to_str().unwrap()],
+        &["model lenet", "conv1.weight", "optim.momentum.fc3.bias"],
     );
 
     let v = octet_json(&["eval", ck.to_str().unwrap(), "--json"]);
@@ -116,36 +133,26 @@ fn resume_continues_where_the_run_stopped() {
 
 #[test]
 fn user_errors_are_clear() {
-    let o = octet(&["train", "--model", "vgg16", "--data", "synthetic:64:0"]);
-    assert!(!o.status.success());
-    assert!(text(&o).contains("unknown model 'vgg16'"), "{}", text(&o));
+    fails(
+        &["train", "--model", "vgg16", "--data", "synthetic:64:0"],
+        "unknown model 'vgg16'",
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let spec = format!("cifar10:{}", dir.path().display());
-    let o = octet(&["train", "--data", &spec]);
-    assert!(!o.status.success());
-    assert!(text(&o).contains("data_batch_1.bin"), "{}", text(&o));
+    fails(&["train", "--data", &spec], "data_batch_1.bin");
 
-    let o = octet(&["train", "--data", "synthetic:64:0", "--device", "tpu"]);
-    assert!(
-        !o.status.success() && text(&o).contains("cpu, cuda or cuda:N"),
-        "{}",
-        text(&o)
+    fails(
+        &["train", "--data", "synthetic:64:0", "--device", "tpu"],
+        "cpu, cuda or cuda:N",
     );
 
-    let o = octet(&["eval", "/nonexistent/x.safetensors"]);
-    assert!(
-        !o.status.success() && text(&o).contains("/nonexistent/x.safetensors"),
-        "{}",
-        text(&o)
+    fails(
+        &["eval", "/nonexistent/x.safetensors"],
+        "/nonexistent/x.safetensors",
     );
 
-    let o = octet(&["--help"]);
-    let s = text(&o);
-    assert!(
-        s.contains("demo") && s.contains("train") && s.contains("inspect"),
-        "{s}"
-    );
+    succeeds(&["--help"], &["demo", "train", "inspect"]);
 }
 
 /// Writes what PyTorch's `save_file(model.state_dict(), path)` writes for `kind` with random
@@ -183,11 +190,9 @@ fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("torch.safetensors");
     save_pytorch_state_dict(octet_models::ModelKind::LeNet, 1, &p);
-    let o = octet(&["eval", p.to_str().unwrap(), "--data", "bundled"]);
-    assert!(
-        !o.status.success() && text(&o).contains("--model"),
-        "{}",
-        text(&o)
+    fails(
+        &["eval", p.to_str().unwrap(), "--data", "bundled"],
+        "--model",
     );
     let v = octet_json(&[
         "eval",
@@ -244,14 +249,9 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
     // The runtime's accuracy in `run` is the ablation's runtime row: same bytes, same images.
     assert_eq!(r["accuracy"].as_f64(), rows[3]["accuracy"].as_f64());
 
-    let o = octet(&["inspect", o8.to_str().unwrap()]);
-    let s = text(&o);
-    assert!(
-        o.status.success()
-            && s.contains("int8 model")
-            && s.contains("Add")
-            && s.contains("AvgPool"),
-        "{s}"
+    succeeds(
+        &["inspect", o8.to_str().unwrap()],
+        &["int8 model", "Add", "AvgPool"],
     );
 
     // A corrupted model is refused with a reason, not a panic.
@@ -259,18 +259,16 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0x55;
     std::fs::write(&o8, &bytes).unwrap();
-    let o = octet(&[
-        "run",
-        o8.to_str().unwrap(),
-        "--data",
-        "bundled",
-        "--images",
-        "4",
-    ]);
-    assert!(
-        !o.status.success() && text(&o).to_lowercase().contains("crc"),
-        "{}",
-        text(&o)
+    fails(
+        &[
+            "run",
+            o8.to_str().unwrap(),
+            "--data",
+            "bundled",
+            "--images",
+            "4",
+        ],
+        "CRC",
     );
 }
 
@@ -316,12 +314,9 @@ fn bench_infer_on_cpu_writes_rows_for_int8_and_float() {
 #[test]
 fn multi_rank_commands_explain_what_they_need() {
     // bench allreduce outside a launched job names the launcher.
-    let o = octet(&["bench", "allreduce"]);
-    assert!(!o.status.success());
-    assert!(
-        text(&o).contains("octet launch --gpus N -- bench allreduce"),
-        "{}",
-        text(&o)
+    fails(
+        &["bench", "allreduce"],
+        "octet launch --gpus N -- bench allreduce",
     );
     // A data-parallel environment without a GPU device says what to add.
     let o = Command::new(env!("CARGO_BIN_EXE_octet"))
@@ -330,6 +325,5 @@ fn multi_rank_commands_explain_what_they_need() {
         .env("RANK", "0")
         .output()
         .unwrap();
-    assert!(!o.status.success());
-    assert!(text(&o).contains("add --device cuda"), "{}", text(&o));
+    failed_with(&o, "add --device cuda");
 }

@@ -155,13 +155,32 @@ fn a_huge_arena_is_an_error_not_an_abort() {
     );
 }
 
+/// How the command lines given crafted files ended: succeeded, refused cleanly, or not clean.
+#[derive(Default)]
+struct Tally {
+    ok: usize,
+    refusals: usize,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    /// Counts `o` (see `clean`), `what` naming it in a failure.
+    fn record(&mut self, o: &Output, what: &str) {
+        match clean(o, what) {
+            Ok(true) => self.ok += 1,
+            Ok(false) => self.refusals += 1,
+            Err(e) => self.failures.push(e),
+        }
+    }
+}
+
 /// The sample of crafted `.o8` files through `inspect` and `run` (2 threads, 20 images).
 #[test]
 fn crafted_o8_files_through_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let base = common::lenet(21).encode();
     let mut rng = common::Rng::new(190);
-    let (mut ok, mut refusals, mut failures) = (0, 0, Vec::new());
+    let mut t = Tally::default();
     let n = 60;
     for i in 0..n {
         let (bytes, what) = mutate_o8::mutate(&base, &mut rng);
@@ -180,17 +199,15 @@ fn crafted_o8_files_through_the_command_line() {
                 "2",
             ],
         ] {
-            let o = octet(&args);
-            match clean(&o, &format!("mutant {i} ({what}), {}", args[0])) {
-                Ok(true) => ok += 1,
-                Ok(false) => refusals += 1,
-                Err(e) => failures.push(e),
-            }
+            t.record(&octet(&args), &format!("mutant {i} ({what}), {}", args[0]));
         }
     }
-    eprintln!("crafted .o8 through the CLI: {n} files, {ok} runs succeeded, {refusals} refused");
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    assert!(ok > 0 && refusals > 0);
+    eprintln!(
+        "crafted .o8 through the CLI: {n} files, {} runs succeeded, {} refused",
+        t.ok, t.refusals
+    );
+    assert!(t.failures.is_empty(), "{}", t.failures.join("\n\n"));
+    assert!(t.ok > 0 && t.refusals > 0);
 }
 
 /// The sample of crafted checkpoints through `eval`, `inspect` and `train --resume`.
@@ -199,7 +216,7 @@ fn crafted_checkpoints_through_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let good = std::fs::read(trained(dir.path())).unwrap();
     let mut rng = mutate_ckpt::Rng::new(191);
-    let (mut ok, mut refusals, mut failures) = (0, 0, Vec::new());
+    let mut t = Tally::default();
     let n = 16;
     for i in 0..n {
         let (bytes, what) = mutate_ckpt::mutate(&good, &mut rng);
@@ -221,25 +238,24 @@ fn crafted_checkpoints_through_the_command_line() {
                 "--json",
             ],
         ] {
-            match clean(&octet(&args), &format!("mutant {i} ({what}), {}", args[0])) {
-                Ok(true) => ok += 1,
-                Ok(false) => refusals += 1,
-                Err(e) => failures.push(e),
-            }
+            t.record(&octet(&args), &format!("mutant {i} ({what}), {}", args[0]));
         }
         // Whatever a resume wrote, the project's own reader accepts.
         if std::fs::read(&f).unwrap() != bytes {
             let o = octet(&["eval", s(&f), "--batch-size", "8"]);
             if !o.status.success() {
-                failures.push(format!(
+                t.failures.push(format!(
                     "mutant {i}: resume wrote a checkpoint eval refuses"
                 ));
             }
         }
     }
-    eprintln!("crafted checkpoints through the CLI: {n} files, {ok} commands succeeded, {refusals} refused");
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    assert!(refusals > 0);
+    eprintln!(
+        "crafted checkpoints through the CLI: {n} files, {} commands succeeded, {} refused",
+        t.ok, t.refusals
+    );
+    assert!(t.failures.is_empty(), "{}", t.failures.join("\n\n"));
+    assert!(t.refusals > 0);
 }
 
 /// Defects 2, 3, 6 and 7 (training): bad settings are refused before the first epoch; stale

@@ -27,6 +27,17 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
+/// Launches a job that must end within 10 s with exit `code`, every one of `says` on stderr.
+fn ends_promptly(launch_args: &[&str], script: &str, code: i32, says: &[&str]) {
+    let (o, took) = launch(launch_args, script);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    for s in says {
+        assert!(err.contains(s), "no {s:?} in:\n{err}");
+    }
+}
+
 const SHOW_ENV: &str = "echo \"R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE \
                         A=$MASTER_ADDR P=$MASTER_PORT N=$NCCL_NVLS_ENABLE\"";
 
@@ -84,44 +95,34 @@ fn all_ranks_succeeding_exits_0() {
 
 #[test]
 fn failing_rank_code_propagates_and_others_stop_promptly() {
-    let (o, took) = launch(
+    ends_promptly(
         &["--gpus", "3"],
         "if [ \"$RANK\" = 1 ]; then sleep 0.2; exit 7; fi; sleep 60",
-    );
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(7), "{err}");
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    assert!(
-        err.contains("rank 1 failed first (exit code 7)")
-            && err.contains("exiting with code 7: rank 1 failed first"),
-        "{err}"
+        7,
+        &[
+            "rank 1 failed first (exit code 7)",
+            "exiting with code 7: rank 1 failed first",
+        ],
     );
 }
 
 #[test]
 fn rank_ignoring_sigterm_is_killed_after_the_grace_period() {
-    let (o, took) = launch(
+    ends_promptly(
         &["--gpus", "2", "--grace", "0.5"],
         "if [ \"$RANK\" = 0 ]; then sleep 0.2; exit 3; fi; trap '' TERM; sleep 60",
+        3,
+        &["ranks 1 still running"],
     );
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(3), "{err}");
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    assert!(err.contains("ranks 1 still running"), "{err}");
 }
 
 #[test]
 fn signal_killed_rank_maps_to_128_plus_signal() {
-    let (o, took) = launch(
+    ends_promptly(
         &["--gpus", "2"],
         "if [ \"$RANK\" = 1 ]; then kill -KILL $$; fi; sleep 60",
-    );
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(128 + 9), "{err}");
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    assert!(
-        err.contains("rank 1 failed first (killed by signal 9 (SIGKILL))"),
-        "{err}"
+        128 + 9,
+        &["rank 1 failed first (killed by signal 9 (SIGKILL))"],
     );
 }
 

@@ -156,19 +156,7 @@ int main(void)
         uint64_t t_run = board_ticks() - t0;
         if (bad)
             return failed(bad - 1, st);
-        board_line_str("logits ");
-        board_line_int((int64_t)i);
-        board_line_str(":");
-        for (size_t j = 0; j < PEER_OUTPUT_LEN; j++) {
-            board_line_str(" ");
-            board_line_int(logits[j]);
-        }
-        board_line_end();
-        board_line_str("ticks run ");
-        board_line_int((int64_t)i);
-        board_line_str(" ");
-        board_line_int((int64_t)t_run);
-        board_line_end();
+        board_print_run(i, logits, PEER_OUTPUT_LEN, t_run);
     }
     /* Per op, in a second pass (the probes' own cost stays out of the totals above). */
     uint64_t ticks[PEER_N_OPS + 1];
@@ -188,15 +176,6 @@ int main(void)
             board_line_end();
         }
     }
-    uint64_t insns;
-    uint64_t cal = board_calibrate(&insns);
-    board_line_str("calibration ");
-    board_line_int((int64_t)insns);
-    board_line_str(" ");
-    board_line_int((int64_t)cal);
-    board_line_end();
-    board_line_str("stack ");
-    board_line_int((int64_t)board_stack_used());
-    board_line_end();
+    board_print_calibration_and_stack();
     return 0;
 }

@@ -324,48 +324,38 @@ pub unsafe extern "C" fn octet_model_run(
     logits: *mut i8,
     logits_len: usize,
 ) -> OctetStatus {
-    match run(
-        model, pixels, pixels_len, arena, arena_len, logits, logits_len,
-    ) {
+    // Every check returns its status through `?`; the buffers are touched only after all.
+    let run = || -> Result<(), OctetStatus> {
+        let m = parsed(model)?;
+        let px = slice(pixels, pixels_len)?;
+        let ar = slice(arena, arena_len)?;
+        let lg = slice(logits.cast(), logits_len)?;
+        if overlap(px, ar) || overlap(px, lg) || overlap(ar, lg) {
+            return Err(OctetStatus::BuffersOverlap);
+        }
+        let batch = m.batch_of(pixels_len)?;
+        let n_out = batch
+            .checked_mul(m.output_len())
+            .ok_or(OctetStatus::OutputTooSmall)?;
+        if logits_len < n_out {
+            return Err(OctetStatus::OutputTooSmall);
+        }
+        // Checked before any write, so that an error leaves the arena untouched too.
+        let need = m.arena_bytes_for(batch);
+        if arena_len < need {
+            return Err(OctetStatus::ArenaTooSmall);
+        }
+        // SAFETY: non-NULL (arena_len ≥ need > 0), valid for writes (caller), and overlapping
+        // neither `px` nor `lg` (checked).
+        let ar = core::slice::from_raw_parts_mut(arena, arena_len);
+        let out = m.run(px, ar)?;
+        ptr::copy_nonoverlapping(out.as_ptr(), logits, n_out);
+        Ok(())
+    };
+    match run() {
         Ok(()) => OctetStatus::Ok,
         Err(s) => s,
     }
-}
-
-unsafe fn run(
-    model: *const OctetModel,
-    pixels: *const u8,
-    pixels_len: usize,
-    arena: *mut u8,
-    arena_len: usize,
-    logits: *mut i8,
-    logits_len: usize,
-) -> Result<(), OctetStatus> {
-    let m = parsed(model)?;
-    let px = slice(pixels, pixels_len)?;
-    let ar = slice(arena, arena_len)?;
-    let lg = slice(logits.cast(), logits_len)?;
-    if overlap(px, ar) || overlap(px, lg) || overlap(ar, lg) {
-        return Err(OctetStatus::BuffersOverlap);
-    }
-    let batch = m.batch_of(pixels_len)?;
-    let n_out = batch
-        .checked_mul(m.output_len())
-        .ok_or(OctetStatus::OutputTooSmall)?;
-    if logits_len < n_out {
-        return Err(OctetStatus::OutputTooSmall);
-    }
-    // Checked before any write, so that an error leaves the arena untouched too.
-    let need = m.arena_bytes_for(batch);
-    if arena_len < need {
-        return Err(OctetStatus::ArenaTooSmall);
-    }
-    // SAFETY: non-NULL (arena_len ≥ need > 0), valid for writes (caller), and overlapping
-    // neither `px` nor `lg` (checked).
-    let ar = core::slice::from_raw_parts_mut(arena, arena_len);
-    let out = m.run(px, ar)?;
-    ptr::copy_nonoverlapping(out.as_ptr(), logits, n_out);
-    Ok(())
 }
 
 #[cfg(all(target_os = "none", feature = "panic-handler"))]

@@ -9,21 +9,31 @@ use octet_runtime::parallel::{
 };
 use octet_runtime::{Kernels, Model, RuntimeError};
 
+/// The three test models (LeNet, a small ResNet, one with small late layers), seeds from `seed`.
+fn models(seed: u64) -> [Vec<u8>; 3] {
+    [
+        common::lenet(seed).encode(),
+        common::small_resnet(seed + 1).encode(),
+        common::small_late_resnet(seed + 2).encode(),
+    ]
+}
+
+/// The single-threaded scalar reference's logits.
+fn scalar(m: &Model, pixels: &[u8], batch: usize) -> Vec<i8> {
+    let mut arena = vec![0u8; m.arena_bytes_for(batch)];
+    m.run_with(Kernels::Scalar, pixels, &mut arena)
+        .unwrap()
+        .to_vec()
+}
+
 #[test]
 fn parallel_equals_single_threaded() {
-    for bytes in [
-        common::lenet(1).encode(),
-        common::small_resnet(2).encode(),
-        common::small_late_resnet(3).encode(),
-    ] {
+    for bytes in models(1) {
         let m = Model::parse(&bytes).unwrap();
         for batch in [1usize, 2, 5, 7, 19] {
             let pixels = common::Rng::new(batch as u64).bytes(batch * m.input_len());
+            let single = scalar(&m, &pixels, batch);
             let mut a1 = vec![0u8; m.arena_bytes_for(batch)];
-            let single = m
-                .run_with(Kernels::Scalar, &pixels, &mut a1)
-                .unwrap()
-                .to_vec();
             assert_eq!(m.run(&pixels, &mut a1).unwrap(), &single[..]);
             for threads in [1usize, 2, 3, 8] {
                 let mut a = vec![0u8; arena_bytes_parallel(&m, batch, threads)];
@@ -48,19 +58,11 @@ fn parallel_equals_single_threaded() {
 /// elements): the bytes of the single-threaded scalar reference, for every kernel set here.
 #[test]
 fn split_equals_single_threaded() {
-    for bytes in [
-        common::lenet(4).encode(),
-        common::small_resnet(5).encode(),
-        common::small_late_resnet(6).encode(),
-    ] {
+    for bytes in models(4) {
         let m = Model::parse(&bytes).unwrap();
         for batch in [1usize, 3] {
             let pixels = common::Rng::new(10 + batch as u64).bytes(batch * m.input_len());
-            let mut a1 = vec![0u8; m.arena_bytes_for(batch)];
-            let single = m
-                .run_with(Kernels::Scalar, &pixels, &mut a1)
-                .unwrap()
-                .to_vec();
+            let single = scalar(&m, &pixels, batch);
             for k in Kernels::available() {
                 for threads in [1usize, 2, 3, 5] {
                     let mut a = vec![0x5au8; arena_bytes_split(&m, batch, threads)];

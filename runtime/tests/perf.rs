@@ -110,12 +110,8 @@ fn thread_cpu_time() -> f64 {
 #[test]
 #[ignore]
 fn profile_resnet18_ops() {
-    // OCTET_MODEL: a .o8 file to profile instead (e.g. dumped by benches/infer.rs with
-    // OCTET_BENCH_DUMP=dir).
-    let bytes = match std::env::var("OCTET_MODEL") {
-        Ok(path) => std::fs::read(path).unwrap(),
-        Err(_) => common::resnet18(1).encode(),
-    };
+    // OCTET_MODEL: a .o8 file to profile instead.
+    let bytes = model_from_env();
     let m = Model::parse(&bytes).unwrap();
     let kernels = kernels_from_env();
     println!("kernels: {}", kernels.resolved_name().unwrap());
@@ -149,15 +145,12 @@ fn profile_resnet18_ops() {
         let t = times[j] / batch as f64;
         total += t;
         total_macs += macs;
+        let chw = |t: &octet_runtime::TensorInfo| format!("{:>3}x{:<2}x{:<2}", t.c, t.h, t.w);
         println!(
-            "{j:2} {:<6} {:>3}x{:<2}x{:<2} -> {:>3}x{:<2}x{:<2} k{} s{}: {:7.1} us/img {:6.1} GMAC/s",
+            "{j:2} {:<6} {} -> {} k{} s{}: {:7.1} us/img {:6.1} GMAC/s",
             op.kind.name(),
-            tin.c,
-            tin.h,
-            tin.w,
-            tout.c,
-            tout.h,
-            tout.w,
+            chw(&tin),
+            chw(&tout),
             op.kernel_h,
             op.stride,
             t * 1e6,
@@ -173,14 +166,20 @@ fn profile_resnet18_ops() {
     );
 }
 
+/// OCTET_MODEL: a .o8 file's bytes (e.g. dumped by benches/infer.rs with OCTET_BENCH_DUMP=dir);
+/// the test ResNet-18 without it.
+fn model_from_env() -> Vec<u8> {
+    std::env::var("OCTET_MODEL").map_or_else(
+        |_| common::resnet18(1).encode(),
+        |p| std::fs::read(p).unwrap(),
+    )
+}
+
 /// Arena sizes of ResNet-18 (CIFAR): `… --ignored --nocapture arena_sizes`.
 #[test]
 #[ignore]
 fn arena_sizes() {
-    let bytes = std::env::var("OCTET_MODEL").map_or_else(
-        |_| common::resnet18(1).encode(),
-        |p| std::fs::read(p).unwrap(),
-    );
+    let bytes = model_from_env();
     let m = Model::parse(&bytes).unwrap();
     println!("working {} KiB", m.working_bytes() >> 10);
     for o in m.ops() {
@@ -206,10 +205,7 @@ fn kernels_from_env() -> Kernels {
 #[ignore]
 fn split_latency() {
     use octet_runtime::parallel::{arena_bytes_split, run_split_with};
-    let bytes = std::env::var("OCTET_MODEL").map_or_else(
-        |_| common::resnet18(1).encode(),
-        |p| std::fs::read(p).unwrap(),
-    );
+    let bytes = model_from_env();
     let m = Model::parse(&bytes).unwrap();
     let pixels = common::Rng::new(2).bytes(m.input_len());
     let best = |f: &mut dyn FnMut()| {

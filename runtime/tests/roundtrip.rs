@@ -234,104 +234,103 @@ fn op_field(f: &mut [u8], n_t: usize, op: usize, off: usize, v: &[u8]) {
 
 #[test]
 fn tensor_and_op_errors() {
+    use RuntimeError::{BadParam, BadShape, BadTensor, OutOfBounds};
     let b = lenet(5);
     let n_t = b.tensors.len();
     let good = b.encode();
-    // Tensor outside the arena.
-    let mut f = good.clone();
-    tensor_field(&mut f, 1, 16, &(b.arena).to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "tensor in arena",
-            index: 1
+    let tensor = |t: usize, off: usize, v: &[u8]| (80 + 32 * t + off, v.to_vec());
+    let op = |o: usize, off: usize, v: &[u8]| (80 + 32 * n_t + 64 * o + off, v.to_vec());
+    // (what, the fields rewritten, the error)
+    let cases = [
+        (
+            "tensor outside the arena",
+            vec![tensor(1, 16, &b.arena.to_le_bytes())],
+            OutOfBounds {
+                what: "tensor in arena",
+                index: 1,
+            },
+        ),
+        (
+            "zero shape",
+            vec![tensor(2, 0, &0u16.to_le_bytes())],
+            BadTensor {
+                index: 2,
+                what: "shape",
+            },
+        ),
+        (
+            "bad scale",
+            vec![tensor(2, 8, &f32::NAN.to_le_bytes())],
+            BadTensor {
+                index: 2,
+                what: "scale",
+            },
+        ),
+        (
+            "shape inconsistent with the conv",
+            vec![
+                tensor(1, 2, &27u16.to_le_bytes()),
+                tensor(1, 20, &(6u32 * 27 * 28).to_le_bytes()),
+            ],
+            BadShape { op: 0 },
+        ),
+        (
+            "weights offset out of the data section",
+            vec![op(0, 20, &0x0100_0000u32.to_le_bytes())],
+            OutOfBounds {
+                what: "weights",
+                index: 0,
+            },
+        ),
+        (
+            "misaligned weights",
+            vec![op(0, 20, &1u32.to_le_bytes())],
+            BadParam {
+                op: 0,
+                what: "weights",
+            },
+        ),
+        (
+            "bad tensor id",
+            vec![op(1, 2, &500u16.to_le_bytes())],
+            OutOfBounds {
+                what: "tensor id",
+                index: 500,
+            },
+        ),
+        (
+            "unknown kind",
+            vec![op(1, 0, &[9])],
+            BadParam {
+                op: 1,
+                what: "kind",
+            },
+        ),
+        (
+            "activation range",
+            vec![op(0, 12, &200i32.to_le_bytes())],
+            BadParam {
+                op: 0,
+                what: "activation range",
+            },
+        ),
+        (
+            "scratch out of the arena",
+            vec![op(0, 60, &b.arena.to_le_bytes())],
+            OutOfBounds {
+                what: "scratch",
+                index: 0,
+            },
+        ),
+    ];
+    for (what, fields, expected) in cases {
+        let mut f = good.clone();
+        for (at, v) in fields {
+            f[at..at + v.len()].copy_from_slice(&v);
         }
-    ));
-    // Zero shape.
-    let mut f = good.clone();
-    tensor_field(&mut f, 2, 0, &0u16.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::BadTensor {
-            index: 2,
-            what: "shape"
-        }
-    ));
-    // Bad scale.
-    let mut f = good.clone();
-    tensor_field(&mut f, 2, 8, &f32::NAN.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::BadTensor {
-            index: 2,
-            what: "scale"
-        }
-    ));
-    // Shape inconsistent with the conv.
-    let mut f = good.clone();
-    tensor_field(&mut f, 1, 2, &27u16.to_le_bytes());
-    tensor_field(&mut f, 1, 20, &(6u32 * 27 * 28).to_le_bytes());
-    assert_eq!(err(&f), RuntimeError::BadShape { op: 0 });
-    // Weights offset out of the data section.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 20, &0x0100_0000u32.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "weights",
-            index: 0
-        }
-    ));
-    // Misaligned weights.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 20, &1u32.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::BadParam {
-            op: 0,
-            what: "weights"
-        }
-    ));
-    // Bad tensor id.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 1, 2, &500u16.to_le_bytes());
-    assert!(matches!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "tensor id",
-            index: 500
-        }
-    ));
-    // Unknown kind.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 1, 0, &[9]);
-    assert_eq!(
-        err(&f),
-        RuntimeError::BadParam {
-            op: 1,
-            what: "kind"
-        }
-    );
-    // Activation range.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 12, &200i32.to_le_bytes());
-    assert_eq!(
-        err(&f),
-        RuntimeError::BadParam {
-            op: 0,
-            what: "activation range"
-        }
-    );
-    // Scratch out of the arena.
-    let mut f = good.clone();
-    op_field(&mut f, n_t, 0, 60, &b.arena.to_le_bytes());
-    assert_eq!(
-        err(&f),
-        RuntimeError::OutOfBounds {
-            what: "scratch",
-            index: 0
-        }
-    );
+        fix_crc(&mut f);
+        assert_eq!(err(&f), expected, "{what}");
+    }
     // Output aliases the input.
     let mut f = good.clone();
     op_field(&mut f, n_t, 1, 6, &1u16.to_le_bytes());
@@ -343,33 +342,19 @@ fn tensor_and_op_errors() {
 
 #[test]
 fn bad_multiplier_rejected() {
-    let mut b = lenet(6);
-    b.ops[0].mult[2] = (1 << 30) - 1;
-    assert_eq!(
-        err(&b.encode()),
-        RuntimeError::BadParam {
-            op: 0,
-            what: "multiplier/shift range"
-        }
-    );
-    let mut b = lenet(6);
-    b.ops[4].shift[0] = 31;
-    assert_eq!(
-        err(&b.encode()),
-        RuntimeError::BadParam {
-            op: 4,
-            what: "multiplier/shift range"
-        }
-    );
-    let mut b = lenet(6);
-    b.ops[4].weights[3] = -128;
-    assert_eq!(
-        err(&b.encode()),
-        RuntimeError::BadParam {
-            op: 4,
-            what: "weight -128"
-        }
-    );
+    // (an edit of the builder, the op and the parameter refused)
+    type Case = (fn(&mut Builder), u32, &'static str);
+    let range = "multiplier/shift range";
+    let cases: [Case; 3] = [
+        (|b| b.ops[0].mult[2] = (1 << 30) - 1, 0, range),
+        (|b| b.ops[4].shift[0] = 31, 4, range),
+        (|b| b.ops[4].weights[3] = -128, 4, "weight -128"),
+    ];
+    for (edit, op, what) in cases {
+        let mut b = lenet(6);
+        edit(&mut b);
+        assert_eq!(err(&b.encode()), RuntimeError::BadParam { op, what });
+    }
     let mut b = lenet(6);
     b.ops[4].bias[0] = i32::MAX - 10;
     assert!(matches!(
@@ -416,21 +401,24 @@ fn accumulator_bound() {
     }
 }
 
+/// Moves op `j`'s output tensor to where op `i`'s is in the arena.
+fn place_output_like(b: &mut Builder, j: usize, i: usize) {
+    let (dst, src) = (b.ops[j].out as usize, b.ops[i].out as usize);
+    b.tensors[dst].offset = b.tensors[src].offset;
+}
+
 #[test]
 fn liveness_violation_rejected() {
     // In the ResNet, let the second conv's output overlap the stem output that the add reads.
     let mut b = small_resnet(8);
-    let stem = b.ops[0].out as usize;
-    let y2 = b.ops[2].out as usize;
-    b.tensors[y2].offset = b.tensors[stem].offset;
+    place_output_like(&mut b, 2, 0);
     assert!(matches!(
         err(&b.encode()),
         RuntimeError::Aliasing { op: 2, .. }
     ));
     // Scratch overlapping a live tensor.
     let mut b = small_resnet(8);
-    let off = b.tensors[stem].offset;
-    b.ops[1].scratch = off;
+    b.ops[1].scratch = b.tensors[b.ops[0].out as usize].offset;
     assert!(matches!(
         err(&b.encode()),
         RuntimeError::Aliasing { op: 1, .. }
@@ -448,9 +436,7 @@ fn liveness_violation_rejected() {
 fn arena_reuse_is_accepted() {
     // LeNet with dead tensors reusing memory: conv1 output (dead after pool1) hosts conv2's.
     let mut b = lenet(10);
-    let c1 = b.ops[0].out as usize;
-    let c2 = b.ops[2].out as usize;
-    b.tensors[c2].offset = b.tensors[c1].offset;
+    place_output_like(&mut b, 2, 0);
     let bytes = b.encode();
     let m = Model::parse(&bytes).unwrap();
     let mut rng = Rng::new(1);

@@ -1,4 +1,5 @@
-//! What several commands share: opening a checkpoint with its data, running an `.o8` model.
+//! What several commands share: the commit they record, opening a checkpoint with its data,
+//! running an `.o8` model.
 
 use std::path::Path;
 
@@ -6,6 +7,9 @@ use anyhow::Context;
 use octet_models::ModelKind;
 use octet_trainer::checkpoint::{self, Checkpoint};
 use octet_trainer::data::{self, DataSource, DataSplit, Dataset, Normalization};
+
+/// The commit this binary was built from (build.rs), recorded in reports and checkpoints.
+pub const COMMIT: &str = env!("OCTET_COMMIT");
 
 /// A checkpoint, the architecture it holds and the data it belongs with.
 pub struct Trained {

@@ -12,7 +12,7 @@ use octet_trainer::eval::evaluate;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::Normalizer;
 
-use super::common::{accuracy, cores, open_trained, run_o8};
+use super::common::{accuracy, cores, open_trained, run_o8, COMMIT};
 
 #[derive(Args)]
 pub struct DemoArgs {
@@ -51,7 +51,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let opts = RunOptions {
         out: Some(a.out.clone()),
         progress: !a.json,
-        commit: super::COMMIT.into(),
+        commit: COMMIT.into(),
         ..RunOptions::new(device)
     };
     let json = a.json;

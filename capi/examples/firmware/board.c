@@ -125,6 +125,37 @@ void board_line_end(void)
     line_len = 0;
 }
 
+void board_print_run(size_t i, const int8_t *logits, size_t n, uint64_t ticks)
+{
+    board_line_str("logits ");
+    board_line_int((int64_t)i);
+    board_line_str(":");
+    for (size_t j = 0; j < n; j++) {
+        board_line_str(" ");
+        board_line_int(logits[j]);
+    }
+    board_line_end();
+    board_line_str("ticks run ");
+    board_line_int((int64_t)i);
+    board_line_str(" ");
+    board_line_int((int64_t)ticks);
+    board_line_end();
+}
+
+void board_print_calibration_and_stack(void)
+{
+    uint64_t insns;
+    uint64_t ticks = board_calibrate(&insns);
+    board_line_str("calibration ");
+    board_line_int((int64_t)insns);
+    board_line_str(" ");
+    board_line_int((int64_t)ticks);
+    board_line_end();
+    board_line_str("stack ");
+    board_line_int((int64_t)board_stack_used());
+    board_line_end();
+}
+
 void board_exit(int code)
 {
     /* 32-bit semihosting: r1 is the reason itself. */

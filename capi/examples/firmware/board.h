@@ -23,6 +23,12 @@ void board_puts(const char *s);
 void board_line_str(const char *s);
 void board_line_int(int64_t v);
 void board_line_end(void);
+/* The lines both firmwares print (capi/run_examples.sh and bench/mcu_peer.sh read them):
+   "logits I: L0 L1 …" and "ticks run I T" for image i; "calibration INSNS TICKS" (of
+   board_calibrate) and "stack BYTES" at the end. */
+void board_print_run(size_t i, const int8_t *logits, size_t n, uint64_t ticks);
+void board_print_calibration_and_stack(void);
+
 /* Ends the program: QEMU exits with 0 for 0, 1 otherwise. */
 __attribute__((noreturn)) void board_exit(int code);
 

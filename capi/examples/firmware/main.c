@@ -52,33 +52,12 @@ int main(void)
         uint64_t t_run = board_ticks() - t0;
         if (s != OCTET_STATUS_OK)
             return fail("octet_model_run", s);
-        board_line_str("logits ");
-        board_line_int((int64_t)i);
-        board_line_str(":");
-        for (size_t j = 0; j < n_out; j++) {
-            board_line_str(" ");
-            board_line_int(logits[j]);
-        }
-        board_line_end();
-        board_line_str("ticks run ");
-        board_line_int((int64_t)i);
-        board_line_str(" ");
-        board_line_int((int64_t)t_run);
-        board_line_end();
+        board_print_run(i, logits, n_out, t_run);
     }
 
-    uint64_t insns;
-    uint64_t ticks = board_calibrate(&insns);
     board_line_str("ticks parse ");
     board_line_int((int64_t)t_parse);
     board_line_end();
-    board_line_str("calibration ");
-    board_line_int((int64_t)insns);
-    board_line_str(" ");
-    board_line_int((int64_t)ticks);
-    board_line_end();
-    board_line_str("stack ");
-    board_line_int((int64_t)board_stack_used());
-    board_line_end();
+    board_print_calibration_and_stack();
     return 0;
 }

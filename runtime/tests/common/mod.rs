@@ -1,30 +1,13 @@
 //! Test-only `.o8` writer following FORMAT.md, independent of the runtime's reader.
 #![allow(dead_code)]
 
+use octet_runtime::format::{
+    NO_TENSOR, OP_ADD, OP_AVG_POOL, OP_CONV2D, OP_FULLY_CONNECTED, OP_MAX_POOL,
+};
 use octet_runtime::quantize_multiplier;
 
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % ((hi - lo + 1) as u64)) as i64
-    }
-    pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+mod rng;
+pub use rng::Rng;
 
 #[derive(Clone, Debug)]
 pub struct TensorSpec {
@@ -36,7 +19,9 @@ pub struct TensorSpec {
     pub offset: u32,
 }
 
-#[derive(Clone, Debug, Default)]
+/// An op record; `Default` is an op of kind 0 with no second input, no clamp (the full int8
+/// range) and no arrays, for the fields an op kind does not use.
+#[derive(Clone, Debug)]
 pub struct OpSpec {
     pub kind: u8,
     pub in0: u16,
@@ -54,6 +39,62 @@ pub struct OpSpec {
     pub shift: Vec<i32>,
     pub pad_values: Vec<i8>,
     pub scratch: u32,
+}
+
+impl Default for OpSpec {
+    fn default() -> Self {
+        OpSpec {
+            kind: 0,
+            in0: 0,
+            in1: NO_TENSOR,
+            out: 0,
+            kh: 0,
+            kw: 0,
+            stride: 0,
+            pad: 0,
+            act_min: -128,
+            act_max: 127,
+            weights: Vec::new(),
+            bias: Vec::new(),
+            mult: Vec::new(),
+            shift: Vec::new(),
+            pad_values: Vec::new(),
+            scratch: 0,
+        }
+    }
+}
+
+/// A conv's or fc's constant arrays: weights, bias and per-channel multipliers and shifts.
+pub struct Dense {
+    pub weights: Vec<i8>,
+    pub bias: Vec<i32>,
+    pub mult: Vec<i32>,
+    pub shift: Vec<i32>,
+}
+
+impl Dense {
+    pub fn new(weights: Vec<i8>, bias: Vec<i32>, mult: Vec<i32>, shift: Vec<i32>) -> Dense {
+        Dense {
+            weights,
+            bias,
+            mult,
+            shift,
+        }
+    }
+}
+
+impl OpSpec {
+    /// An op of `kind` over the arrays of `d`, the other fields default.
+    pub fn dense(kind: u8, d: Dense) -> OpSpec {
+        OpSpec {
+            kind,
+            weights: d.weights,
+            bias: d.bias,
+            mult: d.mult,
+            shift: d.shift,
+            ..OpSpec::default()
+        }
+    }
 }
 
 pub struct Builder {
@@ -144,7 +185,8 @@ impl Builder {
         out
     }
 
-    fn clamp(&mut self, out: u16, relu: bool) -> (i32, i32) {
+    /// The clamp of an op writing `out`: ReLU clamps at its zero point.
+    pub fn clamp(&self, out: u16, relu: bool) -> (i32, i32) {
         if relu {
             (self.tensors[out as usize].zp.max(-128), 127)
         } else {
@@ -152,7 +194,8 @@ impl Builder {
         }
     }
 
-    fn dense_params(&mut self, n: usize, k: usize) -> (Vec<i8>, Vec<i32>, Vec<i32>, Vec<i32>) {
+    /// Random arrays of `n` outputs over `k` inputs, multipliers scaled so outputs stay in range.
+    pub fn dense_params(&mut self, n: usize, k: usize) -> Dense {
         let weights: Vec<i8> = (0..n * k)
             .map(|_| self.rng.range(-127, 127) as i8)
             .collect();
@@ -168,7 +211,19 @@ impl Builder {
             mult.push(m0);
             shift.push(s);
         }
-        (weights, bias, mult, shift)
+        Dense::new(weights, bias, mult, shift)
+    }
+
+    /// A conv or fc from `x` to `out` over the arrays `d`, clamped as `clamp` says.
+    fn dense_op(&self, kind: u8, x: u16, out: u16, relu: bool, d: Dense) -> OpSpec {
+        let (act_min, act_max) = self.clamp(out, relu);
+        OpSpec {
+            in0: x,
+            out,
+            act_min,
+            act_max,
+            ..OpSpec::dense(kind, d)
+        }
     }
 
     pub fn conv(&mut self, x: u16, cout: u16, k: u8, stride: u8, pad: u8, relu: bool) -> u16 {
@@ -177,30 +232,19 @@ impl Builder {
         let wo = (w + 2 * pad as u16 - k as u16) / stride as u16 + 1;
         let out = self.tensor(cout, ho, wo);
         let kk = k as usize * k as usize * c as usize;
-        let (weights, bias, mult, shift) = self.dense_params(cout as usize, kk);
+        let dense = self.dense_params(cout as usize, kk);
         let pad_values = if pad > 0 && self.rng.next().is_multiple_of(2) {
             (0..c).map(|_| self.rng.range(-128, 127) as i8).collect()
         } else {
             Vec::new()
         };
-        let (act_min, act_max) = self.clamp(out, relu);
         self.push(OpSpec {
-            kind: 1,
-            in0: x,
-            in1: 0xFFFF,
-            out,
             kh: k,
             kw: k,
             stride,
             pad,
-            act_min,
-            act_max,
-            weights,
-            bias,
-            mult,
-            shift,
             pad_values,
-            scratch: 0,
+            ..self.dense_op(OP_CONV2D, x, out, relu, dense)
         })
     }
 
@@ -208,21 +252,8 @@ impl Builder {
         let (c, h, w) = self.shape(x);
         let k = c as usize * h as usize * w as usize;
         let out = self.tensor(n, 1, 1);
-        let (weights, bias, mult, shift) = self.dense_params(n as usize, k);
-        let (act_min, act_max) = self.clamp(out, relu);
-        self.push(OpSpec {
-            kind: 2,
-            in0: x,
-            in1: 0xFFFF,
-            out,
-            act_min,
-            act_max,
-            weights,
-            bias,
-            mult,
-            shift,
-            ..Default::default()
-        })
+        let dense = self.dense_params(n as usize, k);
+        self.push(self.dense_op(OP_FULLY_CONNECTED, x, out, relu, dense))
     }
 
     pub fn max_pool(&mut self, x: u16, k: u8, stride: u8) -> u16 {
@@ -236,16 +267,13 @@ impl Builder {
             zp,
         );
         self.push(OpSpec {
-            kind: 3,
+            kind: OP_MAX_POOL,
             in0: x,
-            in1: 0xFFFF,
             out,
             kh: k,
             kw: k,
             stride,
-            act_min: -128,
-            act_max: 127,
-            ..Default::default()
+            ..OpSpec::default()
         })
     }
 
@@ -260,18 +288,15 @@ impl Builder {
             / (self.tensors[out as usize].scale as f64 * k as f64 * k as f64);
         let (m0, s) = quantize_multiplier(m).unwrap();
         self.push(OpSpec {
-            kind: 4,
+            kind: OP_AVG_POOL,
             in0: x,
-            in1: 0xFFFF,
             out,
             kh: k,
             kw: k,
             stride,
-            act_min: -128,
-            act_max: 127,
             mult: vec![m0],
             shift: vec![s],
-            ..Default::default()
+            ..OpSpec::default()
         })
     }
 
@@ -295,7 +320,7 @@ impl Builder {
         let m1 = (r1 * 2f64.powi(n)).round().min(i32::MAX as f64) as i32;
         let (act_min, act_max) = self.clamp(out, relu);
         self.push(OpSpec {
-            kind: 5,
+            kind: OP_ADD,
             in0: a,
             in1: b,
             out,
@@ -303,8 +328,21 @@ impl Builder {
             act_max,
             mult: vec![m0, m1],
             shift: vec![n],
-            ..Default::default()
+            ..OpSpec::default()
         })
+    }
+
+    /// A residual block (ReLU after the add): two 3×3 convs, the shortcut a 1×1 conv when the
+    /// block changes the shape, the identity otherwise.
+    pub fn block(&mut self, x: u16, width: u16, stride: u8) -> u16 {
+        let y = self.conv(x, width, 3, stride, 1, true);
+        let y = self.conv(y, width, 3, 1, 1, false);
+        let shortcut = if stride != 1 || self.shape(x).0 != width {
+            self.conv(x, width, 1, stride, 0, false)
+        } else {
+            x
+        };
+        self.add(shortcut, y, true)
     }
 
     /// Encodes the model (output = the last op's output unless set).
@@ -426,13 +464,8 @@ pub fn lenet_on(channels: u16, seed: u64) -> Builder {
 pub fn small_resnet(seed: u64) -> Builder {
     let mut b = Builder::new(3, 16, 16, seed);
     let s = b.conv(0, 16, 3, 1, 1, true);
-    let y = b.conv(s, 16, 3, 1, 1, true);
-    let y = b.conv(y, 16, 3, 1, 1, false);
-    let s = b.add(s, y, true);
-    let y = b.conv(s, 32, 3, 2, 1, true);
-    let y = b.conv(y, 32, 3, 1, 1, false);
-    let sc = b.conv(s, 32, 1, 2, 0, false);
-    let s = b.add(sc, y, true);
+    let s = b.block(s, 16, 1);
+    let s = b.block(s, 32, 2);
     let p = b.avg_pool(s, 8, 8);
     b.fc(p, 10, false);
     b
@@ -442,10 +475,7 @@ pub fn small_resnet(seed: u64) -> Builder {
 pub fn small_late_resnet(seed: u64) -> Builder {
     let mut b = Builder::new(3, 8, 8, seed);
     let s = b.conv(0, 16, 3, 1, 1, true);
-    let y = b.conv(s, 32, 3, 2, 1, true);
-    let y = b.conv(y, 32, 3, 1, 1, false);
-    let sc = b.conv(s, 32, 1, 2, 0, false);
-    let s = b.add(sc, y, true);
+    let s = b.block(s, 32, 2);
     let y = b.conv(s, 64, 3, 2, 1, true);
     let p = b.avg_pool(y, 2, 2);
     b.fc(p, 10, false);
@@ -458,37 +488,31 @@ pub fn hand_model() -> Builder {
     let t1 = b.tensor_q(1, 2, 2, 0.1, 0);
     // conv 3×3 of ones, pad 1 with pad value 5, m = 1/4 (M0 2^30, shift −1).
     b.push(OpSpec {
-        kind: 1,
-        in0: 0,
-        in1: 0xFFFF,
         out: t1,
         kh: 3,
         kw: 3,
         stride: 1,
         pad: 1,
-        act_min: -128,
-        act_max: 127,
-        weights: vec![1; 9],
-        bias: vec![0],
-        mult: vec![1 << 30],
-        shift: vec![-1],
         pad_values: vec![5],
-        scratch: 0,
+        ..OpSpec::dense(
+            OP_CONV2D,
+            Dense::new(vec![1; 9], vec![0], vec![1 << 30], vec![-1]),
+        )
     });
     let t2 = b.tensor_q(2, 1, 1, 0.5, 0);
     // fc: rows [1,1,1,1] (m = 1) and [1,0,−1,0] + bias 10 (m = 1/2).
     b.push(OpSpec {
-        kind: 2,
         in0: t1,
-        in1: 0xFFFF,
         out: t2,
-        act_min: -128,
-        act_max: 127,
-        weights: vec![1, 1, 1, 1, 1, 0, -1, 0],
-        bias: vec![0, 10],
-        mult: vec![1 << 30, 1 << 30],
-        shift: vec![1, 0],
-        ..Default::default()
+        ..OpSpec::dense(
+            OP_FULLY_CONNECTED,
+            Dense::new(
+                vec![1, 1, 1, 1, 1, 0, -1, 0],
+                vec![0, 10],
+                vec![1 << 30, 1 << 30],
+                vec![1, 0],
+            ),
+        )
     });
     b
 }
@@ -497,19 +521,10 @@ pub fn hand_model() -> Builder {
 pub fn resnet18(seed: u64) -> Builder {
     let mut b = Builder::new(3, 32, 32, seed);
     let mut x = b.conv(0, 64, 3, 1, 1, true);
-    let mut c = 64u16;
     for (stage, &width) in [64u16, 128, 256, 512].iter().enumerate() {
         for block in 0..2 {
             let stride = if stage > 0 && block == 0 { 2 } else { 1 };
-            let y = b.conv(x, width, 3, stride, 1, true);
-            let y = b.conv(y, width, 3, 1, 1, false);
-            let sc = if stride != 1 || c != width {
-                b.conv(x, width, 1, stride, 0, false)
-            } else {
-                x
-            };
-            x = b.add(sc, y, true);
-            c = width;
+            x = b.block(x, width, stride);
         }
     }
     let p = b.avg_pool(x, 4, 4);

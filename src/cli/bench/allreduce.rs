@@ -110,7 +110,7 @@ pub fn run(a: AllreduceBench) -> anyhow::Result<()> {
         }
         if let Some(p) = &a.out {
             let v = serde_json::json!({
-                "bench": "allreduce", "commit": crate::cli::COMMIT, "world": world,
+                "bench": "allreduce", "commit": crate::cli::common::COMMIT, "world": world,
                 "peak_busbw_gbs": peak, "rows": rows,
             });
             write_atomic(p, serde_json::to_string_pretty(&v)?.as_bytes())?;

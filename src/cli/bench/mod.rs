@@ -2,8 +2,8 @@
 
 mod allreduce;
 mod infer;
+mod plot;
 mod scaling;
-mod scaling_plot;
 mod train;
 
 use clap::Subcommand;

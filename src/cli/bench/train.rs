@@ -162,7 +162,7 @@ pub fn run(a: TrainBench) -> anyhow::Result<()> {
 fn save(a: &TrainBench, rows: &[Row]) -> anyhow::Result<()> {
     if let Some(path) = &a.out {
         let v = serde_json::json!({
-            "bench": "train", "commit": crate::cli::COMMIT, "device": a.device,
+            "bench": "train", "commit": crate::cli::common::COMMIT, "device": a.device,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "protocol": "synthetic CIFAR-shaped data, epoch 1 warm-up, epoch 2 timed, no augmentation; precision per row (f32: NCHW, TF32 convolutions; bf16: bf16 channels-last activations, f32 master weights)",
             "rows": rows,

@@ -11,10 +11,12 @@ use std::process::Command;
 use anyhow::Context;
 use clap::Args;
 use octet_trainer::atomic::write_atomic;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::scaling_plot;
+mod figures;
+mod report;
+
+use report::{markdown, Accuracy, Report, Timing};
 
 #[derive(Args)]
 pub struct ScalingBench {
@@ -51,43 +53,6 @@ pub struct ScalingBench {
     /// Measure nothing: rewrite report.md and the plots from this report.json.
     #[arg(long)]
     render: Option<PathBuf>,
-}
-
-/// One timing run: `gpus` ranks, `batch` per rank.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Timing {
-    pub gpus: usize,
-    pub batch: usize,
-    pub images: usize,
-    pub epoch_s: Option<f64>,
-    pub img_per_s: Option<f64>,
-    pub steps: Option<usize>,
-    /// Mean over ranks.
-    pub compute_s: Option<f64>,
-    /// Slowest rank's all-reduce transfer time.
-    pub comm_s: Option<f64>,
-    /// Longest wait of a rank for the others at the all-reduces (load imbalance).
-    #[serde(default)]
-    pub wait_s: Option<f64>,
-    pub data_s: Option<f64>,
-    pub busbw_gbs: Option<f64>,
-    pub oom: bool,
-    pub error: Option<String>,
-    pub peer_epoch_s: Option<f64>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Accuracy {
-    pub name: String,
-    pub gpus: usize,
-    pub batch_per_gpu: usize,
-    pub global_batch: usize,
-    pub lr: Option<f64>,
-    pub warmup_epochs: f64,
-    pub epochs: usize,
-    pub test_accuracy: Option<f64>,
-    pub train_s: Option<f64>,
-    pub error: Option<String>,
 }
 
 pub fn run(a: ScalingBench) -> anyhow::Result<()> {
@@ -133,17 +98,8 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
                 gpus: g,
                 batch: b,
                 images: a.images,
-                epoch_s: None,
-                img_per_s: None,
-                steps: None,
-                compute_s: None,
-                comm_s: None,
-                wait_s: None,
-                data_s: None,
-                busbw_gbs: None,
-                oom: false,
-                error: None,
                 peer_epoch_s: peer.get(&(a.model.clone(), g, b)).copied(),
+                ..Timing::default()
             };
             let epochs = epoch_lines(&out);
             match epochs.get(1).filter(|_| ok) {
@@ -171,7 +127,7 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
         None => Vec::new(),
     };
     let report = Report {
-        commit: crate::cli::COMMIT.into(),
+        commit: crate::cli::common::COMMIT.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         model: a.model.clone(),
         images: a.images,
@@ -193,25 +149,13 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
 fn write_report(report: &Report, out: &Path) -> anyhow::Result<()> {
     let md = markdown(report);
     write_atomic(&out.join("report.md"), md.as_bytes())?;
-    scaling_plot::plots(report, out)?;
+    figures::plots(report, out)?;
     println!("{md}");
     eprintln!(
         "wrote {}/report.{{md,json}}, epoch_time.png and speedup.png",
         out.display()
     );
     Ok(())
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Report {
-    pub commit: String,
-    pub command: String,
-    pub model: String,
-    pub images: usize,
-    pub protocol: String,
-    pub peak_busbw_gbs: BTreeMap<usize, f64>,
-    pub timings: Vec<Timing>,
-    pub accuracy: Vec<Accuracy>,
 }
 
 fn launch(exe: &Path, gpus: usize) -> Command {
@@ -376,216 +320,9 @@ fn read_peers(files: &[PathBuf]) -> anyhow::Result<BTreeMap<(String, usize, usiz
     Ok(m)
 }
 
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map(|v| format!("{v:.digits$}"))
-        .unwrap_or_else(|| "–".into())
-}
-
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b)
-}
-
-/// The markdown tables of the report.
-pub fn markdown(r: &Report) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let _ = writeln!(s, "# Scaling report: {}\n", r.model);
-    let _ = writeln!(
-        s,
-        "commit `{}`; {} images per epoch; {}.\n\n`{}`\n",
-        r.commit, r.images, r.protocol, r.command
-    );
-    let by = |g: usize, b: usize| r.timings.iter().find(|t| t.gpus == g && t.batch == b);
-    let mut gpus: Vec<usize> = r.timings.iter().map(|t| t.gpus).collect();
-    gpus.sort_unstable();
-    gpus.dedup();
-    let mut batches: Vec<usize> = r.timings.iter().map(|t| t.batch).collect();
-    batches.sort_unstable();
-    batches.dedup();
-    let fails = |t: &Timing| {
-        if t.oom {
-            "OOM".to_string()
-        } else {
-            "failed".to_string()
-        }
-    };
-
-    let _ = writeln!(s, "## 1. Epoch time vs batch size, 1 GPU\n");
-    let _ = writeln!(
-        s,
-        "| batch | octet s | img/s | PyTorch s | octet / PyTorch |"
-    );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
-    for &b in &batches {
-        if let Some(t) = by(1, b) {
-            let _ = writeln!(
-                s,
-                "| {b} | {} | {} | {} | {} |",
-                t.epoch_s
-                    .map(|v| format!("{v:.3}"))
-                    .unwrap_or_else(|| fails(t)),
-                opt(t.img_per_s, 0),
-                opt(t.peer_epoch_s, 3),
-                opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
-            );
-        }
-    }
-    let _ = writeln!(
-        s,
-        "\n## 2. Speed-up per GPU count (strong scaling: fixed images per epoch; the weak-scaling \
-         view is the per-step time at the same batch per GPU)\n"
-    );
-    let _ = writeln!(
-        s,
-        "| batch/GPU | GPUs | epoch s | speed-up | efficiency | step ms | weak-scaling eff. | PyTorch DDP s | PyTorch speed-up | octet / PyTorch |"
-    );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for &b in &batches {
-        let base = by(1, b);
-        let step = |t: &Timing| {
-            t.epoch_s
-                .zip(t.steps)
-                .map(|(e, n)| 1e3 * e / n.max(1) as f64)
-        };
-        for &g in &gpus {
-            let Some(t) = by(g, b) else { continue };
-            let sp = ratio(base.and_then(|x| x.epoch_s), t.epoch_s);
-            let psp = ratio(base.and_then(|x| x.peer_epoch_s), t.peer_epoch_s);
-            let _ = writeln!(
-                s,
-                "| {b} | {g} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                t.epoch_s
-                    .map(|v| format!("{v:.3}"))
-                    .unwrap_or_else(|| fails(t)),
-                opt(sp, 2),
-                opt(sp.map(|x| 100.0 * x / g as f64), 0) + "%",
-                opt(step(t), 2),
-                opt(ratio(base.and_then(step), step(t)).map(|x| 100.0 * x), 0) + "%",
-                opt(t.peer_epoch_s, 3),
-                opt(psp, 2),
-                opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
-            );
-        }
-    }
-    let _ = writeln!(
-        s,
-        "\n## 3. Compute vs communication (epoch 2, measured with CUDA events: the all-reduce \
-         transfer, and apart from it the wait for the slowest rank, absorbed by a one-float \
-         all-reduce just before; compute = step time minus both. All-reduces run after \
-         backward on the compute stream, so none of them overlaps compute)\n"
-    );
-    let _ = writeln!(s, "| batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | waiting for peers s (longest) | data wait s |");
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
-    for &b in &batches {
-        for &g in &gpus {
-            let Some(t) = by(g, b).filter(|t| t.epoch_s.is_some()) else {
-                continue;
-            };
-            let share = ratio(t.comm_s, t.epoch_s).map(|x| 100.0 * x);
-            let _ = writeln!(
-                s,
-                "| {b} | {g} | {} | {} | {}% | {} | {} |",
-                opt(t.compute_s, 3),
-                opt(t.comm_s, 3),
-                opt(share, 1),
-                opt(t.wait_s, 3),
-                opt(t.data_s, 3)
-            );
-        }
-    }
-    let _ = writeln!(s, "\n## 4. Bandwidth utilisation (gradient all-reduce busbw / peak busbw of `octet bench allreduce`)\n");
-    let _ = writeln!(
-        s,
-        "| batch/GPU | GPUs | busbw GB/s | peak GB/s | utilisation |"
-    );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
-    for &b in &batches {
-        for &g in gpus.iter().filter(|&&g| g > 1) {
-            let Some(t) = by(g, b).filter(|t| t.epoch_s.is_some()) else {
-                continue;
-            };
-            let peak = r.peak_busbw_gbs.get(&g).copied();
-            let _ = writeln!(
-                s,
-                "| {b} | {g} | {} | {} | {}% |",
-                opt(t.busbw_gbs, 1),
-                opt(peak, 1),
-                opt(ratio(t.busbw_gbs, peak).map(|x| 100.0 * x), 0)
-            );
-        }
-    }
-    if !r.accuracy.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n## 5. Test accuracy after {} epochs\n",
-            r.accuracy[0].epochs
-        );
-        let _ = writeln!(s, "| run | GPUs | batch/GPU | global batch | peak lr | warm-up epochs | test accuracy | train s |");
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
-        for a in &r.accuracy {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                a.name,
-                a.gpus,
-                a.batch_per_gpu,
-                a.global_batch,
-                opt(a.lr, 3),
-                a.warmup_epochs,
-                a.test_accuracy
-                    .map(|x| format!("{:.2}%", 100.0 * x))
-                    .unwrap_or_else(|| a.error.clone().unwrap_or_else(|| "–".into())),
-                opt(a.train_s, 1)
-            );
-        }
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(g: usize, b: usize, s: f64, peer: f64) -> Timing {
-        Timing {
-            gpus: g,
-            batch: b,
-            images: 1000,
-            epoch_s: Some(s),
-            img_per_s: Some(1000.0 / s),
-            steps: Some(1000 / (b * g)),
-            compute_s: Some(s * 0.9),
-            comm_s: Some(s * 0.1),
-            wait_s: Some(0.0),
-            data_s: Some(0.0),
-            busbw_gbs: Some(100.0),
-            oom: false,
-            error: None,
-            peer_epoch_s: Some(peer),
-        }
-    }
-
-    #[test]
-    fn report_tables_hold_speed_ups_ratios_and_utilisation() {
-        let r = Report {
-            commit: "c".into(),
-            command: "octet bench scaling".into(),
-            model: "resnet18".into(),
-            images: 1000,
-            protocol: "p".into(),
-            peak_busbw_gbs: BTreeMap::from([(2, 200.0)]),
-            timings: vec![t(1, 100, 4.0, 2.0), t(2, 100, 2.5, 1.0)],
-            accuracy: vec![],
-        };
-        let md = markdown(&r);
-        // speed-up 4/2.5 = 1.60, efficiency 80%, PyTorch speed-up 2.00, ratio 2.5/1 = 2.50
-        assert!(md.contains("| 100 | 2 | 2.500 | 1.60 | 80% |"), "{md}");
-        assert!(md.contains("| 1.000 | 2.00 | 2.50 |"), "{md}");
-        // 100 of 200 GB/s
-        assert!(md.contains("| 100 | 2 | 100.0 | 200.0 | 50% |"), "{md}");
-        // 1 GPU: octet 4 s vs PyTorch 2 s
-        assert!(md.contains("| 100 | 4.000 | 250 | 2.000 | 2.00 |"), "{md}");
-    }
 
     #[test]
     fn epoch_lines_skip_non_json_output() {

@@ -22,7 +22,11 @@ use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::Normalization;
 use octet_trainer::Normalizer;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+mod report;
+
+use report::{markdown, plot, Row};
 
 #[derive(Args)]
 pub struct InferBench {
@@ -46,17 +50,6 @@ pub struct InferBench {
     /// Directory for report.md, report.json and throughput.png.
     #[arg(long, default_value = "bench/out/infer")]
     out: PathBuf,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Row {
-    pub model: String,
-    pub engine: String,
-    pub batch: usize,
-    pub ms: f64,
-    pub img_per_s: f64,
-    /// Device memory the engine holds for this batch (int8 CUDA), bytes.
-    pub device_bytes: Option<usize>,
 }
 
 fn pixels(n: usize, seed: u64) -> Vec<u8> {
@@ -168,12 +161,13 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
                 })?;
                 rows.push(row(&name, engine, b, s, None));
             }
+            #[cfg(feature = "cuda")]
             cuda_int8(&model, &name, b, &px, iters(b), &mut rows)?;
         }
     }
     let md = markdown(&rows, &peer);
     let json = serde_json::json!({
-        "bench": "infer", "commit": crate::cli::COMMIT,
+        "bench": "infer", "commit": crate::cli::common::COMMIT,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "cpu_threads": threads, "rows": rows, "peer": peer,
     });
@@ -187,71 +181,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Images/s against log2(batch), one line per model and engine; the peer's dashed.
-/// The distinct items, in order of first appearance.
-fn first_seen<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
-    let mut out = Vec::new();
-    for k in items {
-        if !out.contains(&k) {
-            out.push(k);
-        }
-    }
-    out
-}
-
-fn plot(rows: &[Row], peer: &[Value], dir: &std::path::Path) -> anyhow::Result<()> {
-    use plotters::style::{Color, Palette, Palette99, RGBColor};
-    octet_export::register_font()?;
-    let mut series: Vec<super::scaling_plot::Series> = Vec::new();
-    // One series per (model, engine), in order of first appearance (rows interleave engines).
-    let keys = first_seen(rows.iter().map(|r| (r.model.clone(), r.engine.clone())));
-    let colour = |i: usize| {
-        let c = Palette99::pick(i).to_rgba();
-        RGBColor(c.0, c.1, c.2)
-    };
-    for (i, (m, e)) in keys.iter().enumerate() {
-        let pts = rows
-            .iter()
-            .filter(|r| &r.model == m && &r.engine == e)
-            .map(|r| ((r.batch as f64).log2(), r.img_per_s / 1e3))
-            .collect();
-        series.push((format!("{m} {e}"), colour(i), false, pts));
-    }
-    let pk = first_seen(peer.iter().map(|p| {
-        (
-            p["model"].as_str().unwrap_or("?").to_string(),
-            p["precision"].as_str().unwrap_or("?").to_string(),
-        )
-    }));
-    for (i, (m, p)) in pk.iter().enumerate() {
-        let pts = peer
-            .iter()
-            .filter(|r| r["model"] == m.as_str() && r["precision"] == p.as_str())
-            .filter_map(|r| {
-                Some((
-                    (r["batch"].as_f64()?).log2(),
-                    r["img_per_s"].as_f64()? / 1e3,
-                ))
-            })
-            .collect();
-        series.push((
-            format!("{m} torch {p} (dashed)"),
-            colour(keys.len() + i),
-            true,
-            pts,
-        ));
-    }
-    super::scaling_plot::chart(
-        &dir.join("throughput.png"),
-        "inference throughput",
-        "log2(batch)",
-        "thousand images/s",
-        &series,
-    )
-}
-
-use serde_json::Value;
-
+/// The int8 CUDA rows: host to host, and on a batch already on the device.
 #[cfg(feature = "cuda")]
 fn cuda_int8(
     model: &Model,
@@ -283,72 +213,4 @@ fn cuda_int8(
         Some(cm.device_bytes()),
     ));
     Ok(())
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_int8(
-    _: &Model,
-    _: &str,
-    _: usize,
-    _: &[u8],
-    _: usize,
-    _: &mut Vec<Row>,
-) -> anyhow::Result<()> {
-    Ok(())
-}
-
-fn markdown(rows: &[Row], peer: &[Value]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::from(
-        "| model | engine | batch | ms | img/s | device MiB |\n|---|---|---:|---:|---:|---:|\n",
-    );
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {:.3} | {:.0} | {} |",
-            r.model,
-            r.engine,
-            r.batch,
-            r.ms,
-            r.img_per_s,
-            r.device_bytes
-                .map(|b| format!("{:.1}", b as f64 / 1048576.0))
-                .unwrap_or_default()
-        );
-    }
-    for p in peer {
-        let _ = writeln!(
-            s,
-            "| {} | torch-{} | {} | {:.3} | {:.0} | |",
-            p["model"].as_str().unwrap_or("?"),
-            p["precision"].as_str().unwrap_or("?"),
-            p["batch"].as_u64().unwrap_or(0),
-            p["ms"].as_f64().unwrap_or(f64::NAN),
-            p["img_per_s"].as_f64().unwrap_or(f64::NAN)
-        );
-    }
-    let find = |m: &str, e: &str, b: usize| {
-        rows.iter()
-            .find(|r| r.model == m && r.engine == e && r.batch == b)
-            .map(|r| r.img_per_s)
-    };
-    let peer_at = |m: &str, p: &str, b: u64| {
-        peer.iter()
-            .find(|r| r["model"] == m && r["precision"] == p && r["batch"].as_u64() == Some(b))
-            .and_then(|r| r["img_per_s"].as_f64())
-    };
-    for m in ["resnet18", "lenet"] {
-        for (engine, what) in [
-            ("int8-cuda", "host to host"),
-            ("int8-cuda-on-device", "batch on the device, as PyTorch"),
-        ] {
-            if let (Some(o), Some(t)) = (
-                find(m, engine, 1024),
-                peer_at(m, "bf16_channels_last", 1024),
-            ) {
-                let _ = writeln!(s, "\n{m}: int8 CUDA ({what}) at batch 1024 is {:.2}× PyTorch bf16 + channels_last ({o:.0} vs {t:.0} img/s).", o / t);
-            }
-        }
-    }
-    s
 }
