@@ -13,7 +13,7 @@ mod split;
 
 use carve::Carved;
 #[cfg(feature = "std")]
-pub(crate) use split::{Share, SharedArea};
+pub(crate) use split::{Share, SharedArea, ThreadPart};
 
 use crate::kernels::{self, scalar, Kernels, Resolved, GROUP_IMAGES};
 use crate::model::{OpParams, PreparedOp};

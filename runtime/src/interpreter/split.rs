@@ -67,8 +67,20 @@ impl SharedArea {
     }
 }
 
+/// One thread's part of the ops: the kernels, the working area the threads share, and which
+/// share of each op is this thread's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThreadPart {
+    /// The kernels.
+    pub(crate) k: Resolved,
+    /// The shared working area.
+    pub(crate) area: SharedArea,
+    /// This thread's share.
+    pub(crate) share: Share,
+}
+
 impl Model<'_> {
-    /// Part `share` of op `j` over the working area `area` the threads share, for threads
+    /// Part `t.share` of op `j` over the working area `t.area` the threads share, for threads
     /// sharing an image: a conv's band of output rows or output channels ([`conv_split`];
     /// channels in groups of 8, computed into `own`, this thread's working area, then copied
     /// into place), a fully connected op's outputs or an add's elements (or, for an add right
@@ -76,39 +88,38 @@ impl Model<'_> {
     /// pooling runs whole in part 0.
     ///
     /// # Safety
-    /// `area` is valid; while op `j` runs, it is accessed only by the calls for this op with
-    /// distinct parts, whose writes are disjoint (their parts of the output tensor, which
-    /// overlaps no input of op `j`: `check_data_flow`).
+    /// `t.area` is valid; while op `j` runs, it is accessed only by the calls for this op
+    /// with distinct shares, whose writes are disjoint (their parts of the output tensor,
+    /// which overlaps no input of op `j`: `check_data_flow`).
     pub(crate) unsafe fn exec_part(
         &self,
-        k: Resolved,
         j: u32,
-        area: SharedArea,
+        t: ThreadPart,
         own: &mut [u8],
-        share: Share,
         after_conv: Option<ConvSplit>,
     ) -> Result<()> {
         self.with_op(j, |p| {
-            let fits = |t: Place| t.end <= area.len;
+            let fits = |place: Place| place.end <= t.area.len;
             if !(fits(p.input) && fits(p.input1) && fits(p.output)) {
                 return Err(p.layout_error());
             }
             match &p.params {
-                OpParams::Conv2d(c) => match conv_split(k, c, p.scratch.range().len(), share.parts)
-                {
-                    ConvSplit::Rows => conv_rows(k, p, c, area, own, share),
-                    ConvSplit::Channels => conv_channels(k, p, c, area, own, share),
-                    ConvSplit::Whole => whole(k, p, area, share),
-                },
+                OpParams::Conv2d(c) => {
+                    match conv_split(t.k, c, p.scratch.range().len(), t.share.parts) {
+                        ConvSplit::Rows => t.conv_rows(p, c, own),
+                        ConvSplit::Channels => t.conv_channels(p, c, own),
+                        ConvSplit::Whole => t.whole(p),
+                    }
+                }
                 OpParams::FullyConnected(f) => {
-                    fc_part(k, p, f, area, share);
+                    t.fully_connected(p, f);
                     Ok(())
                 }
                 OpParams::Add(add, shape) => {
-                    add_part(p, add, *shape, area, share, after_conv);
+                    t.add(p, add, *shape, after_conv);
                     Ok(())
                 }
-                OpParams::MaxPool(_) | OpParams::AvgPool(_) => whole(k, p, area, share),
+                OpParams::MaxPool(_) | OpParams::AvgPool(_) => t.whole(p),
             }
         })
     }
@@ -174,121 +185,115 @@ fn conv_split(k: Resolved, p: &ConvParams, scratch: usize, parts: usize) -> Conv
     }
 }
 
-/// Op `p` whole, in part 0 only.
-///
-/// # Safety
-/// As [`Model::exec_part`]: the other parts of this op touch nothing.
-unsafe fn whole(k: Resolved, p: &PreparedOp, area: SharedArea, share: Share) -> Result<()> {
-    if share.part != 0 {
-        return Ok(());
-    }
-    exec(k, p, core::slice::from_raw_parts_mut(area.ptr, area.len))
-}
-
-/// This part's band of output rows of conv `p`, written in place (its scratch in `own`).
-///
-/// # Safety
-/// As [`Model::exec_part`]: rows of the output are this part's; no part writes the input.
-unsafe fn conv_rows(
-    k: Resolved,
-    p: &PreparedOp,
-    c: &ConvParams,
-    area: SharedArea,
-    own: &mut [u8],
-    share: Share,
-) -> Result<()> {
-    let x = area.tensor(p.input);
-    let (r0, r1) = share.of(c.output.h, 1);
-    let row = c.output.w * c.output.c;
-    let carved = Carved::new(own, p.output.range(), p.scratch.range()).ok_or(p.layout_error())?;
-    let out = core::slice::from_raw_parts_mut(area.at(p.output).add(r0 * row), (r1 - r0) * row);
-    if r0 < r1 && !kernels::conv2d_rows(k, c, x, out, carved.scratch, r0..r1) {
-        return Err(p.layout_error());
-    }
-    Ok(())
-}
-
-/// This part's output channels of conv `p`, computed into `own` and copied into place.
-///
-/// # Safety
-/// As [`Model::exec_part`]: those channels of the output are this part's; no part writes the
-/// input.
-unsafe fn conv_channels(
-    k: Resolved,
-    p: &PreparedOp,
-    c: &ConvParams,
-    area: SharedArea,
-    own: &mut [u8],
-    share: Share,
-) -> Result<()> {
-    let x = area.tensor(p.input);
-    let (c0, c1) = share.of(c.output.c, 8);
-    if c0 == c1 {
-        return Ok(());
-    }
-    let sub = c.channels(c0, c1);
-    let npix = c.output.h * c.output.w;
-    let carved = Carved::new(own, p.output.range(), p.scratch.range()).ok_or(p.layout_error())?;
-    let Carved { out, scratch, .. } = carved;
-    let tmp = as_i8_mut(&mut out[..npix * (c1 - c0)]);
-    kernels::conv2d(k, &sub, x, tmp, scratch);
-    scatter_channels(tmp, area.at(p.output).add(c0), c1 - c0, c.output.c);
-    Ok(())
-}
-
-/// This part's outputs of fully connected op `p`.
-///
-/// # Safety
-/// As [`Model::exec_part`]: those outputs are this part's; no part writes the input.
-unsafe fn fc_part(k: Resolved, p: &PreparedOp, f: &FcParams, area: SharedArea, share: Share) {
-    let (n0, n1) = share.of(f.n, 4);
-    if n0 < n1 {
-        let out = core::slice::from_raw_parts_mut(area.at(p.output).add(n0), n1 - n0);
-        kernels::fully_connected(k, &f.outputs(n0, n1), area.tensor(p.input), out);
-    }
-}
-
-/// This part's elements of add `p` (output `shape`): by `after_conv`'s split, the rows or
-/// channels this thread just computed of the conv before, else by elements.
-///
-/// # Safety
-/// As [`Model::exec_part`]. Elements e0..e1 (in bounds) of the output are this part's, and of
-/// the inputs either no part writes them or this part just did (a conv's output,
-/// [`Model::add_after_conv`]): only those are viewed.
-unsafe fn add_part(
-    p: &PreparedOp,
-    add: &AddRequant,
-    shape: Shape,
-    area: SharedArea,
-    share: Share,
-    after_conv: Option<ConvSplit>,
-) {
-    let (y, x0, x1) = (area.at(p.output), area.at(p.input), area.at(p.input1));
-    let elements = |e0: usize, e1: usize| {
-        let n = e1 - e0;
-        let out = core::slice::from_raw_parts_mut(y.add(e0), n);
-        let a = core::slice::from_raw_parts(x0.add(e0), n);
-        let b = core::slice::from_raw_parts(x1.add(e0), n);
-        scalar::add(add, a, b, out);
-    };
-    let (c, row, len) = (shape.c, shape.w * shape.c, shape.len());
-    match after_conv {
-        Some(ConvSplit::Rows) => {
-            let (r0, r1) = share.of(shape.h, 1);
-            if r0 < r1 {
-                elements(r0 * row, r1 * row);
-            }
+impl ThreadPart {
+    /// Op `p` whole, in part 0 only.
+    ///
+    /// # Safety
+    /// As [`Model::exec_part`]: the other parts of this op touch nothing.
+    unsafe fn whole(self, p: &PreparedOp) -> Result<()> {
+        let (k, area, share) = (self.k, self.area, self.share);
+        if share.part != 0 {
+            return Ok(());
         }
-        Some(ConvSplit::Channels) => {
-            let (c0, c1) = share.of(c, 8);
-            if c0 < c1 {
-                (0..len / c).for_each(|px| elements(px * c + c0, px * c + c1));
-            }
+        exec(k, p, core::slice::from_raw_parts_mut(area.ptr, area.len))
+    }
+
+    /// This part's band of output rows of conv `p`, written in place (its scratch in `own`).
+    ///
+    /// # Safety
+    /// As [`Model::exec_part`]: rows of the output are this part's; no part writes the input.
+    unsafe fn conv_rows(self, p: &PreparedOp, c: &ConvParams, own: &mut [u8]) -> Result<()> {
+        let (k, area, share) = (self.k, self.area, self.share);
+        let x = area.tensor(p.input);
+        let (r0, r1) = share.of(c.output.h, 1);
+        let row = c.output.w * c.output.c;
+        let carved =
+            Carved::new(own, p.output.range(), p.scratch.range()).ok_or(p.layout_error())?;
+        let out = core::slice::from_raw_parts_mut(area.at(p.output).add(r0 * row), (r1 - r0) * row);
+        if r0 < r1 && !kernels::conv2d_rows(k, c, x, out, carved.scratch, r0..r1) {
+            return Err(p.layout_error());
         }
-        _ => {
-            let (e0, e1) = share.of(len, 64);
-            if e0 < e1 {
-                elements(e0, e1);
+        Ok(())
+    }
+
+    /// This part's output channels of conv `p`, computed into `own` and copied into place.
+    ///
+    /// # Safety
+    /// As [`Model::exec_part`]: those channels of the output are this part's; no part writes the
+    /// input.
+    unsafe fn conv_channels(self, p: &PreparedOp, c: &ConvParams, own: &mut [u8]) -> Result<()> {
+        let (k, area, share) = (self.k, self.area, self.share);
+        let x = area.tensor(p.input);
+        let (c0, c1) = share.of(c.output.c, 8);
+        if c0 == c1 {
+            return Ok(());
+        }
+        let sub = c.channels(c0, c1);
+        let npix = c.output.h * c.output.w;
+        let carved =
+            Carved::new(own, p.output.range(), p.scratch.range()).ok_or(p.layout_error())?;
+        let Carved { out, scratch, .. } = carved;
+        let tmp = as_i8_mut(&mut out[..npix * (c1 - c0)]);
+        kernels::conv2d(k, &sub, x, tmp, scratch);
+        scatter_channels(tmp, area.at(p.output).add(c0), c1 - c0, c.output.c);
+        Ok(())
+    }
+
+    /// This part's outputs of fully connected op `p`.
+    ///
+    /// # Safety
+    /// As [`Model::exec_part`]: those outputs are this part's; no part writes the input.
+    unsafe fn fully_connected(self, p: &PreparedOp, f: &FcParams) {
+        let (k, area, share) = (self.k, self.area, self.share);
+        let (n0, n1) = share.of(f.n, 4);
+        if n0 < n1 {
+            let out = core::slice::from_raw_parts_mut(area.at(p.output).add(n0), n1 - n0);
+            kernels::fully_connected(k, &f.outputs(n0, n1), area.tensor(p.input), out);
+        }
+    }
+
+    /// This part's elements of add `p` (output `shape`): by `after_conv`'s split, the rows or
+    /// channels this thread just computed of the conv before, else by elements.
+    ///
+    /// # Safety
+    /// As [`Model::exec_part`]. Elements e0..e1 (in bounds) of the output are this part's, and of
+    /// the inputs either no part writes them or this part just did (a conv's output,
+    /// [`Model::add_after_conv`]): only those are viewed.
+    unsafe fn add(
+        self,
+        p: &PreparedOp,
+        add: &AddRequant,
+        shape: Shape,
+        after_conv: Option<ConvSplit>,
+    ) {
+        let (area, share) = (self.area, self.share);
+        let (y, x0, x1) = (area.at(p.output), area.at(p.input), area.at(p.input1));
+        let elements = |e0: usize, e1: usize| {
+            let n = e1 - e0;
+            let out = core::slice::from_raw_parts_mut(y.add(e0), n);
+            let a = core::slice::from_raw_parts(x0.add(e0), n);
+            let b = core::slice::from_raw_parts(x1.add(e0), n);
+            scalar::add(add, a, b, out);
+        };
+        let (c, row, len) = (shape.c, shape.w * shape.c, shape.len());
+        match after_conv {
+            Some(ConvSplit::Rows) => {
+                let (r0, r1) = share.of(shape.h, 1);
+                if r0 < r1 {
+                    elements(r0 * row, r1 * row);
+                }
+            }
+            Some(ConvSplit::Channels) => {
+                let (c0, c1) = share.of(c, 8);
+                if c0 < c1 {
+                    (0..len / c).for_each(|px| elements(px * c + c0, px * c + c1));
+                }
+            }
+            _ => {
+                let (e0, e1) = share.of(len, 64);
+                if e0 < e1 {
+                    elements(e0, e1);
+                }
             }
         }
     }

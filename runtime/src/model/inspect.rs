@@ -236,39 +236,44 @@ impl<'a> Model<'a> {
         let in1 = rec.input1();
         let input = self.tensor_id(input0)?;
         let output = self.tensor_id(rec.output())?;
-        let op = OpInfo {
-            index,
-            kind,
-            input0,
-            input1: (in1 != NO_TENSOR).then_some(in1),
-            output: rec.output(),
-            kernel_h,
-            kernel_w,
-            stride,
-            pad,
-            act_min,
-            act_max,
-            weights: as_i8(weights),
-            bias: I32Array::new(bias),
-            multipliers: I32Array::new(multipliers),
-            shifts: I32Array::new(shifts),
-            pad_values: as_i8(pad_values),
-            scratch_offset: rec.scratch(),
-            scratch_bytes: kernels::scratch_bytes(
-                kind.code(),
-                &kernels::OpGeometry {
-                    kernel_h: kernel_h as u32,
-                    kernel_w: kernel_w as u32,
-                    stride: stride as u32,
-                    pad: pad as u32,
-                    c_in: input.c as u32,
-                    h_in: input.h as u32,
-                    w_in: input.w as u32,
-                    c_out: output.c as u32,
-                },
-            ),
-        };
-        Ok(Decoded { op, input, output })
+        // Built in place (no moves of the large value: this runs per op and image on a
+        // microcontroller when the model is not prepared).
+        Ok(Decoded {
+            op: OpInfo {
+                index,
+                kind,
+                input0,
+                input1: (in1 != NO_TENSOR).then_some(in1),
+                output: rec.output(),
+                kernel_h,
+                kernel_w,
+                stride,
+                pad,
+                act_min,
+                act_max,
+                weights: as_i8(weights),
+                bias: I32Array::new(bias),
+                multipliers: I32Array::new(multipliers),
+                shifts: I32Array::new(shifts),
+                pad_values: as_i8(pad_values),
+                scratch_offset: rec.scratch(),
+                scratch_bytes: kernels::scratch_bytes(
+                    kind.code(),
+                    &kernels::OpGeometry {
+                        kernel_h: kernel_h as u32,
+                        kernel_w: kernel_w as u32,
+                        stride: stride as u32,
+                        pad: pad as u32,
+                        c_in: input.c as u32,
+                        h_in: input.h as u32,
+                        w_in: input.w as u32,
+                        c_out: output.c as u32,
+                    },
+                ),
+            },
+            input,
+            output,
+        })
     }
 
     /// Tensor `id`, or `OutOfBounds` naming it.

@@ -164,41 +164,49 @@ impl<'a> Model<'a> {
     ) -> Result<R> {
         match self.prepared.get(j as usize) {
             Some(p) => f(p),
-            None => f(&self.prepare_op(j)?),
+            // By reference into the result: no copy of the prepared op.
+            None => match &self.prepare_op(j) {
+                Ok(p) => f(p),
+                Err(e) => Err(*e),
+            },
         }
     }
 
     /// Op `j`'s kernel parameters and places (a validated op).
     fn prepare_op(&self, j: u32) -> Result<PreparedOp<'a>> {
+        let decoded = self.decode(j);
         let Decoded {
             op: o,
             input: tin,
             output: tout,
-        } = self.decode(j)?;
+        } = match &decoded {
+            Ok(d) => d,
+            Err(e) => return Err(*e),
+        };
         let input1 = match o.input1 {
             Some(t) => Some(self.tensor_id(t)?),
             None => None,
         };
-        let params = match o.kind {
-            OpKind::Conv2d => OpParams::Conv2d(Self::conv_params(&o, &tin, &tout)),
-            OpKind::FullyConnected => OpParams::FullyConnected(Self::fc_params(&o, &tin, &tout)),
-            OpKind::MaxPool => OpParams::MaxPool(pool_params(&o, &tin, &tout)),
-            OpKind::AvgPool => OpParams::AvgPool(pool_params(&o, &tin, &tout)),
-            OpKind::Add => {
-                let t1 = input1.as_ref().ok_or(RuntimeError::BadParam {
-                    op: j,
-                    what: "input 1",
-                })?;
-                OpParams::Add(Self::add_params(&o, &tin, t1, &tout), tout.shape())
-            }
-        };
         let scratch = o.scratch_range();
+        // Built in place (see `Model::decode`).
         Ok(PreparedOp {
             index: j,
-            params,
-            input: Place::of(&tin),
+            params: match o.kind {
+                OpKind::Conv2d => OpParams::Conv2d(Self::conv_params(o, tin, tout)),
+                OpKind::FullyConnected => OpParams::FullyConnected(Self::fc_params(o, tin, tout)),
+                OpKind::MaxPool => OpParams::MaxPool(pool_params(o, tin, tout)),
+                OpKind::AvgPool => OpParams::AvgPool(pool_params(o, tin, tout)),
+                OpKind::Add => {
+                    let t1 = input1.as_ref().ok_or(RuntimeError::BadParam {
+                        op: j,
+                        what: "input 1",
+                    })?;
+                    OpParams::Add(Self::add_params(o, tin, t1, tout), tout.shape())
+                }
+            },
+            input: Place::of(tin),
             input1: input1.as_ref().map_or(Place::NONE, Place::of),
-            output: Place::of(&tout),
+            output: Place::of(tout),
             scratch: Place {
                 id: NO_TENSOR,
                 start: scratch.start,
@@ -258,18 +266,21 @@ impl<'a> Model<'a> {
     }
 }
 
-/// The pooling parameters of op `o` (max pool ignores the multiplier and shift).
+/// The pooling parameters of op `o`: a conv's window, input and output stage
+/// ([`Model::conv_params`], the one conversion of a record's window to kernel units) with the
+/// pool's multiplier and shift (max pool ignores them).
 fn pool_params(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> PoolParams {
+    let c = Model::conv_params(o, tin, tout);
     PoolParams {
-        input: tin.shape(),
-        output: tout.shape(),
-        kernel_h: o.kernel_h as usize,
-        kernel_w: o.kernel_w as usize,
-        stride: o.stride as usize,
-        input_zero_point: tin.zero_point,
+        input: c.input,
+        output: c.output,
+        kernel_h: c.kernel_h,
+        kernel_w: c.kernel_w,
+        stride: c.stride,
+        input_zero_point: c.input_zero_point,
         multiplier: o.multipliers.get(0),
         shift: o.shifts.get(0),
-        out: output_quant(o, tout),
+        out: c.out,
     }
 }
 

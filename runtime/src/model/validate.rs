@@ -151,8 +151,8 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// A conv: its window fits the padded input and gives the output's size; K within the
-    /// accumulation bound; its constants ([`Model::check_dense`]) and pad values.
+    /// A conv: its window fits the padded input and gives the output's size; its constants
+    /// and pad values ([`Model::check_dense`]).
     fn validate_conv(&self, o: &OpInfo<'a>, si: Shape, so: Shape) -> Result<()> {
         let op = o.index;
         let (kh, kw, s, pad) = window(o);
@@ -165,18 +165,11 @@ impl<'a> Model<'a> {
         if so.h != (si.h + 2 * pad - kh) / s + 1 || so.w != (si.w + 2 * pad - kw) / s + 1 {
             return Err(RuntimeError::BadShape { op });
         }
-        self.check_dense(o, so.c, kh * kw * si.c)?;
-        if !(o.pad_values.is_empty() || o.pad_values.len() == si.c) {
-            return Err(RuntimeError::BadParam {
-                op,
-                what: "pad values length",
-            });
-        }
-        Ok(())
+        self.check_dense(o, so.c, kh * kw * si.c, si.c)
     }
 
-    /// A fully connected op: no window, a 1×1 output, K = the whole input within the bound; its
-    /// constants ([`Model::check_dense`]) and no pad values.
+    /// A fully connected op: no window, a 1×1 output; its constants, K = the whole input, and
+    /// no pad values ([`Model::check_dense`]).
     fn validate_fc(&self, o: &OpInfo<'a>, si: Shape, so: Shape) -> Result<()> {
         let op = o.index;
         if !no_window(o) {
@@ -185,20 +178,14 @@ impl<'a> Model<'a> {
         if so.h != 1 || so.w != 1 {
             return Err(RuntimeError::BadShape { op });
         }
-        self.check_dense(o, so.c, si.len())?;
-        if !o.pad_values.is_empty() {
-            return Err(RuntimeError::BadParam {
-                op,
-                what: "pad values length",
-            });
-        }
-        Ok(())
+        self.check_dense(o, so.c, si.len(), 0)
     }
 
-    /// conv / fc constants: K within the accumulation bound, lengths, M0/shift ranges, weights
-    /// in [−127, 127], and the exact accumulator bound |bias| + 128·Σ|w| < 2^31 per output
-    /// channel.
-    fn check_dense(&self, o: &OpInfo<'a>, n: usize, k: usize) -> Result<()> {
+    /// conv / fc constants (`n` outputs of `k` multiply-adds): K within the accumulation
+    /// bound, lengths, M0/shift ranges, weights in [−127, 127], the exact accumulator bound
+    /// |bias| + 128·Σ|w| < 2^31 per output channel, then the pad values (none, or one per
+    /// input channel: `pad_channels`, 0 where the op has no padding).
+    fn check_dense(&self, o: &OpInfo<'a>, n: usize, k: usize, pad_channels: usize) -> Result<()> {
         let op = o.index;
         if k > MAX_ACCUMULATION as usize {
             return Err(RuntimeError::AccumulatorOverflow { op, k: k as u32 });
@@ -227,6 +214,9 @@ impl<'a> Model<'a> {
             if (o.bias.get(c) as i64).unsigned_abs() + 128 * sum_abs > i32::MAX as u64 {
                 return Err(RuntimeError::AccumulatorOverflow { op, k: k as u32 });
             }
+        }
+        if !(o.pad_values.is_empty() || o.pad_values.len() == pad_channels) {
+            return param("pad values length");
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ mod signal;
 use barrier::Barrier;
 use pool::on_threads;
 
-use crate::interpreter::{check_arena, Share, SharedArea};
+use crate::interpreter::{check_arena, Share, SharedArea, ThreadPart};
 use crate::kernels::{Kernels, Resolved, GROUP_IMAGES};
 use crate::{as_i8, Model, Result, RuntimeError};
 
@@ -212,13 +212,16 @@ pub fn run_split_with<'b>(
             // The split of the conv just run, when op j is a residual add of its output.
             let mut after_conv = None;
             for j in 0..ops {
-                let area = SharedArea {
-                    ptr: shared.get(),
-                    len: wb,
+                let this = ThreadPart {
+                    k,
+                    area: SharedArea {
+                        ptr: shared.get(),
+                        len: wb,
+                    },
+                    share: Share { part, parts: t },
                 };
-                let share = Share { part, parts: t };
                 // SAFETY: between two barriers the threads run distinct parts of op j.
-                let r = unsafe { model.exec_part(k, j, area, own, share, after_conv) };
+                let r = unsafe { model.exec_part(j, this, own, after_conv) };
                 // A residual add right after its conv runs by the conv's split: each thread's
                 // part of it reads only what the same thread just wrote (no barrier between).
                 match r.and_then(|()| model.add_after_conv(k, j + 1, t)) {
