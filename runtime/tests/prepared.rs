@@ -6,6 +6,15 @@ mod common;
 
 use octet_runtime::{Kernels, Model, PreparedOp, RuntimeError};
 
+/// The logits of the unprepared model with the scalar kernels, one image at a time.
+fn reference(m: &Model, pixels: &[u8]) -> Vec<i8> {
+    let batch = pixels.len() / m.input_len();
+    let mut a = vec![0u8; m.arena_bytes_for(batch)];
+    m.run_with(Kernels::Scalar, pixels, &mut a)
+        .unwrap()
+        .to_vec()
+}
+
 fn models() -> Vec<Vec<u8>> {
     vec![
         common::lenet(7).encode(),
@@ -25,11 +34,7 @@ fn prepared_runs_the_same_bytes() {
         assert!(!m.is_prepared() && p.is_prepared());
         for batch in [1usize, 3, 9] {
             let pixels = common::Rng::new(batch as u64).bytes(batch * m.input_len());
-            let mut a = vec![0u8; m.arena_bytes_for(batch)];
-            let reference = m
-                .run_with(Kernels::Scalar, &pixels, &mut a)
-                .unwrap()
-                .to_vec();
+            let reference = reference(&m, &pixels);
             // One working area (image by image), and room for groups of images.
             let extra = [0, 7 * m.working_bytes()];
             for (k, extra) in Kernels::available().flat_map(|k| extra.map(|e| (k, e))) {
@@ -55,11 +60,7 @@ fn prepared_runs_the_same_bytes_on_threads() {
         let p = m.prepare(&mut table).unwrap();
         for batch in [1usize, 5] {
             let pixels = common::Rng::new(20 + batch as u64).bytes(batch * m.input_len());
-            let mut a = vec![0u8; m.arena_bytes_for(batch)];
-            let reference = m
-                .run_with(Kernels::Scalar, &pixels, &mut a)
-                .unwrap()
-                .to_vec();
+            let reference = reference(&m, &pixels);
             for threads in [2usize, 3] {
                 let mut a = vec![0u8; arena_bytes_parallel(&p, batch, threads)];
                 let got = run_parallel(&p, &pixels, &mut a, threads).unwrap();

@@ -276,10 +276,15 @@ impl<'a> Model<'a> {
         })
     }
 
-    /// Tensor `id`, or `OutOfBounds` naming it.
+    /// Tensor `id`, or `OutOfBounds` naming it as a tensor id.
     pub(super) fn tensor_id(&self, id: u16) -> Result<TensorInfo> {
+        self.tensor_or(id, "tensor id")
+    }
+
+    /// Tensor `id`, or `OutOfBounds` naming it as `what`.
+    pub(super) fn tensor_or(&self, id: u16, what: &'static str) -> Result<TensorInfo> {
         self.tensor(id).ok_or(RuntimeError::OutOfBounds {
-            what: "tensor id",
+            what,
             index: id as u32,
         })
     }

@@ -21,12 +21,7 @@ impl<'a> Model<'a> {
         for id in 0..self.n_tensors {
             self.validate_tensor(id as u16)?;
         }
-        let input = self
-            .tensor(self.input_tensor)
-            .ok_or(RuntimeError::OutOfBounds {
-                what: "input tensor",
-                index: self.input_tensor as u32,
-            })?;
+        let input = self.tensor_or(self.input_tensor, "input tensor")?;
         if input.shape() != self.input {
             return Err(RuntimeError::BadTensor {
                 index: input.id as u32,
@@ -39,12 +34,7 @@ impl<'a> Model<'a> {
                 what: "input zero point",
             });
         }
-        let output = self
-            .tensor(self.output_tensor)
-            .ok_or(RuntimeError::OutOfBounds {
-                what: "output tensor",
-                index: self.output_tensor as u32,
-            })?;
+        let output = self.tensor_or(self.output_tensor, "output tensor")?;
         if output.scale.to_bits() != h.output_scale().to_bits() {
             return Err(RuntimeError::BadHeader {
                 what: "output scale",
