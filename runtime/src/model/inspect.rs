@@ -195,7 +195,10 @@ impl<'a> Model<'a> {
         (0..self.n_ops).filter_map(|i| self.op(i))
     }
 
-    /// Op `index`, decoded, with the records of its input 0 and output tensors.
+    /// Op `index`, decoded, with the records of its input 0 and output tensors. Inlined: an
+    /// unprepared model decodes each op per image, and inlined the decoded value stays in
+    /// registers (on a Cortex-M4 about 100 instructions less per op than a call).
+    #[inline(always)]
     pub(super) fn decode(&self, index: u32) -> Result<Decoded<'a>> {
         let op = index;
         let rec = self
