@@ -3,13 +3,15 @@
 //! interpreter (Eval, `crate::interpreter`) only dispatches.
 //!
 //! The table is the caller's ([`Model::prepare`]), not inside [`Model`]: a prepared op holds a
-//! conv's whole parameter set (about 150 bytes on a Cortex-M, 260 on a 64-bit CPU), so a table
+//! conv's whole parameter set (152 bytes on a Cortex-M, 288 on a 64-bit CPU), so a table
 //! inside the model sized for the largest supported model would make every `Model` kilobytes
 //! large (the C API stores one in 256 bytes; firmware keeps one in RAM), and one sized for
 //! small models would reject larger ones. With the table outside, each caller sizes it to its
 //! model (`num_ops()` entries) and keeps it where it likes (static, stack); the model grows by
-//! one slice. An unprepared model still runs: each op is prepared just before it runs (once
-//! per op and group of images, on the stack), as before the table existed.
+//! one slice (72 → 80 bytes on a Cortex-M, 120 → 136 on x86-64). An unprepared model still
+//! runs: each op is prepared just before it runs (once per op and group of images, on the
+//! stack), as before the table existed; prepared, a LeNet on a Cortex-M4 runs about 300
+//! instructions per op fewer.
 
 use core::ops::Range;
 
