@@ -5,8 +5,8 @@
 use core::ops::Range;
 
 use super::Model;
-use crate::format::{self, DATA_ALIGN, I32_ALIGN, NO_TENSOR};
-use crate::kernels::{self, I32Array, Shape};
+use crate::format::{self, OpRecord, DATA_ALIGN, I32_ALIGN, NO_TENSOR};
+use crate::kernels::{self, I32Array, OpGeometry, Shape};
 use crate::{as_i8, Result, RuntimeError};
 
 /// Op kinds of format version 1.
@@ -262,16 +262,7 @@ impl<'a> Model<'a> {
                 scratch_offset: rec.scratch(),
                 scratch_bytes: kernels::scratch_bytes(
                     kind.code(),
-                    &kernels::OpGeometry {
-                        kernel_h: kernel_h as u32,
-                        kernel_w: kernel_w as u32,
-                        stride: stride as u32,
-                        pad: pad as u32,
-                        c_in: input.c as u32,
-                        h_in: input.h as u32,
-                        w_in: input.w as u32,
-                        c_out: output.c as u32,
-                    },
+                    &geometry(&rec, &input, &output),
                 ),
             },
             input,
@@ -290,5 +281,21 @@ impl<'a> Model<'a> {
             what,
             index: id as u32,
         })
+    }
+}
+
+/// The geometry [`crate::scratch_bytes`] takes: op `rec`'s window from `input` to `output`
+/// (lossless widenings).
+fn geometry(rec: &OpRecord, input: &TensorInfo, output: &TensorInfo) -> OpGeometry {
+    let (kh, kw, stride, pad) = rec.window();
+    OpGeometry {
+        kernel_h: kh.into(),
+        kernel_w: kw.into(),
+        stride: stride.into(),
+        pad: pad.into(),
+        c_in: input.c.into(),
+        h_in: input.h.into(),
+        w_in: input.w.into(),
+        c_out: output.c.into(),
     }
 }
