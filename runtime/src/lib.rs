@@ -2,9 +2,16 @@
 //!
 //! ```ignore
 //! let model = octet_runtime::Model::parse(&bytes)?;      // validates, borrows bytes
+//! let mut table = [PreparedOp::EMPTY; M];                 // optional: M ≥ model.num_ops()
+//! let model = model.prepare(&mut table)?;                 // each op's parameters, once
 //! let mut arena = [0u8; N];                               // N ≥ model.arena_bytes()
 //! let logits: &[i8] = model.run(&pixels, &mut arena)?;    // no allocation, integer-only
 //! ```
+//!
+//! Layout: `format` (the file's fields), `model` (parsing and validation, inspection, the
+//! prepared per-op table), `interpreter` (running ops: one image, groups, threads sharing an
+//! image), `kernels` (each op's kernels per CPU), `requant` (the fixed-point output stage),
+//! `parallel` (threads, `std`), `cuda` (the GPU path).
 //!
 //! The file layout is specified in `runtime/FORMAT.md`. Every kernel has a scalar reference
 //! (`kernels::scalar`); the x86 kernels (`kernels::avx2`, with an AVX-VNNI variant, and
@@ -24,6 +31,7 @@
 pub mod cuda;
 pub mod error;
 pub mod format;
+mod interpreter;
 pub mod kernels;
 pub mod model;
 #[cfg(feature = "std")]
@@ -32,7 +40,7 @@ pub mod requant;
 
 pub use error::RuntimeError;
 pub use kernels::{scratch_bytes, Kernels, OpGeometry};
-pub use model::{Model, OpInfo, OpKind, TensorInfo};
+pub use model::{Model, OpInfo, OpKind, PreparedOp, TensorInfo};
 pub use requant::{quantize_multiplier, requantize};
 
 /// `Result` with [`RuntimeError`].

@@ -15,8 +15,9 @@ mod signal;
 use barrier::Barrier;
 use pool::on_threads;
 
-use crate::kernels::{Kernels, GROUP_IMAGES};
-use crate::{align16, as_i8, Model, Result, RuntimeError};
+use crate::interpreter::{check_arena, Share, SharedArea, ThreadPart};
+use crate::kernels::{Kernels, Resolved, GROUP_IMAGES};
+use crate::{as_i8, Model, Result, RuntimeError};
 
 /// Arena [`run_parallel`] needs: `align16(batch·out_len) + t · g · working_bytes` with
 /// `t = min(threads, batch)` threads and `g = min(GROUP_IMAGES, ⌈batch / t⌉)` working areas
@@ -28,12 +29,7 @@ pub fn arena_bytes_parallel(model: &Model, batch: usize, threads: usize) -> usiz
         return arena_bytes_split(model, batch, threads);
     }
     let t = threads.clamp(1, batch.max(1));
-    align16(
-        batch
-            .saturating_mul(model.output_len())
-            .min(usize::MAX - 16),
-    )
-    .saturating_add(
+    model.logits_bytes(batch).saturating_add(
         t.saturating_mul(areas(batch, t))
             .saturating_mul(model.working_bytes()),
     )
@@ -46,21 +42,29 @@ fn checked(
     kernels: Kernels,
     pixels: &[u8],
     threads: usize,
-) -> Result<(crate::kernels::Resolved, usize)> {
+) -> Result<(Resolved, usize)> {
     if threads == 0 {
         return Err(RuntimeError::BadThreads);
     }
     Ok((kernels.resolve()?, model.batch_of(pixels.len())?))
 }
 
-fn check_arena(arena: &[u8], needed: usize) -> Result<()> {
-    if arena.len() < needed {
-        return Err(RuntimeError::ArenaTooSmall {
-            needed,
-            len: arena.len(),
-        });
-    }
-    Ok(())
+/// `arena` (at least `needed` bytes, else `ArenaTooSmall`) split into the logits of `batch`
+/// images and the working areas after them.
+fn split_arena<'b>(
+    model: &Model,
+    arena: &'b mut [u8],
+    batch: usize,
+    needed: usize,
+) -> Result<(&'b mut [u8], &'b mut [u8])> {
+    check_arena(arena, needed)?;
+    Ok(arena.split_at_mut(model.logits_bytes(batch)))
+}
+
+/// The first `n` bytes of `outs` as the logits returned.
+fn logits_of(outs: &mut [u8], n: usize) -> &[i8] {
+    let outs: &[u8] = outs;
+    as_i8(&outs[..n])
 }
 
 /// Multiply-adds per image from which a batch smaller than the thread count runs each image
@@ -83,12 +87,9 @@ fn splits(model: &Model, batch: usize, threads: usize) -> bool {
 /// channels it computes) (saturating).
 pub fn arena_bytes_split(model: &Model, batch: usize, threads: usize) -> usize {
     let t = threads.clamp(1, MAX_THREADS);
-    align16(
-        batch
-            .saturating_mul(model.output_len())
-            .min(usize::MAX - 16),
-    )
-    .saturating_add((t + 1).saturating_mul(model.working_bytes()))
+    model
+        .logits_bytes(batch)
+        .saturating_add((t + 1).saturating_mul(model.working_bytes()))
 }
 
 /// Threads `run_parallel` starts at most.
@@ -138,10 +139,9 @@ pub fn run_parallel_with<'b>(
     if splits(model, batch, threads) {
         return run_split_with(model, kernels, pixels, arena, threads);
     }
-    check_arena(arena, arena_bytes_parallel(model, batch, threads))?;
+    let needed = arena_bytes_parallel(model, batch, threads);
+    let (outs, works) = split_arena(model, arena, batch, needed)?;
     let (n_in, n_out) = (model.input_len(), model.output_len());
-    let n_total = batch * n_out;
-    let (outs, works) = arena.split_at_mut(align16(n_total));
     if batch == 0 {
         return Ok(&[]);
     }
@@ -162,7 +162,7 @@ pub fn run_parallel_with<'b>(
             }
             let (i0, i1) = (c * per, ((c + 1) * per).min(batch));
             // SAFETY: the counter gives chunk c to exactly one thread, so these output bytes
-            // (within `outs[..n_total]`, not otherwise used during the scope) have one writer.
+            // (within `outs[..batch·n_out]`, not otherwise used during the scope) have one writer.
             let out = unsafe {
                 core::slice::from_raw_parts_mut(out_ptr.get().add(i0 * n_out), (i1 - i0) * n_out)
             };
@@ -170,8 +170,7 @@ pub fn run_parallel_with<'b>(
         }
     };
     on_threads(works, work_len, t, &worker)?;
-    let outs: &'b [u8] = outs;
-    Ok(as_i8(&outs[..n_total]))
+    Ok(logits_of(outs, batch * n_out))
 }
 
 /// Runs `pixels` image by image, each on `threads` threads at once: every op's output channels
@@ -186,11 +185,10 @@ pub fn run_split_with<'b>(
     threads: usize,
 ) -> Result<&'b [i8]> {
     let (k, batch) = checked(model, kernels, pixels, threads)?;
-    check_arena(arena, arena_bytes_split(model, batch, threads))?;
+    let needed = arena_bytes_split(model, batch, threads);
+    let (outs, works) = split_arena(model, arena, batch, needed)?;
     let t = threads.min(MAX_THREADS);
     let (n_in, n_out, wb) = (model.input_len(), model.output_len(), model.working_bytes());
-    let n_total = batch * n_out;
-    let (outs, works) = arena.split_at_mut(align16(n_total));
     let (shared, owns) = works.split_at_mut(wb);
     let shared = SharedPtr(shared.as_mut_ptr());
     let logits = SharedPtr(outs.as_mut_ptr());
@@ -214,9 +212,16 @@ pub fn run_split_with<'b>(
             // The split of the conv just run, when op j is a residual add of its output.
             let mut after_conv = None;
             for j in 0..ops {
-                let shared = (shared.get(), wb);
+                let this = ThreadPart {
+                    k,
+                    area: SharedArea {
+                        ptr: shared.get(),
+                        len: wb,
+                    },
+                    share: Share { part, parts: t },
+                };
                 // SAFETY: between two barriers the threads run distinct parts of op j.
-                let r = unsafe { model.exec_part(k, j, shared, own, (part, t), after_conv) };
+                let r = unsafe { model.exec_part(j, this, own, after_conv) };
                 // A residual add right after its conv runs by the conv's split: each thread's
                 // part of it reads only what the same thread just wrote (no barrier between).
                 match r.and_then(|()| model.add_after_conv(k, j + 1, t)) {
@@ -233,7 +238,7 @@ pub fn run_split_with<'b>(
             if part == 0 {
                 // SAFETY: every op has finished (the last barrier); the other threads touch
                 // `shared` again only after the next image's first barrier, and never the
-                // logits (within `outs[..n_total]`, written by part 0 alone).
+                // logits (within `outs[..batch·n_out]`, written by part 0 alone).
                 let (work, out) = unsafe {
                     (
                         core::slice::from_raw_parts(shared.get(), wb),
@@ -252,6 +257,5 @@ pub fn run_split_with<'b>(
         Ok(())
     };
     on_threads(owns, wb, t, &worker)?;
-    let outs: &'b [u8] = outs;
-    Ok(as_i8(&outs[..n_total]))
+    Ok(logits_of(outs, batch * n_out))
 }

@@ -1,0 +1,82 @@
+//! Images in groups: one op over several working areas at once, where a batched kernel covers
+//! it (the AVX-512 VNNI conv reads each weight once for the whole group).
+
+#[cfg(target_arch = "x86_64")]
+use super::Carved;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels;
+use crate::kernels::Resolved;
+#[cfg(target_arch = "x86_64")]
+use crate::model::OpParams;
+use crate::model::PreparedOp;
+use crate::{Model, Result};
+
+impl Model<'_> {
+    /// Whether running images in groups helps: some conv runs the batched VNNI kernel.
+    pub(super) fn groups_help(&self, k: Resolved) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if k == Resolved::Vnni {
+            return (0..self.num_ops() as u32).any(|j| {
+                self.with_op(j, |p| {
+                    Ok(matches!(&p.params,
+                        OpParams::Conv2d(c) if kernels::lanes_supported(&c.geometry())))
+                })
+                .unwrap_or(false)
+            });
+        }
+        let _ = k;
+        false
+    }
+
+    /// Op `p` over every working area of `work` at once, when a batched kernel covers it
+    /// (the VNNI conv), the areas in reverse order if `back`; `false` when the caller must run
+    /// it area by area.
+    pub(super) fn exec_group(
+        &self,
+        k: Resolved,
+        p: &PreparedOp,
+        work: &mut [u8],
+        back: bool,
+    ) -> Result<bool> {
+        #[cfg(target_arch = "x86_64")]
+        if k == Resolved::Vnni {
+            let OpParams::Conv2d(c) = &p.params else {
+                return Ok(false);
+            };
+            // A conv the few-channel kernel covers runs image by image (it needs no group).
+            if !kernels::lanes_supported(&c.geometry()) || kernels::vnni::narrow_preferred(c) {
+                return Ok(false);
+            }
+            let layout = p.layout_error();
+            let mut imgs: [kernels::vnni::ConvImage; kernels::GROUP_IMAGES] =
+                core::array::from_fn(|_| kernels::vnni::ConvImage {
+                    input: &[],
+                    output: &mut [],
+                    scratch: &mut [],
+                });
+            let mut n = 0;
+            for (slot, w) in imgs
+                .iter_mut()
+                .zip(work.chunks_exact_mut(self.working_bytes()))
+            {
+                let carved = Carved::new(w, p.output.range(), p.scratch.range()).ok_or(layout)?;
+                let input = crate::as_i8(carved.input(p.input.range()).ok_or(layout)?);
+                let Carved { out, scratch, .. } = carved;
+                *slot = kernels::vnni::ConvImage {
+                    input,
+                    output: crate::as_i8_mut(out),
+                    scratch,
+                };
+                n += 1;
+            }
+            if back {
+                imgs[..n].reverse();
+            }
+            // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/BW/VL are
+            // available.
+            return Ok(unsafe { kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n]) });
+        }
+        let _ = (k, p, work, back);
+        Ok(false)
+    }
+}

@@ -1,0 +1,296 @@
+//! Prepare (TensorFlow Lite Micro's split of an op into Prepare and Eval): each op's kernel
+//! parameters and arena places, built from the validated records once, so that the
+//! interpreter (Eval, `crate::interpreter`) only dispatches.
+//!
+//! The table is the caller's ([`Model::prepare`]), not inside [`Model`]: a prepared op holds a
+//! conv's whole parameter set (152 bytes on a Cortex-M, 288 on a 64-bit CPU), so a table
+//! inside the model sized for the largest supported model would make every `Model` kilobytes
+//! large (the C API stores one in 256 bytes; firmware keeps one in RAM), and one sized for
+//! small models would reject larger ones. With the table outside, each caller sizes it to its
+//! model (`num_ops()` entries) and keeps it where it likes (static, stack); the model grows by
+//! one slice (72 → 80 bytes on a Cortex-M, 120 → 136 on x86-64). An unprepared model still
+//! runs: each op is prepared just before it runs (once per op and group of images, on the
+//! stack), as before the table existed; prepared, a LeNet on a Cortex-M4 runs about 300
+//! instructions per op fewer.
+
+use core::ops::Range;
+
+use super::inspect::Decoded;
+use super::{Model, OpInfo, OpKind, TensorInfo};
+use crate::format::NO_TENSOR;
+use crate::kernels::{AddRequant, ConvParams, FcParams, OutputQuant, PoolParams, Shape};
+use crate::{Result, RuntimeError};
+
+/// One op ready to run: its kernel's parameters and where its tensors and scratch lie in the
+/// working arena. Built by [`Model::prepare`]; [`PreparedOp::EMPTY`] (or `Default`) fills a
+/// table before that.
+#[derive(Clone, Copy, Debug)]
+pub struct PreparedOp<'a> {
+    /// Index in the op table (for errors).
+    pub(crate) index: u32,
+    pub(crate) params: OpParams<'a>,
+    pub(crate) input: Place,
+    /// Input 1 (add), else [`Place::NONE`].
+    pub(crate) input1: Place,
+    pub(crate) output: Place,
+    /// Scratch (id `NO_TENSOR`), empty when the op uses none.
+    pub(crate) scratch: Place,
+}
+
+/// An op's kernel parameters, by kind.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OpParams<'a> {
+    Conv2d(ConvParams<'a>),
+    FullyConnected(FcParams<'a>),
+    MaxPool(PoolParams),
+    AvgPool(PoolParams),
+    /// The add's requantization and its output shape (threads sharing the add, with `std`,
+    /// cut it by rows or channels).
+    Add(
+        AddRequant,
+        #[cfg_attr(not(feature = "std"), allow(dead_code))] Shape,
+    ),
+}
+
+/// A tensor's id and byte range in the working arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) id: u16,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+impl Place {
+    /// No tensor.
+    pub(crate) const NONE: Place = Place {
+        id: NO_TENSOR,
+        start: 0,
+        end: 0,
+    };
+
+    fn of(t: &TensorInfo) -> Place {
+        let r = t.range();
+        Place {
+            id: t.id,
+            start: r.start,
+            end: r.end,
+        }
+    }
+
+    /// `start..end`.
+    pub(crate) const fn range(&self) -> Range<usize> {
+        self.start..self.end
+    }
+}
+
+impl<'a> PreparedOp<'a> {
+    /// A placeholder to fill a table with before [`Model::prepare`] (a pooling op over
+    /// nothing; never run: the model uses only the entries it prepared).
+    pub const EMPTY: PreparedOp<'a> = {
+        let none = Shape { c: 0, h: 0, w: 0 };
+        PreparedOp {
+            index: 0,
+            params: OpParams::MaxPool(PoolParams {
+                input: none,
+                output: none,
+                kernel_h: 0,
+                kernel_w: 0,
+                stride: 0,
+                input_zero_point: 0,
+                multiplier: 0,
+                shift: 0,
+                out: OutputQuant {
+                    zero_point: 0,
+                    act_min: 0,
+                    act_max: 0,
+                },
+            }),
+            input: Place::NONE,
+            input1: Place::NONE,
+            output: Place::NONE,
+            scratch: Place::NONE,
+        }
+    };
+
+    /// The error of an arena that does not hold this op's tensors (never for a working area
+    /// of `working_bytes()`: validation checked every range).
+    pub(crate) const fn layout_error(&self) -> RuntimeError {
+        RuntimeError::BadParam {
+            op: self.index,
+            what: "arena layout",
+        }
+    }
+}
+
+impl Default for PreparedOp<'_> {
+    fn default() -> Self {
+        PreparedOp::EMPTY
+    }
+}
+
+impl<'a> Model<'a> {
+    /// Prepares every op once into `table` (at least [`Model::num_ops`] entries, e.g.
+    /// `[PreparedOp::EMPTY; N]`) and returns the model running from it: every run path
+    /// ([`Model::run`], `run_timed`, `parallel`) then only dispatches, instead of rebuilding
+    /// each op's parameters per op and image. No allocation; the model grows by one slice
+    /// (the table is the caller's: see the module doc of `model::prepare` for why). Fails
+    /// with `OutOfBounds` when `table` is shorter than the op count.
+    pub fn prepare(mut self, table: &'a mut [PreparedOp<'a>]) -> Result<Model<'a>> {
+        let n = self.n_ops as usize;
+        if table.len() < n {
+            return Err(RuntimeError::OutOfBounds {
+                what: "op (prepared table too short)",
+                index: table.len() as u32,
+            });
+        }
+        let table = &mut table[..n];
+        for (j, slot) in table.iter_mut().enumerate() {
+            *slot = self.prepare_op(j as u32)?;
+        }
+        self.prepared = table;
+        Ok(self)
+    }
+
+    /// Whether the model runs from a prepared table ([`Model::prepare`]).
+    pub fn is_prepared(&self) -> bool {
+        !self.prepared.is_empty()
+    }
+
+    /// `f` of op `j` prepared: the table's entry, or, for an unprepared model, the op
+    /// prepared now.
+    #[inline]
+    pub(crate) fn with_op<R>(
+        &self,
+        j: u32,
+        f: impl FnOnce(&PreparedOp<'a>) -> Result<R>,
+    ) -> Result<R> {
+        match self.prepared.get(j as usize) {
+            Some(p) => f(p),
+            // By reference into the result: no copy of the prepared op.
+            None => match &self.prepare_op(j) {
+                Ok(p) => f(p),
+                Err(e) => Err(*e),
+            },
+        }
+    }
+
+    /// Op `j`'s kernel parameters and places (a validated op).
+    fn prepare_op(&self, j: u32) -> Result<PreparedOp<'a>> {
+        let decoded = self.decode(j);
+        let Decoded {
+            op: o,
+            input: tin,
+            output: tout,
+        } = match &decoded {
+            Ok(d) => d,
+            Err(e) => return Err(*e),
+        };
+        let input1 = match o.input1 {
+            Some(t) => Some(self.tensor_id(t)?),
+            None => None,
+        };
+        let scratch = o.scratch_range();
+        // Built in place (see `Model::decode`).
+        Ok(PreparedOp {
+            index: j,
+            params: match o.kind {
+                OpKind::Conv2d => OpParams::Conv2d(Self::conv_params(o, tin, tout)),
+                OpKind::FullyConnected => OpParams::FullyConnected(Self::fc_params(o, tin, tout)),
+                OpKind::MaxPool => OpParams::MaxPool(pool_params(o, tin, tout)),
+                OpKind::AvgPool => OpParams::AvgPool(pool_params(o, tin, tout)),
+                OpKind::Add => {
+                    let t1 = input1.as_ref().ok_or(RuntimeError::BadParam {
+                        op: j,
+                        what: "input 1",
+                    })?;
+                    OpParams::Add(Self::add_params(o, tin, t1, tout), tout.shape())
+                }
+            },
+            input: Place::of(tin),
+            input1: input1.as_ref().map_or(Place::NONE, Place::of),
+            output: Place::of(tout),
+            scratch: Place {
+                id: NO_TENSOR,
+                start: scratch.start,
+                end: scratch.end,
+            },
+        })
+    }
+
+    /// The conv parameters of op `o` (input `tin`, output `tout`): what its kernel takes, for
+    /// the interpreter and for tools that run one op's kernel alone.
+    pub fn conv_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> ConvParams<'o> {
+        ConvParams {
+            input: tin.shape(),
+            output: tout.shape(),
+            kernel_h: o.kernel_h as usize,
+            kernel_w: o.kernel_w as usize,
+            stride: o.stride as usize,
+            pad: o.pad as usize,
+            weights: o.weights,
+            bias: o.bias,
+            multiplier: o.multipliers,
+            shift: o.shifts,
+            pad_values: o.pad_values,
+            input_zero_point: tin.zero_point,
+            out: output_quant(o, tout),
+        }
+    }
+
+    /// The fully_connected parameters of op `o` (see [`Model::conv_params`]).
+    pub fn fc_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> FcParams<'o> {
+        FcParams {
+            k: tin.len(),
+            n: tout.len(),
+            weights: o.weights,
+            bias: o.bias,
+            multiplier: o.multipliers,
+            shift: o.shifts,
+            out: output_quant(o, tout),
+        }
+    }
+
+    /// The add parameters of op `o` over inputs `t0`, `t1` (see [`Model::conv_params`]).
+    pub fn add_params(
+        o: &OpInfo,
+        t0: &TensorInfo,
+        t1: &TensorInfo,
+        tout: &TensorInfo,
+    ) -> AddRequant {
+        AddRequant {
+            z0: t0.zero_point,
+            m0: o.multipliers.get(0),
+            z1: t1.zero_point,
+            m1: o.multipliers.get(1),
+            n: o.shifts.get(0),
+            out: output_quant(o, tout),
+        }
+    }
+}
+
+/// The pooling parameters of op `o`: a conv's window, input and output stage
+/// ([`Model::conv_params`], the one conversion of a record's window to kernel units) with the
+/// pool's multiplier and shift (max pool ignores them).
+fn pool_params(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> PoolParams {
+    let c = Model::conv_params(o, tin, tout);
+    PoolParams {
+        input: c.input,
+        output: c.output,
+        kernel_h: c.kernel_h,
+        kernel_w: c.kernel_w,
+        stride: c.stride,
+        input_zero_point: c.input_zero_point,
+        multiplier: o.multipliers.get(0),
+        shift: o.shifts.get(0),
+        out: c.out,
+    }
+}
+
+/// Op `o`'s output zero point and clamp.
+fn output_quant(o: &OpInfo, tout: &TensorInfo) -> OutputQuant {
+    OutputQuant {
+        zero_point: tout.zero_point,
+        act_min: o.act_min,
+        act_max: o.act_max,
+    }
+}

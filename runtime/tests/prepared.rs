@@ -1,0 +1,100 @@
+//! A prepared model (`Model::prepare`: each op's kernel parameters built once into a table)
+//! runs every path to the same bytes as the unprepared one (each op prepared as it runs) and the
+//! scalar reference: image by image, in groups, timed, on threads, split between threads.
+
+mod common;
+
+use octet_runtime::{Kernels, Model, PreparedOp, RuntimeError};
+
+/// The logits of the unprepared model with the scalar kernels, one image at a time.
+fn reference(m: &Model, pixels: &[u8]) -> Vec<i8> {
+    let batch = pixels.len() / m.input_len();
+    let mut a = vec![0u8; m.arena_bytes_for(batch)];
+    m.run_with(Kernels::Scalar, pixels, &mut a)
+        .unwrap()
+        .to_vec()
+}
+
+fn models() -> Vec<Vec<u8>> {
+    vec![
+        common::lenet(7).encode(),
+        common::lenet_on(3, 8).encode(),
+        common::small_resnet(9).encode(),
+        common::small_late_resnet(10).encode(),
+        common::hand_model().encode(),
+    ]
+}
+
+#[test]
+fn prepared_runs_the_same_bytes() {
+    for bytes in models() {
+        let m = Model::parse(&bytes).unwrap();
+        let mut table = vec![PreparedOp::EMPTY; m.num_ops()];
+        let p = m.prepare(&mut table).unwrap();
+        assert!(!m.is_prepared() && p.is_prepared());
+        for batch in [1usize, 3, 9] {
+            let pixels = common::Rng::new(batch as u64).bytes(batch * m.input_len());
+            let reference = reference(&m, &pixels);
+            // One working area (image by image), and room for groups of images.
+            let extra = [0, 7 * m.working_bytes()];
+            for (k, extra) in Kernels::available().flat_map(|k| extra.map(|e| (k, e))) {
+                let mut a = vec![0x5au8; m.arena_bytes_for(batch) + extra];
+                let got = p.run_with(k, &pixels, &mut a).unwrap();
+                assert_eq!(got, &reference[..], "{k:?} batch {batch} extra {extra}");
+                let mut times = vec![0.0; m.num_ops()];
+                p.run_timed(k, &pixels, &mut a, &mut times, || 0.0).unwrap();
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn prepared_runs_the_same_bytes_on_threads() {
+    use octet_runtime::parallel::{
+        arena_bytes_parallel, arena_bytes_split, run_parallel, run_split_with,
+    };
+    for bytes in models() {
+        let m = Model::parse(&bytes).unwrap();
+        let mut table = vec![PreparedOp::default(); m.num_ops() + 3];
+        let p = m.prepare(&mut table).unwrap();
+        for batch in [1usize, 5] {
+            let pixels = common::Rng::new(20 + batch as u64).bytes(batch * m.input_len());
+            let reference = reference(&m, &pixels);
+            for threads in [2usize, 3] {
+                let mut a = vec![0u8; arena_bytes_parallel(&p, batch, threads)];
+                let got = run_parallel(&p, &pixels, &mut a, threads).unwrap();
+                assert_eq!(got, &reference[..], "batch {batch} threads {threads}");
+                for k in Kernels::available() {
+                    let mut a = vec![0x5au8; arena_bytes_split(&p, batch, threads)];
+                    let got = run_split_with(&p, k, &pixels, &mut a, threads).unwrap();
+                    assert_eq!(got, &reference[..], "{k:?} batch {batch} threads {threads}");
+                }
+            }
+        }
+    }
+}
+
+/// A table shorter than the op count is refused; inspection is the same prepared or not.
+#[test]
+fn prepare_checks_the_table() {
+    let bytes = common::small_resnet(11).encode();
+    let m = Model::parse(&bytes).unwrap();
+    let mut short = vec![PreparedOp::EMPTY; m.num_ops() - 1];
+    assert_eq!(
+        m.prepare(&mut short).map(|_| ()),
+        Err(RuntimeError::OutOfBounds {
+            what: "op (prepared table too short)",
+            index: m.num_ops() as u32 - 1,
+        })
+    );
+    let mut table = vec![PreparedOp::EMPTY; m.num_ops()];
+    let p = m.prepare(&mut table).unwrap();
+    let kinds = |m: &Model| {
+        m.ops()
+            .map(|o| (o.kind, o.input0, o.output))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(kinds(&p), kinds(&m));
+    assert_eq!(p.arena_bytes(), m.arena_bytes());
+}
