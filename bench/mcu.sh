@@ -157,6 +157,7 @@ for target, board, cpu in targets:
         lines = open(os.path.join(d, target + ".txt")).read().splitlines()
         head = fields(next(l for l in lines if l.startswith("octet-mcu ")))
         parse = fields(next(l for l in lines if l.startswith("parse ")))
+        prepare = fields(next(l for l in lines if l.startswith("prepare ")))
         peak = int(fields(next(l for l in lines if l.startswith("stack ")))["peak"])
         sections = {}
         for l in open(os.path.join(d, target + ".size")).read().splitlines():
@@ -200,6 +201,8 @@ for target, board, cpu in targets:
                               for f in ("model.o8", "images.bin", "expected.bin")},
             "model_bytes": model_bytes, "arena_bytes": arena, "images": int(images),
             "parse_instructions": int(parse["insn"]),
+            # Each op's parameters, once (Model::prepare): runs then only dispatch.
+            "prepare_instructions": int(prepare["insn"]),
             "kernels": per_kernels,
             "deterministic_across_runs": open(os.path.join(d, target + ".again")).read().strip() == "yes",
             "flash": {"bytes": flash, "model_bytes": model_bytes, "text_bytes": sections.get(".text", 0),

@@ -1,6 +1,6 @@
 //! The xorshift64* stream the tests draw their data from: the kernels' tests (`test_util`) and,
-//! through `#[path]`, the integration tests' model writer (`tests/common`). No crate paths
-//! here, so that both can include it.
+//! through `#[path]`, the integration tests' model writer (`tests/common`) and the trainer's
+//! checkpoint mutations. No crate paths here, so that every suite can include it.
 
 /// xorshift64* stream for test data.
 #[derive(Clone, Debug)]
@@ -21,6 +21,10 @@ impl Rng {
     /// A value in `lo..=hi`.
     pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (self.next() % ((hi - lo + 1) as u64)) as i64
+    }
+    /// A value in `0..n` (0 when n is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
     }
     /// A value in [0, 1).
     pub fn unit(&mut self) -> f64 {

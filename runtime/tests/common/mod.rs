@@ -6,6 +6,7 @@ use octet_runtime::format::{
 };
 use octet_runtime::quantize_multiplier;
 
+#[path = "../../src/kernels/test_rng.rs"]
 mod rng;
 pub use rng::Rng;
 
