@@ -53,6 +53,9 @@ fn bench(c: &mut Criterion) {
             };
             let (net, bytes) = models(kind, &norm, &name);
             let model = Model::parse(&bytes).expect("parse");
+            // As `octet run` does: each op's parameters once.
+            let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
+            let model = model.prepare(&mut table).expect("prepare");
             let mut g = c.benchmark_group(&name);
             g.sample_size(if kind == ModelKind::ResNet18 { 10 } else { 50 });
             for batch in [1usize, 64] {

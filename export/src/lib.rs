@@ -270,6 +270,10 @@ pub fn ablation(
 pub fn runtime_logits(bytes: &[u8], pixels: &[u8], batch: usize) -> Result<Vec<i8>> {
     let model = octet_runtime::Model::parse(bytes)
         .map_err(|e| ExportError::Runtime(format!("parse: {e:?}")))?;
+    let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
+    let model = model
+        .prepare(&mut table)
+        .map_err(|e| ExportError::Runtime(format!("prepare: {e:?}")))?;
     let len = model.input_len();
     if pixels.is_empty() || pixels.len() / len * len != pixels.len() {
         return Err(ExportError::BadInput(format!(

@@ -117,6 +117,11 @@ pub fn run_o8_with(
 ) -> anyhow::Result<Vec<i8>> {
     let model = octet_runtime::Model::parse(bytes)
         .map_err(|e| anyhow::anyhow!("invalid .o8 model: {e}"))?;
+    // Each op's parameters once, not per op and image.
+    let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
+    let model = model
+        .prepare(&mut table)
+        .map_err(|e| anyhow::anyhow!("invalid .o8 model: {e}"))?;
     let batch = model
         .batch_of(pixels.len())
         .map_err(|e| anyhow::anyhow!("input: {e}"))?;

@@ -126,6 +126,8 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         let kind: ModelKind = m.parse()?;
         let (net, bytes) = models(kind)?;
         let model = Model::parse(&bytes)?;
+        let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
+        let model = model.prepare(&mut table)?;
         let name = kind.to_string();
         let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
         for &b in &a.cpu_batch_sizes {
