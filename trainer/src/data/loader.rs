@@ -198,7 +198,10 @@ mod tests {
         let labels: Vec<u8> = batches.iter().flat_map(|b| b.labels.clone()).collect();
         assert_eq!(
             labels,
-            order.iter().map(|&i| dataset(10).label(i)).collect::<Vec<_>>()
+            order
+                .iter()
+                .map(|&i| dataset(10).label(i))
+                .collect::<Vec<_>>()
         );
     }
 
