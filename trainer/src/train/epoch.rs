@@ -28,12 +28,14 @@ struct Pass {
 
 impl Trainer {
     pub(super) fn train_epoch(&mut self, opts: &RunOptions) -> Result<EpochRecord> {
+        // The loader thread starts preparing batches while the ranks line up.
+        let loader = self.loader(opts.prefetch)?;
         // Every rank starts the epoch's clock together, as the PyTorch peer does
         // (`synchronize(); barrier()`): whatever rank 0 did after the last epoch (copying the
         // checkpoint to the host, evaluation) belongs to no epoch.
         self.dp.barrier(&self.dev)?;
         let _ = self.dp.collective().take_stats()?;
-        let pass = self.pass(opts)?;
+        let pass = self.pass(loader, opts)?;
         let (mut times, ranks) = self.epoch_times(pass.times, &pass.clock, opts)?;
         let t = &pass.tally;
         let totals = self
@@ -64,8 +66,7 @@ impl Trainer {
     }
 
     /// The steps over this rank's share of the epoch, ended by waiting for the device.
-    fn pass(&mut self, opts: &RunOptions) -> Result<Pass> {
-        let mut loader = self.loader(opts.prefetch)?;
+    fn pass(&mut self, mut loader: Loader, opts: &RunOptions) -> Result<Pass> {
         let batches = loader.num_batches();
         let show = opts.progress && self.dp.rank() == 0;
         let bar = progress::bar(show, batches as u64, self.epoch + 1, self.cfg.epochs);
@@ -96,7 +97,7 @@ impl Trainer {
                 .map_err(|e| TrainError::from_step(e, self.cfg.batch_size))?;
             clock.end(Phase::H2d)?;
             let last = index + 1 == batches;
-            let r = self.step(&mut acc, &x, &y, last)?;
+            let r = self.train_batch(&mut acc, &x, &y, last)?;
             lr = r.stepped_at.unwrap_or(lr);
             clock.end(Phase::Compute)?;
             tally.push(r.loss, r.correct, n, self.step);

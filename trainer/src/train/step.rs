@@ -38,7 +38,7 @@ impl Accumulation {
 impl Trainer {
     /// Trains on one uploaded batch; `last_batch` (of the epoch) steps the optimiser even
     /// before `accumulate` micro-batches have added up. Nothing here waits for the device.
-    pub(super) fn step(
+    pub(super) fn train_batch(
         &mut self,
         acc: &mut Accumulation,
         x: &Tensor,
