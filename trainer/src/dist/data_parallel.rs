@@ -157,18 +157,3 @@ impl DataParallel {
         Ok(s.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
     }
 }
-
-/// Adds `more` into `acc` (gradient accumulation over micro-batches).
-pub fn accumulate(acc: &mut GradStore, more: GradStore, vars: &[Var]) -> Result<()> {
-    let mut more = more;
-    for v in vars {
-        if let Some(g) = more.remove(v.as_tensor()) {
-            let sum = match acc.get(v.as_tensor()) {
-                Some(a) => (a + g)?,
-                None => g,
-            };
-            acc.insert(v.as_tensor(), sum);
-        }
-    }
-    Ok(())
-}

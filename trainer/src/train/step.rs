@@ -6,7 +6,6 @@ use candle_core::{DType, Tensor, Var};
 use octet_models::Network;
 
 use super::Trainer;
-use crate::dist::data_parallel::accumulate;
 use crate::{Normalizer, Result, TrainError};
 
 /// Gradients of the micro-batches since the last optimiser step.
@@ -33,6 +32,23 @@ impl Accumulation {
             micro: 0,
         }
     }
+
+    /// `grads` added to those of the earlier micro-batches since the last step.
+    fn add(&mut self, mut grads: GradStore) -> candle_core::Result<GradStore> {
+        let Some(mut sum) = self.pending.take() else {
+            return Ok(grads);
+        };
+        for v in &self.vars {
+            if let Some(g) = grads.remove(v.as_tensor()) {
+                let total = match sum.get(v.as_tensor()) {
+                    Some(a) => (a + g)?,
+                    None => g,
+                };
+                sum.insert(v.as_tensor(), total);
+            }
+        }
+        Ok(sum)
+    }
 }
 
 impl Trainer {
@@ -51,13 +67,7 @@ impl Trainer {
         let scale = 1.0 / self.cfg.accumulate as f64;
         let (grads, loss, correct) =
             forward_backward(self.model.as_ref(), &self.norm, x, y, scale).map_err(on_device)?;
-        let mut grads = match acc.pending.take() {
-            Some(mut sum) => {
-                accumulate(&mut sum, grads, &acc.vars)?;
-                sum
-            }
-            None => grads,
-        };
+        let mut grads = acc.add(grads)?;
         let mut stepped_at = None;
         if acc.micro == self.cfg.accumulate || last_batch {
             let lr = self.plan.lr(self.step);
