@@ -1,14 +1,16 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use candle_core::Device;
 use clap::Args;
 use octet_models::ModelKind;
-use octet_trainer::data::{self, DataSource};
+use octet_trainer::checkpoint::Checkpoint;
+use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::device::parse_device;
 use octet_trainer::dist::{self, DistEnv};
 use octet_trainer::metrics::EpochRecord;
 use octet_trainer::optim::Schedule;
-use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
+use octet_trainer::train::{RunOptions, Summary, TrainConfig, Trainer};
 use octet_trainer::Precision;
 use octet_trainer::{atomic, checkpoint};
 
@@ -169,6 +171,58 @@ impl TrainArgs {
         }
         Ok(c)
     }
+
+    /// The run's configuration (the resumed checkpoint's with these flags over it), checked,
+    /// with more epochs to train than `resume` has done.
+    fn checked_config(&self, resume: Option<&Checkpoint>) -> anyhow::Result<TrainConfig> {
+        let base =
+            match resume {
+                Some(ck) => Some(ck.meta.as_ref().map(|m| m.config.clone()).with_context(
+                    || {
+                        format!(
+                            "{} has no octet metadata: it cannot be resumed",
+                            ck.path.display()
+                        )
+                    },
+                )?),
+                None => None,
+            };
+        let cfg = self.config(base)?;
+        cfg.validate().map_err(|e| match &self.resume {
+            Some(p) => anyhow::anyhow!(
+                "{e} (in the run configuration stored in {}, with the flags given here)",
+                p.display()
+            ),
+            None => e.into(),
+        })?;
+        if let Some((ck, m)) = resume.and_then(|ck| Some((ck, ck.meta.as_ref()?))) {
+            anyhow::ensure!(
+                m.epoch < cfg.epochs,
+                "nothing to train: {} has finished {} epoch(s) and the run has {}: give --epochs \
+                 above {} to train further",
+                ck.path.display(),
+                m.epoch,
+                cfg.epochs,
+                m.epoch
+            );
+        }
+        Ok(cfg)
+    }
+
+    /// `--device`, or in a data-parallel job (`env`) the GPU of this rank's local rank.
+    fn device(&self, env: Option<&DistEnv>) -> anyhow::Result<Device> {
+        Ok(match env {
+            Some(e) => {
+                anyhow::ensure!(
+                    self.device.starts_with("cuda") || self.device == "gpu",
+                    "a data-parallel run (WORLD_SIZE={}) trains on GPUs: add --device cuda",
+                    e.world
+                );
+                parse_device(&format!("cuda:{}", e.local_rank))?
+            }
+            None => parse_device(&self.device)?,
+        })
+    }
 }
 
 pub fn run(a: TrainArgs) -> anyhow::Result<()> {
@@ -180,39 +234,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         Some(p) => Some(checkpoint::load_checked(p)?),
         None => None,
     };
-    let base = match &resume {
-        Some(ck) => Some(
-            ck.meta
-                .as_ref()
-                .map(|m| m.config.clone())
-                .with_context(|| {
-                    format!(
-                        "{} has no octet metadata: it cannot be resumed",
-                        ck.path.display()
-                    )
-                })?,
-        ),
-        None => None,
-    };
-    let cfg = a.config(base)?;
-    cfg.validate().map_err(|e| match &a.resume {
-        Some(p) => anyhow::anyhow!(
-            "{e} (in the run configuration stored in {}, with the flags given here)",
-            p.display()
-        ),
-        None => e.into(),
-    })?;
-    if let Some((ck, m)) = resume.as_ref().and_then(|ck| Some((ck, ck.meta.as_ref()?))) {
-        anyhow::ensure!(
-            m.epoch < cfg.epochs,
-            "nothing to train: {} has finished {} epoch(s) and the run has {}: give --epochs \
-             above {} to train further",
-            ck.path.display(),
-            m.epoch,
-            cfg.epochs,
-            m.epoch
-        );
-    }
+    let cfg = a.checked_config(resume.as_ref())?;
     let source: DataSource = cfg.data.parse()?;
     let split = data::load(&source)?;
     let out = a.out.clone().unwrap_or_else(|| match &a.resume {
@@ -220,53 +242,25 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         None => PathBuf::from("runs").join(format!("{}-{}", cfg.model, split.name)),
     });
     let env = DistEnv::from_env()?.filter(|e| e.world > 1);
-    let device = match &env {
-        Some(e) => {
-            anyhow::ensure!(
-                a.device.starts_with("cuda") || a.device == "gpu",
-                "a data-parallel run (WORLD_SIZE={}) trains on GPUs: add --device cuda",
-                e.world
-            );
-            parse_device(&format!("cuda:{}", e.local_rank))?
-        }
-        None => parse_device(&a.device)?,
-    };
+    let device = a.device(env.as_ref())?;
     let main_rank = env.as_ref().is_none_or(|e| e.rank == 0);
     if main_rank {
         prepare_run_dir(&out)?;
     }
     let timeout = std::time::Duration::from_secs(a.dist_timeout);
     let coll = dist::connect(env.as_ref(), &device, timeout, timeout)?;
-    let world = coll.world();
-    if !a.json && main_rank {
-        eprintln!(
-            "octet train: {} ({}) on {} ({} train / {} test images from {}), {} epochs, batch {}{}, lr {} {}, device {}",
-            cfg.model,
-            cfg.precision,
-            split.name,
-            split.train.len(),
-            split.test.len(),
-            split.origin,
-            cfg.epochs,
-            cfg.batch_size,
-            if world > 1 {
-                format!(" per GPU × {world} GPUs = {}", cfg.global_batch(world))
-            } else {
-                String::new()
-            },
-            cfg.effective_lr(world),
-            cfg.schedule,
-            a.device
-        );
+    let talk = !a.json && main_rank;
+    if talk {
+        announce(&cfg, &split, coll.world(), &a.device);
     }
     let mut trainer = Trainer::with_collective(cfg.clone(), split, &device, resume.as_ref(), coll)?;
-    if resume.is_some() && !a.json && main_rank {
+    if resume.is_some() && talk {
         eprintln!("resuming after epoch {}", trainer.epochs_done());
     }
     let opts = RunOptions {
         out: Some(out.clone()),
         stop_after: a.stop_after,
-        progress: !a.json && main_rank,
+        progress: talk,
         commit: super::COMMIT.into(),
         timeline: a.timeline.clone(),
         ..RunOptions::new(device)
@@ -278,9 +272,37 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
             print_epoch(r, epochs, json)
         }
     })?;
-    if !main_rank {
-        return Ok(());
+    if main_rank {
+        print_done(&summary, &out, json);
     }
+    Ok(())
+}
+
+/// The run's one-line description on stderr, before the first epoch.
+fn announce(cfg: &TrainConfig, split: &DataSplit, world: usize, device: &str) {
+    eprintln!(
+        "octet train: {} ({}) on {} ({} train / {} test images from {}), {} epochs, batch {}{}, lr {} {}, device {}",
+        cfg.model,
+        cfg.precision,
+        split.name,
+        split.train.len(),
+        split.test.len(),
+        split.origin,
+        cfg.epochs,
+        cfg.batch_size,
+        if world > 1 {
+            format!(" per GPU × {world} GPUs = {}", cfg.global_batch(world))
+        } else {
+            String::new()
+        },
+        cfg.effective_lr(world),
+        cfg.schedule,
+        device
+    );
+}
+
+/// Where the checkpoint and the metrics went: a JSON `done` event, or a line on stderr.
+fn print_done(summary: &Summary, out: &Path, json: bool) {
     if json {
         let done = serde_json::json!({
             "event": "done",
@@ -296,7 +318,6 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
             out.join("metrics.csv").display()
         );
     }
-    Ok(())
 }
 
 /// The run directory, checked before the first epoch rather than at its end: a directory (made

@@ -9,10 +9,10 @@ use octet_models::{ModelKind, Params};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::write_atomic;
+use crate::config::TrainConfig;
 use crate::data::Normalization;
 use crate::metrics::EpochRecord;
 use crate::optim::Sgd;
-use crate::train::TrainConfig;
 use crate::{Result, TrainError};
 
 pub const FORMAT: &str = "octet-checkpoint/1";

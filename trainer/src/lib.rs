@@ -3,6 +3,8 @@
 
 pub mod atomic;
 pub mod checkpoint;
+mod choice;
+pub mod config;
 pub mod data;
 pub mod device;
 pub mod dist;
@@ -12,6 +14,7 @@ pub mod metrics;
 mod normalize;
 pub mod optim;
 mod precision;
+mod readback;
 pub mod saver;
 pub mod step_clock;
 pub mod timeline;

@@ -1,12 +1,11 @@
 //! `--precision`: the arithmetic a run trains in. Weights, optimiser state, batch-norm
 //! statistics and checkpoints are f32 either way.
 
-use std::fmt;
-use std::str::FromStr;
-
 use candle_core::DType;
 use octet_models::Activations;
 use serde::{Deserialize, Serialize};
+
+use crate::choice::named_choice;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -23,13 +22,6 @@ pub enum Precision {
 impl Precision {
     pub const ALL: [Precision; 2] = [Precision::F32, Precision::Bf16];
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::Bf16 => "bf16",
-        }
-    }
-
     /// How the network holds its activations in this precision.
     pub fn activations(self) -> Activations {
         match self {
@@ -39,23 +31,7 @@ impl Precision {
     }
 }
 
-impl fmt::Display for Precision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Precision {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "f32" | "fp32" | "float32" => Ok(Precision::F32),
-            "bf16" | "bfloat16" => Ok(Precision::Bf16),
-            _ => Err(format!("--precision {s}: expected f32 or bf16")),
-        }
-    }
-}
+named_choice!(Precision, "--precision", { F32 => "f32" | "fp32" | "float32", Bf16 => "bf16" | "bfloat16" });
 
 #[cfg(test)]
 mod tests {

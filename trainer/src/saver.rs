@@ -91,8 +91,8 @@ pub fn wait_for_writes(limit: Duration) -> bool {
 mod tests {
     use super::*;
     use crate::checkpoint::{self, CheckpointMeta};
+    use crate::config::TrainConfig;
     use crate::data::Normalization;
-    use crate::train::TrainConfig;
     use candle_core::Device;
     use octet_models::{build, ModelKind};
 

@@ -11,7 +11,7 @@ use candle_core::{DType, Device, Result, Tensor};
 /// Pinned buffers in the ring: more than the steps the host may queue between two read-backs
 /// of the loss, so a buffer's previous copy has always finished when it is reused.
 #[cfg(feature = "cuda")]
-const RING: usize = crate::train::READBACK_STEPS + 4;
+const RING: usize = crate::readback::READBACK_STEPS + 4;
 
 pub struct Uploader {
     #[cfg(feature = "cuda")]

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use octet_trainer::data::{
-    load, synthetic, Augment, Batch, DataError, DataSource, Loader, Normalization, Sampler,
-    FASHION_MNIST_SYSTEM_DIR,
+    load, synthetic, Augment, Batch, DataError, DataSource, Loader, LoaderConfig, Normalization,
+    Sampler, FASHION_MNIST_SYSTEM_DIR,
 };
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -447,15 +447,13 @@ fn epoch(
     e: u64,
     prefetch: usize,
 ) -> Vec<Batch> {
-    let loader = Loader::new(
-        data.clone(),
-        32,
-        sampler,
-        e,
-        Some(Augment::standard()),
-        11,
+    let cfg = LoaderConfig {
+        batch_size: 32,
+        augment: Some(Augment::standard()),
+        seed: 11,
         prefetch,
-    );
+    };
+    let loader = Loader::new(data.clone(), sampler, e, &cfg);
     assert_eq!(loader.num_batches(), sampler.num_samples().div_ceil(32));
     let batches: Vec<Batch> = loader.collect();
     assert_eq!(batches.len(), sampler.num_samples().div_ceil(32));
@@ -501,10 +499,20 @@ fn dropping_a_loader_early_does_not_hang() {
     let data = Arc::new(synthetic(500, 0, 1).train);
     let sampler = Sampler::new(500, true, 0);
     for prefetch in [0, 1, 4] {
-        let mut loader = Loader::new(data.clone(), 10, &sampler, 0, None, 0, prefetch);
+        let cfg = LoaderConfig {
+            batch_size: 10,
+            prefetch,
+            ..LoaderConfig::default()
+        };
+        let mut loader = Loader::new(data.clone(), &sampler, 0, &cfg);
         assert!(loader.next().is_some());
         drop(loader);
     }
     // Never iterated at all.
-    drop(Loader::new(data, 10, &sampler, 1, None, 0, 2));
+    let cfg = LoaderConfig {
+        batch_size: 10,
+        prefetch: 2,
+        ..LoaderConfig::default()
+    };
+    drop(Loader::new(data, &sampler, 1, &cfg));
 }

@@ -2,24 +2,21 @@
 //! batch 2b, gradient accumulation follows the larger batch, only rank 0 writes, and every
 //! rank reports the same epoch.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::Device;
 use octet_models::ModelKind;
-use octet_trainer::data::{self, DataSource, DataSplit};
+use octet_trainer::data::DataSplit;
 use octet_trainer::dist::{thread_group, Collective, ThreadRank};
 use octet_trainer::metrics::EpochRecord;
 use octet_trainer::train::{LrScaling, RunOptions, TrainConfig, Trainer};
 
 /// 1,024 training and 400 test images of the bundled Fashion-MNIST subset.
 fn small_split() -> DataSplit {
-    let mut s = data::load(&DataSource::Bundled).expect("bundled subset");
-    s.train = s
-        .train
-        .subset(&(0..1024).map(|i| i * 5).collect::<Vec<_>>());
-    s.test = s.test.subset(&(0..400).collect::<Vec<_>>());
-    s
+    common::bundled_subset(1024, 5, 400)
 }
 
 /// LeNet has no batch norm, so splitting a batch over ranks changes nothing but the order of

@@ -6,15 +6,11 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use octet_trainer::dist::{barrier, share_bytes, DistEnv};
+use octet_trainer::dist::{barrier, free_local_port, share_bytes, DistEnv};
 use octet_trainer::TrainError;
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_local_port().unwrap()
 }
 
 fn rank(rank: usize, world: usize, port: u16) -> DistEnv {

@@ -204,6 +204,17 @@ struct Tally {
     resumable: usize,
 }
 
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} mutants tried: {} refused on load, {} refused when restored, {} evaluated, {} \
+             resumable",
+            self.tried, self.refused_on_load, self.refused_later, self.evaluated, self.resumable
+        )
+    }
+}
+
 /// The loader's path for a mutant, as `eval` and `--resume` take it; `Err`: what went wrong.
 fn exercise(path: &Path, t: &mut Tally) -> Result<(), String> {
     let name = path.file_name().unwrap().to_str().unwrap();
@@ -315,14 +326,8 @@ fn crafted_checkpoints_never_crash_or_overallocate() {
         }
     }
     guard::report(&format!(
-        "crafted checkpoints: {} mutants tried in {:.1} s: {} refused on load, {} refused when \
-         restored, {} evaluated, {} resumable; largest allocation {} bytes",
-        t.tried,
+        "crafted checkpoints: {t} in {:.1} s; largest allocation {} bytes",
         start.elapsed().as_secs_f64(),
-        t.refused_on_load,
-        t.refused_later,
-        t.evaluated,
-        t.resumable,
         guard::largest()
     ));
     assert_eq!(guard::refused(), 0, "allocations above the bound");

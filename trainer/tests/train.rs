@@ -1,23 +1,20 @@
 //! The training loop on real data: resume is bit-identical, a NaN loss leaves the last
 //! checkpoint intact, bad checkpoints are refused with the tensor named.
 
+mod common;
+
 use std::collections::HashMap;
 
 use candle_core::{Device, Tensor};
 use octet_models::ModelKind;
 use octet_trainer::checkpoint;
-use octet_trainer::data::{self, DataSource, DataSplit};
+use octet_trainer::data::DataSplit;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::TrainError;
 
 /// 1,024 training and 500 test images of the bundled Fashion-MNIST subset.
 fn small_split() -> DataSplit {
-    let mut s = data::load(&DataSource::Bundled).expect("bundled subset");
-    s.train = s
-        .train
-        .subset(&(0..1024).map(|i| i * 5).collect::<Vec<_>>());
-    s.test = s.test.subset(&(0..500).collect::<Vec<_>>());
-    s
+    common::bundled_subset(1024, 5, 500)
 }
 
 fn config() -> TrainConfig {
@@ -179,19 +176,17 @@ fn bad_checkpoints_are_refused_naming_the_problem() {
     }
 }
 
-/// `--precision bf16` needs CUDA: on the CPU the trainer refuses it up front, naming the fix.
+/// `--precision bf16` needs CUDA: on the CPU the trainer hands the model's refusal (which names
+/// the fix, `models/tests/channels_last_cpu.rs`) up unchanged, before any work.
 #[test]
 fn bf16_on_cpu_is_refused_with_the_fix() {
     let mut c = config();
     c.precision = octet_trainer::Precision::Bf16;
-    let err = Trainer::new(c, small_split(), &Device::Cpu, None)
-        .err()
-        .expect("bf16 on the CPU is refused")
-        .to_string();
-    assert!(
-        err.contains("CUDA") && err.contains("--precision f32"),
-        "{err}"
-    );
+    match Trainer::new(c, small_split(), &Device::Cpu, None) {
+        Err(TrainError::Model(e)) => assert!(e.to_string().contains("--precision f32"), "{e}"),
+        Err(e) => panic!("expected the model's refusal, got {e}"),
+        Ok(_) => panic!("bf16 on the CPU was accepted"),
+    }
 }
 
 /// The precision is part of the recorded configuration (so `--resume` keeps it); a

@@ -97,6 +97,16 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// Neither crop nor flip, and flip alone.
+    const PLAIN: Augment = Augment {
+        crop_padding: 0,
+        flip: false,
+    };
+    const FLIP_ONLY: Augment = Augment {
+        crop_padding: 0,
+        flip: true,
+    };
+
     fn ramp(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i % 255) as u8 + 1).collect()
     }
@@ -111,12 +121,8 @@ mod tests {
     #[test]
     fn no_padding_no_flip_is_identity() {
         let src = ramp(3 * 5 * 7);
-        let aug = Augment {
-            crop_padding: 0,
-            flip: false,
-        };
         for seed in 0..10 {
-            assert_eq!(run(aug, &src, 3, 5, 7, seed), src);
+            assert_eq!(run(PLAIN, &src, 3, 5, 7, seed), src);
         }
     }
 
@@ -124,10 +130,7 @@ mod tests {
     fn flip_is_a_mirror_and_twice_is_identity() {
         let (c, h, w) = (2, 3, 4);
         let src = ramp(c * h * w);
-        let aug = Augment {
-            crop_padding: 0,
-            flip: true,
-        };
+        let aug = FLIP_ONLY;
         let mut flipped = 0;
         for seed in 0..40 {
             let once = run(aug, &src, c, h, w, seed);
@@ -150,7 +153,7 @@ mod tests {
         let src = ramp(c * h * w);
         let aug = Augment {
             crop_padding: pad,
-            flip: false,
+            ..PLAIN
         };
         let mut seen = std::collections::HashSet::new();
         for seed in 0..200 {
@@ -188,7 +191,7 @@ mod tests {
         let src = ramp(3 * 2 * 3);
         let aug = Augment {
             crop_padding: 9,
-            flip: true,
+            ..Augment::standard()
         };
         for seed in 0..50 {
             let out = run(aug, &src, 3, 2, 3, seed);
@@ -232,7 +235,7 @@ mod tests {
         ) {
             let mut pixel_rng = ChaCha8Rng::seed_from_u64(fill);
             let src: Vec<u8> = (0..c * h * w).map(|_| pixel_rng.random()).collect();
-            let out = run(Augment { crop_padding: 0, flip: true }, &src, c, h, w, seed);
+            let out = run(FLIP_ONLY, &src, c, h, w, seed);
             // Flipping permutes within rows, so every row (and thus the image) keeps
             // its multiset of pixels.
             for (a, b) in out.chunks(w).zip(src.chunks(w)) {

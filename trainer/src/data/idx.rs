@@ -267,6 +267,19 @@ mod tests {
         }
     }
 
+    /// A size error as (kind, expected bytes, actual bytes); panics on any other result.
+    fn size_error<T: std::fmt::Debug>(r: Result<T>) -> (&'static str, u64, u64) {
+        match r {
+            Err(DataError::Truncated {
+                expected, actual, ..
+            }) => ("truncated", expected, actual),
+            Err(DataError::TrailingData {
+                expected, actual, ..
+            }) => ("trailing", expected, actual),
+            other => panic!("expected a size error, got {other:?}"),
+        }
+    }
+
     #[test]
     fn header_errors() {
         let p = Path::new("f");
@@ -280,14 +293,10 @@ mod tests {
                 ..
             })
         ));
-        assert!(matches!(
-            parse_header(p, &ok[..6], LABELS_MAGIC, 1),
-            Err(DataError::Truncated {
-                expected: 8,
-                actual: 6,
-                ..
-            })
-        ));
+        assert_eq!(
+            size_error(parse_header(p, &ok[..6], LABELS_MAGIC, 1)),
+            ("truncated", 8, 6)
+        );
         assert!(matches!(
             parse_header(p, &[], LABELS_MAGIC, 1),
             Err(DataError::Truncated { .. })
@@ -299,23 +308,15 @@ mod tests {
         let p = Path::new("f");
         let mut data = header(LABELS_MAGIC, &[3]);
         data.extend_from_slice(&[1, 2]);
-        assert!(matches!(
-            check_size(p, &data, 8, 3, 1),
-            Err(DataError::Truncated {
-                expected: 11,
-                actual: 10,
-                ..
-            })
-        ));
+        assert_eq!(
+            size_error(check_size(p, &data, 8, 3, 1)),
+            ("truncated", 11, 10)
+        );
         data.extend_from_slice(&[3, 4]);
-        assert!(matches!(
-            check_size(p, &data, 8, 3, 1),
-            Err(DataError::TrailingData {
-                expected: 11,
-                actual: 12,
-                ..
-            })
-        ));
+        assert_eq!(
+            size_error(check_size(p, &data, 8, 3, 1)),
+            ("trailing", 11, 12)
+        );
         data.pop();
         assert_eq!(check_size(p, &data, 8, 3, 1).unwrap(), &[1, 2, 3]);
         // Huge claimed sizes must not overflow.

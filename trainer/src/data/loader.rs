@@ -16,6 +16,30 @@ pub struct Batch {
     pub len: usize,
 }
 
+/// How batches are made, the same for every epoch of a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoaderConfig {
+    /// Images per batch; 0 counts as 1.
+    pub batch_size: usize,
+    pub augment: Option<Augment>,
+    /// Keys the augmentation's generator, with the epoch, the batch and the rank.
+    pub seed: u64,
+    /// Batches the thread prepares ahead of the consumer.
+    pub prefetch: usize,
+}
+
+impl Default for LoaderConfig {
+    /// Batches of 128, not augmented, 4 ahead.
+    fn default() -> Self {
+        Self {
+            batch_size: 128,
+            augment: None,
+            seed: 0,
+            prefetch: 4,
+        }
+    }
+}
+
 /// Iterates over one epoch of batches produced by a prefetch thread. The last partial
 /// batch is kept. Dropping the loader early stops the thread.
 pub struct Loader {
@@ -25,7 +49,7 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Starts producing the batches of `epoch` in `sampler`'s order, at most `prefetch`
+    /// Starts producing the batches of `epoch` in `sampler`'s order, at most `cfg.prefetch`
     /// ahead of the consumer. Augmentation uses a generator keyed by (seed, epoch,
     /// batch index, rank), so the batches do not depend on thread timing or
     /// `prefetch`.
@@ -33,15 +57,13 @@ impl Loader {
     /// This cannot fail, so misuse is absorbed rather than reported: a batch size of 0
     /// counts as 1, and indices the data set does not hold (a sampler built for another
     /// data set) are skipped. Data sets from [`crate::data::load`] are always consistent.
-    pub fn new(
-        dataset: Arc<Dataset>,
-        batch_size: usize,
-        sampler: &Sampler,
-        epoch: u64,
-        augment: Option<Augment>,
-        seed: u64,
-        prefetch: usize,
-    ) -> Loader {
+    pub fn new(dataset: Arc<Dataset>, sampler: &Sampler, epoch: u64, cfg: &LoaderConfig) -> Loader {
+        let LoaderConfig {
+            batch_size,
+            augment,
+            seed,
+            prefetch,
+        } = *cfg;
         let batch_size = batch_size.max(1);
         let num_batches = sampler.num_samples().div_ceil(batch_size);
         let sampler = sampler.clone();
@@ -137,6 +159,15 @@ impl Drop for Loader {
 mod tests {
     use super::*;
 
+    /// Batches of `batch_size`, plain, one ahead.
+    fn batches(batch_size: usize) -> LoaderConfig {
+        LoaderConfig {
+            batch_size,
+            prefetch: 1,
+            ..LoaderConfig::default()
+        }
+    }
+
     fn dataset(n: usize) -> Arc<Dataset> {
         // Image i is filled with i + 1 so its origin is visible.
         let images = (0..n)
@@ -146,11 +177,15 @@ mod tests {
         Arc::new(Dataset::new(images, labels, 2, 3, 3, 4).unwrap())
     }
 
+    /// Plain batches of `batch_size` over `dataset(10)` in `sampler`'s order at `epoch`.
+    fn ten(sampler: &Sampler, epoch: u64, batch_size: usize) -> Loader {
+        Loader::new(dataset(10), sampler, epoch, &batches(batch_size))
+    }
+
     #[test]
     fn plain_batches_follow_the_sampler() {
-        let data = dataset(10);
         let sampler = Sampler::new(10, true, 1);
-        let loader = Loader::new(data.clone(), 4, &sampler, 2, None, 0, 2);
+        let loader = ten(&sampler, 2, 4);
         assert_eq!(loader.num_batches(), 3);
         let batches: Vec<Batch> = loader.collect();
         assert_eq!(batches.iter().map(|b| b.len).collect::<Vec<_>>(), [4, 4, 2]);
@@ -163,29 +198,33 @@ mod tests {
         let labels: Vec<u8> = batches.iter().flat_map(|b| b.labels.clone()).collect();
         assert_eq!(
             labels,
-            order.iter().map(|&i| data.label(i)).collect::<Vec<_>>()
+            order
+                .iter()
+                .map(|&i| dataset(10).label(i))
+                .collect::<Vec<_>>()
         );
     }
 
     #[test]
     fn misuse_does_not_panic() {
-        let data = dataset(10);
         let sampler = Sampler::new(10, false, 0);
         // Batch size 0 counts as 1.
-        let loader = Loader::new(data.clone(), 0, &sampler, 0, None, 0, 1);
+        let loader = ten(&sampler, 0, 0);
         assert_eq!(loader.num_batches(), 10);
         assert_eq!(loader.count(), 10);
         // A sampler over more images than the data set holds: the extra index is skipped.
-        let other = Sampler::new(11, false, 0);
-        let lens: Vec<usize> = Loader::new(data.clone(), 4, &other, 0, None, 0, 1)
+        let lens: Vec<usize> = ten(&Sampler::new(11, false, 0), 0, 4)
             .map(|b| b.len)
             .collect();
         assert_eq!(lens, [4, 4, 2]);
         // A pixel buffer shorter than the labels claim: the image without pixels is skipped.
-        let mut broken = (*data).clone();
+        let mut broken = (*dataset(10)).clone();
         broken.images.pop();
-        let aug = Some(Augment::standard());
-        let total: usize = Loader::new(Arc::new(broken), 4, &sampler, 0, aug, 0, 1)
+        let augmented = LoaderConfig {
+            augment: Some(Augment::standard()),
+            ..batches(4)
+        };
+        let total: usize = Loader::new(Arc::new(broken), &sampler, 0, &augmented)
             .map(|b| b.len)
             .sum();
         assert_eq!(total, 9);
@@ -193,7 +232,7 @@ mod tests {
 
     #[test]
     fn empty_epoch() {
-        let mut loader = Loader::new(dataset(0), 4, &Sampler::new(0, true, 0), 0, None, 0, 1);
+        let mut loader = Loader::new(dataset(0), &Sampler::new(0, true, 0), 0, &batches(4));
         assert_eq!(loader.num_batches(), 0);
         assert!(loader.next().is_none());
     }

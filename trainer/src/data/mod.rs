@@ -17,7 +17,7 @@ mod synthetic;
 pub use augment::Augment;
 pub use dataset::{DataSplit, Dataset, Normalization};
 pub use error::DataError;
-pub use loader::{Batch, Loader};
+pub use loader::{Batch, Loader, LoaderConfig};
 pub use sampler::Sampler;
 pub use source::{load, DataSource, FASHION_MNIST_SYSTEM_DIR};
 pub use synthetic::synthetic;

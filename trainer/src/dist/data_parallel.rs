@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::collective::Collective;
 use super::BucketPlan;
+use crate::choice::named_choice;
 
 /// What batch-norm running statistics do across ranks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,27 +28,7 @@ pub enum BnMode {
     Sync,
 }
 
-impl std::str::FromStr for BnMode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "local" => Ok(Self::Local),
-            "broadcast" => Ok(Self::Broadcast),
-            "sync" => Ok(Self::Sync),
-            _ => Err(format!("--bn {s}: expected local, broadcast or sync")),
-        }
-    }
-}
-
-impl std::fmt::Display for BnMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Local => "local",
-            Self::Broadcast => "broadcast",
-            Self::Sync => "sync",
-        })
-    }
-}
+named_choice!(BnMode, "--bn", { Local => "local", Broadcast => "broadcast", Sync => "sync" });
 
 pub struct DataParallel {
     coll: Arc<dyn Collective>,
@@ -175,19 +156,4 @@ impl DataParallel {
         let s = self.sum(&all, dev)?;
         Ok(s.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
     }
-}
-
-/// Adds `more` into `acc` (gradient accumulation over micro-batches).
-pub fn accumulate(acc: &mut GradStore, more: GradStore, vars: &[Var]) -> Result<()> {
-    let mut more = more;
-    for v in vars {
-        if let Some(g) = more.remove(v.as_tensor()) {
-            let sum = match acc.get(v.as_tensor()) {
-                Some(a) => (a + g)?,
-                None => g,
-            };
-            acc.insert(v.as_tensor(), sum);
-        }
-    }
-    Ok(())
 }

@@ -114,6 +114,14 @@ impl fmt::Display for DistEnv {
     }
 }
 
+/// A port on 127.0.0.1 that nothing listens on now, for a rendezvous on this machine (`octet
+/// launch` without `--master-port`, tests). Another process may take it before rank 0 binds.
+pub fn free_local_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind((DEFAULT_ADDR, 0))?
+        .local_addr()?
+        .port())
+}
+
 fn bad(msg: impl Into<String>) -> TrainError {
     TrainError::Dist(msg.into())
 }
@@ -139,10 +147,6 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         DistEnv::from_vars(move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
-    }
-
-    fn err(pairs: &[(&str, &str)]) -> String {
-        env(pairs).unwrap_err().to_string()
     }
 
     #[test]
@@ -197,36 +201,48 @@ mod tests {
         );
     }
 
+    /// Variables as (name, value).
+    type Vars<'a> = &'a [(&'a str, &'a str)];
+
+    /// Each wrong environment is refused with a message naming what is wrong.
     #[test]
     fn errors_name_the_variable() {
-        let e = err(&[("WORLD_SIZE", "four"), ("RANK", "0")]);
-        assert!(e.contains("WORLD_SIZE='four'"), "{e}");
-        let e = err(&[("WORLD_SIZE", "4"), ("RANK", "-1")]);
-        assert!(e.contains("RANK='-1'"), "{e}");
-        let e = err(&[("WORLD_SIZE", "4"), ("RANK", "1"), ("LOCAL_RANK", "x")]);
-        assert!(e.contains("LOCAL_RANK='x'"), "{e}");
-        let e = err(&[("WORLD_SIZE", "4"), ("RANK", "1"), ("MASTER_PORT", "70000")]);
-        assert!(
-            e.contains("MASTER_PORT='70000'") && e.contains("port"),
-            "{e}"
-        );
-        let e = err(&[("WORLD_SIZE", "4"), ("RANK", "1"), ("MASTER_PORT", "0")]);
-        assert!(e.contains("MASTER_PORT is 0"), "{e}");
-        let e = err(&[("WORLD_SIZE", "4")]);
-        assert!(e.contains("RANK is not set"), "{e}");
-    }
-
-    #[test]
-    fn rank_must_be_below_world() {
-        let e = err(&[("WORLD_SIZE", "4"), ("RANK", "4")]);
-        assert!(e.contains("RANK 4 is not below WORLD_SIZE 4"), "{e}");
-        let e = err(&[("WORLD_SIZE", "0"), ("RANK", "0")]);
-        assert!(e.contains("WORLD_SIZE is 0"), "{e}");
-        let e = err(&[("WORLD_SIZE", "2"), ("RANK", "1"), ("LOCAL_RANK", "2")]);
-        assert!(e.contains("LOCAL_RANK 2"), "{e}");
-        assert!(matches!(
-            env(&[("WORLD_SIZE", "2"), ("RANK", "5")]),
-            Err(TrainError::Dist(_))
-        ));
+        let cases: &[(Vars, &[&str])] = &[
+            (
+                &[("WORLD_SIZE", "four"), ("RANK", "0")],
+                &["WORLD_SIZE='four'"],
+            ),
+            (&[("WORLD_SIZE", "4"), ("RANK", "-1")], &["RANK='-1'"]),
+            (
+                &[("WORLD_SIZE", "4"), ("RANK", "1"), ("LOCAL_RANK", "x")],
+                &["LOCAL_RANK='x'"],
+            ),
+            (
+                &[("WORLD_SIZE", "4"), ("RANK", "1"), ("MASTER_PORT", "70000")],
+                &["MASTER_PORT='70000'", "port"],
+            ),
+            (
+                &[("WORLD_SIZE", "4"), ("RANK", "1"), ("MASTER_PORT", "0")],
+                &["MASTER_PORT is 0"],
+            ),
+            (&[("WORLD_SIZE", "4")], &["RANK is not set"]),
+            (
+                &[("WORLD_SIZE", "4"), ("RANK", "4")],
+                &["RANK 4 is not below WORLD_SIZE 4"],
+            ),
+            (&[("WORLD_SIZE", "0"), ("RANK", "0")], &["WORLD_SIZE is 0"]),
+            (
+                &[("WORLD_SIZE", "2"), ("RANK", "1"), ("LOCAL_RANK", "2")],
+                &["LOCAL_RANK 2"],
+            ),
+        ];
+        for (vars, expected) in cases {
+            let e = env(vars).unwrap_err();
+            assert!(matches!(e, TrainError::Dist(_)), "{vars:?}: {e:?}");
+            let e = e.to_string();
+            for part in *expected {
+                assert!(e.contains(part), "{vars:?}: {e}");
+            }
+        }
     }
 }

@@ -17,7 +17,7 @@ mod watchdog;
 pub use bucket::{Bucket, BucketPlan, Member, DEFAULT_BUCKET_BYTES};
 pub use collective::{thread_group, Collective, CommStats, Solo, ThreadRank};
 pub use data_parallel::{BnMode, DataParallel};
-pub use env::DistEnv;
+pub use env::{free_local_port, DistEnv};
 pub use rendezvous::{barrier, share_bytes, PROTOCOL_VERSION};
 pub use watchdog::aborting;
 

@@ -404,18 +404,10 @@ fn exchange(
 mod tests {
     use super::*;
 
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
-
     /// A newer (or older) build greeting rank 0 is refused on both sides, by version.
     #[test]
     fn other_protocol_version_is_refused_with_versions_named() {
-        let port = free_port();
+        let port = crate::dist::free_local_port().unwrap();
         let root = DistEnv {
             world: 2,
             master_port: port,

@@ -1,13 +1,26 @@
-//! Helpers shared by the trainer's GPU tests.
+//! Helpers shared by the trainer's integration tests: the bundled subset cut to size, a
+//! seeded run's loss curve, and the CUDA device of the GPU tests.
 #![allow(dead_code)]
 
 use candle_core::Device;
 use octet_models::ModelKind;
-use octet_trainer::data::{self, DataSource};
+use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::Precision;
 
-/// CUDA device 0, or `None` after saying why the test skips.
+/// CUDA device 0 for a GPU test (marked `#[ignore = "needs a CUDA GPU: ..."]`); run anyway
+/// without one, the test fails saying so rather than passing.
+pub fn require_cuda() -> Device {
+    Device::new_cuda(0).unwrap_or_else(|e| {
+        panic!(
+            "this test needs a CUDA GPU and a build with --features cuda, and CUDA device 0 is \
+             not available: {e}"
+        )
+    })
+}
+
+/// CUDA device 0, or `None` after saying why the test skips (for GPU tests not yet marked
+/// `#[ignore]`; those use [`require_cuda`]).
 pub fn cuda() -> Option<Device> {
     match Device::new_cuda(0) {
         Ok(d) => Some(d),
@@ -16,6 +29,17 @@ pub fn cuda() -> Option<Device> {
             None
         }
     }
+}
+
+/// The bundled Fashion-MNIST subset: `train` training images, every `stride`-th, and the
+/// first `test` test images.
+pub fn bundled_subset(train: usize, stride: usize, test: usize) -> DataSplit {
+    let mut s = data::load(&DataSource::Bundled).expect("bundled subset (set OCTET_DATA_DIR)");
+    s.train = s
+        .train
+        .subset(&(0..train).map(|i| i * stride).collect::<Vec<_>>());
+    s.test = s.test.subset(&(0..test).collect::<Vec<_>>());
+    s
 }
 
 /// (mean training loss, test accuracy) per epoch of a seeded run on the bundled subset's
@@ -28,9 +52,7 @@ pub fn loss_curve(
     epochs: usize,
     train_images: usize,
 ) -> Vec<(f64, f64)> {
-    let mut split = data::load(&DataSource::Bundled).expect("bundled subset (set OCTET_DATA_DIR)");
-    split.train = split.train.subset(&(0..train_images).collect::<Vec<_>>());
-    split.test = split.test.subset(&(0..1000).collect::<Vec<_>>());
+    let split = bundled_subset(train_images, 1, 1000);
     let mut cfg = TrainConfig::new(kind, "bundled");
     cfg.epochs = epochs;
     cfg.batch_size = 128;

@@ -6,23 +6,19 @@
 //! (`tests/crafted_inputs.rs`).
 #![allow(dead_code)]
 
+use rand::{Rng as _, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-/// xorshift64*, seeded.
-pub struct Rng(u64);
+/// The seeded generator the mutations draw from (ChaCha8, as the trainer's own shuffling).
+pub struct Rng(ChaCha8Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        Rng(ChaCha8Rng::seed_from_u64(seed))
     }
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.random_range(0..n.max(1))
     }
     fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
         &v[self.below(v.len())]

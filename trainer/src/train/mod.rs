@@ -1,0 +1,221 @@
+//! The training loop on one device, or on one rank of a data-parallel job.
+//!
+//! `Trainer` (here) builds or resumes the model and runs epochs; each epoch (`epoch.rs`) is a
+//! pass of steps (`step.rs`), its times (`timing.rs`) and the test-set evaluation (`eval.rs`).
+
+mod epoch;
+mod eval;
+mod options;
+mod progress;
+mod step;
+mod timing;
+
+use std::sync::Arc;
+
+use candle_core::Device;
+use octet_models::{ModelKind, Network};
+
+use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
+use crate::data::{DataSplit, Dataset, Sampler};
+use crate::dist::{BnMode, Collective, DataParallel, Solo};
+use crate::metrics::EpochRecord;
+use crate::optim::{LrPlan, Sgd};
+use crate::saver::Saver;
+use crate::{Normalizer, Result, TrainError};
+
+pub use crate::config::{LrScaling, TrainConfig};
+pub use options::{RunOptions, Summary};
+
+/// A model, its optimiser and its data on one device.
+pub struct Trainer {
+    cfg: TrainConfig,
+    kind: ModelKind,
+    model: Box<dyn Network>,
+    opt: Sgd,
+    plan: LrPlan,
+    data: DataSplit,
+    train: Arc<Dataset>,
+    norm: Normalizer,
+    dev: Device,
+    dp: DataParallel,
+    /// Epochs and optimiser steps done, this run and the ones it resumed.
+    epoch: usize,
+    step: usize,
+    history: Vec<EpochRecord>,
+    saver: Saver,
+}
+
+/// Where a run starts: at zero, or where its checkpoint left off.
+#[derive(Default)]
+struct Progress {
+    epoch: usize,
+    step: usize,
+    history: Vec<EpochRecord>,
+}
+
+impl Trainer {
+    /// A fresh model, or the state of `resume` (model, buffers, momentum, epoch and step).
+    pub fn new(
+        cfg: TrainConfig,
+        data: DataSplit,
+        dev: &Device,
+        resume: Option<&Checkpoint>,
+    ) -> Result<Self> {
+        Self::with_collective(cfg, data, dev, resume, Arc::new(Solo))
+    }
+
+    /// One rank of a data-parallel job over `coll`: every rank builds the same model, rank 0's
+    /// parameters are broadcast, each rank trains on its share of every epoch.
+    pub fn with_collective(
+        cfg: TrainConfig,
+        data: DataSplit,
+        dev: &Device,
+        resume: Option<&Checkpoint>,
+        coll: Arc<dyn Collective>,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        let kind: ModelKind = cfg.model.parse()?;
+        let ds = &data.train;
+        if ds.is_empty() {
+            return Err(TrainError::Config("the training set is empty".into()));
+        }
+        let act = cfg.precision.activations();
+        let model = octet_models::build_with(kind, ds.channels, ds.classes, cfg.seed, dev, act)?;
+        let opt = Sgd::new(model.params(), cfg.momentum, cfg.weight_decay)?;
+        let world = coll.world();
+        let per_rank = Sampler::new(ds.len(), true, cfg.seed)
+            .with_rank(coll.rank(), world)?
+            .num_samples();
+        let steps_per_epoch = per_rank.div_ceil(cfg.batch_size).div_ceil(cfg.accumulate);
+        let plan = LrPlan::new(
+            cfg.effective_lr(world),
+            cfg.schedule,
+            cfg.warmup_epochs,
+            steps_per_epoch,
+            cfg.epochs,
+        );
+        let at = match resume {
+            Some(ck) => restore(ck, kind, model.as_ref(), &opt, steps_per_epoch)?,
+            None => Progress::default(),
+        };
+        if cfg.bn == BnMode::Sync && world > 1 {
+            let sync = Arc::new(crate::dist::sync_bn::RankSum::new(coll.clone()));
+            model.params().set_stats_sync(Some(sync));
+        }
+        let dp = DataParallel::new(coll, model.params(), cfg.bucket_mb);
+        dp.broadcast_params(model.params())?;
+        Ok(Self {
+            norm: Normalizer::new(&data.norm, dev)?,
+            train: Arc::new(data.train.clone()),
+            cfg,
+            kind,
+            model,
+            opt,
+            plan,
+            data,
+            dev: dev.clone(),
+            dp,
+            epoch: at.epoch,
+            step: at.step,
+            history: at.history,
+            saver: Saver::default(),
+        })
+    }
+
+    pub fn model(&self) -> &dyn Network {
+        self.model.as_ref()
+    }
+
+    pub fn epochs_done(&self) -> usize {
+        self.epoch
+    }
+
+    /// Runs the remaining epochs, calling `on_epoch` after each one.
+    pub fn run(
+        &mut self,
+        opts: &RunOptions,
+        on_epoch: &mut dyn FnMut(&EpochRecord),
+    ) -> Result<Summary> {
+        let mut records = Vec::new();
+        let mut ckpt = None;
+        let mut ran = 0;
+        while self.epoch < self.cfg.epochs && opts.stop_after.is_none_or(|n| ran < n) {
+            let rec = self.train_epoch(opts)?;
+            self.epoch += 1;
+            ran += 1;
+            self.history.push(rec.clone());
+            if let Some(dir) = opts.out.as_ref().filter(|_| self.dp.rank() == 0) {
+                // Written on a thread while the next epoch runs (`saver.rs`).
+                let path = dir.join("last.safetensors");
+                let snap = checkpoint::snapshot(
+                    self.model.params(),
+                    Some(&self.opt),
+                    &self.meta(&opts.commit),
+                )?;
+                self.saver.submit(
+                    snap,
+                    path.clone(),
+                    self.history.clone(),
+                    dir.join("metrics.csv"),
+                )?;
+                ckpt = Some(path);
+            }
+            on_epoch(&rec);
+            records.push(rec);
+        }
+        self.saver.wait()?;
+        Ok(Summary {
+            records,
+            checkpoint: ckpt,
+            epochs_done: self.epoch,
+        })
+    }
+
+    fn meta(&self, commit: &str) -> CheckpointMeta {
+        CheckpointMeta {
+            format: checkpoint::FORMAT.into(),
+            model: self.kind.to_string(),
+            in_channels: self.train.channels,
+            classes: self.train.classes,
+            dataset: self.data.name.clone(),
+            normalization: self.data.norm.clone(),
+            epoch: self.epoch,
+            step: self.step,
+            config: self.cfg.clone(),
+            commit: commit.into(),
+            history: self.history.clone(),
+        }
+    }
+}
+
+/// The model, momentum, epoch and history of `ck`, which must hold a `kind` model.
+fn restore(
+    ck: &Checkpoint,
+    kind: ModelKind,
+    model: &dyn Network,
+    opt: &Sgd,
+    steps_per_epoch: usize,
+) -> Result<Progress> {
+    ck.validate()?;
+    if let Some(m) = &ck.meta {
+        if m.model.parse::<ModelKind>().ok() != Some(kind) {
+            return Err(TrainError::Config(format!(
+                "the configuration trains {kind}, the checkpoint {} holds {}",
+                ck.path.display(),
+                m.model
+            )));
+        }
+    }
+    ck.restore_model(model.params())?;
+    ck.restore_optimizer(opt)?;
+    Ok(match &ck.meta {
+        // A different number of ranks changes the steps per epoch: restart the step count
+        // where this epoch begins so the schedule continues at the same epoch.
+        Some(m) => Progress {
+            epoch: m.epoch,
+            step: m.epoch * steps_per_epoch,
+            history: m.history.clone(),
+        },
+        None => Progress::default(),
+    })
+}
