@@ -254,7 +254,7 @@ fn write_report(
     };
     let json = serde_json::json!({
         "checkpoint": a.checkpoint, "model": t.kind.to_string(), "data": t.split.name,
-        "o8": out, "o8_bytes": exported.bytes.len(), "commit": super::COMMIT,
+        "o8": out, "o8_bytes": exported.bytes.len(), "commit": super::common::COMMIT,
         "calibration_search": tried, "report": exported.report, "ablation": abl,
         "histograms": plots, "seconds": s.start.elapsed().as_secs_f64(),
     });

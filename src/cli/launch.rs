@@ -46,10 +46,8 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<ExitCode> {
         Some(p) => p,
         // Free now; a race with another program taking it in between is reported by the
         // rendezvous as "in use".
-        None => std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .context("cannot find a free port for MASTER_PORT: pass --master-port")?
-            .port(),
+        None => octet_trainer::dist::free_local_port()
+            .context("cannot find a free port for MASTER_PORT: pass --master-port")?,
     };
     let spec = crate::launch::Spec {
         program,

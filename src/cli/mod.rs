@@ -12,7 +12,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub use common::COMMIT;
 
 /// Train small CNNs (LeNet, ResNet-18) on CPUs and GPUs, export them to int8 and run them.
 ///

@@ -261,7 +261,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         out: Some(out.clone()),
         stop_after: a.stop_after,
         progress: talk,
-        commit: super::COMMIT.into(),
+        commit: super::common::COMMIT.into(),
         timeline: a.timeline.clone(),
         ..RunOptions::new(device)
     };
