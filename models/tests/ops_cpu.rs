@@ -4,8 +4,9 @@
 mod common;
 
 use candle_core::{Device, Result, Tensor, Var};
-use common::{bn_inputs, bn_run, rel_err, same_bits, uniform};
-use octet_models::ops::{self, Conv2dOp};
+use common::{bn_dispatch, bn_errors, bn_inputs, bn_parts, bn_run, same_bits, uniform};
+use octet_models::OpsConfig;
+use octet_train_ops::{batch_norm_train_fused, batch_norm_train_reference, Conv2dOp};
 
 /// (n, c_in, c_out, size, kernel, stride, padding)
 const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 5] = [
@@ -40,7 +41,8 @@ fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
         let x = uniform(&[n, ci, s, s], -1.0, 1.0, seed, &dev)?;
         let w = uniform(&[co, ci, k, k], -0.5, 0.5, seed + 1, &dev)?;
         let reference = conv_run(|x, w| x.conv2d(w, p, st, 1, 1), &x, &w, seed + 2)?;
-        let public = conv_run(|x, w| ops::conv2d(x, w, p, st), &x, &w, seed + 2)?;
+        let ops = OpsConfig::default();
+        let public = conv_run(|x, w| ops.conv2d(x, w, p, st), &x, &w, seed + 2)?;
         // The custom op itself (and its two backward ops) on the CPU runs candle's formulas.
         let custom = conv_run(
             |x, w| {
@@ -50,6 +52,7 @@ fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
                         padding: p,
                         stride: st,
                         channels_last: false,
+                        tf32: false,
                     },
                 )
             },
@@ -82,20 +85,10 @@ fn batch_norm_on_cpu_is_the_reference_bit_for_bit() -> Result<()> {
     let dev = Device::Cpu;
     for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
         let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
-        let a = bn_run(ops::batch_norm_train, &inputs, 7, &dev)?;
-        let b = bn_run(ops::batch_norm_train_reference, &inputs, 7, &dev)?;
-        assert!(same_bits(&a.y, &b.y)?, "case {i}: output");
-        for j in 0..3 {
-            assert!(
-                same_bits(&a.grads[j], &b.grads[j])?,
-                "case {i}: gradient {j}"
-            );
-        }
-        for j in 0..2 {
-            assert!(
-                same_bits(&a.running[j], &b.running[j])?,
-                "case {i}: running {j}"
-            );
+        let a = bn_run(bn_dispatch, &inputs, 7, &dev)?;
+        let b = bn_run(batch_norm_train_reference, &inputs, 7, &dev)?;
+        for (what, got, want) in bn_parts(&a, &b) {
+            assert!(same_bits(got, want)?, "case {i}: {what}");
         }
     }
     Ok(())
@@ -106,18 +99,13 @@ fn fused_batch_norm_matches_the_reference_on_cpu() -> Result<()> {
     let dev = Device::Cpu;
     for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
         let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
-        let a = bn_run(ops::batch_norm_train_fused, &inputs, 7, &dev)?;
-        let b = bn_run(ops::batch_norm_train_reference, &inputs, 7, &dev)?;
-        let e = rel_err(&a.y, &b.y)?;
-        assert!(e < 1e-5, "case {i}: output off by {e}");
-        for j in 0..3 {
-            let e = rel_err(&a.grads[j], &b.grads[j])?;
-            assert!(e < 1e-4, "case {i}: gradient {j} off by {e}");
-        }
-        for j in 0..2 {
-            let e = rel_err(&a.running[j], &b.running[j])?;
-            assert!(e < 1e-5, "case {i}: running statistic {j} off by {e}");
-        }
+        let a = bn_run(batch_norm_train_fused, &inputs, 7, &dev)?;
+        let b = bn_run(batch_norm_train_reference, &inputs, 7, &dev)?;
+        let (y, grads, running) = bn_errors(&a, &b)?;
+        assert!(
+            y < 1e-5 && grads.iter().all(|&e| e < 1e-4) && running.iter().all(|&e| e < 1e-5),
+            "case {i}: output, gradients, running statistics off by {y}, {grads:?}, {running:?}"
+        );
     }
     Ok(())
 }

@@ -167,14 +167,12 @@ impl TrainArgs {
         if let Some(p) = self.precision {
             c.precision = p;
         }
+        c.ops.tf32 = !self.no_tf32;
         Ok(c)
     }
 }
 
 pub fn run(a: TrainArgs) -> anyhow::Result<()> {
-    if a.no_tf32 {
-        octet_models::ops::set_conv_tf32(false);
-    }
     // Finite tensors and consistent metadata, before anything else.
     let resume = match &a.resume {
         Some(p) => Some(checkpoint::load_checked(p)?),

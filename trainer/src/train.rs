@@ -8,7 +8,7 @@ use std::time::Instant;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use indicatif::{ProgressBar, ProgressStyle};
-use octet_models::{ModelKind, Network};
+use octet_models::{ModelKind, Network, NetworkConfig, OpsConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
@@ -58,6 +58,10 @@ pub struct TrainConfig {
     /// f32, or bf16 channels-last activations (checkpoints from before this field are f32).
     #[serde(default)]
     pub precision: Precision,
+    /// Which training ops run (fast CUDA ops, TF32): this invocation's flags, not stored in
+    /// checkpoints.
+    #[serde(skip)]
+    pub ops: OpsConfig,
 }
 
 fn one() -> usize {
@@ -130,6 +134,7 @@ impl TrainConfig {
             lr_scaling: LrScaling::None,
             base_batch: default_base_batch(),
             precision: Precision::F32,
+            ops: OpsConfig::default(),
         }
     }
 
@@ -269,7 +274,11 @@ impl Trainer {
             return Err(TrainError::Config("the training set is empty".into()));
         }
         let act = cfg.precision.activations();
-        let model = octet_models::build_with(kind, ds.channels, ds.classes, cfg.seed, dev, act)?;
+        let net = NetworkConfig {
+            activations: act,
+            ops: cfg.ops,
+        };
+        let model = octet_models::build_with(kind, ds.channels, ds.classes, cfg.seed, dev, &net)?;
         let opt = Sgd::new(model.params(), cfg.momentum, cfg.weight_decay)?;
         let world = coll.world();
         let per_rank = Sampler::new(ds.len(), true, cfg.seed)
@@ -611,9 +620,9 @@ fn forward_backward(
     let logits = model.forward(&norm.apply(x)?, true)?;
     let loss = candle_nn::loss::cross_entropy(&logits, y)?;
     let grads = if scale == 1.0 {
-        loss.backward()?
+        model.ops().backward(&loss)?
     } else {
-        (&loss * scale)?.backward()?
+        model.ops().backward(&(&loss * scale)?)?
     };
     let ok = logits.argmax(1)?.eq(y)?.to_dtype(DType::F32)?.sum_all()?;
     Ok((grads, loss.detach(), ok))

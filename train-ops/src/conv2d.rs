@@ -3,59 +3,66 @@
 //! transposed-convolution kernel for the input gradient; cuDNN's backward-data and
 //! backward-filter are what PyTorch uses.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-use super::cpu;
-use crate::activations::{nchw, nhwc};
+#[cfg(feature = "cuda")]
+use crate::cudnn::Direction;
+use crate::permute::{nchw, nhwc};
+use crate::{cpu, OpsConfig};
 
-static TF32: AtomicBool = AtomicBool::new(true);
-
-/// Whether f32 convolutions on CUDA may use TF32 tensor cores (PyTorch's
-/// `torch.backends.cudnn.allow_tf32`, on by default there and here). Off gives full f32
-/// precision.
-pub fn set_conv_tf32(allow: bool) {
-    TF32.store(allow, Ordering::Relaxed);
-}
-
-/// `x.conv2d(weight, padding, stride, 1, 1)`, through cuDNN (forward and backward) for f32
-/// and bf16 tensors on a CUDA device and through candle's own op everywhere else.
-pub fn conv2d(x: &Tensor, weight: &Tensor, padding: usize, stride: usize) -> Result<Tensor> {
-    if uses_cudnn(x, weight) {
-        return x.contiguous()?.apply_op2(
-            &weight.contiguous()?,
-            Conv2dOp {
-                padding,
-                stride,
-                channels_last: false,
-            },
-        );
+impl OpsConfig {
+    /// `x.conv2d(weight, padding, stride, 1, 1)`, through cuDNN (forward and backward) for
+    /// f32 and bf16 tensors on a CUDA device and through candle's own op everywhere else.
+    pub fn conv2d(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        padding: usize,
+        stride: usize,
+    ) -> Result<Tensor> {
+        let op = self.conv_op(padding, stride, false);
+        if self.uses_cudnn(x, weight) {
+            return x.contiguous()?.apply_op2(&weight.contiguous()?, op);
+        }
+        x.conv2d(weight, padding, stride, 1, 1)
     }
-    x.conv2d(weight, padding, stride, 1, 1)
-}
 
-/// The convolution of a channels-last input `x` `(n, h, w, c)` with a `(k, kh, kw, c)`
-/// weight (see [`super::weight_channels_last`]), giving a contiguous `(n, oh, ow, k)` tensor.
-/// cuDNN with NHWC descriptors on CUDA (no layout transposes around its kernels); elsewhere
-/// candle's conv2d on NCHW views, permuted back.
-pub fn conv2d_channels_last(
-    x: &Tensor,
-    weight: &Tensor,
-    padding: usize,
-    stride: usize,
-) -> Result<Tensor> {
-    if uses_cudnn(x, weight) {
-        return x.contiguous()?.apply_op2(
-            &weight.contiguous()?,
-            Conv2dOp {
-                padding,
-                stride,
-                channels_last: true,
-            },
-        );
+    /// The convolution of a channels-last input `x` `(n, h, w, c)` with a `(k, kh, kw, c)`
+    /// weight (see [`OpsConfig::weight_channels_last`]), giving a contiguous `(n, oh, ow, k)`
+    /// tensor. cuDNN with NHWC descriptors on CUDA (no layout transposes around its
+    /// kernels); elsewhere candle's conv2d on NCHW views, permuted back.
+    pub fn conv2d_channels_last(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        padding: usize,
+        stride: usize,
+    ) -> Result<Tensor> {
+        let op = self.conv_op(padding, stride, true);
+        if self.uses_cudnn(x, weight) {
+            return x.contiguous()?.apply_op2(&weight.contiguous()?, op);
+        }
+        in_nchw(x, weight, true, |x, w| x.conv2d(w, padding, stride, 1, 1))
     }
-    in_nchw(x, weight, true, |x, w| x.conv2d(w, padding, stride, 1, 1))
+
+    fn conv_op(&self, padding: usize, stride: usize, channels_last: bool) -> Conv2dOp {
+        Conv2dOp {
+            padding,
+            stride,
+            channels_last,
+            tf32: self.tf32,
+        }
+    }
+
+    fn uses_cudnn(&self, x: &Tensor, weight: &Tensor) -> bool {
+        cfg!(feature = "cuda")
+            && self.fast
+            && x.device().is_cuda()
+            && matches!(x.dtype(), DType::F32 | DType::BF16)
+            && x.dtype() == weight.dtype()
+            && x.rank() == 4
+            && weight.rank() == 4
+    }
 }
 
 /// `f`, an NCHW computation, on two tensors in the op's layout: with `channels_last` both
@@ -92,16 +99,6 @@ fn physical(d: &[usize], channels_last: bool) -> Shape {
     }
 }
 
-fn uses_cudnn(x: &Tensor, weight: &Tensor) -> bool {
-    cfg!(feature = "cuda")
-        && super::fast_ops()
-        && x.device().is_cuda()
-        && matches!(x.dtype(), DType::F32 | DType::BF16)
-        && x.dtype() == weight.dtype()
-        && x.rank() == 4
-        && weight.rank() == 4
-}
-
 /// The convolution as a custom op on `(x, weight)`. On the CPU it runs candle's conv2d, so
 /// applying it there gives exactly what candle gives. With `channels_last`, `x` is
 /// `(n, h, w, c)`, the weight `(k, kh, kw, c)` and the output `(n, oh, ow, k)`.
@@ -110,26 +107,26 @@ pub struct Conv2dOp {
     pub padding: usize,
     pub stride: usize,
     pub channels_last: bool,
+    /// Whether cuDNN may use TF32 tensor cores for f32 ([`OpsConfig::tf32`]).
+    pub tf32: bool,
 }
 
 /// Gradient of the input: a custom op on `(grad_y, weight)` giving a tensor of `x_shape`.
 #[derive(Debug, Clone)]
 pub struct Conv2dBackwardData {
-    pub padding: usize,
-    pub stride: usize,
+    /// The forward convolution.
+    pub conv: Conv2dOp,
     /// The input's shape, in the op's layout.
     pub x_shape: Shape,
-    pub channels_last: bool,
 }
 
 /// Gradient of the weight: a custom op on `(x, grad_y)` giving a tensor of `w_shape`.
 #[derive(Debug, Clone)]
 pub struct Conv2dBackwardFilter {
-    pub padding: usize,
-    pub stride: usize,
+    /// The forward convolution.
+    pub conv: Conv2dOp,
     /// The weight's shape, in the op's layout.
     pub w_shape: Shape,
-    pub channels_last: bool,
 }
 
 fn check_geom(x: &[usize], w: &[usize], padding: usize, stride: usize) -> Result<()> {
@@ -227,7 +224,7 @@ impl CustomOp2 for Conv2dOp {
         let (x, w) = (logical(l1.dims(), cl), logical(l2.dims(), cl));
         check_geom(&x, &w, self.padding, self.stride)?;
         let g = cuda::geom(&x, &w, self.padding, self.stride);
-        let y = cuda::forward(s1, l1, s2, l2, g, cl)?;
+        let y = cuda::run((s1, l1), (s2, l2), g, self, Direction::Forward)?;
         Ok((y, physical(&[g.n, g.c_out, g.out_h(), g.out_w()], cl)))
     }
 
@@ -245,10 +242,8 @@ impl CustomOp2 for Conv2dOp {
             Some(dy.apply_op2_no_bwd(
                 w,
                 &Conv2dBackwardData {
-                    padding: self.padding,
-                    stride: self.stride,
+                    conv: *self,
                     x_shape: x.shape().clone(),
-                    channels_last: self.channels_last,
                 },
             )?)
         } else {
@@ -257,10 +252,8 @@ impl CustomOp2 for Conv2dOp {
         let dw = x.apply_op2_no_bwd(
             &dy,
             &Conv2dBackwardFilter {
-                padding: self.padding,
-                stride: self.stride,
+                conv: *self,
                 w_shape: w.shape().clone(),
-                channels_last: self.channels_last,
             },
         )?;
         Ok((dx, Some(dw)))
@@ -280,9 +273,9 @@ impl CustomOp2 for Conv2dBackwardData {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (dy, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let x_shape = Shape::from(logical(self.x_shape.dims(), self.channels_last));
-        let dx = in_nchw(&dy, &w, self.channels_last, |dy, w| {
-            reference_grad_x(dy, w, &x_shape, self.padding, self.stride)
+        let x_shape = Shape::from(logical(self.x_shape.dims(), self.conv.channels_last));
+        let dx = in_nchw(&dy, &w, self.conv.channels_last, |dy, w| {
+            reference_grad_x(dy, w, &x_shape, self.conv.padding, self.conv.stride)
         })?;
         Ok((cpu::storage(&dx)?, self.x_shape.clone()))
     }
@@ -295,19 +288,19 @@ impl CustomOp2 for Conv2dBackwardData {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let cl = self.channels_last;
+        let cl = self.conv.channels_last;
         let (x, w) = (logical(self.x_shape.dims(), cl), logical(l2.dims(), cl));
-        check_geom(&x, &w, self.padding, self.stride)?;
-        let (oh, ow) = cuda::out_hw(&x, &w, self.padding, self.stride);
+        check_geom(&x, &w, self.conv.padding, self.conv.stride)?;
+        let (oh, ow) = cuda::out_hw(&x, &w, self.conv.padding, self.conv.stride);
         if logical(l1.dims(), cl) != [x[0], w[0], oh, ow] {
             bail!(
                 "conv2d backward: output gradient {:?} does not match",
                 l1.dims()
             )
         }
-        let g = cuda::geom(&x, &w, self.padding, self.stride);
+        let g = cuda::geom(&x, &w, self.conv.padding, self.conv.stride);
         Ok((
-            cuda::backward_data(s1, l1, s2, l2, g, cl)?,
+            cuda::run((s2, l2), (s1, l1), g, &self.conv, Direction::BackwardData)?,
             self.x_shape.clone(),
         ))
     }
@@ -326,9 +319,9 @@ impl CustomOp2 for Conv2dBackwardFilter {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (x, dy) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let w_shape = Shape::from(logical(self.w_shape.dims(), self.channels_last));
-        let dw = in_nchw(&x, &dy, self.channels_last, |x, dy| {
-            reference_grad_w(x, dy, &w_shape, self.padding, self.stride)
+        let w_shape = Shape::from(logical(self.w_shape.dims(), self.conv.channels_last));
+        let dw = in_nchw(&x, &dy, self.conv.channels_last, |x, dy| {
+            reference_grad_w(x, dy, &w_shape, self.conv.padding, self.conv.stride)
         })?;
         Ok((cpu::storage(&dw)?, self.w_shape.clone()))
     }
@@ -341,19 +334,19 @@ impl CustomOp2 for Conv2dBackwardFilter {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let cl = self.channels_last;
+        let cl = self.conv.channels_last;
         let (x, w) = (logical(l1.dims(), cl), logical(self.w_shape.dims(), cl));
-        check_geom(&x, &w, self.padding, self.stride)?;
-        let (oh, ow) = cuda::out_hw(&x, &w, self.padding, self.stride);
+        check_geom(&x, &w, self.conv.padding, self.conv.stride)?;
+        let (oh, ow) = cuda::out_hw(&x, &w, self.conv.padding, self.conv.stride);
         if logical(l2.dims(), cl) != [x[0], w[0], oh, ow] {
             bail!(
                 "conv2d backward: output gradient {:?} does not match",
                 l2.dims()
             )
         }
-        let g = cuda::geom(&x, &w, self.padding, self.stride);
+        let g = cuda::geom(&x, &w, self.conv.padding, self.conv.stride);
         Ok((
-            cuda::backward_filter(s1, l1, s2, l2, g, cl)?,
+            cuda::run((s1, l1), (s2, l2), g, &self.conv, Direction::BackwardFilter)?,
             self.w_shape.clone(),
         ))
     }
@@ -367,11 +360,8 @@ mod cuda {
     use candle_core::{bail, CudaStorage, DType, Layout, Result, WithDType};
     use half::bf16;
 
-    use super::super::cudnn::{run, Conv, ConvGeom, Direction};
-
-    pub(super) fn tf32() -> bool {
-        super::TF32.load(std::sync::atomic::Ordering::Relaxed)
-    }
+    use super::Conv2dOp;
+    use crate::cudnn::{self, Conv, ConvGeom, Direction};
 
     pub(super) fn out_hw(
         x: &[usize],
@@ -426,28 +416,38 @@ mod cuda {
         };
     }
 
-    /// The two read operands of one direction, in (x, w, y) order with the written one left
-    /// out, and a fresh buffer for the written one.
-    struct Operands<'a> {
-        a: (&'a CudaStorage, &'a Layout),
-        b: (&'a CudaStorage, &'a Layout),
+    /// A read operand of a convolution.
+    type Operand<'a> = (&'a CudaStorage, &'a Layout);
+
+    /// Runs the convolution `op` in direction `dir` on its two read operands, in (x, w, y)
+    /// order with the written one left out (forward `(x, w)`, backward-data `(w, dy)`,
+    /// backward-filter `(x, dy)`), into a fresh buffer.
+    pub(super) fn run(
+        a: Operand,
+        b: Operand,
+        g: ConvGeom,
+        op: &Conv2dOp,
+        dir: Direction,
+    ) -> Result<CudaStorage> {
+        dispatch!(a.0, b.0, convolve(a, b, g, op, dir))
     }
 
     fn convolve<T: Elem>(
-        ops: Operands,
+        (a_s, a_l): Operand,
+        (b_s, b_l): Operand,
         g: ConvGeom,
-        cl: bool,
+        op: &Conv2dOp,
         dir: Direction,
     ) -> Result<CudaStorage> {
-        let dev = &ops.a.0.device;
+        let dev = &a_s.device;
         let (x_len, w_len, y_len) = (g.x_elems(), g.w_elems(), g.y_elems());
         let (a_len, b_len, out_len) = match dir {
             Direction::Forward => (x_len, w_len, y_len),
             Direction::BackwardData => (w_len, y_len, x_len),
             Direction::BackwardFilter => (x_len, y_len, w_len),
         };
-        let a = address::<T>(ops.a.0, ops.a.1, a_len)?;
-        let b = address::<T>(ops.b.0, ops.b.1, b_len)?;
+        let a = address::<T>(a_s, a_l, a_len)?;
+        let b = address::<T>(b_s, b_l, b_len)?;
         // SAFETY: cuDNN writes every element of the output (beta = 0 never reads it).
         let out = unsafe { dev.alloc::<T>(out_len)? };
         let stream = dev.cuda_stream();
@@ -460,8 +460,8 @@ mod cuda {
         let conv = Conv {
             dtype: T::DTYPE,
             geom: g,
-            tf32: tf32(),
-            channels_last: cl,
+            tf32: op.tf32,
+            channels_last: op.channels_last,
             direction: dir,
             x,
             w,
@@ -470,52 +470,7 @@ mod cuda {
         // SAFETY: the operands were checked against `g` by the ops (shapes) and above
         // (contiguous, long enough); `out` is new, and every buffer lives in candle storage
         // freed in stream order, after the convolution.
-        unsafe { run(dev, &conv)? };
+        unsafe { cudnn::run(dev, &conv)? };
         Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
-    }
-
-    pub(super) fn forward(
-        x: &CudaStorage,
-        xl: &Layout,
-        w: &CudaStorage,
-        wl: &Layout,
-        g: ConvGeom,
-        cl: bool,
-    ) -> Result<CudaStorage> {
-        let ops = Operands {
-            a: (x, xl),
-            b: (w, wl),
-        };
-        dispatch!(x, w, convolve(ops, g, cl, Direction::Forward))
-    }
-
-    pub(super) fn backward_data(
-        dy: &CudaStorage,
-        dyl: &Layout,
-        w: &CudaStorage,
-        wl: &Layout,
-        g: ConvGeom,
-        cl: bool,
-    ) -> Result<CudaStorage> {
-        let ops = Operands {
-            a: (w, wl),
-            b: (dy, dyl),
-        };
-        dispatch!(dy, w, convolve(ops, g, cl, Direction::BackwardData))
-    }
-
-    pub(super) fn backward_filter(
-        x: &CudaStorage,
-        xl: &Layout,
-        dy: &CudaStorage,
-        dyl: &Layout,
-        g: ConvGeom,
-        cl: bool,
-    ) -> Result<CudaStorage> {
-        let ops = Operands {
-            a: (x, xl),
-            b: (dy, dyl),
-        };
-        dispatch!(x, dy, convolve(ops, g, cl, Direction::BackwardFilter))
     }
 }

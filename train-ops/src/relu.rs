@@ -5,49 +5,53 @@
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-use super::cpu;
+use crate::{cpu, OpsConfig};
 
-/// `max(x, 0)`. One-kernel forward and backward for f32 and bf16 tensors on a CUDA device, candle's
-/// `relu` elsewhere (CPU results stay those of plain candle). The gradient is candle's:
-/// `dy` where `x >= 0`.
-pub fn relu(x: &Tensor) -> Result<Tensor> {
-    if cfg!(feature = "cuda")
-        && super::fast_ops()
-        && x.device().is_cuda()
-        && matches!(x.dtype(), DType::F32 | DType::BF16)
-    {
-        relu_fused(x)
-    } else {
-        x.relu()
+impl OpsConfig {
+    /// `max(x, 0)`. One-kernel forward and backward for f32 and bf16 tensors on a CUDA
+    /// device, candle's `relu` elsewhere (CPU results stay those of plain candle). The
+    /// gradient is candle's: `dy` where `x >= 0`.
+    pub fn relu(&self, x: &Tensor) -> Result<Tensor> {
+        if cfg!(feature = "cuda")
+            && self.fast
+            && x.device().is_cuda()
+            && matches!(x.dtype(), DType::F32 | DType::BF16)
+        {
+            relu_fused(x)
+        } else {
+            x.relu()
+        }
+    }
+
+    /// `max(a + b, 0)`, a residual block's end. One kernel forward (the bf16 sum, then the
+    /// ReLU) and one backward for bf16 tensors of one shape on a CUDA device; `relu(a + b)`
+    /// elsewhere. The fused op's gradient, `dy` to both inputs where the output is
+    /// positive, differs from candle's (`dy` where the sum is `>= 0`) only where the sum is
+    /// exactly zero.
+    pub fn add_relu(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.fast && fused_bf16_pair(a, b) {
+            add_relu_fused(a, b)
+        } else {
+            self.relu(&(a + b)?)
+        }
     }
 }
 
-/// The fused op on any device (the CPU version exists to test its autograd wiring).
+/// The fused ReLU on any device (the CPU version exists to test its autograd wiring).
 pub fn relu_fused(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Relu)
 }
 
-/// `max(a + b, 0)`, a residual block's end. One kernel forward (the bf16 sum, then the ReLU)
-/// and one backward for bf16 tensors of one shape on a CUDA device; `relu(a + b)` elsewhere.
-/// The fused op's gradient, `dy` to both inputs where the output is positive, differs from
-/// candle's (`dy` where the sum is `>= 0`) only where the sum is exactly zero.
-pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if fused_bf16_pair(a, b) {
-        add_relu_fused(a, b)
-    } else {
-        relu(&(a + b)?)
-    }
-}
-
-/// The fused op on any device (the CPU version exists to test its autograd wiring).
+/// The fused residual add + ReLU on any device (the CPU version exists to test its autograd
+/// wiring).
 pub fn add_relu_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     a.contiguous()?.apply_op2(&b.contiguous()?, ADD_RELU)
 }
 
 /// `a + b` for two gradients of one tensor, as candle's autograd sums them: one 16-byte-per-
 /// thread kernel for contiguous bf16 tensors of one shape on a CUDA device (candle's bf16
-/// add moves 2 bytes a thread), `None` (candle's add) for anything else. Registered with
-/// `candle_core::backprop::set_grad_sum` by [`use_fast_grad_sum`]; bit for bit candle's sum.
+/// add moves 2 bytes a thread), `None` (candle's add) for anything else. What
+/// [`OpsConfig::grad_sum`] hands candle's backward pass; bit for bit candle's sum.
 pub fn grad_sum(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     if !fused_bf16_pair(a, b) {
         return Ok(None);
@@ -55,20 +59,14 @@ pub fn grad_sum(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(add_fused(a, b)?))
 }
 
-/// Whether the bf16 element-wise kernels take `a` and `b`: fast ops on, bf16 tensors of one
-/// shape on a CUDA device.
+/// Whether the bf16 element-wise kernels take `a` and `b`: bf16 tensors of one shape on a
+/// CUDA device.
 fn fused_bf16_pair(a: &Tensor, b: &Tensor) -> bool {
     cfg!(feature = "cuda")
-        && super::fast_ops()
         && a.device().is_cuda()
         && a.dtype() == DType::BF16
         && b.dtype() == DType::BF16
         && a.dims() == b.dims()
-}
-
-/// Makes candle's autograd sum bf16 gradients with [`grad_sum`] (once per process).
-pub fn use_fast_grad_sum() {
-    candle_core::backprop::set_grad_sum(grad_sum);
 }
 
 /// `a + b` through the element-wise kernel, no gradient (gradients are not differentiated
@@ -239,7 +237,8 @@ mod cuda {
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
     use half::bf16;
 
-    use super::super::{kernels, kernels_cl};
+    use crate::kernels::{self, CHANNELS_LAST, NCHW};
+    use crate::launch;
 
     /// Runs the element-wise kernel `name` (f32) or `name_bf16` over equal-length contiguous
     /// inputs of one dtype into a new output.
@@ -280,7 +279,7 @@ mod cuda {
         // SAFETY: the kernel writes every element.
         let mut y = unsafe { dev.alloc::<bf16>(n.max(1))? };
         let (items_i, vflag) = (items as i64, vec as i32);
-        let (stream, f) = kernels_cl::func(dev, name)?;
+        let (stream, f) = CHANNELS_LAST.func(dev, name)?;
         let mut b = stream.launch_builder(&f);
         for v in &views {
             b.arg(v);
@@ -288,7 +287,7 @@ mod cuda {
         b.arg(&mut y).arg(&items_i).arg(&vflag);
         // SAFETY: argument types and counts match relu_fwd_bf16 (x, y, items, vec) and
         // relu_bwd_bf16 (x, dy, dx, items, vec).
-        unsafe { b.launch(kernels::elementwise(items))? };
+        unsafe { b.launch(launch::elementwise(items))? };
         Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
     }
 
@@ -303,7 +302,7 @@ mod cuda {
         // SAFETY: the kernel writes every element.
         let mut y = unsafe { dev.alloc::<f32>(n.max(1))? };
         let (items_i, vflag) = (items as i32, vec as i32);
-        let (stream, f) = kernels::func(dev, name)?;
+        let (stream, f) = NCHW.func(dev, name)?;
         let mut b = stream.launch_builder(&f);
         for v in &views {
             b.arg(v);
@@ -311,7 +310,7 @@ mod cuda {
         b.arg(&mut y).arg(&items_i).arg(&vflag);
         // SAFETY: argument types and counts match relu_fwd (x, y, n, vec) and relu_bwd
         // (x, dy, dx, n, vec).
-        unsafe { b.launch(kernels::elementwise(items))? };
+        unsafe { b.launch(launch::elementwise(items))? };
         Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
     }
 }
@@ -339,21 +338,19 @@ mod tests {
         Ok(())
     }
 
-    /// candle's autograd sums a tensor's gradients through the function registered with
-    /// `set_grad_sum` (the only registration in this test binary), and `grad_sum` leaves
-    /// CPU tensors to candle's add.
+    /// candle's autograd sums a tensor's gradients through the function passed to
+    /// `backward_with`, and `grad_sum` leaves CPU tensors to candle's add.
     #[test]
-    fn autograd_sums_gradients_through_the_registered_function() -> Result<()> {
+    fn autograd_sums_gradients_through_the_given_function() -> Result<()> {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         fn counting(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
             CALLS.fetch_add(1, Ordering::SeqCst);
             grad_sum(a, b)
         }
-        assert!(candle_core::backprop::set_grad_sum(counting));
         let x = Var::from_vec(vec![1f32, -2.0, 3.0], 3, &Device::Cpu)?;
         let y = ((x.as_tensor() * 2.0)? + (x.as_tensor() * 3.0)?)?.sum_all()?;
-        let g = y.backward()?;
+        let g = y.backward_with(Some(counting))?;
         assert!(CALLS.load(Ordering::SeqCst) >= 1);
         assert_eq!(g.get(x.as_tensor()).unwrap().to_vec1::<f32>()?, [5.0; 3]);
         let bf = x.as_tensor().to_dtype(DType::BF16)?;
@@ -361,6 +358,8 @@ mod tests {
             grad_sum(&bf, &bf)?.is_none(),
             "CPU tensors stay on candle's add"
         );
+        assert!(OpsConfig::REFERENCE.grad_sum().is_none());
+        assert!(OpsConfig::default().grad_sum().is_some());
         Ok(())
     }
 

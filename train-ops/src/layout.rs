@@ -6,27 +6,29 @@
 
 use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 
-use super::cpu;
+use crate::{cpu, OpsConfig};
 
-/// `w` `(k, c, r, s)` permuted to `(k, r, s, c)` and cast to `dtype`, contiguous. One kernel
-/// each way for an f32 weight going to bf16 on a CUDA device; candle's permute and cast
-/// otherwise (the same values: both round to nearest even).
-pub fn weight_channels_last(w: &Tensor, dtype: DType) -> Result<Tensor> {
-    if w.rank() != 4 {
-        bail!(
-            "channels-last weight: expected (out, in, kh, kw), got {:?}",
-            w.dims()
-        )
+impl OpsConfig {
+    /// `w` `(k, c, r, s)` permuted to `(k, r, s, c)` and cast to `dtype`, contiguous. One
+    /// kernel each way for an f32 weight going to bf16 on a CUDA device; candle's permute and
+    /// cast otherwise (the same values: both round to nearest even).
+    pub fn weight_channels_last(&self, w: &Tensor, dtype: DType) -> Result<Tensor> {
+        if w.rank() != 4 {
+            bail!(
+                "channels-last weight: expected (out, in, kh, kw), got {:?}",
+                w.dims()
+            )
+        }
+        if cfg!(feature = "cuda")
+            && self.fast
+            && w.device().is_cuda()
+            && w.dtype() == DType::F32
+            && dtype == DType::BF16
+        {
+            return weight_channels_last_fused(w, dtype);
+        }
+        w.permute((0, 2, 3, 1))?.to_dtype(dtype)?.contiguous()
     }
-    if cfg!(feature = "cuda")
-        && super::fast_ops()
-        && w.device().is_cuda()
-        && w.dtype() == DType::F32
-        && dtype == DType::BF16
-    {
-        return weight_channels_last_fused(w, dtype);
-    }
-    w.permute((0, 2, 3, 1))?.to_dtype(dtype)?.contiguous()
 }
 
 /// The custom op on any device (its CPU version tests the wiring without a GPU). `w` must be
@@ -133,7 +135,8 @@ mod cuda {
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
     use half::bf16;
 
-    use super::super::{kernels, kernels_cl};
+    use crate::kernels::{self, CHANNELS_LAST};
+    use crate::launch;
 
     fn i32s(d: [usize; 3]) -> Result<[i32; 3]> {
         if d.iter().product::<usize>() > i32::MAX as usize {
@@ -157,11 +160,11 @@ mod cuda {
         // SAFETY: the kernel writes every element.
         let mut out = unsafe { dev.alloc::<O>(n.max(1))? };
         let [k, c, rs] = i32s(d)?;
-        let (stream, f) = kernels_cl::func(dev, kernel)?;
+        let (stream, f) = CHANNELS_LAST.func(dev, kernel)?;
         let mut lb = stream.launch_builder(&f);
         lb.arg(&src).arg(&mut out).arg(&k).arg(&c).arg(&rs);
         // SAFETY: argument types and counts match both kernels (in, out, k, c, rs).
-        unsafe { lb.launch(kernels::elementwise(n))? };
+        unsafe { lb.launch(launch::elementwise(n))? };
         Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
     }
 
