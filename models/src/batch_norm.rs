@@ -23,7 +23,7 @@ impl BatchNorm2d {
         let dev = b.params.device().clone();
         let ones = Tensor::ones(c, candle_core::DType::F32, &dev)?;
         let zeros = Tensor::zeros(c, candle_core::DType::F32, &dev)?;
-        let params = &mut *b.params;
+        let params = &mut b.params;
         Ok(Self {
             weight: params
                 .add(format!("{name}.weight"), ones.clone(), Role::Weight)?
@@ -87,20 +87,15 @@ impl BatchNorm2d {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Params;
     use candle_core::Device;
 
     #[test]
     fn train_mode_normalises_and_updates_running_stats() -> crate::Result<()> {
         let dev = Device::Cpu;
-        let mut params = Params::new(&dev);
         let mut init = crate::init::Init::new(0);
-        let mut b = LayerBuilder {
-            params: &mut params,
-            init: &mut init,
-            ops: OpsConfig::default(),
-        };
+        let mut b = LayerBuilder::new(&dev, &mut init, OpsConfig::default());
         let bn = BatchNorm2d::new(&mut b, "bn", 2)?;
+        let params = &b.params;
         // channel 0: values 1..=8, channel 1: constant 3
         let mut v = Vec::new();
         for n in 0..2 {

@@ -1,11 +1,34 @@
 //! What every layer's constructor needs, in one value: where its tensors register (and so
-//! on which device), the seeded initialiser, and the ops settings the layer keeps.
+//! on which device), the seeded initialiser, and the ops settings the layer keeps. A
+//! network's constructor makes one, builds its layers through it, and `finish`es it into
+//! the network's [`NetworkParts`].
+
+use candle_core::Device;
 
 use crate::init::Init;
-use crate::{OpsConfig, Params};
+use crate::{NetworkConfig, NetworkParts, OpsConfig, Params};
 
 pub(crate) struct LayerBuilder<'a> {
-    pub params: &'a mut Params,
+    pub params: Params,
     pub init: &'a mut Init,
     pub ops: OpsConfig,
+}
+
+impl<'a> LayerBuilder<'a> {
+    pub(crate) fn new(dev: &Device, init: &'a mut Init, ops: OpsConfig) -> Self {
+        Self {
+            params: Params::new(dev),
+            init,
+            ops,
+        }
+    }
+
+    /// The built network's named tensors and settings.
+    pub(crate) fn finish(self, cfg: &NetworkConfig) -> NetworkParts {
+        NetworkParts {
+            params: self.params,
+            activations: cfg.activations,
+            ops: cfg.ops,
+        }
+    }
 }

@@ -5,7 +5,7 @@ use octet_train_ops::permute::{nchw, nhwc};
 use crate::activations::nchw_f32;
 use crate::builder::LayerBuilder;
 use crate::init::Init;
-use crate::{Conv2d, Conv2dConfig, Linear, Network, NetworkConfig, NetworkParts, Params};
+use crate::{Conv2d, Conv2dConfig, Linear, Network, NetworkConfig, NetworkParts};
 
 /// The lab's LeNet-style CNN for 32×32 inputs: conv 5×5→6, max-pool 2, conv 5×5→16,
 /// max-pool 2, fc 400→120→84→classes, ReLU between.
@@ -26,12 +26,8 @@ impl LeNet {
         dev: &Device,
         cfg: &NetworkConfig,
     ) -> crate::Result<Self> {
-        let mut params = Params::new(dev);
-        let b = &mut LayerBuilder {
-            params: &mut params,
-            init,
-            ops: cfg.ops,
-        };
+        let mut builder = LayerBuilder::new(dev, init, cfg.ops);
+        let b = &mut builder;
         let conv = Conv2dConfig::default();
         let conv1 = Conv2d::new(b, "conv1", (in_channels, 6), 5, conv)?;
         let conv2 = Conv2d::new(b, "conv2", (6, 16), 5, conv)?;
@@ -44,11 +40,7 @@ impl LeNet {
             fc1,
             fc2,
             fc3,
-            parts: NetworkParts {
-                params,
-                activations: cfg.activations,
-                ops: cfg.ops,
-            },
+            parts: builder.finish(cfg),
         })
     }
 }

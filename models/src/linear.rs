@@ -20,7 +20,7 @@ impl Linear {
         let dev = builder.params.device().clone();
         let w = builder.init.uniform_fan_in(&[out, fan_in], fan_in, &dev)?;
         let b = builder.init.uniform_fan_in(&[out], fan_in, &dev)?;
-        let params = &mut *builder.params;
+        let params = &mut builder.params;
         Ok(Self {
             weight: params
                 .add(format!("{name}.weight"), w, Role::Weight)?

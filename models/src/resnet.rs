@@ -5,7 +5,6 @@ use crate::builder::LayerBuilder;
 use crate::init::Init;
 use crate::{
     BatchNorm2d, Conv2d, Conv2dConfig, Linear, Network, NetworkConfig, NetworkParts, OpsConfig,
-    Params,
 };
 
 /// Two 3×3 convolutions with batch norm and an identity or 1×1-conv shortcut.
@@ -104,12 +103,8 @@ impl ResNet18 {
         dev: &Device,
         cfg: &NetworkConfig,
     ) -> crate::Result<Self> {
-        let mut params = Params::new(dev);
-        let b = &mut LayerBuilder {
-            params: &mut params,
-            init,
-            ops: cfg.ops,
-        };
+        let mut builder = LayerBuilder::new(dev, init, cfg.ops);
+        let b = &mut builder;
         let stem = Conv2dConfig {
             stride: 1,
             padding: 1,
@@ -135,11 +130,7 @@ impl ResNet18 {
             bn1,
             blocks,
             linear,
-            parts: NetworkParts {
-                params,
-                activations: cfg.activations,
-                ops: cfg.ops,
-            },
+            parts: builder.finish(cfg),
         })
     }
 }

@@ -147,26 +147,12 @@ fn bf16_networks_step_follows_f32() -> Result<()> {
     let labels: Vec<u32> = (0..32).map(|i| (i * 7 + 3) % 10).collect();
     let labels = Tensor::new(labels.as_slice(), &Device::Cpu)?;
     for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
-        let step = |d: &Device, act: Activations| -> Result<(Tensor, Vec<(String, Tensor)>)> {
+        let step = |d: &Device, activations: Activations| {
             let cfg = NetworkConfig {
-                activations: act,
+                activations,
                 ..NetworkConfig::default()
             };
-            let m = octet_models::build_with(kind, 3, 10, 42, d, &cfg)
-                .map_err(candle_core::Error::wrap)?;
-            let logits = m.forward(&x.to_device(d)?, true)?;
-            let loss = candle_nn::loss::cross_entropy(&logits, &labels.to_device(d)?)?;
-            let grads = loss.backward()?;
-            let mut out = Vec::new();
-            for p in m.params().iter() {
-                let t = match grads.get(p.var.as_tensor()) {
-                    Some(g) => g.clone(),
-                    None => p.var.as_tensor().clone(),
-                };
-                assert_eq!(t.dtype(), DType::F32, "{}", p.name);
-                out.push((p.name.clone(), t.to_device(&Device::Cpu)?));
-            }
-            Ok((logits.to_device(&Device::Cpu)?, out))
+            common::train_step(kind, &cfg, (&x, &labels), d)
         };
         let (lr, gr) = step(&Device::Cpu, Activations::Nchw)?;
         let (lb, gb) = step(&dev, Activations::ChannelsLast(DType::BF16))?;

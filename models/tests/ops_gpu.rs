@@ -5,25 +5,13 @@
 mod common;
 
 use candle_core::{DType, Device, Result, Tensor, Var};
-use common::{bn_dispatch, bn_inputs, bn_parts, bn_run, rel_err, uniform};
+use common::{bn_dispatch, bn_inputs, bn_parts, bn_run, rel_err, uniform, BN_CASES};
 use octet_models::{NetworkConfig, OpsConfig};
 use octet_train_ops::{self as ops, BnConfig};
 
 /// Relative tolerance for f32 results: cuDNN's algorithms sum in another order than
 /// candle's CPU kernels.
 const F32_TOL: f32 = 1e-4;
-
-/// (n, c_in, c_out, size, kernel, stride, padding)
-const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 8] = [
-    (1, 3, 5, 7, 3, 1, 1),
-    (2, 4, 6, 8, 3, 2, 1),
-    (3, 5, 3, 9, 1, 2, 0),
-    (2, 3, 4, 10, 5, 1, 0),
-    (4, 1, 2, 6, 5, 1, 1),
-    (8, 7, 9, 11, 3, 2, 0),
-    (5, 16, 8, 8, 1, 1, 0),
-    (8, 32, 64, 16, 3, 1, 1),
-];
 
 /// Output, input gradient and weight gradient of `OpsConfig::conv2d` under loss Σ y·r, on
 /// `dev` in `dtype`, returned as f32 on the CPU.
@@ -51,7 +39,7 @@ fn conv_run(
 }
 
 fn conv_check(dev: &Device, ops: &OpsConfig, dtype: DType, tol: f32, what: &str) -> Result<()> {
-    for (i, &(n, ci, co, s, k, st, p)) in CONV_CASES.iter().enumerate() {
+    for (i, &(n, ci, co, s, k, st, p)) in common::CONV_CASES.iter().enumerate() {
         let seed = 100 * i as u64;
         let x = uniform(&[n, ci, s, s], -1.0, 1.0, seed, &Device::Cpu)?;
         let w = uniform(&[co, ci, k, k], -0.5, 0.5, seed + 1, &Device::Cpu)?;
@@ -69,7 +57,7 @@ fn conv_check(dev: &Device, ops: &OpsConfig, dtype: DType, tol: f32, what: &str)
                 assert!(
                     e <= tol,
                     "{what}, case {i} {:?}, round {round}: {name} off by {e} (tolerance {tol})",
-                    CONV_CASES[i]
+                    common::CONV_CASES[i]
                 );
             }
         }
@@ -107,17 +95,6 @@ fn conv2d_rejects_mismatched_channels() -> Result<()> {
     Ok(())
 }
 
-/// (n, c, h, w)
-const BN_CASES: [(usize, usize, usize, usize); 7] = [
-    (1, 3, 5, 5),
-    (2, 7, 4, 4),
-    (8, 16, 6, 6),
-    (4, 5, 1, 1),
-    (3, 2, 3, 7),
-    (1, 1, 1, 1),
-    (16, 64, 32, 32),
-];
-
 #[test]
 #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn batch_norm_matches_candle_on_cpu() -> Result<()> {
@@ -148,29 +125,15 @@ fn resnet18_step_matches_cpu() -> Result<()> {
     let (_gpu, dev) = common::gpu();
     let x = uniform(&[4, 3, 32, 32], -2.0, 2.0, 5, &Device::Cpu)?;
     let labels = Tensor::new(&[1u32, 7, 3, 9], &Device::Cpu)?;
-    let step = |d: &Device| -> Result<(Tensor, Vec<(String, Tensor)>)> {
-        let cfg = NetworkConfig {
-            ops: OpsConfig {
-                tf32: false,
-                ..OpsConfig::default()
-            },
-            ..NetworkConfig::default()
-        };
-        let m = octet_models::build_with(octet_models::ModelKind::ResNet18, 3, 10, 42, d, &cfg)
-            .map_err(candle_core::Error::wrap)?;
-        let logits = m.forward(&x.to_device(d)?, true)?;
-        let loss = candle_nn::loss::cross_entropy(&logits, &labels.to_device(d)?)?;
-        let grads = loss.backward()?;
-        let mut out = Vec::new();
-        for p in m.params().iter() {
-            let t = match grads.get(p.var.as_tensor()) {
-                Some(g) => g.clone(),
-                None => p.var.as_tensor().clone(), // buffers: the updated running statistics
-            };
-            out.push((p.name.clone(), t.to_device(&Device::Cpu)?));
-        }
-        Ok((logits.to_device(&Device::Cpu)?, out))
+    let cfg = NetworkConfig {
+        ops: OpsConfig {
+            tf32: false,
+            ..OpsConfig::default()
+        },
+        ..NetworkConfig::default()
     };
+    let step =
+        |d: &Device| common::train_step(octet_models::ModelKind::ResNet18, &cfg, (&x, &labels), d);
     let (ref_logits, ref_grads) = step(&Device::Cpu)?;
     let (logits, grads) = step(&dev)?;
     // Twenty layers deep at batch 4: rounding differences compound through every batch norm

@@ -3,10 +3,13 @@
 //! transposed-convolution kernel for the input gradient; cuDNN's backward-data and
 //! backward-filter are what PyTorch uses.
 
-use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use candle_core::{bail, CpuStorage, DType, Result, Shape, Tensor};
 
 #[cfg(feature = "cuda")]
 use crate::cudnn::Direction;
+#[cfg(feature = "cuda")]
+use crate::custom_op::CudaArgs;
+use crate::custom_op::{custom_op, CpuArgs};
 use crate::permute::{nchw, nhwc};
 use crate::{cpu, OpsConfig};
 
@@ -186,18 +189,29 @@ fn reference_grad_w(
     }
 }
 
-impl CustomOp2 for Conv2dOp {
-    fn name(&self) -> &'static str {
-        "octet-conv2d"
-    }
+/// A backward op on the CPU: candle's gradient `grad` of its two operands (computed on NCHW
+/// views, the gradient's NCHW shape given), as a tensor of `shape` in the op's layout.
+fn cpu_backward(
+    conv: &Conv2dOp,
+    [(s1, l1), (s2, l2)]: CpuArgs<2>,
+    shape: &Shape,
+    grad: fn(&Tensor, &Tensor, &Shape, usize, usize) -> Result<Tensor>,
+) -> Result<(CpuStorage, Shape)> {
+    let (a, b) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
+    let nchw_shape = Shape::from(logical(shape.dims(), conv.channels_last));
+    let g = in_nchw(&a, &b, conv.channels_last, |a, b| {
+        grad(a, b, &nchw_shape, conv.padding, conv.stride)
+    })?;
+    Ok((cpu::storage(&g)?, shape.clone()))
+}
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
+custom_op!(
+    CustomOp2 for Conv2dOp, "octet-conv2d", (s1, l1, s2, l2),
+    bwd(x, w, y, dy) -> Grads2 = backward
+);
+
+impl Conv2dOp {
+    fn cpu(&self, [(s1, l1), (s2, l2)]: CpuArgs<2>) -> Result<(CpuStorage, Shape)> {
         let cl = self.channels_last;
         check_geom(
             &logical(l1.dims(), cl),
@@ -213,13 +227,7 @@ impl CustomOp2 for Conv2dOp {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self, [(s1, l1), (s2, l2)]: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
         let cl = self.channels_last;
         let (x, w) = (logical(l1.dims(), cl), logical(l2.dims(), cl));
         check_geom(&x, &w, self.padding, self.stride)?;
@@ -228,7 +236,7 @@ impl CustomOp2 for Conv2dOp {
         Ok((y, physical(&[g.n, g.c_out, g.out_h(), g.out_w()], cl)))
     }
 
-    fn bwd(
+    fn backward(
         &self,
         x: &Tensor,
         w: &Tensor,
@@ -260,45 +268,16 @@ impl CustomOp2 for Conv2dOp {
     }
 }
 
-impl CustomOp2 for Conv2dBackwardData {
-    fn name(&self) -> &'static str {
-        "octet-conv2d-bwd-data"
-    }
+custom_op!(CustomOp2 for Conv2dBackwardData, "octet-conv2d-bwd-data", (s1, l1, s2, l2));
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (dy, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let x_shape = Shape::from(logical(self.x_shape.dims(), self.conv.channels_last));
-        let dx = in_nchw(&dy, &w, self.conv.channels_last, |dy, w| {
-            reference_grad_x(dy, w, &x_shape, self.conv.padding, self.conv.stride)
-        })?;
-        Ok((cpu::storage(&dx)?, self.x_shape.clone()))
+impl Conv2dBackwardData {
+    fn cpu(&self, ops: CpuArgs<2>) -> Result<(CpuStorage, Shape)> {
+        cpu_backward(&self.conv, ops, &self.x_shape, reference_grad_x)
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let cl = self.conv.channels_last;
-        let (x, w) = (logical(self.x_shape.dims(), cl), logical(l2.dims(), cl));
-        check_geom(&x, &w, self.conv.padding, self.conv.stride)?;
-        let (oh, ow) = cuda::out_hw(&x, &w, self.conv.padding, self.conv.stride);
-        if logical(l1.dims(), cl) != [x[0], w[0], oh, ow] {
-            bail!(
-                "conv2d backward: output gradient {:?} does not match",
-                l1.dims()
-            )
-        }
-        let g = cuda::geom(&x, &w, self.conv.padding, self.conv.stride);
+    fn cuda(&self, [(s1, l1), (s2, l2)]: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
+        let g = cuda::backward_geom(&self.conv, self.x_shape.dims(), l2.dims(), l1.dims())?;
         Ok((
             cuda::run((s2, l2), (s1, l1), g, &self.conv, Direction::BackwardData)?,
             self.x_shape.clone(),
@@ -306,45 +285,16 @@ impl CustomOp2 for Conv2dBackwardData {
     }
 }
 
-impl CustomOp2 for Conv2dBackwardFilter {
-    fn name(&self) -> &'static str {
-        "octet-conv2d-bwd-filter"
-    }
+custom_op!(CustomOp2 for Conv2dBackwardFilter, "octet-conv2d-bwd-filter", (s1, l1, s2, l2));
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (x, dy) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-        let w_shape = Shape::from(logical(self.w_shape.dims(), self.conv.channels_last));
-        let dw = in_nchw(&x, &dy, self.conv.channels_last, |x, dy| {
-            reference_grad_w(x, dy, &w_shape, self.conv.padding, self.conv.stride)
-        })?;
-        Ok((cpu::storage(&dw)?, self.w_shape.clone()))
+impl Conv2dBackwardFilter {
+    fn cpu(&self, ops: CpuArgs<2>) -> Result<(CpuStorage, Shape)> {
+        cpu_backward(&self.conv, ops, &self.w_shape, reference_grad_w)
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let cl = self.conv.channels_last;
-        let (x, w) = (logical(l1.dims(), cl), logical(self.w_shape.dims(), cl));
-        check_geom(&x, &w, self.conv.padding, self.conv.stride)?;
-        let (oh, ow) = cuda::out_hw(&x, &w, self.conv.padding, self.conv.stride);
-        if logical(l2.dims(), cl) != [x[0], w[0], oh, ow] {
-            bail!(
-                "conv2d backward: output gradient {:?} does not match",
-                l2.dims()
-            )
-        }
-        let g = cuda::geom(&x, &w, self.conv.padding, self.conv.stride);
+    fn cuda(&self, [(s1, l1), (s2, l2)]: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
+        let g = cuda::backward_geom(&self.conv, l1.dims(), self.w_shape.dims(), l2.dims())?;
         Ok((
             cuda::run((s1, l1), (s2, l2), g, &self.conv, Direction::BackwardFilter)?,
             self.w_shape.clone(),
@@ -360,15 +310,28 @@ mod cuda {
     use candle_core::{bail, CudaStorage, DType, Layout, Result, WithDType};
     use half::bf16;
 
-    use super::Conv2dOp;
+    use super::{check_geom, logical, Conv2dOp};
     use crate::cudnn::{self, Conv, ConvGeom, Direction};
 
-    pub(super) fn out_hw(
+    /// The geometry of a backward convolution from the shapes (in the op's layout) of the
+    /// input `x`, the weight `w` and the output gradient `dy`, checked to fit together.
+    pub(super) fn backward_geom(
+        op: &Conv2dOp,
         x: &[usize],
         w: &[usize],
-        padding: usize,
-        stride: usize,
-    ) -> (usize, usize) {
+        dy: &[usize],
+    ) -> Result<ConvGeom> {
+        let cl = op.channels_last;
+        let (x, w) = (logical(x, cl), logical(w, cl));
+        check_geom(&x, &w, op.padding, op.stride)?;
+        let (oh, ow) = out_hw(&x, &w, op.padding, op.stride);
+        if logical(dy, cl) != [x[0], w[0], oh, ow] {
+            bail!("conv2d backward: output gradient {dy:?} does not match")
+        }
+        Ok(geom(&x, &w, op.padding, op.stride))
+    }
+
+    fn out_hw(x: &[usize], w: &[usize], padding: usize, stride: usize) -> (usize, usize) {
         (
             (x[2] + 2 * padding - w[2]) / stride + 1,
             (x[3] + 2 * padding - w[3]) / stride + 1,

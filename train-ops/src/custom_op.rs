@@ -3,125 +3,40 @@
 //! names its `bwd`. One definition of the traits' long signatures for every op of the crate.
 
 /// `impl CustomOpN for Type` with `name`, the `cpu` and `cuda` methods of the type and, when
-/// given, its `bwd` method (same arguments as the trait's).
+/// given, its `bwd` method. The operands are named as `(storage, layout)` pairs, the
+/// backward's arguments as the trait's (inputs, output, output gradient):
+/// `custom_op!(CustomOp2 for Op, "name", (s1, l1, s2, l2), bwd(a, b, y, dy) -> Grads2 = f)`.
 macro_rules! custom_op {
-    (CustomOp1 for $ty:ty, $name:literal $(, bwd: $bwd:ident)?) => {
-        impl candle_core::CustomOp1 for $ty {
+    (
+        $trait:ident for $ty:ty, $name:literal, ($($s:ident, $l:ident),+)
+        $(, bwd($($t:ident),+) -> $grads:ident = $bwd:ident)?
+    ) => {
+        impl candle_core::$trait for $ty {
             fn name(&self) -> &'static str {
                 $name
             }
 
             fn cpu_fwd(
                 &self,
-                s: &candle_core::CpuStorage,
-                l: &candle_core::Layout,
+                $($s: &candle_core::CpuStorage, $l: &candle_core::Layout),+
             ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-                self.cpu([(s, l)])
+                self.cpu([$(($s, $l)),+])
             }
 
             #[cfg(feature = "cuda")]
             fn cuda_fwd(
                 &self,
-                s: &candle_core::CudaStorage,
-                l: &candle_core::Layout,
+                $($s: &candle_core::CudaStorage, $l: &candle_core::Layout),+
             ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
-                self.cuda([(s, l)])
+                self.cuda([$(($s, $l)),+])
             }
 
             $(
                 fn bwd(
                     &self,
-                    x: &candle_core::Tensor,
-                    y: &candle_core::Tensor,
-                    dy: &candle_core::Tensor,
-                ) -> candle_core::Result<Option<candle_core::Tensor>> {
-                    self.$bwd(x, y, dy)
-                }
-            )?
-        }
-    };
-    (CustomOp2 for $ty:ty, $name:literal $(, bwd: $bwd:ident)?) => {
-        impl candle_core::CustomOp2 for $ty {
-            fn name(&self) -> &'static str {
-                $name
-            }
-
-            fn cpu_fwd(
-                &self,
-                s1: &candle_core::CpuStorage,
-                l1: &candle_core::Layout,
-                s2: &candle_core::CpuStorage,
-                l2: &candle_core::Layout,
-            ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-                self.cpu([(s1, l1), (s2, l2)])
-            }
-
-            #[cfg(feature = "cuda")]
-            fn cuda_fwd(
-                &self,
-                s1: &candle_core::CudaStorage,
-                l1: &candle_core::Layout,
-                s2: &candle_core::CudaStorage,
-                l2: &candle_core::Layout,
-            ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
-                self.cuda([(s1, l1), (s2, l2)])
-            }
-
-            $(
-                fn bwd(
-                    &self,
-                    a: &candle_core::Tensor,
-                    b: &candle_core::Tensor,
-                    y: &candle_core::Tensor,
-                    dy: &candle_core::Tensor,
-                ) -> candle_core::Result<(Option<candle_core::Tensor>, Option<candle_core::Tensor>)>
-                {
-                    self.$bwd(a, b, y, dy)
-                }
-            )?
-        }
-    };
-    (CustomOp3 for $ty:ty, $name:literal $(, bwd: $bwd:ident)?) => {
-        impl candle_core::CustomOp3 for $ty {
-            fn name(&self) -> &'static str {
-                $name
-            }
-
-            fn cpu_fwd(
-                &self,
-                s1: &candle_core::CpuStorage,
-                l1: &candle_core::Layout,
-                s2: &candle_core::CpuStorage,
-                l2: &candle_core::Layout,
-                s3: &candle_core::CpuStorage,
-                l3: &candle_core::Layout,
-            ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-                self.cpu([(s1, l1), (s2, l2), (s3, l3)])
-            }
-
-            #[cfg(feature = "cuda")]
-            fn cuda_fwd(
-                &self,
-                s1: &candle_core::CudaStorage,
-                l1: &candle_core::Layout,
-                s2: &candle_core::CudaStorage,
-                l2: &candle_core::Layout,
-                s3: &candle_core::CudaStorage,
-                l3: &candle_core::Layout,
-            ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
-                self.cuda([(s1, l1), (s2, l2), (s3, l3)])
-            }
-
-            $(
-                fn bwd(
-                    &self,
-                    a: &candle_core::Tensor,
-                    b: &candle_core::Tensor,
-                    c: &candle_core::Tensor,
-                    y: &candle_core::Tensor,
-                    dy: &candle_core::Tensor,
-                ) -> candle_core::Result<$crate::custom_op::Grads3> {
-                    self.$bwd(a, b, c, y, dy)
+                    $($t: &candle_core::Tensor),+
+                ) -> candle_core::Result<$crate::custom_op::$grads> {
+                    self.$bwd($($t),+)
                 }
             )?
         }
@@ -129,6 +44,12 @@ macro_rules! custom_op {
 }
 
 pub(crate) use custom_op;
+
+/// The input gradient of a one-operand op.
+pub(crate) type Grads1 = Option<candle_core::Tensor>;
+
+/// The input gradients of a two-operand op.
+pub(crate) type Grads2 = (Option<candle_core::Tensor>, Option<candle_core::Tensor>);
 
 /// The input gradients of a three-operand op.
 pub(crate) type Grads3 = (

@@ -4,8 +4,11 @@
 //! `(K, C, R, S)` tensor, so autograd hands the f32 `Var` an f32 gradient in its own layout
 //! and SGD stays as it is.
 
-use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+use candle_core::{bail, CpuStorage, DType, Layout, Result, Shape, Tensor};
 
+#[cfg(feature = "cuda")]
+use crate::custom_op::CudaArgs;
+use crate::custom_op::{custom_op, CpuArgs};
 use crate::{cpu, OpsConfig};
 
 impl OpsConfig {
@@ -58,12 +61,13 @@ fn dims4(l: &Layout, what: &str) -> Result<[usize; 4]> {
     }
 }
 
-impl CustomOp1 for ToChannelsLast {
-    fn name(&self) -> &'static str {
-        "octet-weight-channels-last"
-    }
+custom_op!(
+    CustomOp1 for ToChannelsLast, "octet-weight-channels-last", (s, l),
+    bwd(w, y, dy) -> Grads1 = backward
+);
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+impl ToChannelsLast {
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
         let [k, c, r, q] = dims4(l, "channels-last weight")?;
         let w = cpu::slice::<f32>(s, l)?;
         let mut out = Vec::with_capacity(w.len());
@@ -78,11 +82,7 @@ impl CustomOp1 for ToChannelsLast {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
         let [k, c, r, q] = dims4(l, "channels-last weight")?;
         if self.dtype != DType::BF16 {
             bail!("channels-last weight: the CUDA op writes bf16 (use candle's cast for f32)")
@@ -91,17 +91,15 @@ impl CustomOp1 for ToChannelsLast {
         Ok((y, Shape::from((k, r, q, c))))
     }
 
-    fn bwd(&self, _w: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+    fn backward(&self, _w: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&FromChannelsLast)?))
     }
 }
 
-impl CustomOp1 for FromChannelsLast {
-    fn name(&self) -> &'static str {
-        "octet-weight-channels-last-bwd"
-    }
+custom_op!(CustomOp1 for FromChannelsLast, "octet-weight-channels-last-bwd", (s, l));
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+impl FromChannelsLast {
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
         let [k, r, q, c] = dims4(l, "channels-last weight gradient")?;
         let g = cpu::to_f32(s, l)?;
         let mut out = Vec::with_capacity(g.len());
@@ -116,11 +114,7 @@ impl CustomOp1 for FromChannelsLast {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
         let [k, r, q, c] = dims4(l, "channels-last weight gradient")?;
         let y = cuda::from_krsc(s, l, [k, c, r * q])?;
         Ok((y, Shape::from((k, c, r, q))))

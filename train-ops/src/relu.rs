@@ -3,8 +3,11 @@
 //! activation and a tensor of zeros, for each of a ResNet-18's seventeen ReLUs.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
+#[cfg(feature = "cuda")]
+use crate::custom_op::CudaArgs;
+use crate::custom_op::{custom_op, CpuArgs};
 use crate::{cpu, OpsConfig};
 
 impl OpsConfig {
@@ -130,12 +133,13 @@ static ADD_RELU: Pointwise2 = Pointwise2 {
     grad_from_output: Some(&RELU_OUT_BACKWARD),
 };
 
-impl CustomOp1 for Relu {
-    fn name(&self) -> &'static str {
-        "octet-relu"
-    }
+custom_op!(
+    CustomOp1 for Relu, "octet-relu", (s, l),
+    bwd(x, y, dy) -> Grads1 = backward
+);
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+impl Relu {
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
         let x = cpu::to_f32(s, l)?;
         let y = match s.dtype() {
             // candle's f32 ReLU.
@@ -148,15 +152,11 @@ impl CustomOp1 for Relu {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
         Ok((cuda::launch("relu_fwd", &[(s, l)])?, l.shape().clone()))
     }
 
-    fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+    fn backward(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(x.apply_op2_no_bwd(&dy.contiguous()?, &RELU_BACKWARD)?))
     }
 }

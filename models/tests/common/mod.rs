@@ -32,20 +32,40 @@ pub fn rel_err(a: &Tensor, reference: &Tensor) -> Result<f32> {
 
 /// Bit-for-bit equality of two f32 tensors.
 pub fn same_bits(a: &Tensor, b: &Tensor) -> Result<bool> {
-    let a: Vec<u32> = a
-        .flatten_all()?
-        .to_vec1::<f32>()?
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    let b: Vec<u32> = b
-        .flatten_all()?
-        .to_vec1::<f32>()?
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    Ok(a == b)
+    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.flatten_all()?
+            .to_vec1::<f32>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect())
+    };
+    Ok(bits(a)? == bits(b)?)
 }
+
+/// Convolution cases `(n, c_in, c_out, size, kernel, stride, padding)` of the NCHW tests:
+/// the CPU tests take the first five, the GPU tests all.
+pub const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 8] = [
+    (1, 3, 5, 7, 3, 1, 1),
+    (2, 4, 6, 8, 3, 2, 1),
+    (3, 5, 3, 9, 1, 2, 0),
+    (2, 3, 4, 10, 5, 1, 0),
+    (4, 1, 2, 6, 5, 1, 1),
+    (8, 7, 9, 11, 3, 2, 0),
+    (5, 16, 8, 8, 1, 1, 0),
+    (8, 32, 64, 16, 3, 1, 1),
+];
+
+/// Batch-norm shapes `(n, c, h, w)` of the NCHW tests: the CPU tests take the first five, the
+/// GPU tests all (one value a channel, and ResNet-18's first layer at batch 16).
+pub const BN_CASES: [(usize, usize, usize, usize); 7] = [
+    (1, 3, 5, 5),
+    (2, 7, 4, 4),
+    (8, 16, 6, 6),
+    (4, 5, 1, 1),
+    (3, 2, 3, 7),
+    (1, 1, 1, 1),
+    (16, 64, 32, 32),
+];
 
 /// A fresh variable holding `t` on `dev`.
 pub fn var_on(t: &Tensor, dev: &Device) -> Result<Var> {
@@ -239,4 +259,30 @@ pub fn gpu() -> (std::sync::MutexGuard<'static, ()>, Device) {
         panic!("this test needs a CUDA GPU and a build with --features cuda: {e}")
     });
     (lock, dev)
+}
+
+/// A network's logits and, per named tensor, its gradient (a buffer: its updated value) on
+/// the CPU: one training step of `kind` built as `cfg` (seed 42, 3 input channels, 10
+/// classes) on `dev`, loss cross-entropy. Gradients of f32 weights are f32 in every format.
+pub fn train_step(
+    kind: octet_models::ModelKind,
+    cfg: &octet_models::NetworkConfig,
+    (x, labels): (&Tensor, &Tensor),
+    dev: &Device,
+) -> Result<(Tensor, Vec<(String, Tensor)>)> {
+    let m =
+        octet_models::build_with(kind, 3, 10, 42, dev, cfg).map_err(candle_core::Error::wrap)?;
+    let logits = m.forward(&x.to_device(dev)?, true)?;
+    let loss = candle_nn::loss::cross_entropy(&logits, &labels.to_device(dev)?)?;
+    let grads = loss.backward()?;
+    let mut out = Vec::new();
+    for p in m.params().iter() {
+        let t = match grads.get(p.var.as_tensor()) {
+            Some(g) => g.clone(),
+            None => p.var.as_tensor().clone(), // buffers: the updated running statistics
+        };
+        assert_eq!(t.dtype(), candle_core::DType::F32, "{}", p.name);
+        out.push((p.name.clone(), t.to_device(&Device::Cpu)?));
+    }
+    Ok((logits.to_device(&Device::Cpu)?, out))
 }

@@ -230,6 +230,17 @@ impl Plan {
     }
 }
 
+/// The geometry, `x` and `dy` of a backward op, checked to be of one shape.
+fn backward_inputs<'a>(
+    (xs, xl): (&'a CudaStorage, &'a Layout),
+    (ds, dl): (&'a CudaStorage, &'a Layout),
+    layout: BnLayout,
+) -> Result<(Geom, Act<'a>, Act<'a>)> {
+    let g = Geom::of(xl, layout)?;
+    check_same(xl, dl)?;
+    Ok((g, Act::of(xs, xl, layout)?, Act::of(ds, dl, layout)?))
+}
+
 fn check_same(l1: &Layout, l2: &Layout) -> Result<()> {
     if l1.dims() != l2.dims() {
         bail!(
@@ -390,8 +401,7 @@ pub(super) fn bwd_reduce(
     op: &BwdReduce,
 ) -> Result<CudaStorage> {
     let dev = &s1.device;
-    let g = Geom::of(l1, op.layout)?;
-    check_same(l1, l2)?;
+    let (g, x, dy) = backward_inputs((s1, l1), (s2, l2), op.layout)?;
     // The NCHW kernels take no output (no fused ReLU).
     let with_y = op.layout == BnLayout::ChannelsLast;
     if with_y {
@@ -399,7 +409,6 @@ pub(super) fn bwd_reduce(
     }
     let layouts: &[&Layout] = if with_y { &[l1, l2, l3] } else { &[l1, l2] };
     let plan = Plan::new(&g, layouts, op.relu)?;
-    let (x, dy) = (Act::of(s1, l1, op.layout)?, Act::of(s2, l2, op.layout)?);
     let y = if with_y {
         Some(Act::of(s3, l3, op.layout)?)
     } else {
@@ -419,13 +428,8 @@ pub(super) fn bwd_dx(
     op: &BwdDx,
 ) -> Result<CudaStorage> {
     let dev = &s1.device;
-    let g = Geom::of(l1, op.layout)?;
-    check_same(l1, l2)?;
-    let (x, dy, sums) = (
-        Act::of(s1, l1, op.layout)?,
-        Act::of(s2, l2, op.layout)?,
-        view_f32(s3, l3)?,
-    );
+    let (g, x, dy) = backward_inputs((s1, l1), (s2, l2), op.layout)?;
+    let sums = view_f32(s3, l3)?;
     // SAFETY: the kernel writes every element.
     let mut dx = unsafe { ActOut::alloc(dev, op.layout, l1.shape().elem_count())? };
     // The NCHW kernels take no output (no fused ReLU).
@@ -442,7 +446,7 @@ pub(super) fn bwd_dx(
         None => None,
     };
     let layouts: &[&Layout] = match &y {
-        Some((_, yl)) => &[l1, l2, yl],
+        Some((_, yl)) => &[l1, l2, *yl],
         None => &[l1, l2],
     };
     let plan = Plan::new(&g, layouts, op.relu)?;

@@ -115,7 +115,7 @@ fn masked(dy: Vec<f32>, y: Option<Vec<f32>>) -> Vec<f32> {
     }
 }
 
-custom_op!(CustomOp1 for Stats, "octet-bn-stats");
+custom_op!(CustomOp1 for Stats, "octet-bn-stats", (s, l));
 
 impl Stats {
     fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
@@ -181,7 +181,10 @@ impl InplaceOp2 for RunningUpdate {
     }
 }
 
-custom_op!(CustomOp3 for Apply, "octet-bn-apply", bwd: backward);
+custom_op!(
+    CustomOp3 for Apply, "octet-bn-apply", (s1, l1, s2, l2, s3, l3),
+    bwd(x, gamma, beta, y, dy) -> Grads3 = backward
+);
 
 impl Apply {
     fn cpu(&self, [(s1, l1), (s2, l2), (s3, l3)]: CpuArgs<3>) -> Result<(CpuStorage, Shape)> {
@@ -246,7 +249,7 @@ impl Apply {
     }
 }
 
-custom_op!(CustomOp3 for BwdReduce, "octet-bn-bwd-reduce");
+custom_op!(CustomOp3 for BwdReduce, "octet-bn-bwd-reduce", (s1, l1, s2, l2, s3, l3));
 
 impl BwdReduce {
     fn cpu(&self, [(s1, l1), (s2, l2), (s3, l3)]: CpuArgs<3>) -> Result<(CpuStorage, Shape)> {
@@ -277,7 +280,7 @@ impl BwdReduce {
     }
 }
 
-custom_op!(CustomOp3 for BwdDx, "octet-bn-bwd-dx");
+custom_op!(CustomOp3 for BwdDx, "octet-bn-bwd-dx", (s1, l1, s2, l2, s3, l3));
 
 impl BwdDx {
     fn cpu(&self, [(s1, l1), (s2, l2), (s3, l3)]: CpuArgs<3>) -> Result<(CpuStorage, Shape)> {
