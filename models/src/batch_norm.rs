@@ -93,7 +93,7 @@ mod tests {
     fn train_mode_normalises_and_updates_running_stats() -> crate::Result<()> {
         let dev = Device::Cpu;
         let mut init = crate::init::Init::new(0);
-        let mut b = LayerBuilder::new(&dev, &mut init, OpsConfig::default());
+        let mut b = LayerBuilder::new(&dev, &mut init, &crate::NetworkConfig::default());
         let bn = BatchNorm2d::new(&mut b, "bn", 2)?;
         let params = &b.params;
         // channel 0: values 1..=8, channel 1: constant 3

@@ -6,29 +6,31 @@
 use candle_core::Device;
 
 use crate::init::Init;
-use crate::{NetworkConfig, NetworkParts, OpsConfig, Params};
+use crate::{Activations, NetworkConfig, NetworkParts, OpsConfig, Params};
 
 pub(crate) struct LayerBuilder<'a> {
     pub params: Params,
     pub init: &'a mut Init,
     pub ops: OpsConfig,
+    activations: Activations,
 }
 
 impl<'a> LayerBuilder<'a> {
-    pub(crate) fn new(dev: &Device, init: &'a mut Init, ops: OpsConfig) -> Self {
+    pub(crate) fn new(dev: &Device, init: &'a mut Init, cfg: &NetworkConfig) -> Self {
         Self {
             params: Params::new(dev),
             init,
-            ops,
+            ops: cfg.ops,
+            activations: cfg.activations,
         }
     }
 
     /// The built network's named tensors and settings.
-    pub(crate) fn finish(self, cfg: &NetworkConfig) -> NetworkParts {
+    pub(crate) fn finish(self) -> NetworkParts {
         NetworkParts {
             params: self.params,
-            activations: cfg.activations,
-            ops: cfg.ops,
+            activations: self.activations,
+            ops: self.ops,
         }
     }
 }

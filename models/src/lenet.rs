@@ -1,11 +1,10 @@
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Result, Tensor};
 
 use octet_train_ops::permute::{nchw, nhwc};
 
 use crate::activations::nchw_f32;
 use crate::builder::LayerBuilder;
-use crate::init::Init;
-use crate::{Conv2d, Conv2dConfig, Linear, Network, NetworkConfig, NetworkParts};
+use crate::{Conv2d, Conv2dConfig, Linear, Network, NetworkParts};
 
 /// The lab's LeNet-style CNN for 32×32 inputs: conv 5×5→6, max-pool 2, conv 5×5→16,
 /// max-pool 2, fc 400→120→84→classes, ReLU between.
@@ -19,14 +18,12 @@ pub struct LeNet {
 }
 
 impl LeNet {
+    /// The network for `in_channels`-channel images and `classes` classes.
     pub(crate) fn new(
+        mut builder: LayerBuilder,
         in_channels: usize,
         classes: usize,
-        init: &mut Init,
-        dev: &Device,
-        cfg: &NetworkConfig,
     ) -> crate::Result<Self> {
-        let mut builder = LayerBuilder::new(dev, init, cfg.ops);
         let b = &mut builder;
         let conv = Conv2dConfig::default();
         let conv1 = Conv2d::new(b, "conv1", (in_channels, 6), 5, conv)?;
@@ -40,7 +37,7 @@ impl LeNet {
             fc1,
             fc2,
             fc3,
-            parts: builder.finish(cfg),
+            parts: builder.finish(),
         })
     }
 }

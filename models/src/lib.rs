@@ -107,10 +107,9 @@ pub fn build_with(
         }
     }
     let mut init = init::Init::new(seed);
+    let b = builder::LayerBuilder::new(device, &mut init, cfg);
     Ok(match kind {
-        ModelKind::LeNet => Box::new(LeNet::new(in_channels, classes, &mut init, device, cfg)?),
-        ModelKind::ResNet18 => {
-            Box::new(ResNet18::new(in_channels, classes, &mut init, device, cfg)?)
-        }
+        ModelKind::LeNet => Box::new(LeNet::new(b, in_channels, classes)?),
+        ModelKind::ResNet18 => Box::new(ResNet18::new(b, in_channels, classes)?),
     })
 }

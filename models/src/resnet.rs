@@ -1,11 +1,8 @@
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Result, Tensor};
 
 use crate::activations::nchw_f32;
 use crate::builder::LayerBuilder;
-use crate::init::Init;
-use crate::{
-    BatchNorm2d, Conv2d, Conv2dConfig, Linear, Network, NetworkConfig, NetworkParts, OpsConfig,
-};
+use crate::{BatchNorm2d, Conv2d, Conv2dConfig, Linear, Network, NetworkParts, OpsConfig};
 
 /// Two 3×3 convolutions with batch norm and an identity or 1×1-conv shortcut.
 struct BasicBlock {
@@ -96,14 +93,12 @@ pub struct ResNet18 {
 }
 
 impl ResNet18 {
+    /// The network for `in_channels`-channel images and `classes` classes.
     pub(crate) fn new(
+        mut builder: LayerBuilder,
         in_channels: usize,
         classes: usize,
-        init: &mut Init,
-        dev: &Device,
-        cfg: &NetworkConfig,
     ) -> crate::Result<Self> {
-        let mut builder = LayerBuilder::new(dev, init, cfg.ops);
         let b = &mut builder;
         let stem = Conv2dConfig {
             stride: 1,
@@ -130,7 +125,7 @@ impl ResNet18 {
             bn1,
             blocks,
             linear,
-            parts: builder.finish(cfg),
+            parts: builder.finish(),
         })
     }
 }

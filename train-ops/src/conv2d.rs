@@ -16,18 +16,8 @@ use crate::{cpu, OpsConfig};
 impl OpsConfig {
     /// `x.conv2d(weight, padding, stride, 1, 1)`, through cuDNN (forward and backward) for
     /// f32 and bf16 tensors on a CUDA device and through candle's own op everywhere else.
-    pub fn conv2d(
-        &self,
-        x: &Tensor,
-        weight: &Tensor,
-        padding: usize,
-        stride: usize,
-    ) -> Result<Tensor> {
-        let op = self.conv_op(padding, stride, false);
-        if self.uses_cudnn(x, weight) {
-            return x.contiguous()?.apply_op2(&weight.contiguous()?, op);
-        }
-        x.conv2d(weight, padding, stride, 1, 1)
+    pub fn conv2d(&self, x: &Tensor, w: &Tensor, padding: usize, stride: usize) -> Result<Tensor> {
+        self.conv_in(x, w, self.conv_op(padding, stride, false))
     }
 
     /// The convolution of a channels-last input `x` `(n, h, w, c)` with a `(k, kh, kw, c)`
@@ -37,15 +27,21 @@ impl OpsConfig {
     pub fn conv2d_channels_last(
         &self,
         x: &Tensor,
-        weight: &Tensor,
+        w: &Tensor,
         padding: usize,
         stride: usize,
     ) -> Result<Tensor> {
-        let op = self.conv_op(padding, stride, true);
-        if self.uses_cudnn(x, weight) {
-            return x.contiguous()?.apply_op2(&weight.contiguous()?, op);
+        self.conv_in(x, w, self.conv_op(padding, stride, true))
+    }
+
+    /// `op` through cuDNN where it applies, else candle's conv2d in the op's layout.
+    fn conv_in(&self, x: &Tensor, w: &Tensor, op: Conv2dOp) -> Result<Tensor> {
+        if self.uses_cudnn(x, w) {
+            return x.contiguous()?.apply_op2(&w.contiguous()?, op);
         }
-        in_nchw(x, weight, true, |x, w| x.conv2d(w, padding, stride, 1, 1))
+        in_nchw(x, w, op.channels_last, |x, w| {
+            x.conv2d(w, op.padding, op.stride, 1, 1)
+        })
     }
 
     fn conv_op(&self, padding: usize, stride: usize, channels_last: bool) -> Conv2dOp {

@@ -230,17 +230,6 @@ impl Plan {
     }
 }
 
-/// The geometry, `x` and `dy` of a backward op, checked to be of one shape.
-fn backward_inputs<'a>(
-    (xs, xl): (&'a CudaStorage, &'a Layout),
-    (ds, dl): (&'a CudaStorage, &'a Layout),
-    layout: BnLayout,
-) -> Result<(Geom, Act<'a>, Act<'a>)> {
-    let g = Geom::of(xl, layout)?;
-    check_same(xl, dl)?;
-    Ok((g, Act::of(xs, xl, layout)?, Act::of(ds, dl, layout)?))
-}
-
 fn check_same(l1: &Layout, l2: &Layout) -> Result<()> {
     if l1.dims() != l2.dims() {
         bail!(
@@ -396,81 +385,100 @@ pub(super) fn apply(
 }
 
 /// `(x, dy, y) → (2, c)` sums.
-pub(super) fn bwd_reduce(
-    [(s1, l1), (s2, l2), (s3, l3)]: CudaArgs<3>,
-    op: &BwdReduce,
-) -> Result<CudaStorage> {
-    let dev = &s1.device;
-    let (g, x, dy) = backward_inputs((s1, l1), (s2, l2), op.layout)?;
-    // The NCHW kernels take no output (no fused ReLU).
-    let with_y = op.layout == BnLayout::ChannelsLast;
-    if with_y {
-        check_same(l1, l3)?;
-    }
-    let layouts: &[&Layout] = if with_y { &[l1, l2, l3] } else { &[l1, l2] };
-    let plan = Plan::new(&g, layouts, op.relu)?;
-    let y = if with_y {
-        Some(Act::of(s3, l3, op.layout)?)
-    } else {
-        None
-    };
-    let mut inputs = vec![&x, &dy];
-    inputs.extend(&y);
+pub(super) fn bwd_reduce([x, dy, y]: CudaArgs<3>, op: &BwdReduce) -> Result<CudaStorage> {
+    let b = BackwardIn::new([x, dy], Some(y), op.layout, op.relu)?;
     let out = with_held(&op.stats, |st| {
-        reduce(dev, &plan, &BWD_SUMS, &inputs, Some(&st), Some(&op.eps))
+        reduce(
+            b.dev,
+            &b.plan,
+            &BWD_SUMS,
+            &b.inputs(),
+            Some(&st),
+            Some(&op.eps),
+        )
     })?;
-    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+    Ok(CudaStorage::wrap_cuda_slice(out, b.dev.clone()))
 }
 
 /// `(x, dy, sums) → dx`, the op's held output `y` for the channels-last ReLU mask.
-pub(super) fn bwd_dx(
-    [(s1, l1), (s2, l2), (s3, l3)]: CudaArgs<3>,
-    op: &BwdDx,
-) -> Result<CudaStorage> {
-    let dev = &s1.device;
-    let (g, x, dy) = backward_inputs((s1, l1), (s2, l2), op.layout)?;
-    let sums = view_f32(s3, l3)?;
-    // SAFETY: the kernel writes every element.
-    let mut dx = unsafe { ActOut::alloc(dev, op.layout, l1.shape().elem_count())? };
-    // The NCHW kernels take no output (no fused ReLU).
-    let with_y = op.layout == BnLayout::ChannelsLast;
-    let held = with_y.then(|| op.y.storage_and_layout());
+pub(super) fn bwd_dx([x, dy, (s3, l3)]: CudaArgs<3>, op: &BwdDx) -> Result<CudaStorage> {
+    let held = (op.layout == BnLayout::ChannelsLast).then(|| op.y.storage_and_layout());
     let y = match &held {
         Some((ys, yl)) => {
             let candle_core::Storage::Cuda(ys) = &**ys else {
                 bail!("batch norm: held output is not on a CUDA device")
             };
-            check_same(l1, yl)?;
-            Some((Act::of(ys, yl, op.layout)?, *yl))
+            Some((ys, *yl))
         }
         None => None,
     };
-    let layouts: &[&Layout] = match &y {
-        Some((_, yl)) => &[l1, l2, *yl],
-        None => &[l1, l2],
-    };
-    let plan = Plan::new(&g, layouts, op.relu)?;
-    let m = g.m as f32;
+    let b = BackwardIn::new([x, dy], y, op.layout, op.relu)?;
+    let sums = view_f32(s3, l3)?;
+    // SAFETY: the kernel writes every element.
+    let mut dx = unsafe { ActOut::alloc(b.dev, op.layout, x.1.shape().elem_count())? };
+    let m = b.geom.m as f32;
     with_held(&op.stats, |st| {
         with_held(&op.gamma, |gamma| {
-            let (stream, f) = plan.func(dev, "bwd_dx")?;
-            let mut b = stream.launch_builder(&f);
-            x.push(&mut b);
-            dy.push(&mut b);
-            if let Some((y, _)) = &y {
-                y.push(&mut b);
+            let (stream, f) = b.plan.func(b.dev, "bwd_dx")?;
+            let mut l = stream.launch_builder(&f);
+            for a in b.inputs() {
+                a.push(&mut l);
             }
-            b.arg(&st).arg(&gamma).arg(&sums);
-            dx.push(&mut b);
-            plan.push_elementwise(&mut b);
-            b.arg(&m).arg(&op.eps);
-            plan.push_flags(&mut b, true);
+            l.arg(&st).arg(&gamma).arg(&sums);
+            dx.push(&mut l);
+            b.plan.push_elementwise(&mut l);
+            l.arg(&m).arg(&op.eps);
+            b.plan.push_flags(&mut l, true);
             // SAFETY: argument types and counts match bn_bwd_dx (x, dy, stats, gamma, sums,
             // dx, c, hw, total, m, eps, vec) and cl_bwd_dx (x, dy, y, stats, gamma, sums, dx,
             // c, items, m, eps, relu, vec).
-            unsafe { b.launch(launch::elementwise(plan.items))? };
+            unsafe { l.launch(launch::elementwise(b.plan.items))? };
             Ok(())
         })
     })?;
-    Ok(dx.storage(dev))
+    Ok(dx.storage(b.dev))
+}
+
+/// What both backward kernels read: `x`, `dy` and, channels-last, the output `y` for the
+/// fused ReLU's mask (the NCHW kernels have no ReLU), checked to be of one shape, and the
+/// launch plan over them.
+struct BackwardIn<'a> {
+    dev: &'a CudaDevice,
+    geom: Geom,
+    plan: Plan,
+    x: Act<'a>,
+    dy: Act<'a>,
+    y: Option<Act<'a>>,
+}
+
+impl<'a> BackwardIn<'a> {
+    fn new(
+        [(xs, xl), (ds, dl)]: CudaArgs<'a, 2>,
+        y: Option<(&'a CudaStorage, &'a Layout)>,
+        layout: BnLayout,
+        relu: bool,
+    ) -> Result<Self> {
+        let geom = Geom::of(xl, layout)?;
+        check_same(xl, dl)?;
+        let y = y.filter(|_| layout == BnLayout::ChannelsLast);
+        let mut layouts = vec![xl, dl];
+        if let Some((_, yl)) = y {
+            check_same(xl, yl)?;
+            layouts.push(yl);
+        }
+        let plan = Plan::new(&geom, &layouts, relu)?;
+        Ok(Self {
+            dev: &xs.device,
+            geom,
+            plan,
+            x: Act::of(xs, xl, layout)?,
+            dy: Act::of(ds, dl, layout)?,
+            y: y.map(|(s, l)| Act::of(s, l, layout)).transpose()?,
+        })
+    }
+
+    /// The activation operands in the kernels' order: `x`, `dy`, then `y` if read.
+    fn inputs(&self) -> Vec<&Act<'a>> {
+        [&self.x, &self.dy].into_iter().chain(&self.y).collect()
+    }
 }
