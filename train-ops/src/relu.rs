@@ -233,11 +233,14 @@ fn check(name: &str, a: (DType, &Layout), b: (DType, &Layout)) -> Result<()> {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{
+        CudaView, DeviceRepr, PushKernelArg, ValidAsZeroBits,
+    };
+    use candle_core::cuda_backend::CudaDType;
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
     use half::bf16;
 
-    use crate::kernels::{self, CHANNELS_LAST, NCHW};
+    use crate::kernels::{self, KernelModule, CHANNELS_LAST, NCHW};
     use crate::launch;
 
     /// Runs the element-wise kernel `name` (f32) or `name_bf16` over equal-length contiguous
@@ -245,9 +248,11 @@ mod cuda {
     pub(super) fn launch(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
         let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype()).collect();
         match dtypes.as_slice() {
-            [DType::F32, ..] if dtypes.iter().all(|&d| d == DType::F32) => launch_f32(name, inputs),
+            [DType::F32, ..] if dtypes.iter().all(|&d| d == DType::F32) => {
+                launch_as::<f32>(name, inputs)
+            }
             [DType::BF16, ..] if dtypes.iter().all(|&d| d == DType::BF16) => {
-                launch_bf16(&format!("{name}_bf16"), inputs)
+                launch_as::<bf16>(&format!("{name}_bf16"), inputs)
             }
             d => bail!("relu: supported on CUDA for f32 or bf16 tensors, got {d:?}"),
         }
@@ -271,45 +276,68 @@ mod cuda {
         Ok((views, n, vec))
     }
 
-    /// bf16: 8-value (16-byte) loads when every operand starts on a whole vector.
-    fn launch_bf16(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
-        let dev = &inputs[0].0.device;
-        let (views, n, vec) = views::<bf16>(inputs, 8)?;
-        let items = if vec { n / 8 } else { n };
-        // SAFETY: the kernel writes every element.
-        let mut y = unsafe { dev.alloc::<bf16>(n.max(1))? };
-        let (items_i, vflag) = (items as i64, vec as i32);
-        let (stream, f) = CHANNELS_LAST.func(dev, name)?;
-        let mut b = stream.launch_builder(&f);
-        for v in &views {
-            b.arg(v);
-        }
-        b.arg(&mut y).arg(&items_i).arg(&vflag);
-        // SAFETY: argument types and counts match relu_fwd_bf16 (x, y, items, vec) and
-        // relu_bwd_bf16 (x, dy, dx, items, vec).
-        unsafe { b.launch(launch::elementwise(items))? };
-        Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+    /// What differs between the f32 and bf16 element-wise kernels.
+    trait Elem: CudaDType + DeviceRepr + ValidAsZeroBits {
+        /// Values per vector load: 4 (float4) or 8 (16 bytes of bf16).
+        const WIDTH: usize;
+        /// The kernels' item count: i32 (f32) or i64 (bf16).
+        type Count: DeviceRepr;
+        fn module() -> &'static KernelModule;
+        fn count(items: usize) -> Self::Count;
+        /// Refuses lengths the kernels' index math cannot hold.
+        fn check(n: usize) -> Result<()>;
     }
 
-    /// f32: float4 loads when every operand is 16-byte aligned and the length allows.
-    fn launch_f32(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
-        let dev = &inputs[0].0.device;
-        let (views, n, vec) = views::<f32>(inputs, 4)?;
-        if n > i32::MAX as usize {
-            bail!("relu: {n} elements (supported: up to {})", i32::MAX)
+    impl Elem for f32 {
+        const WIDTH: usize = 4;
+        type Count = i32;
+        fn module() -> &'static KernelModule {
+            &NCHW
         }
-        let items = if vec { n / 4 } else { n };
+        fn count(items: usize) -> i32 {
+            items as i32
+        }
+        fn check(n: usize) -> Result<()> {
+            if n > i32::MAX as usize {
+                bail!("relu: {n} elements (supported: up to {})", i32::MAX)
+            }
+            Ok(())
+        }
+    }
+
+    impl Elem for bf16 {
+        const WIDTH: usize = 8;
+        type Count = i64;
+        fn module() -> &'static KernelModule {
+            &CHANNELS_LAST
+        }
+        fn count(items: usize) -> i64 {
+            items as i64
+        }
+        fn check(_: usize) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The element-wise kernel `name` over `inputs` of `T`, with vector loads when every
+    /// operand starts on a whole vector and the length allows.
+    fn launch_as<T: Elem>(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
+        let dev = &inputs[0].0.device;
+        let (views, n, vec) = views::<T>(inputs, T::WIDTH)?;
+        T::check(n)?;
+        let items = if vec { n / T::WIDTH } else { n };
         // SAFETY: the kernel writes every element.
-        let mut y = unsafe { dev.alloc::<f32>(n.max(1))? };
-        let (items_i, vflag) = (items as i32, vec as i32);
-        let (stream, f) = NCHW.func(dev, name)?;
+        let mut y = unsafe { dev.alloc::<T>(n.max(1))? };
+        let (items_i, vflag) = (T::count(items), vec as i32);
+        let (stream, f) = T::module().func(dev, name)?;
         let mut b = stream.launch_builder(&f);
         for v in &views {
             b.arg(v);
         }
         b.arg(&mut y).arg(&items_i).arg(&vflag);
-        // SAFETY: argument types and counts match relu_fwd (x, y, n, vec) and relu_bwd
-        // (x, dy, dx, n, vec).
+        // SAFETY: argument types and counts match relu_fwd (x, y, n, vec), relu_bwd (x, dy,
+        // dx, n, vec) and their bf16 versions (items an i64), add_bf16, add_relu_bf16 and
+        // relu_out_bwd_bf16 (a, b, out, items, vec).
         unsafe { b.launch(launch::elementwise(items))? };
         Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
     }
