@@ -18,15 +18,11 @@ pub struct LeNet {
 }
 
 impl LeNet {
-    /// The network for `in_channels`-channel images and `classes` classes.
-    pub(crate) fn new(
-        mut builder: LayerBuilder,
-        in_channels: usize,
-        classes: usize,
-    ) -> crate::Result<Self> {
-        let b = &mut builder;
+    /// The network for `cin`-channel images and `classes` classes.
+    pub(crate) fn new(mut lb: LayerBuilder, cin: usize, classes: usize) -> crate::Result<Self> {
+        let b = &mut lb;
         let conv = Conv2dConfig::default();
-        let conv1 = Conv2d::new(b, "conv1", (in_channels, 6), 5, conv)?;
+        let conv1 = Conv2d::new(b, "conv1", (cin, 6), 5, conv)?;
         let conv2 = Conv2d::new(b, "conv2", (6, 16), 5, conv)?;
         let fc1 = Linear::new(b, "fc1", 400, 120)?;
         let fc2 = Linear::new(b, "fc2", 120, 84)?;
@@ -37,7 +33,7 @@ impl LeNet {
             fc1,
             fc2,
             fc3,
-            parts: builder.finish(),
+            parts: lb.finish(),
         })
     }
 }

@@ -93,19 +93,15 @@ pub struct ResNet18 {
 }
 
 impl ResNet18 {
-    /// The network for `in_channels`-channel images and `classes` classes.
-    pub(crate) fn new(
-        mut builder: LayerBuilder,
-        in_channels: usize,
-        classes: usize,
-    ) -> crate::Result<Self> {
-        let b = &mut builder;
+    /// The network for `cin`-channel images and `classes` classes.
+    pub(crate) fn new(mut lb: LayerBuilder, cin: usize, classes: usize) -> crate::Result<Self> {
+        let b = &mut lb;
         let stem = Conv2dConfig {
             stride: 1,
             padding: 1,
             bias: false,
         };
-        let conv1 = Conv2d::new(b, "conv1", (in_channels, 64), 3, stem)?;
+        let conv1 = Conv2d::new(b, "conv1", (cin, 64), 3, stem)?;
         let bn1 = BatchNorm2d::new(b, "bn1", 64)?;
         let mut blocks = Vec::new();
         let mut cin = 64;
@@ -125,7 +121,7 @@ impl ResNet18 {
             bn1,
             blocks,
             linear,
-            parts: builder.finish(),
+            parts: lb.finish(),
         })
     }
 }
