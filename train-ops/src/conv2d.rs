@@ -272,12 +272,8 @@ impl Conv2dBackwardData {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda(&self, [(s1, l1), (s2, l2)]: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
-        let g = cuda::backward_geom(&self.conv, self.x_shape.dims(), l2.dims(), l1.dims())?;
-        Ok((
-            cuda::run((s2, l2), (s1, l1), g, &self.conv, Direction::BackwardData)?,
-            self.x_shape.clone(),
-        ))
+    fn cuda(&self, ops: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
+        cuda::backward(&self.conv, ops, &self.x_shape, Direction::BackwardData)
     }
 }
 
@@ -289,12 +285,8 @@ impl Conv2dBackwardFilter {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda(&self, [(s1, l1), (s2, l2)]: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
-        let g = cuda::backward_geom(&self.conv, l1.dims(), self.w_shape.dims(), l2.dims())?;
-        Ok((
-            cuda::run((s1, l1), (s2, l2), g, &self.conv, Direction::BackwardFilter)?,
-            self.w_shape.clone(),
-        ))
+    fn cuda(&self, ops: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
+        cuda::backward(&self.conv, ops, &self.w_shape, Direction::BackwardFilter)
     }
 }
 
@@ -303,20 +295,39 @@ mod cuda {
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr};
     use candle_core::cuda_backend::CudaDType;
-    use candle_core::{bail, CudaStorage, DType, Layout, Result, WithDType};
+    use candle_core::{bail, CudaStorage, DType, Layout, Result, Shape, WithDType};
     use half::bf16;
 
     use super::{check_geom, logical, Conv2dOp};
     use crate::cudnn::{self, Conv, ConvGeom, Direction};
+    use crate::custom_op::CudaArgs;
+
+    /// A backward op: the convolution `dir` of the op's operands (backward-data `(dy, w)`,
+    /// backward-filter `(x, dy)`), giving the gradient of `shape` (in the op's layout).
+    pub(super) fn backward(
+        op: &Conv2dOp,
+        [(s1, l1), (s2, l2)]: CudaArgs<2>,
+        shape: &Shape,
+        dir: Direction,
+    ) -> Result<(CudaStorage, Shape)> {
+        let (g, a, b) = match dir {
+            Direction::BackwardData => (
+                backward_geom(op, shape.dims(), l2.dims(), l1.dims())?,
+                (s2, l2),
+                (s1, l1),
+            ),
+            _ => (
+                backward_geom(op, l1.dims(), shape.dims(), l2.dims())?,
+                (s1, l1),
+                (s2, l2),
+            ),
+        };
+        Ok((run(a, b, g, op, dir)?, shape.clone()))
+    }
 
     /// The geometry of a backward convolution from the shapes (in the op's layout) of the
     /// input `x`, the weight `w` and the output gradient `dy`, checked to fit together.
-    pub(super) fn backward_geom(
-        op: &Conv2dOp,
-        x: &[usize],
-        w: &[usize],
-        dy: &[usize],
-    ) -> Result<ConvGeom> {
+    fn backward_geom(op: &Conv2dOp, x: &[usize], w: &[usize], dy: &[usize]) -> Result<ConvGeom> {
         let cl = op.channels_last;
         let (x, w) = (logical(x, cl), logical(w, cl));
         check_geom(&x, &w, op.padding, op.stride)?;
