@@ -23,10 +23,10 @@ mod custom_op;
 pub mod kernels;
 #[cfg(feature = "cuda")]
 mod launch;
-mod layout;
 pub mod permute;
-mod relu;
+mod pointwise;
 mod stats_sync;
+mod weight_layout;
 
 pub use batch_norm::{
     batch_norm_train_fused, batch_norm_train_reference, batch_norm_train_synced, BnConfig,
@@ -34,6 +34,6 @@ pub use batch_norm::{
 };
 pub use config::OpsConfig;
 pub use conv2d::{Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp};
-pub use layout::weight_channels_last_fused;
-pub use relu::{add_fused, add_relu_fused, grad_sum, relu_fused};
+pub use pointwise::{add_fused, add_relu_fused, grad_sum, relu_fused};
 pub use stats_sync::StatsSync;
+pub use weight_layout::weight_channels_last_fused;

@@ -1,6 +1,8 @@
-//! ReLU whose backward is one kernel, `dx = x >= 0 ? dy : 0`. candle's own backward builds
-//! the mask with a comparison and a cast, then multiplies: three full passes over the
-//! activation and a tensor of zeros, for each of a ResNet-18's seventeen ReLUs.
+//! The one-kernel element-wise ops: ReLU (f32 and bf16) whose backward is one kernel,
+//! `dx = x >= 0 ? dy : 0` (candle's own backward builds the mask with a comparison and a
+//! cast, then multiplies: three full passes over the activation and a tensor of zeros, for
+//! each of a ResNet-18's seventeen ReLUs), a residual block's add + ReLU, and the bf16 sum of
+//! two gradients that candle's backward pass takes ([`crate::OpsConfig::grad_sum`]).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
