@@ -110,22 +110,23 @@ pub struct Conv2dOp {
     pub tf32: bool,
 }
 
-/// Gradient of the input: a custom op on `(grad_y, weight)` giving a tensor of `x_shape`.
-#[derive(Debug, Clone)]
-pub struct Conv2dBackwardData {
-    /// The forward convolution.
-    pub conv: Conv2dOp,
-    /// The input's shape, in the op's layout.
-    pub x_shape: Shape,
+/// Which gradient a [`Conv2dBackward`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvGrad {
+    /// Of the input, from `(grad_y, weight)` (backward-data).
+    Input,
+    /// Of the weight, from `(x, grad_y)` (backward-filter).
+    Weight,
 }
 
-/// Gradient of the weight: a custom op on `(x, grad_y)` giving a tensor of `w_shape`.
+/// A gradient of the convolution `conv`: a custom op giving a tensor of `shape` (the input's
+/// or the weight's, in the op's layout).
 #[derive(Debug, Clone)]
-pub struct Conv2dBackwardFilter {
+pub struct Conv2dBackward {
     /// The forward convolution.
     pub conv: Conv2dOp,
-    /// The weight's shape, in the op's layout.
-    pub w_shape: Shape,
+    pub grad: ConvGrad,
+    pub shape: Shape,
 }
 
 fn check_geom(x: &[usize], w: &[usize], padding: usize, stride: usize) -> Result<()> {
@@ -185,22 +186,6 @@ fn reference_grad_w(
     }
 }
 
-/// A backward op on the CPU: candle's gradient `grad` of its two operands (computed on NCHW
-/// views, the gradient's NCHW shape given), as a tensor of `shape` in the op's layout.
-fn cpu_backward(
-    conv: &Conv2dOp,
-    [(s1, l1), (s2, l2)]: CpuArgs<2>,
-    shape: &Shape,
-    grad: fn(&Tensor, &Tensor, &Shape, usize, usize) -> Result<Tensor>,
-) -> Result<(CpuStorage, Shape)> {
-    let (a, b) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
-    let nchw_shape = Shape::from(logical(shape.dims(), conv.channels_last));
-    let g = in_nchw(&a, &b, conv.channels_last, |a, b| {
-        grad(a, b, &nchw_shape, conv.padding, conv.stride)
-    })?;
-    Ok((cpu::storage(&g)?, shape.clone()))
-}
-
 custom_op!(
     CustomOp2 for Conv2dOp, "octet-conv2d", (s1, l1, s2, l2),
     bwd(x, w, y, dy) -> Grads2 = backward
@@ -245,9 +230,10 @@ impl Conv2dOp {
         let dx = if x.track_op() {
             Some(dy.apply_op2_no_bwd(
                 w,
-                &Conv2dBackwardData {
+                &Conv2dBackward {
                     conv: *self,
-                    x_shape: x.shape().clone(),
+                    grad: ConvGrad::Input,
+                    shape: x.shape().clone(),
                 },
             )?)
         } else {
@@ -255,38 +241,41 @@ impl Conv2dOp {
         };
         let dw = x.apply_op2_no_bwd(
             &dy,
-            &Conv2dBackwardFilter {
+            &Conv2dBackward {
                 conv: *self,
-                w_shape: w.shape().clone(),
+                grad: ConvGrad::Weight,
+                shape: w.shape().clone(),
             },
         )?;
         Ok((dx, Some(dw)))
     }
 }
 
-custom_op!(CustomOp2 for Conv2dBackwardData, "octet-conv2d-bwd-data", (s1, l1, s2, l2));
+custom_op!(CustomOp2 for Conv2dBackward, "octet-conv2d-bwd", (s1, l1, s2, l2));
 
-impl Conv2dBackwardData {
-    fn cpu(&self, ops: CpuArgs<2>) -> Result<(CpuStorage, Shape)> {
-        cpu_backward(&self.conv, ops, &self.x_shape, reference_grad_x)
+impl Conv2dBackward {
+    /// candle's gradient, computed on NCHW views of the operands.
+    fn cpu(&self, [(s1, l1), (s2, l2)]: CpuArgs<2>) -> Result<(CpuStorage, Shape)> {
+        let (a, b) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
+        let conv = &self.conv;
+        let nchw_shape = Shape::from(logical(self.shape.dims(), conv.channels_last));
+        let grad = match self.grad {
+            ConvGrad::Input => reference_grad_x,
+            ConvGrad::Weight => reference_grad_w,
+        };
+        let g = in_nchw(&a, &b, conv.channels_last, |a, b| {
+            grad(a, b, &nchw_shape, conv.padding, conv.stride)
+        })?;
+        Ok((cpu::storage(&g)?, self.shape.clone()))
     }
 
     #[cfg(feature = "cuda")]
     fn cuda(&self, ops: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
-        cuda::backward(&self.conv, ops, &self.x_shape, Direction::BackwardData)
-    }
-}
-
-custom_op!(CustomOp2 for Conv2dBackwardFilter, "octet-conv2d-bwd-filter", (s1, l1, s2, l2));
-
-impl Conv2dBackwardFilter {
-    fn cpu(&self, ops: CpuArgs<2>) -> Result<(CpuStorage, Shape)> {
-        cpu_backward(&self.conv, ops, &self.w_shape, reference_grad_w)
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda(&self, ops: CudaArgs<2>) -> Result<(candle_core::CudaStorage, Shape)> {
-        cuda::backward(&self.conv, ops, &self.w_shape, Direction::BackwardFilter)
+        let dir = match self.grad {
+            ConvGrad::Input => Direction::BackwardData,
+            ConvGrad::Weight => Direction::BackwardFilter,
+        };
+        cuda::backward(&self.conv, ops, &self.shape, dir)
     }
 }
 

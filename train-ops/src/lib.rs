@@ -33,7 +33,7 @@ pub use batch_norm::{
     BnLayout, BnParams,
 };
 pub use config::OpsConfig;
-pub use conv2d::{Conv2dBackwardData, Conv2dBackwardFilter, Conv2dOp};
+pub use conv2d::{Conv2dBackward, Conv2dOp, ConvGrad};
 pub use pointwise::{add_fused, add_relu_fused, grad_sum, relu_fused};
 pub use stats_sync::StatsSync;
 pub use weight_layout::weight_channels_last_fused;
