@@ -134,37 +134,33 @@ mod tests {
         splits >= 1 && chunk >= 1 && (splits - 1) * chunk < items && splits * chunk >= items
     }
 
+    /// `(reductions, items)`: channels (or channel groups) and their items (or rows).
+    const CASES: [(usize, usize); 12] = [
+        (64, 131_072),
+        (512, 4),
+        (3, 3136),
+        (1, 1),
+        (5, 49),
+        (1, 10_000_000),
+        (8, 131_072),
+        (64, 8),
+        (3, 1000),
+        (300, 77),
+        (16, 65),
+        (2400, 3),
+    ];
+
     #[test]
     fn splits_cover_every_item_once() {
-        for (c, items) in [
-            (64, 131_072),
-            (512, 4),
-            (3, 3136),
-            (1, 1),
-            (5, 49),
-            (1, 10_000_000),
-        ] {
+        for (c, items) in CASES {
             let s = Split::new(c, items);
             assert!(covers(s.splits, s.chunk, items), "{c} {items}: {s:?}");
+            let s = RowSplit::new(c, items);
+            assert!(covers(s.splits, s.chunk, items), "{c} rows {items}: {s:?}");
+            assert!(s.tiles * c.min(CL_THREADS as usize) >= c);
         }
         // Few channels, many items: the GPU is filled.
         assert_eq!(Split::new(64, 131_072).splits * 64, TARGET_BLOCKS);
-    }
-
-    #[test]
-    fn row_splits_cover_every_row_once() {
-        for (groups, rows) in [
-            (8, 131_072),
-            (64, 8),
-            (1, 1),
-            (3, 1000),
-            (300, 77),
-            (16, 65),
-        ] {
-            let s = RowSplit::new(groups, rows);
-            assert!(covers(s.splits, s.chunk, rows), "{groups} {rows}: {s:?}");
-            assert!(s.tiles * groups.min(CL_THREADS as usize) >= groups);
-        }
         // 64 channels in groups of 8 over b512's 32×32 rows: the GPU is filled.
         assert_eq!(RowSplit::new(8, 512 * 1024).splits, 1024);
     }

@@ -282,43 +282,25 @@ mod cuda {
     trait Elem: CudaDType + DeviceRepr + ValidAsZeroBits {
         /// Values per vector load: 4 (float4) or 8 (16 bytes of bf16).
         const WIDTH: usize;
+        /// The most elements the kernels' index math holds.
+        const MAX_N: usize;
+        const MODULE: &'static KernelModule;
         /// The kernels' item count: i32 (f32) or i64 (bf16).
-        type Count: DeviceRepr;
-        fn module() -> &'static KernelModule;
-        fn count(items: usize) -> Self::Count;
-        /// Refuses lengths the kernels' index math cannot hold.
-        fn check(n: usize) -> Result<()>;
+        type Count: DeviceRepr + TryFrom<usize>;
     }
 
     impl Elem for f32 {
         const WIDTH: usize = 4;
+        const MAX_N: usize = i32::MAX as usize;
+        const MODULE: &'static KernelModule = &NCHW;
         type Count = i32;
-        fn module() -> &'static KernelModule {
-            &NCHW
-        }
-        fn count(items: usize) -> i32 {
-            items as i32
-        }
-        fn check(n: usize) -> Result<()> {
-            if n > i32::MAX as usize {
-                bail!("relu: {n} elements (supported: up to {})", i32::MAX)
-            }
-            Ok(())
-        }
     }
 
     impl Elem for bf16 {
         const WIDTH: usize = 8;
+        const MAX_N: usize = usize::MAX;
+        const MODULE: &'static KernelModule = &CHANNELS_LAST;
         type Count = i64;
-        fn module() -> &'static KernelModule {
-            &CHANNELS_LAST
-        }
-        fn count(items: usize) -> i64 {
-            items as i64
-        }
-        fn check(_: usize) -> Result<()> {
-            Ok(())
-        }
     }
 
     /// The element-wise kernel `name` over `inputs` of `T`, with vector loads when every
@@ -326,12 +308,17 @@ mod cuda {
     fn launch_as<T: Elem>(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
         let dev = &inputs[0].0.device;
         let (views, n, vec) = views::<T>(inputs, T::WIDTH)?;
-        T::check(n)?;
+        if n > T::MAX_N {
+            bail!("relu: {n} elements (supported: up to {})", T::MAX_N)
+        }
         let items = if vec { n / T::WIDTH } else { n };
         // SAFETY: the kernel writes every element.
         let mut y = unsafe { dev.alloc::<T>(n.max(1))? };
-        let (items_i, vflag) = (T::count(items), vec as i32);
-        let (stream, f) = T::module().func(dev, name)?;
+        let Ok(items_i) = T::Count::try_from(items) else {
+            bail!("relu: {items} items too many")
+        };
+        let vflag = vec as i32;
+        let (stream, f) = T::MODULE.func(dev, name)?;
         let mut b = stream.launch_builder(&f);
         for v in &views {
             b.arg(v);
