@@ -4,6 +4,7 @@
 //! halves the bytes every layer moves). Parameters stay f32 either way.
 
 use candle_core::{DType, Result, Tensor};
+use octet_train_ops::permute;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Activations {
@@ -21,7 +22,7 @@ impl Activations {
     pub fn enter(self, x: &Tensor) -> Result<Tensor> {
         match self {
             Activations::Nchw => Ok(x.clone()),
-            Activations::ChannelsLast(dtype) => permuted(x, TO_NHWC, dtype),
+            Activations::ChannelsLast(dtype) => permute::nhwc_as(x, dtype),
         }
     }
 
@@ -30,32 +31,8 @@ impl Activations {
     }
 }
 
-const TO_NHWC: (usize, usize, usize, usize) = (0, 2, 3, 1);
-const TO_NCHW: (usize, usize, usize, usize) = (0, 3, 1, 2);
-
-/// `x` permuted by `dims` as a contiguous tensor of `dtype`.
-fn permuted(x: &Tensor, dims: (usize, usize, usize, usize), dtype: DType) -> Result<Tensor> {
-    let t = x.permute(dims)?;
-    // candle's cast writes a contiguous tensor; the same dtype needs a copy.
-    if t.dtype() == dtype {
-        t.contiguous()
-    } else {
-        t.to_dtype(dtype)
-    }
-}
-
-/// `(n, c, h, w)` → contiguous `(n, h, w, c)`.
-pub(crate) fn nhwc(x: &Tensor) -> Result<Tensor> {
-    permuted(x, TO_NHWC, x.dtype())
-}
-
-/// `(n, h, w, c)` → contiguous `(n, c, h, w)`.
-pub(crate) fn nchw(x: &Tensor) -> Result<Tensor> {
-    permuted(x, TO_NCHW, x.dtype())
-}
-
 /// A channels-last `(n, h, w, c)` tensor as contiguous f32 `(n, c, h, w)`, for the f32 layers
 /// after the convolutional trunk (pooling, the classifier).
 pub(crate) fn nchw_f32(x: &Tensor) -> Result<Tensor> {
-    permuted(x, TO_NCHW, DType::F32)
+    permute::nchw_as(x, DType::F32)
 }

@@ -1,10 +1,12 @@
-use candle_core::{Device, Result, Tensor, Var};
+use candle_core::{Result, Tensor, Var};
+use octet_train_ops::batch_norm::{self as bn, BnConfig, BnLayout, BnParams};
 
+use crate::builder::LayerBuilder;
 use crate::stats_sync::StatsSyncSlot;
-use crate::{Params, Role};
+use crate::{OpsConfig, Role};
 
-/// PyTorch's BatchNorm2d: eps 1e-5, momentum 0.1, biased variance to normalise, unbiased
-/// variance in the running estimate.
+/// PyTorch's BatchNorm2d: eps 1e-5, momentum 0.1 ([`BnConfig`]'s default), biased variance
+/// to normalise, unbiased variance in the running estimate.
 #[derive(Debug, Clone)]
 pub struct BatchNorm2d {
     weight: Tensor,
@@ -13,20 +15,15 @@ pub struct BatchNorm2d {
     running_var: Var,
     channels: usize,
     sync: StatsSyncSlot,
+    ops: OpsConfig,
 }
 
-const EPS: f64 = 1e-5;
-const MOMENTUM: f64 = 0.1;
-
 impl BatchNorm2d {
-    pub(crate) fn new(
-        params: &mut Params,
-        name: &str,
-        c: usize,
-        dev: &Device,
-    ) -> crate::Result<Self> {
-        let ones = Tensor::ones(c, candle_core::DType::F32, dev)?;
-        let zeros = Tensor::zeros(c, candle_core::DType::F32, dev)?;
+    pub(crate) fn new(b: &mut LayerBuilder, name: &str, c: usize) -> crate::Result<Self> {
+        let dev = b.params.device().clone();
+        let ones = Tensor::ones(c, candle_core::DType::F32, &dev)?;
+        let zeros = Tensor::zeros(c, candle_core::DType::F32, &dev)?;
+        let params = &mut b.params;
         Ok(Self {
             weight: params
                 .add(format!("{name}.weight"), ones.clone(), Role::Weight)?
@@ -40,69 +37,49 @@ impl BatchNorm2d {
             running_var: params.add(format!("{name}.running_var"), ones, Role::Buffer)?,
             channels: c,
             sync: params.stats_sync_slot(),
+            ops: b.ops,
         })
     }
 
     /// Training mode uses the batch's statistics and updates the running ones (fused
     /// kernels on CUDA, candle's ops elsewhere); inference mode the running ones.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        self.forward_in(x, train, false, false)
+        self.forward_in(x, train, BnLayout::Nchw, false)
     }
 
     /// [`Self::forward`] on a channels-last `(n, h, w, c)` input, followed by a ReLU when
     /// `relu` (fused into the batch-norm kernels on CUDA).
     pub fn forward_channels_last(&self, x: &Tensor, train: bool, relu: bool) -> Result<Tensor> {
-        self.forward_in(x, train, true, relu)
+        self.forward_in(x, train, BnLayout::ChannelsLast, relu)
     }
 
-    fn forward_in(
-        &self,
-        x: &Tensor,
-        train: bool,
-        channels_last: bool,
-        relu: bool,
-    ) -> Result<Tensor> {
-        use crate::ops::batch_norm as bn;
-        let then_relu = |y: Tensor| if relu { crate::ops::relu(&y) } else { Ok(y) };
-        let (w, b, rm, rv) = (
-            &self.weight,
-            &self.bias,
-            &self.running_mean,
-            &self.running_var,
-        );
+    fn forward_in(&self, x: &Tensor, train: bool, layout: BnLayout, relu: bool) -> Result<Tensor> {
+        let cfg = BnConfig {
+            layout,
+            relu,
+            ..BnConfig::default()
+        };
+        let p = BnParams {
+            gamma: &self.weight,
+            beta: &self.bias,
+            running_mean: &self.running_mean,
+            running_var: &self.running_var,
+        };
+        let then_relu = |y: Tensor| if relu { self.ops.relu(&y) } else { Ok(y) };
         if let Some(sync) = self.sync.get().filter(|_| train) {
-            let y = bn::batch_norm_train_synced_over(
-                x,
-                w,
-                b,
-                rm,
-                rv,
-                MOMENTUM,
-                EPS,
-                sync.as_ref(),
-                channels_last,
-            )?;
-            return then_relu(y);
-        }
-        if train && channels_last {
-            // The ReLU is fused into the channels-last kernels.
-            return crate::ops::batch_norm_train_channels_last(
-                x, w, b, rm, rv, MOMENTUM, EPS, relu,
-            );
+            return then_relu(bn::batch_norm_train_synced(x, &p, &cfg, sync.as_ref())?);
         }
         if train {
-            return then_relu(crate::ops::batch_norm_train(
-                x, w, b, rm, rv, MOMENTUM, EPS,
-            )?);
+            return self.ops.batch_norm_train(x, &p, &cfg);
         }
-        let shape = bn::channel_shape(self.channels, channels_last);
+        let shape = layout.channel_shape(self.channels);
         then_relu(bn::normalize(
             x,
-            rm.as_tensor().reshape(shape)?,
-            rv.as_tensor().reshape(shape)?,
-            w,
-            b,
-            EPS,
+            self.running_mean.as_tensor().reshape(shape)?,
+            self.running_var.as_tensor().reshape(shape)?,
+            &self.weight,
+            &self.bias,
+            cfg.eps,
         )?)
     }
 }
@@ -110,12 +87,15 @@ impl BatchNorm2d {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Device;
 
     #[test]
     fn train_mode_normalises_and_updates_running_stats() -> crate::Result<()> {
         let dev = Device::Cpu;
-        let mut params = Params::new(&dev);
-        let bn = BatchNorm2d::new(&mut params, "bn", 2, &dev)?;
+        let mut init = crate::init::Init::new(0);
+        let mut b = LayerBuilder::new(&dev, &mut init, &crate::NetworkConfig::default());
+        let bn = BatchNorm2d::new(&mut b, "bn", 2)?;
+        let params = &b.params;
         // channel 0: values 1..=8, channel 1: constant 3
         let mut v = Vec::new();
         for n in 0..2 {

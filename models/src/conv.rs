@@ -1,7 +1,27 @@
-use candle_core::{Device, Result, Tensor};
+use candle_core::{DType, Result, Tensor};
+use octet_train_ops::BnLayout;
 
-use crate::init::Init;
-use crate::{Params, Role};
+use crate::builder::LayerBuilder;
+use crate::{OpsConfig, Role};
+
+/// A convolution's settings beyond its channels and kernel size. `Default`: stride 1, no
+/// padding, a bias (PyTorch's `nn.Conv2d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dConfig {
+    pub stride: usize,
+    pub padding: usize,
+    pub bias: bool,
+}
+
+impl Default for Conv2dConfig {
+    fn default() -> Self {
+        Self {
+            stride: 1,
+            padding: 0,
+            bias: true,
+        }
+    }
+}
 
 /// 2-D convolution, weight `(out, in, k, k)` as in PyTorch.
 #[derive(Debug, Clone)]
@@ -10,36 +30,36 @@ pub struct Conv2d {
     bias: Option<Tensor>,
     stride: usize,
     padding: usize,
+    ops: OpsConfig,
 }
 
 impl Conv2d {
-    #[allow(clippy::too_many_arguments)]
+    /// `name`'s `cin → cout` convolution with a `kernel × kernel` window.
     pub(crate) fn new(
-        params: &mut Params,
+        b: &mut LayerBuilder,
         name: &str,
-        cin: usize,
-        cout: usize,
+        (cin, cout): (usize, usize),
         kernel: usize,
-        stride: usize,
-        padding: usize,
-        bias: bool,
-        init: &mut Init,
-        dev: &Device,
+        cfg: Conv2dConfig,
     ) -> crate::Result<Self> {
+        let dev = b.params.device().clone();
         let fan_in = cin * kernel * kernel;
-        let w = init.uniform_fan_in(&[cout, cin, kernel, kernel], fan_in, dev)?;
-        let weight = params.add(format!("{name}.weight"), w, Role::Weight)?;
-        let bias = if bias {
-            let b = init.uniform_fan_in(&[cout], fan_in, dev)?;
-            Some(params.add(format!("{name}.bias"), b, Role::Weight)?)
+        let w = b
+            .init
+            .uniform_fan_in(&[cout, cin, kernel, kernel], fan_in, &dev)?;
+        let weight = b.params.add(format!("{name}.weight"), w, Role::Weight)?;
+        let bias = if cfg.bias {
+            let bias = b.init.uniform_fan_in(&[cout], fan_in, &dev)?;
+            Some(b.params.add(format!("{name}.bias"), bias, Role::Weight)?)
         } else {
             None
         };
         Ok(Self {
             weight: weight.as_tensor().clone(),
             bias: bias.map(|b| b.as_tensor().clone()),
-            stride,
-            padding,
+            stride: cfg.stride,
+            padding: cfg.padding,
+            ops: b.ops,
         })
     }
 
@@ -47,24 +67,27 @@ impl Conv2d {
         // cuDNN forward and backward on CUDA, candle's conv2d elsewhere. Parameters follow the
         // input's dtype (bf16 inference keeps f32 weights and casts them here).
         let w = self.weight.to_dtype(x.dtype())?;
-        let y = crate::ops::conv2d(x, &w, self.padding, self.stride)?;
-        match &self.bias {
-            Some(b) => {
-                y.broadcast_add(&b.to_dtype(x.dtype())?.reshape((1, b.elem_count(), 1, 1))?)
-            }
-            None => Ok(y),
-        }
+        let y = self.ops.conv2d(x, &w, self.padding, self.stride)?;
+        self.add_bias(y, x.dtype(), BnLayout::Nchw)
     }
 
     /// The convolution of a channels-last `(n, h, w, c)` input: the f32 weight is cast to
     /// the input's dtype in the `(k, kh, kw, c)` layout every call (its gradient comes back
     /// f32 in PyTorch's layout), and the output is channels-last too.
     pub fn forward_channels_last(&self, x: &Tensor) -> Result<Tensor> {
-        let w = crate::ops::weight_channels_last(&self.weight, x.dtype())?;
-        let y = crate::ops::conv2d_channels_last(x, &w, self.padding, self.stride)?;
+        let w = self.ops.weight_channels_last(&self.weight, x.dtype())?;
+        let y = self
+            .ops
+            .conv2d_channels_last(x, &w, self.padding, self.stride)?;
+        self.add_bias(y, x.dtype(), BnLayout::ChannelsLast)
+    }
+
+    /// `y` plus the bias (if any) in `dtype`, broadcast over `layout`'s channel axis.
+    fn add_bias(&self, y: Tensor, dtype: DType, layout: BnLayout) -> Result<Tensor> {
         match &self.bias {
             Some(b) => {
-                y.broadcast_add(&b.to_dtype(x.dtype())?.reshape((1, 1, 1, b.elem_count()))?)
+                let shape = layout.channel_shape(b.elem_count());
+                y.broadcast_add(&b.to_dtype(dtype)?.reshape(shape)?)
             }
             None => Ok(y),
         }

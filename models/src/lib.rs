@@ -2,31 +2,33 @@
 //!
 //! Every tensor is named as in the PyTorch `state_dict` of the lab code, so a checkpoint saved
 //! by PyTorch loads here and one saved here loads in PyTorch. Parameters live in [`Params`],
-//! which tells trained weights from buffers (batch-norm running statistics).
+//! which tells trained weights from buffers (batch-norm running statistics). The layers run
+//! on the training ops of `octet-train-ops`, as the [`OpsConfig`] a network is built with
+//! says.
 
 mod activations;
 mod batch_norm;
+mod builder;
 mod conv;
 mod error;
 mod init;
 mod kind;
 mod lenet;
 mod linear;
-pub mod ops;
 mod params;
 mod resnet;
 mod stats_sync;
 
 pub use activations::Activations;
 pub use batch_norm::BatchNorm2d;
-pub use conv::Conv2d;
+pub use conv::{Conv2d, Conv2dConfig};
 pub use error::{ModelError, Result};
 pub use kind::ModelKind;
 pub use lenet::LeNet;
 pub use linear::Linear;
+pub use octet_train_ops::{OpsConfig, StatsSync};
 pub use params::{Param, Params, Role};
 pub use resnet::ResNet18;
-pub use stats_sync::StatsSync;
 
 use candle_core::{DType, Device, Tensor};
 
@@ -36,14 +38,43 @@ pub trait Network: Send {
     /// batch statistics (and updates its running statistics) instead of the running ones.
     /// A channels-last network takes the same NCHW input and converts it once.
     fn forward(&self, x: &Tensor, train: bool) -> candle_core::Result<Tensor>;
+    /// What every network holds besides its layers.
+    fn parts(&self) -> &NetworkParts;
     /// How the network holds its activations.
-    fn activations(&self) -> Activations;
+    fn activations(&self) -> Activations {
+        self.parts().activations
+    }
     /// Every named tensor of the model: weights and buffers.
-    fn params(&self) -> &Params;
+    fn params(&self) -> &Params {
+        &self.parts().params
+    }
+    /// The ops settings the network runs with (its backward pass takes the gradient sum
+    /// from them: `ops().backward(&loss)`).
+    fn ops(&self) -> &OpsConfig {
+        &self.parts().ops
+    }
+}
+
+/// Every network's named tensors and the settings it was built with.
+pub struct NetworkParts {
+    pub params: Params,
+    pub activations: Activations,
+    pub ops: OpsConfig,
+}
+
+/// How [`build_with`] builds a network beyond its shape. `Default`: NCHW activations, the
+/// default (fast) ops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetworkConfig {
+    /// How the network holds its activations (the weights are the same: f32, PyTorch
+    /// layouts and names, whatever this is).
+    pub activations: Activations,
+    pub ops: OpsConfig,
 }
 
 /// Builds `kind` with freshly initialised weights (PyTorch's default initialisation, drawn
-/// from a seeded generator so the same seed gives the same model on any device).
+/// from a seeded generator so the same seed gives the same model on any device), NCHW
+/// activations and the default ops.
 pub fn build(
     kind: ModelKind,
     in_channels: usize,
@@ -51,29 +82,34 @@ pub fn build(
     seed: u64,
     device: &Device,
 ) -> Result<Box<dyn Network>> {
-    build_with(kind, in_channels, classes, seed, device, Activations::Nchw)
+    build_with(
+        kind,
+        in_channels,
+        classes,
+        seed,
+        device,
+        &NetworkConfig::default(),
+    )
 }
 
-/// [`build`] with the activations held as `act` says (the weights are the same: f32, PyTorch
-/// layouts and names, whatever `act`).
+/// [`build`] as `cfg` says.
 pub fn build_with(
     kind: ModelKind,
     in_channels: usize,
     classes: usize,
     seed: u64,
     device: &Device,
-    act: Activations,
+    cfg: &NetworkConfig,
 ) -> Result<Box<dyn Network>> {
-    if let Activations::ChannelsLast(dtype @ (DType::BF16 | DType::F16)) = act {
+    if let Activations::ChannelsLast(dtype @ (DType::BF16 | DType::F16)) = cfg.activations {
         if !device.is_cuda() {
             return Err(ModelError::DtypeNeedsCuda(dtype));
         }
     }
     let mut init = init::Init::new(seed);
+    let b = builder::LayerBuilder::new(device, &mut init, cfg);
     Ok(match kind {
-        ModelKind::LeNet => Box::new(LeNet::new(in_channels, classes, &mut init, device, act)?),
-        ModelKind::ResNet18 => {
-            Box::new(ResNet18::new(in_channels, classes, &mut init, device, act)?)
-        }
+        ModelKind::LeNet => Box::new(LeNet::new(b, in_channels, classes)?),
+        ModelKind::ResNet18 => Box::new(ResNet18::new(b, in_channels, classes)?),
     })
 }

@@ -1,7 +1,7 @@
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Result, Tensor};
 
-use crate::init::Init;
-use crate::{Params, Role};
+use crate::builder::LayerBuilder;
+use crate::Role;
 
 /// Fully connected layer, weight `(out, in)` as in PyTorch.
 #[derive(Debug, Clone)]
@@ -12,15 +12,15 @@ pub struct Linear {
 
 impl Linear {
     pub(crate) fn new(
-        params: &mut Params,
+        builder: &mut LayerBuilder,
         name: &str,
         fan_in: usize,
         out: usize,
-        init: &mut Init,
-        dev: &Device,
     ) -> crate::Result<Self> {
-        let w = init.uniform_fan_in(&[out, fan_in], fan_in, dev)?;
-        let b = init.uniform_fan_in(&[out], fan_in, dev)?;
+        let dev = builder.params.device().clone();
+        let w = builder.init.uniform_fan_in(&[out, fan_in], fan_in, &dev)?;
+        let b = builder.init.uniform_fan_in(&[out], fan_in, &dev)?;
+        let params = &mut builder.params;
         Ok(Self {
             weight: params
                 .add(format!("{name}.weight"), w, Role::Weight)?

@@ -2,7 +2,8 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor, Var};
 
-use crate::stats_sync::{StatsSync, StatsSyncSlot};
+use crate::stats_sync::StatsSyncSlot;
+use crate::StatsSync;
 
 use crate::{ModelError, Result};
 

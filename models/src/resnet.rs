@@ -1,9 +1,8 @@
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Result, Tensor};
 
 use crate::activations::nchw_f32;
-use crate::init::Init;
-use crate::ops::{add_relu, relu};
-use crate::{Activations, BatchNorm2d, Conv2d, Linear, Network, Params};
+use crate::builder::LayerBuilder;
+use crate::{BatchNorm2d, Conv2d, Conv2dConfig, Linear, Network, NetworkParts, OpsConfig};
 
 /// Two 3×3 convolutions with batch norm and an identity or 1×1-conv shortcut.
 struct BasicBlock {
@@ -12,60 +11,35 @@ struct BasicBlock {
     conv2: Conv2d,
     bn2: BatchNorm2d,
     shortcut: Option<(Conv2d, BatchNorm2d)>,
+    ops: OpsConfig,
 }
 
 impl BasicBlock {
     fn new(
-        p: &mut Params,
+        b: &mut LayerBuilder,
         name: &str,
-        cin: usize,
-        cout: usize,
+        (cin, cout): (usize, usize),
         stride: usize,
-        init: &mut Init,
-        dev: &Device,
     ) -> crate::Result<Self> {
         // Registration order follows PyTorch's state_dict: conv1, bn1, conv2, bn2, shortcut.
-        let conv1 = Conv2d::new(
-            p,
-            &format!("{name}.conv1"),
-            cin,
-            cout,
-            3,
+        let conv3 = |stride| Conv2dConfig {
             stride,
-            1,
-            false,
-            init,
-            dev,
-        )?;
-        let bn1 = BatchNorm2d::new(p, &format!("{name}.bn1"), cout, dev)?;
-        let conv2 = Conv2d::new(
-            p,
-            &format!("{name}.conv2"),
-            cout,
-            cout,
-            3,
-            1,
-            1,
-            false,
-            init,
-            dev,
-        )?;
-        let bn2 = BatchNorm2d::new(p, &format!("{name}.bn2"), cout, dev)?;
+            padding: 1,
+            bias: false,
+        };
+        let conv1 = Conv2d::new(b, &format!("{name}.conv1"), (cin, cout), 3, conv3(stride))?;
+        let bn1 = BatchNorm2d::new(b, &format!("{name}.bn1"), cout)?;
+        let conv2 = Conv2d::new(b, &format!("{name}.conv2"), (cout, cout), 3, conv3(1))?;
+        let bn2 = BatchNorm2d::new(b, &format!("{name}.bn2"), cout)?;
         let shortcut = if stride != 1 || cin != cout {
+            let conv1x1 = Conv2dConfig {
+                stride,
+                padding: 0,
+                bias: false,
+            };
             Some((
-                Conv2d::new(
-                    p,
-                    &format!("{name}.shortcut.0"),
-                    cin,
-                    cout,
-                    1,
-                    stride,
-                    0,
-                    false,
-                    init,
-                    dev,
-                )?,
-                BatchNorm2d::new(p, &format!("{name}.shortcut.1"), cout, dev)?,
+                Conv2d::new(b, &format!("{name}.shortcut.0"), (cin, cout), 1, conv1x1)?,
+                BatchNorm2d::new(b, &format!("{name}.shortcut.1"), cout)?,
             ))
         } else {
             None
@@ -76,17 +50,20 @@ impl BasicBlock {
             conv2,
             bn2,
             shortcut,
+            ops: b.ops,
         })
     }
 
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let out = relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
+        let out = self
+            .ops
+            .relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
         let out = self.bn2.forward(&self.conv2.forward(&out)?, train)?;
         let short = match &self.shortcut {
             Some((conv, bn)) => bn.forward(&conv.forward(x)?, train)?,
             None => x.clone(),
         };
-        add_relu(&out, &short)
+        self.ops.add_relu(&out, &short)
     }
 
     /// The same block on channels-last activations, the first ReLU fused into bn1.
@@ -101,7 +78,7 @@ impl BasicBlock {
             }
             None => x.clone(),
         };
-        add_relu(&out, &short)
+        self.ops.add_relu(&out, &short)
     }
 }
 
@@ -112,21 +89,20 @@ pub struct ResNet18 {
     bn1: BatchNorm2d,
     blocks: Vec<BasicBlock>,
     linear: Linear,
-    params: Params,
-    act: Activations,
+    parts: NetworkParts,
 }
 
 impl ResNet18 {
-    pub(crate) fn new(
-        in_channels: usize,
-        classes: usize,
-        init: &mut Init,
-        dev: &Device,
-        act: Activations,
-    ) -> crate::Result<Self> {
-        let mut p = Params::new(dev);
-        let conv1 = Conv2d::new(&mut p, "conv1", in_channels, 64, 3, 1, 1, false, init, dev)?;
-        let bn1 = BatchNorm2d::new(&mut p, "bn1", 64, dev)?;
+    /// The network for `cin`-channel images and `classes` classes.
+    pub(crate) fn new(mut lb: LayerBuilder, cin: usize, classes: usize) -> crate::Result<Self> {
+        let b = &mut lb;
+        let stem = Conv2dConfig {
+            stride: 1,
+            padding: 1,
+            bias: false,
+        };
+        let conv1 = Conv2d::new(b, "conv1", (cin, 64), 3, stem)?;
+        let bn1 = BatchNorm2d::new(b, "bn1", 64)?;
         let mut blocks = Vec::new();
         let mut cin = 64;
         for (stage, (cout, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)]
@@ -135,26 +111,25 @@ impl ResNet18 {
         {
             for (i, s) in [stride, 1].into_iter().enumerate() {
                 let name = format!("layer{}.{i}", stage + 1);
-                blocks.push(BasicBlock::new(&mut p, &name, cin, cout, s, init, dev)?);
+                blocks.push(BasicBlock::new(b, &name, (cin, cout), s)?);
                 cin = cout;
             }
         }
-        let linear = Linear::new(&mut p, "linear", 512, classes, init, dev)?;
+        let linear = Linear::new(b, "linear", 512, classes)?;
         Ok(Self {
             conv1,
             bn1,
             blocks,
             linear,
-            params: p,
-            act,
+            parts: lb.finish(),
         })
     }
 }
 
 impl Network for ResNet18 {
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        if self.act.channels_last() {
-            let x = self.act.enter(x)?;
+        if self.parts.activations.channels_last() {
+            let x = self.parts.activations.enter(x)?;
             let x = self.conv1.forward_channels_last(&x)?;
             let mut x = self.bn1.forward_channels_last(&x, train, true)?;
             for b in &self.blocks {
@@ -164,7 +139,10 @@ impl Network for ResNet18 {
             let x = nchw_f32(&x)?.avg_pool2d(4)?.flatten_from(1)?;
             return self.linear.forward(&x);
         }
-        let mut x = relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
+        let mut x = self
+            .parts
+            .ops
+            .relu(&self.bn1.forward(&self.conv1.forward(x)?, train)?)?;
         for b in &self.blocks {
             x = b.forward(&x, train)?;
         }
@@ -172,11 +150,7 @@ impl Network for ResNet18 {
         self.linear.forward(&x)
     }
 
-    fn params(&self) -> &Params {
-        &self.params
-    }
-
-    fn activations(&self) -> Activations {
-        self.act
+    fn parts(&self) -> &NetworkParts {
+        &self.parts
     }
 }

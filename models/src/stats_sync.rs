@@ -1,15 +1,9 @@
-//! Synchronised batch norm's one need from a data-parallel job: sums of batch statistics over
-//! all ranks. The trainer installs an implementation (see `Params::set_stats_sync`); the models
-//! know nothing of NCCL.
+//! The slot through which the trainer installs a [`StatsSync`] (see `Params::set_stats_sync`)
+//! into every batch-norm layer of one model.
 
 use std::sync::{Arc, RwLock};
 
-use candle_core::{Result, Tensor};
-
-/// Element-wise sum over ranks whose gradient is the sum over ranks of the gradients.
-pub trait StatsSync: Send + Sync {
-    fn sum(&self, t: &Tensor) -> Result<Tensor>;
-}
+use octet_train_ops::StatsSync;
 
 /// Shared by every batch-norm layer of one model.
 #[derive(Clone, Default)]

@@ -6,8 +6,9 @@
 mod common;
 
 use candle_core::{DType, Device, Result, Tensor};
-use common::{bn_cl_pair, bn_errors, uniform};
-use octet_models::{ops, Activations, ModelKind};
+use common::{bn_cl_pair, bn_dispatch, bn_errors, bn_parts, uniform};
+use octet_models::{Activations, ModelKind, NetworkConfig, OpsConfig};
+use octet_train_ops::{self as ops, BnConfig, BnLayout};
 use proptest::prelude::*;
 
 /// One training step of `kind` in both formats from the same seed; returns the worst
@@ -16,7 +17,11 @@ fn step_difference(kind: ModelKind, act: Activations, n: usize) -> Result<(f32, 
     let x = uniform(&[n, 3, 32, 32], -2.0, 2.0, 11, &Device::Cpu)?;
     let labels = Tensor::new(&[1u32, 7, 3, 9][..n], &Device::Cpu)?;
     let step = |act: Activations| -> Result<(Tensor, Vec<(String, Tensor)>)> {
-        let m = octet_models::build_with(kind, 3, 10, 42, &Device::Cpu, act)
+        let cfg = NetworkConfig {
+            activations: act,
+            ..NetworkConfig::default()
+        };
+        let m = octet_models::build_with(kind, 3, 10, 42, &Device::Cpu, &cfg)
             .map_err(candle_core::Error::wrap)?;
         assert_eq!(m.activations(), act);
         let logits = m.forward(&x, true)?;
@@ -72,7 +77,10 @@ fn bf16_on_cpu_is_a_clear_error() {
         10,
         0,
         &Device::Cpu,
-        Activations::ChannelsLast(DType::BF16),
+        &NetworkConfig {
+            activations: Activations::ChannelsLast(DType::BF16),
+            ..NetworkConfig::default()
+        },
     )
     .err()
     .expect("bf16 on the CPU is refused")
@@ -96,7 +104,7 @@ fn fused_channels_last_batch_norm_matches_reference_on_cpu() -> Result<()> {
             for relu in [false, true] {
                 let inputs = common::bn_inputs(n, c, h, w, 40 + i as u64)?;
                 let (got, reference) = bn_cl_pair(
-                    ops::batch_norm_train_channels_last_fused,
+                    ops::batch_norm_train_fused,
                     &inputs,
                     relu,
                     dtype,
@@ -122,23 +130,16 @@ fn fused_channels_last_batch_norm_matches_reference_on_cpu() -> Result<()> {
 fn channels_last_batch_norm_on_cpu_is_the_reference() -> Result<()> {
     let inputs = common::bn_inputs(4, 6, 5, 5, 3)?;
     for relu in [false, true] {
-        let (a, _) = bn_cl_pair(
-            ops::batch_norm_train_channels_last,
-            &inputs,
-            relu,
-            DType::F32,
-            &Device::Cpu,
-        )?;
+        let (a, _) = bn_cl_pair(bn_dispatch, &inputs, relu, DType::F32, &Device::Cpu)?;
         let (b, _) = bn_cl_pair(
-            ops::batch_norm_train_channels_last_reference,
+            ops::batch_norm_train_reference,
             &inputs,
             relu,
             DType::F32,
             &Device::Cpu,
         )?;
-        assert!(common::same_bits(&a.y, &b.y)?);
-        for j in 0..3 {
-            assert!(common::same_bits(&a.grads[j], &b.grads[j])?, "gradient {j}");
+        for (what, got, want) in bn_parts(&a, &b) {
+            assert!(common::same_bits(got, want)?, "relu {relu}: {what}");
         }
     }
     Ok(())
@@ -172,7 +173,7 @@ fn channels_last_conv_matches_nchw_on_cpu() -> Result<()> {
         for custom in [false, true] {
             let (xc, wc) = (Var::from_tensor(&x)?, Var::from_tensor(&w)?);
             let xn = common::nhwc(xc.as_tensor())?;
-            let wn = ops::weight_channels_last(wc.as_tensor(), DType::F32)?;
+            let wn = OpsConfig::default().weight_channels_last(wc.as_tensor(), DType::F32)?;
             let yc = if custom {
                 xn.apply_op2(
                     &wn,
@@ -180,10 +181,11 @@ fn channels_last_conv_matches_nchw_on_cpu() -> Result<()> {
                         padding: p,
                         stride: st,
                         channels_last: true,
+                        tf32: false,
                     },
                 )?
             } else {
-                ops::conv2d_channels_last(&xn, &wn, p, st)?
+                OpsConfig::default().conv2d_channels_last(&xn, &wn, p, st)?
             };
             let gc = (&yc * common::nhwc(&r)?)?.sum_all()?.backward()?;
             let what = format!("case {i}, custom op {custom}");
@@ -256,6 +258,7 @@ fn conv_skips_the_input_gradient_of_an_untracked_input() -> Result<()> {
         padding: 1,
         stride: 1,
         channels_last: false,
+        tf32: false,
     };
     let y = x.apply_op2(w.as_tensor(), op)?;
     let g = y.sqr()?.sum_all()?.backward()?;
@@ -287,7 +290,6 @@ impl octet_models::StatsSync for OneRank {
 #[test]
 fn synced_batch_norm_over_channels_last_matches_nchw() -> Result<()> {
     use candle_core::Var;
-    use ops::batch_norm::batch_norm_train_synced_over;
     let inputs = common::bn_inputs(4, 8, 5, 5, 21)?;
     for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
         let x = common::rounded(&inputs[0], dtype)?;
@@ -300,18 +302,16 @@ fn synced_batch_norm_over_channels_last_matches_nchw() -> Result<()> {
             let xv = Var::from_tensor(&xin)?;
             let (g, b) = (Var::from_tensor(&inputs[1])?, Var::from_tensor(&inputs[2])?);
             let (rm, rv) = (Var::from_tensor(&inputs[3])?, Var::from_tensor(&inputs[4])?);
-            // `batch_norm_train_synced` is this with channels_last = false.
-            let y = batch_norm_train_synced_over(
-                xv.as_tensor(),
-                g.as_tensor(),
-                b.as_tensor(),
-                &rm,
-                &rv,
-                0.1,
-                1e-5,
-                &OneRank,
-                cl,
-            )?;
+            let cfg = BnConfig {
+                layout: if cl {
+                    BnLayout::ChannelsLast
+                } else {
+                    BnLayout::Nchw
+                },
+                ..BnConfig::default()
+            };
+            let p = common::bn_params(&g, &b, &rm, &rv);
+            let y = ops::batch_norm_train_synced(xv.as_tensor(), &p, &cfg, &OneRank)?;
             assert_eq!(y.dtype(), xin.dtype(), "the output keeps the input's dtype");
             let y = y.to_dtype(DType::F32)?;
             let y = if cl { common::nchw(&y)? } else { y };

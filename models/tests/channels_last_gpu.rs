@@ -2,28 +2,16 @@
 //! NCHW ops on the CPU, run on the same bf16-rounded values: convolution forward and both
 //! gradients (through the weight cast), batch norm with and without the fused ReLU, the
 //! bf16 ReLU and the weight cast (bit-exact, property tests), and one training step of each
-//! network. Skips, saying so, where there is no CUDA device.
+//! network. Ignored without `--include-ignored`; run without a CUDA device, they fail saying so.
 
 mod common;
 
-use std::sync::Mutex;
-
 use candle_core::{DType, Device, Result, Tensor, Var};
+use common::bn_dispatch;
 use common::{bn_cl_pair, bn_errors, nchw, nhwc, rel_err, rounded, uniform};
-use octet_models::{ops, Activations, ModelKind};
+use octet_models::{Activations, ModelKind, NetworkConfig, OpsConfig};
+use octet_train_ops as ops;
 use proptest::prelude::*;
-
-static GPU: Mutex<()> = Mutex::new(());
-
-fn cuda() -> Option<Device> {
-    match Device::new_cuda(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            println!("skipping: no CUDA device ({e})");
-            None
-        }
-    }
-}
 
 /// (n, c_in, c_out, size, kernel, stride, padding); channel counts below 8 and odd ones
 /// included (ResNet's first layer has 3 input channels, LeNet's 1 or 3 and 6).
@@ -43,9 +31,9 @@ const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 9] = [
 const BF16_TOL: f32 = 3e-2;
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn channels_last_bf16_conv_matches_f32_reference() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
+    let (_gpu, dev) = common::gpu();
     let cpu = Device::Cpu;
     for (i, &(n, ci, co, s, k, st, p)) in CONV_CASES.iter().enumerate() {
         let seed = 300 + 10 * i as u64;
@@ -70,8 +58,9 @@ fn channels_last_bf16_conv_matches_f32_reference() -> Result<()> {
         for round in 0..2 {
             let xv = Var::from_tensor(&nhwc(&x)?.to_dtype(DType::BF16)?.to_device(&dev)?)?;
             let wv = Var::from_tensor(&w.to_device(&dev)?)?;
-            let wc = ops::weight_channels_last(wv.as_tensor(), DType::BF16)?;
-            let y = ops::conv2d_channels_last(xv.as_tensor(), &wc, p, st)?;
+            let ops = OpsConfig::default();
+            let wc = ops.weight_channels_last(wv.as_tensor(), DType::BF16)?;
+            let y = ops.conv2d_channels_last(xv.as_tensor(), &wc, p, st)?;
             assert_eq!(y.dims(), [n, oh, oh, co]);
             let rr = nhwc(&r)?.to_dtype(DType::BF16)?.to_device(&dev)?;
             let g = (&y * &rr)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
@@ -107,18 +96,15 @@ const BN_CASES: [(usize, usize, usize, usize); 8] = [
 ];
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn channels_last_bf16_batch_norm_matches_f32_reference() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
+    let (_gpu, dev) = common::gpu();
     for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
         for relu in [false, true] {
             let inputs = common::bn_inputs(n, c, h, w, 500 + i as u64)?;
             let case = format!("case {i} {:?}, relu {relu}", BN_CASES[i]);
             let mut first: Option<common::BnOut> = None;
-            for f in [
-                ops::batch_norm_train_channels_last as common::BnClFn,
-                ops::batch_norm_train_channels_last_fused,
-            ] {
+            for f in [bn_dispatch as common::BnFn, ops::batch_norm_train_fused] {
                 let (got, reference) = bn_cl_pair(f, &inputs, relu, DType::BF16, &dev)?;
                 let (y, g, r) = bn_errors(&got, &reference)?;
                 println!("{case}: output {y:.1e}, gradients {g:?}, running {r:?}");
@@ -136,12 +122,8 @@ fn channels_last_bf16_batch_norm_matches_f32_reference() -> Result<()> {
                 );
                 // Deterministic: partials combine in a fixed order.
                 if let Some(a) = &first {
-                    assert!(common::same_bits(&a.y, &got.y)?, "{case}: output differs");
-                    for j in 0..3 {
-                        assert!(
-                            common::same_bits(&a.grads[j], &got.grads[j])?,
-                            "{case}: gradient {j} differs"
-                        );
+                    for (what, a, b) in common::bn_parts(a, &got) {
+                        assert!(common::same_bits(a, b)?, "{case}: {what} differs");
                     }
                 }
                 first = Some(got);
@@ -158,29 +140,19 @@ fn channels_last_bf16_batch_norm_matches_f32_reference() -> Result<()> {
 /// max-norm at batch 8), and a pre-activation within rounding of zero flips a ReLU. A wiring
 /// bug (a wrong layout or permute, a lost gradient) gives an L2 error near 1 or above.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn bf16_networks_step_follows_f32() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
+    let (_gpu, dev) = common::gpu();
     let x = uniform(&[32, 3, 32, 32], -2.0, 2.0, 5, &Device::Cpu)?;
     let labels: Vec<u32> = (0..32).map(|i| (i * 7 + 3) % 10).collect();
     let labels = Tensor::new(labels.as_slice(), &Device::Cpu)?;
     for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
-        let step = |d: &Device, act: Activations| -> Result<(Tensor, Vec<(String, Tensor)>)> {
-            let m = octet_models::build_with(kind, 3, 10, 42, d, act)
-                .map_err(candle_core::Error::wrap)?;
-            let logits = m.forward(&x.to_device(d)?, true)?;
-            let loss = candle_nn::loss::cross_entropy(&logits, &labels.to_device(d)?)?;
-            let grads = loss.backward()?;
-            let mut out = Vec::new();
-            for p in m.params().iter() {
-                let t = match grads.get(p.var.as_tensor()) {
-                    Some(g) => g.clone(),
-                    None => p.var.as_tensor().clone(),
-                };
-                assert_eq!(t.dtype(), DType::F32, "{}", p.name);
-                out.push((p.name.clone(), t.to_device(&Device::Cpu)?));
-            }
-            Ok((logits.to_device(&Device::Cpu)?, out))
+        let step = |d: &Device, activations: Activations| {
+            let cfg = NetworkConfig {
+                activations,
+                ..NetworkConfig::default()
+            };
+            common::train_step(kind, &cfg, (&x, &labels), d)
         };
         let (lr, gr) = step(&Device::Cpu, Activations::Nchw)?;
         let (lb, gb) = step(&dev, Activations::ChannelsLast(DType::BF16))?;
@@ -227,21 +199,21 @@ proptest! {
     /// The CUDA weight cast and its gradient give the CPU's (candle's) bits, NaN and
     /// infinities included.
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn cuda_weight_cast_is_bit_exact(
         k in 1usize..9, c in 1usize..9, r in 1usize..4,
         bits in proptest::collection::vec(any::<u32>(), 8 * 8 * 3 * 3),
     ) {
-        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(dev) = cuda() else { return Ok(()) };
+        let (_gpu, dev) = common::gpu();
         let n = k * c * r * r;
         let v: Vec<f32> = bits[..n].iter().map(|&b| f32::from_bits(b)).collect();
         let w = Tensor::from_vec(v, (k, c, r, r), &Device::Cpu).unwrap();
-        let on_gpu = ops::weight_channels_last(&w.to_device(&dev).unwrap(), DType::BF16).unwrap();
+        let on_gpu = OpsConfig::default().weight_channels_last(&w.to_device(&dev).unwrap(), DType::BF16).unwrap();
         let on_cpu = w.permute((0, 2, 3, 1)).unwrap().to_dtype(DType::BF16).unwrap();
         prop_assert_eq!(bits_bf16(&on_gpu), bits_bf16(&on_cpu));
         // The gradient path: the bf16 values back to f32 (k, c, r, s), exactly.
         let wv = Var::from_tensor(&w.abs().unwrap().to_device(&dev).unwrap()).unwrap();
-        let y = ops::weight_channels_last(wv.as_tensor(), DType::BF16).unwrap();
+        let y = OpsConfig::default().weight_channels_last(wv.as_tensor(), DType::BF16).unwrap();
         let g = y.to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
         let g = g.get(wv.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap();
         prop_assert_eq!(g.dims(), &[k, c, r, r]);
@@ -251,17 +223,17 @@ proptest! {
     /// The bf16 ReLU on CUDA gives candle's CPU ReLU and gradient bit for bit (8-value
     /// vectors and the scalar path, exact zeros included).
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn cuda_bf16_relu_is_bit_exact(
         vals in proptest::collection::vec(prop_oneof![Just(0f32), Just(-0f32), Just(f32::NAN), -4f32..4.0], 1..300),
     ) {
-        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(dev) = cuda() else { return Ok(()) };
+        let (_gpu, dev) = common::gpu();
         let n = vals.len();
         let x = Tensor::from_vec(vals, n, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
         let r = (Tensor::arange(0f32, n as f32, &Device::Cpu).unwrap() - (n / 2) as f64).unwrap().to_dtype(DType::BF16).unwrap();
         let run = |d: &Device| {
             let xv = Var::from_tensor(&x.to_device(d).unwrap()).unwrap();
-            let y = ops::relu(xv.as_tensor()).unwrap();
+            let y = OpsConfig::default().relu(xv.as_tensor()).unwrap();
             let g = (&y * r.to_device(d).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
             // The output bit for bit; the gradient equal as numbers (candle's is dy·0, -0
             // for negative dy).
@@ -275,11 +247,11 @@ proptest! {
     /// bit for bit (both gradients: dy where the output is positive), and candle's
     /// `relu(a + b)` output.
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn cuda_bf16_add_relu_is_bit_exact(
         vals in proptest::collection::vec((prop_oneof![Just(0f32), Just(-0f32), Just(f32::NAN), -4f32..4.0], -4f32..4.0), 1..300),
     ) {
-        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(dev) = cuda() else { return Ok(()) };
+        let (_gpu, dev) = common::gpu();
         let n = vals.len();
         let (u, v): (Vec<f32>, Vec<f32>) = vals.into_iter().unzip();
         let bf = |v: Vec<f32>| Tensor::from_vec(v, n, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
@@ -299,14 +271,14 @@ proptest! {
         prop_assert_eq!(on_gpu.0, bits_bf16(&candle));
     }
 
-    /// The gradient sum registered with candle's autograd (`ops::grad_sum`) is candle's bf16
+    /// The gradient sum handed to candle's autograd (`ops::grad_sum`) is candle's bf16
     /// add bit for bit on CUDA, also for sums far apart in magnitude (NaNs compared as NaN).
     #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn cuda_bf16_grad_sum_is_candles_add(
         vals in proptest::collection::vec((prop_oneof![Just(0f32), Just(-0f32), Just(f32::NAN), -4f32..4.0, -1e30f32..1e30], prop_oneof![-4f32..4.0, -1e-30f32..1e-30]), 1..300),
     ) {
-        let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(dev) = cuda() else { return Ok(()) };
+        let (_gpu, dev) = common::gpu();
         let n = vals.len();
         let (u, v): (Vec<f32>, Vec<f32>) = vals.into_iter().unzip();
         let bf = |v: Vec<f32>| Tensor::from_vec(v, n, &dev).unwrap().to_dtype(DType::BF16).unwrap();

@@ -96,13 +96,15 @@ fn load_checks_names_and_shapes_and_leaves_model_intact() -> anyhow::Result<()> 
         .iter()
         .map(|p| (p.name.clone(), p.var.as_tensor().copy().unwrap()))
         .collect();
-    let before = dst
-        .params()
-        .get("fc1.weight")
-        .unwrap()
-        .var
-        .flatten_all()?
-        .to_vec1::<f32>()?;
+    let fc1 = |m: &dyn octet_models::Network| -> candle_core::Result<Vec<f32>> {
+        m.params()
+            .get("fc1.weight")
+            .unwrap()
+            .var
+            .flatten_all()?
+            .to_vec1::<f32>()
+    };
+    let before = fc1(dst.as_ref())?;
 
     let mut bad = map.clone();
     bad.remove("fc2.bias");
@@ -117,13 +119,7 @@ fn load_checks_names_and_shapes_and_leaves_model_intact() -> anyhow::Result<()> 
     );
     let err = dst.params().load(|n| bad.get(n).cloned()).unwrap_err();
     assert!(err.to_string().contains("conv1.weight"), "{err}");
-    let after = dst
-        .params()
-        .get("fc1.weight")
-        .unwrap()
-        .var
-        .flatten_all()?
-        .to_vec1::<f32>()?;
+    let after = fc1(dst.as_ref())?;
     assert_eq!(before, after, "a failed load must not change the model");
 
     // f64 tensors (what some exporters write) are converted.

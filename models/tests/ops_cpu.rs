@@ -4,17 +4,12 @@
 mod common;
 
 use candle_core::{Device, Result, Tensor, Var};
-use common::{bn_inputs, bn_run, rel_err, same_bits, uniform};
-use octet_models::ops::{self, Conv2dOp};
+use common::{bn_dispatch, bn_errors, bn_inputs, bn_parts, bn_run, same_bits, uniform};
+use octet_models::OpsConfig;
+use octet_train_ops::{batch_norm_train_fused, batch_norm_train_reference, Conv2dOp};
 
-/// (n, c_in, c_out, size, kernel, stride, padding)
-const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 5] = [
-    (1, 3, 5, 7, 3, 1, 1),
-    (2, 4, 6, 8, 3, 2, 1),
-    (3, 5, 3, 9, 1, 2, 0),
-    (2, 3, 4, 10, 5, 1, 0),
-    (4, 1, 2, 6, 5, 1, 1),
-];
+/// The CPU tests take the first five of the shared cases (the GPU tests all).
+const CPU_CASES: usize = 5;
 
 /// Output, input gradient and weight gradient of `f(x, w)` under loss Σ y·r.
 fn conv_run(
@@ -35,12 +30,13 @@ fn conv_run(
 #[test]
 fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
     let dev = Device::Cpu;
-    for (i, &(n, ci, co, s, k, st, p)) in CONV_CASES.iter().enumerate() {
+    for (i, &(n, ci, co, s, k, st, p)) in common::CONV_CASES[..CPU_CASES].iter().enumerate() {
         let seed = 100 * i as u64;
         let x = uniform(&[n, ci, s, s], -1.0, 1.0, seed, &dev)?;
         let w = uniform(&[co, ci, k, k], -0.5, 0.5, seed + 1, &dev)?;
         let reference = conv_run(|x, w| x.conv2d(w, p, st, 1, 1), &x, &w, seed + 2)?;
-        let public = conv_run(|x, w| ops::conv2d(x, w, p, st), &x, &w, seed + 2)?;
+        let ops = OpsConfig::default();
+        let public = conv_run(|x, w| ops.conv2d(x, w, p, st), &x, &w, seed + 2)?;
         // The custom op itself (and its two backward ops) on the CPU runs candle's formulas.
         let custom = conv_run(
             |x, w| {
@@ -50,6 +46,7 @@ fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
                         padding: p,
                         stride: st,
                         channels_last: false,
+                        tf32: false,
                     },
                 )
             },
@@ -68,34 +65,24 @@ fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
     Ok(())
 }
 
-/// (n, c, h, w)
-const BN_CASES: [(usize, usize, usize, usize); 5] = [
-    (1, 3, 5, 5),
-    (2, 7, 4, 4),
-    (8, 16, 6, 6),
-    (4, 5, 1, 1),
-    (3, 2, 3, 7),
-];
+/// Batch norm `f` and the reference on each CPU case's inputs: `(case, f's, reference's)`.
+fn against_reference(f: common::BnFn) -> Result<Vec<(usize, common::BnOut, common::BnOut)>> {
+    let dev = Device::Cpu;
+    let mut out = Vec::new();
+    for (i, &(n, c, h, w)) in common::BN_CASES[..CPU_CASES].iter().enumerate() {
+        let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
+        let a = bn_run(f, &inputs, 7, &dev)?;
+        let b = bn_run(batch_norm_train_reference, &inputs, 7, &dev)?;
+        out.push((i, a, b));
+    }
+    Ok(out)
+}
 
 #[test]
 fn batch_norm_on_cpu_is_the_reference_bit_for_bit() -> Result<()> {
-    let dev = Device::Cpu;
-    for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
-        let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
-        let a = bn_run(ops::batch_norm_train, &inputs, 7, &dev)?;
-        let b = bn_run(ops::batch_norm_train_reference, &inputs, 7, &dev)?;
-        assert!(same_bits(&a.y, &b.y)?, "case {i}: output");
-        for j in 0..3 {
-            assert!(
-                same_bits(&a.grads[j], &b.grads[j])?,
-                "case {i}: gradient {j}"
-            );
-        }
-        for j in 0..2 {
-            assert!(
-                same_bits(&a.running[j], &b.running[j])?,
-                "case {i}: running {j}"
-            );
+    for (i, a, b) in against_reference(bn_dispatch)? {
+        for (what, got, want) in bn_parts(&a, &b) {
+            assert!(same_bits(got, want)?, "case {i}: {what}");
         }
     }
     Ok(())
@@ -103,21 +90,12 @@ fn batch_norm_on_cpu_is_the_reference_bit_for_bit() -> Result<()> {
 
 #[test]
 fn fused_batch_norm_matches_the_reference_on_cpu() -> Result<()> {
-    let dev = Device::Cpu;
-    for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
-        let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
-        let a = bn_run(ops::batch_norm_train_fused, &inputs, 7, &dev)?;
-        let b = bn_run(ops::batch_norm_train_reference, &inputs, 7, &dev)?;
-        let e = rel_err(&a.y, &b.y)?;
-        assert!(e < 1e-5, "case {i}: output off by {e}");
-        for j in 0..3 {
-            let e = rel_err(&a.grads[j], &b.grads[j])?;
-            assert!(e < 1e-4, "case {i}: gradient {j} off by {e}");
-        }
-        for j in 0..2 {
-            let e = rel_err(&a.running[j], &b.running[j])?;
-            assert!(e < 1e-5, "case {i}: running statistic {j} off by {e}");
-        }
+    for (i, a, b) in against_reference(batch_norm_train_fused)? {
+        let (y, grads, running) = bn_errors(&a, &b)?;
+        assert!(
+            y < 1e-5 && grads.iter().all(|&e| e < 1e-4) && running.iter().all(|&e| e < 1e-5),
+            "case {i}: output, gradients, running statistics off by {y}, {grads:?}, {running:?}"
+        );
     }
     Ok(())
 }

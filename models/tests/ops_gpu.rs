@@ -1,47 +1,22 @@
 //! The custom ops on a CUDA device against candle's ops on the CPU (exact f32 arithmetic):
 //! outputs, gradients of a random linear functional of the output, and batch norm's running
-//! statistics. Skips, saying so, where there is no CUDA device.
+//! statistics. Ignored without `--include-ignored`; run without a CUDA device, they fail saying so.
 
 mod common;
 
-use std::sync::Mutex;
-
 use candle_core::{DType, Device, Result, Tensor, Var};
-use common::{bn_inputs, bn_run, rel_err, uniform};
-use octet_models::ops;
-
-/// The GPU tests share the process-wide TF32 switch; they run one at a time.
-static GPU: Mutex<()> = Mutex::new(());
-
-fn cuda() -> Option<Device> {
-    match Device::new_cuda(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            println!("skipping: no CUDA device ({e})");
-            None
-        }
-    }
-}
+use common::{bn_dispatch, bn_inputs, bn_parts, bn_run, rel_err, uniform, BN_CASES};
+use octet_models::{NetworkConfig, OpsConfig};
+use octet_train_ops::{self as ops, BnConfig};
 
 /// Relative tolerance for f32 results: cuDNN's algorithms sum in another order than
 /// candle's CPU kernels.
 const F32_TOL: f32 = 1e-4;
 
-/// (n, c_in, c_out, size, kernel, stride, padding)
-const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 8] = [
-    (1, 3, 5, 7, 3, 1, 1),
-    (2, 4, 6, 8, 3, 2, 1),
-    (3, 5, 3, 9, 1, 2, 0),
-    (2, 3, 4, 10, 5, 1, 0),
-    (4, 1, 2, 6, 5, 1, 1),
-    (8, 7, 9, 11, 3, 2, 0),
-    (5, 16, 8, 8, 1, 1, 0),
-    (8, 32, 64, 16, 3, 1, 1),
-];
-
-/// Output, input gradient and weight gradient of `ops::conv2d` under loss Σ y·r, on `dev`
-/// in `dtype`, returned as f32 on the CPU.
+/// Output, input gradient and weight gradient of `OpsConfig::conv2d` under loss Σ y·r, on
+/// `dev` in `dtype`, returned as f32 on the CPU.
 fn conv_run(
+    ops: &OpsConfig,
     x: &Tensor,
     w: &Tensor,
     r: &Tensor,
@@ -51,7 +26,7 @@ fn conv_run(
 ) -> Result<[Tensor; 3]> {
     let xv = Var::from_tensor(&x.to_device(dev)?.to_dtype(dtype)?)?;
     let wv = Var::from_tensor(&w.to_device(dev)?.to_dtype(dtype)?)?;
-    let y = ops::conv2d(xv.as_tensor(), wv.as_tensor(), p, st)?;
+    let y = ops.conv2d(xv.as_tensor(), wv.as_tensor(), p, st)?;
     let r = r.to_device(dev)?.to_dtype(dtype)?;
     let loss = (&y * &r)?.to_dtype(DType::F32)?.sum_all()?;
     let grads = loss.backward()?;
@@ -63,17 +38,17 @@ fn conv_run(
     ])
 }
 
-fn conv_check(dev: &Device, dtype: DType, tol: f32, what: &str) -> Result<()> {
-    for (i, &(n, ci, co, s, k, st, p)) in CONV_CASES.iter().enumerate() {
+fn conv_check(dev: &Device, ops: &OpsConfig, dtype: DType, tol: f32, what: &str) -> Result<()> {
+    for (i, &(n, ci, co, s, k, st, p)) in common::CONV_CASES.iter().enumerate() {
         let seed = 100 * i as u64;
         let x = uniform(&[n, ci, s, s], -1.0, 1.0, seed, &Device::Cpu)?;
         let w = uniform(&[co, ci, k, k], -0.5, 0.5, seed + 1, &Device::Cpu)?;
         let oh = (s + 2 * p - k) / st + 1;
         let r = uniform(&[n, co, oh, oh], -1.0, 1.0, seed + 2, &Device::Cpu)?;
-        let reference = conv_run(&x, &w, &r, (p, st), &Device::Cpu, DType::F32)?;
+        let reference = conv_run(ops, &x, &w, &r, (p, st), &Device::Cpu, DType::F32)?;
         // Twice: the second call runs on the cached descriptors, algorithms and workspace.
         for round in 0..2 {
-            let got = conv_run(&x, &w, &r, (p, st), dev, dtype)?;
+            let got = conv_run(ops, &x, &w, &r, (p, st), dev, dtype)?;
             for (j, name) in ["output", "input gradient", "weight gradient"]
                 .iter()
                 .enumerate()
@@ -82,7 +57,7 @@ fn conv_check(dev: &Device, dtype: DType, tol: f32, what: &str) -> Result<()> {
                 assert!(
                     e <= tol,
                     "{what}, case {i} {:?}, round {round}: {name} off by {e} (tolerance {tol})",
-                    CONV_CASES[i]
+                    common::CONV_CASES[i]
                 );
             }
         }
@@ -91,62 +66,52 @@ fn conv_check(dev: &Device, dtype: DType, tol: f32, what: &str) -> Result<()> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn conv2d_matches_candle_on_cpu() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
-    ops::set_conv_tf32(false);
-    conv_check(&dev, DType::F32, F32_TOL, "f32")?;
+    let (_gpu, dev) = common::gpu();
+    let exact = OpsConfig {
+        tf32: false,
+        ..OpsConfig::default()
+    };
+    conv_check(&dev, &exact, DType::F32, F32_TOL, "f32")?;
     // TF32 (10-bit mantissa products) and bf16 (8-bit storage) only need to be close.
-    ops::set_conv_tf32(true);
-    let tf32 = conv_check(&dev, DType::F32, 1e-2, "f32 with TF32");
-    ops::set_conv_tf32(false);
-    tf32?;
-    conv_check(&dev, DType::BF16, 3e-2, "bf16")
+    conv_check(
+        &dev,
+        &OpsConfig::default(),
+        DType::F32,
+        1e-2,
+        "f32 with TF32",
+    )?;
+    conv_check(&dev, &exact, DType::BF16, 3e-2, "bf16")
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn conv2d_rejects_mismatched_channels() -> Result<()> {
-    let Some(dev) = cuda() else { return Ok(()) };
+    let (_gpu, dev) = common::gpu();
     let x = Tensor::zeros((1, 3, 5, 5), DType::F32, &dev)?;
     let w = Tensor::zeros((4, 2, 3, 3), DType::F32, &dev)?;
-    assert!(ops::conv2d(&x, &w, 1, 1).is_err());
+    assert!(OpsConfig::default().conv2d(&x, &w, 1, 1).is_err());
     Ok(())
 }
 
-/// (n, c, h, w)
-const BN_CASES: [(usize, usize, usize, usize); 7] = [
-    (1, 3, 5, 5),
-    (2, 7, 4, 4),
-    (8, 16, 6, 6),
-    (4, 5, 1, 1),
-    (3, 2, 3, 7),
-    (1, 1, 1, 1),
-    (16, 64, 32, 32),
-];
-
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn batch_norm_matches_candle_on_cpu() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
+    let (_gpu, dev) = common::gpu();
     for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
         let inputs = bn_inputs(n, c, h, w, 10 * i as u64)?;
         let reference = bn_run(ops::batch_norm_train_reference, &inputs, 7, &Device::Cpu)?;
         for (f, name) in [
-            (ops::batch_norm_train as common::BnFn, "batch_norm_train"),
+            (bn_dispatch as common::BnFn, "batch_norm_train"),
             (ops::batch_norm_train_fused, "batch_norm_train_fused"),
         ] {
             let got = bn_run(f, &inputs, 7, &dev)?;
-            let case = format!("{name}, case {i} {:?}", BN_CASES[i]);
-            let e = rel_err(&got.y, &reference.y)?;
-            assert!(e <= F32_TOL, "{case}: output off by {e}");
-            for (j, g) in ["x", "gamma", "beta"].iter().enumerate() {
-                let e = rel_err(&got.grads[j], &reference.grads[j])?;
-                assert!(e <= F32_TOL, "{case}: gradient of {g} off by {e}");
-            }
-            for (j, s) in ["mean", "var"].iter().enumerate() {
-                let e = rel_err(&got.running[j], &reference.running[j])?;
-                assert!(e <= 1e-5, "{case}: running {s} off by {e}");
-            }
+            bn_check(
+                &got,
+                &reference,
+                &format!("{name}, case {i} {:?}", BN_CASES[i]),
+            )?;
         }
     }
     Ok(())
@@ -155,28 +120,20 @@ fn batch_norm_matches_candle_on_cpu() -> Result<()> {
 /// One training step of ResNet-18 on the GPU against the same step on the CPU: the ops
 /// wired into the model give the same logits, gradients and running statistics.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn resnet18_step_matches_cpu() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
-    ops::set_conv_tf32(false);
+    let (_gpu, dev) = common::gpu();
     let x = uniform(&[4, 3, 32, 32], -2.0, 2.0, 5, &Device::Cpu)?;
     let labels = Tensor::new(&[1u32, 7, 3, 9], &Device::Cpu)?;
-    let step = |d: &Device| -> Result<(Tensor, Vec<(String, Tensor)>)> {
-        let m = octet_models::build(octet_models::ModelKind::ResNet18, 3, 10, 42, d)
-            .map_err(candle_core::Error::wrap)?;
-        let logits = m.forward(&x.to_device(d)?, true)?;
-        let loss = candle_nn::loss::cross_entropy(&logits, &labels.to_device(d)?)?;
-        let grads = loss.backward()?;
-        let mut out = Vec::new();
-        for p in m.params().iter() {
-            let t = match grads.get(p.var.as_tensor()) {
-                Some(g) => g.clone(),
-                None => p.var.as_tensor().clone(), // buffers: the updated running statistics
-            };
-            out.push((p.name.clone(), t.to_device(&Device::Cpu)?));
-        }
-        Ok((logits.to_device(&Device::Cpu)?, out))
+    let cfg = NetworkConfig {
+        ops: OpsConfig {
+            tf32: false,
+            ..OpsConfig::default()
+        },
+        ..NetworkConfig::default()
     };
+    let step =
+        |d: &Device| common::train_step(octet_models::ModelKind::ResNet18, &cfg, (&x, &labels), d);
     let (ref_logits, ref_grads) = step(&Device::Cpu)?;
     let (logits, grads) = step(&dev)?;
     // Twenty layers deep at batch 4: rounding differences compound through every batch norm
@@ -231,9 +188,9 @@ fn same_bits_on_cpu(a: &Tensor, b: &Tensor) -> Result<bool> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn batch_norm_multi_block_is_accurate_and_deterministic() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
+    let (_gpu, dev) = common::gpu();
     for (i, &(n, c, h, w)) in BN_SPLIT_CASES.iter().enumerate() {
         let inputs = bn_inputs(n, c, h, w, 1000 + 10 * i as u64)?;
         let reference = bn_run(
@@ -248,23 +205,7 @@ fn batch_norm_multi_block_is_accurate_and_deterministic() -> Result<()> {
         // Partial results combine in a fixed order, never by atomics: a second run gives
         // the same bits.
         let second = bn_run(ops::batch_norm_train_fused, &inputs, 7, &dev)?;
-        let pairs = [(&first.y, &second.y, "output")]
-            .into_iter()
-            .chain(
-                first
-                    .grads
-                    .iter()
-                    .zip(&second.grads)
-                    .map(|(a, b)| (a, b, "gradient")),
-            )
-            .chain(
-                first
-                    .running
-                    .iter()
-                    .zip(&second.running)
-                    .map(|(a, b)| (a, b, "running")),
-            );
-        for (a, b, what) in pairs {
+        for (what, a, b) in bn_parts(&first, &second) {
             assert!(
                 same_bits_on_cpu(a, b)?,
                 "{case}: {what} differs between runs"
@@ -277,9 +218,9 @@ fn batch_norm_multi_block_is_accurate_and_deterministic() -> Result<()> {
 /// An input starting one float into its buffer cannot be read as float4s: the kernels fall
 /// back to float loads and still match.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn batch_norm_unaligned_input_matches() -> Result<()> {
-    let _lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dev) = cuda() else { return Ok(()) };
+    let (_gpu, dev) = common::gpu();
     let (n, c, h, w) = (16, 8, 8, 8);
     let inputs = bn_inputs(n, c, h, w, 77)?;
     let reference = bn_run(
@@ -309,7 +250,8 @@ fn batch_norm_unaligned_input_matches() -> Result<()> {
         v(&inputs[3])?,
         v(&inputs[4])?,
     );
-    let y = ops::batch_norm_train_fused(&x, g.as_tensor(), b.as_tensor(), &rm, &rv, 0.1, 1e-5)?;
+    let p = common::bn_params(&g, &b, &rm, &rv);
+    let y = ops::batch_norm_train_fused(&x, &p, &BnConfig::default())?;
     let r = uniform(y.dims(), -1.0, 1.0, 7, &dev)?;
     let grads = (&y * &r)?.sum_all()?.backward()?;
     let grad = |t: &Tensor| grads.get(t).expect("gradient").clone();
@@ -327,9 +269,9 @@ fn batch_norm_unaligned_input_matches() -> Result<()> {
 /// The one-kernel ReLU on the GPU gives candle's CPU ReLU and gradient bit for bit, zeros and
 /// both float4 and scalar paths (odd length) included.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn relu_matches_candle_on_cpu() -> Result<()> {
-    let Some(dev) = cuda() else { return Ok(()) };
-    let _g = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let (_gpu, dev) = common::gpu();
     for (shape, seed) in [(vec![4, 8, 16, 16], 7u64), (vec![3, 5, 7], 8)] {
         let x = uniform(&shape, -1.0, 1.0, seed, &Device::Cpu)?;
         // Exact zeros and negative zeros take the x >= 0 branch, as in candle.
@@ -337,7 +279,7 @@ fn relu_matches_candle_on_cpu() -> Result<()> {
         let r = uniform(&shape, -1.0, 1.0, seed + 1, &Device::Cpu)?;
         let run = |dev: &Device| -> Result<(Vec<f32>, Vec<f32>)> {
             let xv = Var::from_tensor(&x.to_device(dev)?)?;
-            let y = ops::relu(xv.as_tensor())?;
+            let y = OpsConfig::default().relu(xv.as_tensor())?;
             let g = (&y * &r.to_device(dev)?)?.sum_all()?.backward()?;
             let dx = g.get(xv.as_tensor()).expect("input gradient");
             Ok((y.flatten_all()?.to_vec1()?, dx.flatten_all()?.to_vec1()?))
@@ -350,9 +292,9 @@ fn relu_matches_candle_on_cpu() -> Result<()> {
 /// Inference on bf16 inputs (f32 weights cast per layer, cuDNN bf16 convolutions) gives the
 /// f32 logits up to bf16 rounding.
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn bf16_inference_follows_f32() -> Result<()> {
-    let Some(dev) = cuda() else { return Ok(()) };
-    let _g = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let (_gpu, dev) = common::gpu();
     for kind in [
         octet_models::ModelKind::LeNet,
         octet_models::ModelKind::ResNet18,

@@ -12,7 +12,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-
 /// Train small CNNs (LeNet, ResNet-18) on CPUs and GPUs, export them to int8 and run them.
 ///
 /// Start with `octet demo`: it trains LeNet on the bundled Fashion-MNIST subset.

@@ -169,6 +169,7 @@ impl TrainArgs {
         if let Some(p) = self.precision {
             c.precision = p;
         }
+        c.ops.tf32 = !self.no_tf32;
         Ok(c)
     }
 
@@ -226,9 +227,6 @@ impl TrainArgs {
 }
 
 pub fn run(a: TrainArgs) -> anyhow::Result<()> {
-    if a.no_tf32 {
-        octet_models::ops::set_conv_tf32(false);
-    }
     // Finite tensors and consistent metadata, before anything else.
     let resume = match &a.resume {
         Some(p) => Some(checkpoint::load_checked(p)?),

@@ -1,7 +1,7 @@
 //! `TrainConfig`: everything that decides the result of a run, checked before any work and
 //! stored in every checkpoint.
 
-use octet_models::ModelKind;
+use octet_models::{ModelKind, OpsConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::choice::named_choice;
@@ -43,6 +43,10 @@ pub struct TrainConfig {
     /// f32, or bf16 channels-last activations (checkpoints from before this field are f32).
     #[serde(default)]
     pub precision: Precision,
+    /// Which training ops run (fast CUDA ops, TF32): this invocation's flags, not stored in
+    /// checkpoints.
+    #[serde(skip)]
+    pub ops: OpsConfig,
 }
 
 fn one() -> usize {
@@ -104,6 +108,7 @@ impl TrainConfig {
             lr_scaling: LrScaling::None,
             base_batch: default_base_batch(),
             precision: Precision::F32,
+            ops: OpsConfig::default(),
         }
     }
 

@@ -21,9 +21,6 @@ pub fn parse_device(s: &str) -> Result<Device> {
                 keep_pool_memory(&d)?;
                 single_stream(&d);
             }
-            // Two gradients of one bf16 tensor (a residual block's input) summed by one
-            // 16-byte-per-thread kernel instead of candle's 2-byte one (vendor/candle-core).
-            octet_models::ops::use_fast_grad_sum();
             Ok(d)
         }
         Err(candle_core::Error::NotCompiledWithCudaSupport) => Err(TrainError::NoCuda(s.into())),

@@ -7,11 +7,12 @@
 //! nearer (the same curve; bf16 ran 2–8% below f32 at epochs 2–3), and the test accuracy after
 //! the last epoch within 8 points of the nearer. Earlier epochs' accuracy is not compared: after 16
 //! steps two runs that differ in rounding alone were 5.5 points apart (33.8% vs 39.3%), and
-//! the runs diverge like two seeds would. Needs a CUDA GPU (ignored unless asked for).
+//! the runs diverge like two seeds would. Ignored without `--include-ignored`; fails, saying
+//! so, without a CUDA device.
 
 mod common;
 
-use octet_models::{ops, ModelKind};
+use octet_models::{ModelKind, OpsConfig};
 use octet_trainer::Precision;
 
 /// bf16's loss at most this much above both f32 runs (training no worse)...
@@ -24,9 +25,12 @@ const EPOCHS: usize = 3;
 #[test]
 #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn bf16_follows_the_f32_loss_curve() {
-    let dev = common::require_cuda();
-    let run = |kind, precision| common::loss_curve(&dev, kind, precision, EPOCHS, 4096);
-    ops::set_conv_tf32(false);
+    let dev = common::cuda();
+    let ops = OpsConfig {
+        tf32: false,
+        ..OpsConfig::default()
+    };
+    let run = |kind, precision| common::loss_curve(&dev, ops, kind, precision, EPOCHS, 4096);
     for kind in [ModelKind::ResNet18, ModelKind::LeNet] {
         // f32 itself is not repeatable on cuDNN (its backward-filter algorithms sum with
         // atomics): two f32 runs of one seed were 2.5% apart at epoch 2. bf16 is compared
@@ -61,5 +65,4 @@ fn bf16_follows_the_f32_loss_curve() {
             "{kind}: test accuracy {b} (bf16) vs {f:?} (f32) after {EPOCHS} epochs"
         );
     }
-    ops::set_conv_tf32(true);
 }

@@ -147,7 +147,9 @@ fn only_rank_0_writes_the_checkpoint() {
 #[test]
 fn sync_batch_norm_over_two_ranks_equals_batch_norm_of_the_whole_batch() {
     use candle_core::{DType, Tensor, Var};
-    use octet_models::ops::batch_norm::{batch_norm_train_reference, batch_norm_train_synced};
+    use octet_train_ops::{
+        batch_norm_train_reference, batch_norm_train_synced, BnConfig, BnParams,
+    };
     use octet_trainer::dist::sync_bn::RankSum;
     let dev = Device::Cpu;
     for (c, hw) in [(16usize, 16usize), (64, 8), (3, 5)] {
@@ -165,8 +167,13 @@ fn sync_batch_norm_over_two_ranks_equals_batch_norm_of_the_whole_batch() {
         // The whole batch of 8 on one rank, through the reference op.
         let xv = Var::from_tensor(&x).unwrap();
         let (rm, rv) = stats();
-        let y =
-            batch_norm_train_reference(xv.as_tensor(), &gamma, &beta, &rm, &rv, 0.1, 1e-5).unwrap();
+        let p = BnParams {
+            gamma: &gamma,
+            beta: &beta,
+            running_mean: &rm,
+            running_var: &rv,
+        };
+        let y = batch_norm_train_reference(xv.as_tensor(), &p, &BnConfig::default()).unwrap();
         let g = (y * &r).unwrap().sum_all().unwrap().backward().unwrap();
         let want_x = rows(g.get(xv.as_tensor()).unwrap());
         let want_gamma = rows(g.get(gamma.as_tensor()).unwrap());
@@ -185,14 +192,16 @@ fn sync_batch_norm_over_two_ranks_equals_batch_norm_of_the_whole_batch() {
                     let (sync, (rm, rv)) = (RankSum::new(coll.clone()), stats());
                     s.spawn(move || {
                         let xs = Var::from_tensor(&x.narrow(0, 4 * k, 4).unwrap()).unwrap();
+                        let p = BnParams {
+                            gamma: &gamma,
+                            beta: &beta,
+                            running_mean: &rm,
+                            running_var: &rv,
+                        };
                         let y = batch_norm_train_synced(
                             xs.as_tensor(),
-                            &gamma,
-                            &beta,
-                            &rm,
-                            &rv,
-                            0.1,
-                            1e-5,
+                            &p,
+                            &BnConfig::default(),
                             &sync,
                         )
                         .unwrap();
@@ -369,7 +378,9 @@ impl ResNetLike {
 #[test]
 fn sync_batch_norm_in_a_residual_network_over_two_ranks_equals_one_rank_in_f64() {
     use candle_core::{DType, Tensor, Var};
-    use octet_models::ops::batch_norm::{batch_norm_train_reference, batch_norm_train_synced};
+    use octet_train_ops::{
+        batch_norm_train_reference, batch_norm_train_synced, BnConfig, BnParams,
+    };
     use octet_trainer::dist::sync_bn::RankSum;
     let dev = Device::Cpu;
     let (b, dt) = (3usize, DType::F64);
@@ -393,7 +404,13 @@ fn sync_batch_norm_in_a_residual_network_over_two_ranks_equals_one_rank_in_f64()
         let (rm, rv) = stats(t.dim(1).unwrap());
         let g = net.get(&format!("{name}.weight"));
         let bb = net.get(&format!("{name}.bias"));
-        let out = batch_norm_train_reference(t, g, bb, &rm, &rv, 0.1, 1e-5).unwrap();
+        let p = BnParams {
+            gamma: g,
+            beta: bb,
+            running_mean: &rm,
+            running_var: &rv,
+        };
+        let out = batch_norm_train_reference(t, &p, &BnConfig::default()).unwrap();
         running(&want_running, name, &rv);
         out
     };
@@ -421,8 +438,14 @@ fn sync_batch_norm_in_a_residual_network_over_two_ranks_equals_one_rank_in_f64()
                         let (rm, rv) = stats(t.dim(1).unwrap());
                         let g = net.get(&format!("{name}.weight"));
                         let bb = net.get(&format!("{name}.bias"));
+                        let p = BnParams {
+                            gamma: g,
+                            beta: bb,
+                            running_mean: &rm,
+                            running_var: &rv,
+                        };
                         let out =
-                            batch_norm_train_synced(t, g, bb, &rm, &rv, 0.1, 1e-5, &sync).unwrap();
+                            batch_norm_train_synced(t, &p, &BnConfig::default(), &sync).unwrap();
                         running(&got_running, name, &rv);
                         out
                     };

@@ -3,12 +3,13 @@
 //! subset follows the same loss curve. TF32 is off, so both runs compute in f32 and differ
 //! only in summation order; over many SGD steps those differences grow (a ReLU input within
 //! rounding of zero flips, see `trainer/tests/data_parallel.rs`), hence a tolerance on epoch
-//! means rather than bits. Skips, saying so, where there is no CUDA device.
+//! means rather than bits. Ignored without `--include-ignored`; fails, saying so, without a
+//! CUDA device.
 
 mod common;
 
 use candle_core::Device;
-use octet_models::{ops, ModelKind};
+use octet_models::{ModelKind, OpsConfig};
 use octet_trainer::Precision;
 
 /// Relative difference allowed between the two runs' mean training loss in each epoch, and
@@ -16,20 +17,22 @@ use octet_trainer::Precision;
 const LOSS_TOL: f64 = 0.05;
 const ACCURACY_TOL: f64 = 0.05;
 
+/// The curve with the fast ops or candle's, TF32 off either way.
 fn run(dev: &Device, fast: bool) -> Vec<(f64, f64)> {
-    ops::set_fast_ops(fast);
-    let curve = common::loss_curve(dev, ModelKind::ResNet18, Precision::F32, 2, 2048);
-    ops::set_fast_ops(true);
-    curve
+    let ops = OpsConfig {
+        fast,
+        tf32: false,
+        ..OpsConfig::default()
+    };
+    common::loss_curve(dev, ops, ModelKind::ResNet18, Precision::F32, 2, 2048)
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn fast_ops_follow_the_reference_loss_curve() {
-    let Some(dev) = common::cuda() else { return };
-    ops::set_conv_tf32(false);
+    let dev = common::cuda();
     let fast = run(&dev, true);
     let reference = run(&dev, false);
-    ops::set_conv_tf32(true);
     for (epoch, (f, r)) in fast.iter().zip(&reference).enumerate() {
         let rel = (f.0 - r.0).abs() / r.0;
         println!(

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use candle_core::{Device, Result, Tensor, Var};
+use octet_models::OpsConfig;
+use octet_train_ops::{batch_norm_train_reference, BnConfig, BnLayout, BnParams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -30,20 +32,40 @@ pub fn rel_err(a: &Tensor, reference: &Tensor) -> Result<f32> {
 
 /// Bit-for-bit equality of two f32 tensors.
 pub fn same_bits(a: &Tensor, b: &Tensor) -> Result<bool> {
-    let a: Vec<u32> = a
-        .flatten_all()?
-        .to_vec1::<f32>()?
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    let b: Vec<u32> = b
-        .flatten_all()?
-        .to_vec1::<f32>()?
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    Ok(a == b)
+    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.flatten_all()?
+            .to_vec1::<f32>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect())
+    };
+    Ok(bits(a)? == bits(b)?)
 }
+
+/// Convolution cases `(n, c_in, c_out, size, kernel, stride, padding)` of the NCHW tests:
+/// the CPU tests take the first five, the GPU tests all.
+pub const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 8] = [
+    (1, 3, 5, 7, 3, 1, 1),
+    (2, 4, 6, 8, 3, 2, 1),
+    (3, 5, 3, 9, 1, 2, 0),
+    (2, 3, 4, 10, 5, 1, 0),
+    (4, 1, 2, 6, 5, 1, 1),
+    (8, 7, 9, 11, 3, 2, 0),
+    (5, 16, 8, 8, 1, 1, 0),
+    (8, 32, 64, 16, 3, 1, 1),
+];
+
+/// Batch-norm shapes `(n, c, h, w)` of the NCHW tests: the CPU tests take the first five, the
+/// GPU tests all (one value a channel, and ResNet-18's first layer at batch 16).
+pub const BN_CASES: [(usize, usize, usize, usize); 7] = [
+    (1, 3, 5, 5),
+    (2, 7, 4, 4),
+    (8, 16, 6, 6),
+    (4, 5, 1, 1),
+    (3, 2, 3, 7),
+    (1, 1, 1, 1),
+    (16, 64, 32, 32),
+];
 
 /// A fresh variable holding `t` on `dev`.
 pub fn var_on(t: &Tensor, dev: &Device) -> Result<Var> {
@@ -56,7 +78,23 @@ pub struct BnOut {
     pub running: [Tensor; 2],
 }
 
-pub type BnFn = fn(&Tensor, &Tensor, &Tensor, &Var, &Var, f64, f64) -> Result<Tensor>;
+/// A batch norm under test: the dispatching one, the fused ops or the reference.
+pub type BnFn = fn(&Tensor, &BnParams, &BnConfig) -> Result<Tensor>;
+
+/// [`OpsConfig::batch_norm_train`] with the default (fast) ops, as a [`BnFn`].
+pub fn bn_dispatch(x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Result<Tensor> {
+    OpsConfig::default().batch_norm_train(x, p, cfg)
+}
+
+/// The parameters of a batch norm from its four variables.
+pub fn bn_params<'a>(g: &'a Var, b: &'a Var, rm: &'a Var, rv: &'a Var) -> BnParams<'a> {
+    BnParams {
+        gamma: g.as_tensor(),
+        beta: b.as_tensor(),
+        running_mean: rm,
+        running_var: rv,
+    }
+}
 
 /// Runs one training-mode batch norm under loss Σ y·r from the given inputs.
 pub fn bn_run(f: BnFn, inputs: &[Tensor; 5], seed: u64, dev: &Device) -> Result<BnOut> {
@@ -67,12 +105,8 @@ pub fn bn_run(f: BnFn, inputs: &[Tensor; 5], seed: u64, dev: &Device) -> Result<
     let (x, g, b, rm, rv) = (&vars[0], &vars[1], &vars[2], &vars[3], &vars[4]);
     let y = f(
         x.as_tensor(),
-        g.as_tensor(),
-        b.as_tensor(),
-        rm,
-        rv,
-        0.1,
-        1e-5,
+        &bn_params(g, b, rm, rv),
+        &BnConfig::default(),
     )?;
     // In the inputs' dtype: an f64 reference run gets the same (exactly widened) values.
     let r = uniform(y.dims(), -1.0, 1.0, seed, dev)?.to_dtype(y.dtype())?;
@@ -96,28 +130,18 @@ pub fn bn_inputs(n: usize, c: usize, h: usize, w: usize, seed: u64) -> Result<[T
     ])
 }
 
-/// A channels-last batch norm under test: `(x, gamma, beta, running_mean, running_var,
-/// momentum, eps, relu)`.
-pub type BnClFn = fn(&Tensor, &Tensor, &Tensor, &Var, &Var, f64, f64, bool) -> Result<Tensor>;
-
 /// `t` rounded to `dtype` and back to f32: the values a `dtype` run actually sees.
 pub fn rounded(t: &Tensor, dtype: candle_core::DType) -> Result<Tensor> {
     t.to_dtype(dtype)?.to_dtype(candle_core::DType::F32)
 }
 
-/// `(n, c, h, w)` → contiguous `(n, h, w, c)`, and back.
-pub fn nhwc(t: &Tensor) -> Result<Tensor> {
-    t.permute((0, 2, 3, 1))?.contiguous()
-}
-pub fn nchw(t: &Tensor) -> Result<Tensor> {
-    t.permute((0, 3, 1, 2))?.contiguous()
-}
+pub use octet_train_ops::permute::{nchw, nhwc};
 
 /// Runs a channels-last batch norm (then ReLU when `relu`) on `dev` with activations in
 /// `dtype`, and candle's f32 NCHW reference on the CPU on the same (rounded) values, under
 /// loss Σ y·r. Returns (under test, reference), both NCHW f32 on the CPU.
 pub fn bn_cl_pair(
-    f: BnClFn,
+    f: BnFn,
     inputs: &[Tensor; 5],
     relu: bool,
     dtype: candle_core::DType,
@@ -143,27 +167,16 @@ pub fn bn_cl_pair(
             v(&inputs[3])?,
             v(&inputs[4])?,
         );
+        let p = bn_params(&g, &b, &rm, &rv);
         let y = if cl {
-            f(
-                xv.as_tensor(),
-                g.as_tensor(),
-                b.as_tensor(),
-                &rm,
-                &rv,
-                0.1,
-                1e-5,
+            let cfg = BnConfig {
+                layout: BnLayout::ChannelsLast,
                 relu,
-            )?
+                ..BnConfig::default()
+            };
+            f(xv.as_tensor(), &p, &cfg)?
         } else {
-            let y = octet_models::ops::batch_norm_train_reference(
-                xv.as_tensor(),
-                g.as_tensor(),
-                b.as_tensor(),
-                &rm,
-                &rv,
-                0.1,
-                1e-5,
-            )?;
+            let y = batch_norm_train_reference(xv.as_tensor(), &p, &BnConfig::default())?;
             match mask {
                 Some(m) if relu => (y * m)?,
                 _ if relu => y.relu()?,
@@ -204,6 +217,19 @@ pub fn bn_cl_pair(
     Ok((got, reference))
 }
 
+/// The parts of two batch-norm results side by side, named: output, the gradients of x,
+/// gamma and beta, the running mean and variance.
+pub fn bn_parts<'a>(a: &'a BnOut, b: &'a BnOut) -> Vec<(&'static str, &'a Tensor, &'a Tensor)> {
+    vec![
+        ("output", &a.y, &b.y),
+        ("x gradient", &a.grads[0], &b.grads[0]),
+        ("gamma gradient", &a.grads[1], &b.grads[1]),
+        ("beta gradient", &a.grads[2], &b.grads[2]),
+        ("running mean", &a.running[0], &b.running[0]),
+        ("running var", &a.running[1], &b.running[1]),
+    ]
+}
+
 /// Largest relative error of each part of a batch-norm result: (output, [x, gamma, beta]
 /// gradients, [running mean, running var]).
 pub fn bn_errors(got: &BnOut, reference: &BnOut) -> Result<(f32, [f32; 3], [f32; 2])> {
@@ -219,4 +245,44 @@ pub fn bn_errors(got: &BnOut, reference: &BnOut) -> Result<(f32, [f32; 3], [f32;
             rel_err(&got.running[1], &reference.running[1])?,
         ],
     ))
+}
+
+/// The GPU tests of one binary run one at a time (they share the device's memory).
+static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The CUDA device for a GPU test, held by the test until the guard drops. The GPU tests
+/// are `#[ignore]`d (run them with `--features cuda -- --include-ignored`); forced to run
+/// without a GPU, they fail here, saying so.
+pub fn gpu() -> (std::sync::MutexGuard<'static, ()>, Device) {
+    let lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let dev = Device::new_cuda(0).unwrap_or_else(|e| {
+        panic!("this test needs a CUDA GPU and a build with --features cuda: {e}")
+    });
+    (lock, dev)
+}
+
+/// A network's logits and, per named tensor, its gradient (a buffer: its updated value) on
+/// the CPU: one training step of `kind` built as `cfg` (seed 42, 3 input channels, 10
+/// classes) on `dev`, loss cross-entropy. Gradients of f32 weights are f32 in every format.
+pub fn train_step(
+    kind: octet_models::ModelKind,
+    cfg: &octet_models::NetworkConfig,
+    (x, labels): (&Tensor, &Tensor),
+    dev: &Device,
+) -> Result<(Tensor, Vec<(String, Tensor)>)> {
+    let m =
+        octet_models::build_with(kind, 3, 10, 42, dev, cfg).map_err(candle_core::Error::wrap)?;
+    let logits = m.forward(&x.to_device(dev)?, true)?;
+    let loss = candle_nn::loss::cross_entropy(&logits, &labels.to_device(dev)?)?;
+    let grads = loss.backward()?;
+    let mut out = Vec::new();
+    for p in m.params().iter() {
+        let t = match grads.get(p.var.as_tensor()) {
+            Some(g) => g.clone(),
+            None => p.var.as_tensor().clone(), // buffers: the updated running statistics
+        };
+        assert_eq!(t.dtype(), candle_core::DType::F32, "{}", p.name);
+        out.push((p.name.clone(), t.to_device(&Device::Cpu)?));
+    }
+    Ok((logits.to_device(&Device::Cpu)?, out))
 }

@@ -4,16 +4,14 @@
 //! candle ops of the CPU path compute it (including their `x·a + 0` affine), so CPU and GPU
 //! steps agree bit for bit. The parameters stay separate tensors: the launch takes a table
 //! of their addresses as its argument (PyTorch's multi-tensor apply does the same), so a
-//! step is one launch per [`TABLE`] parameters. Compiled and loaded as the models' kernels
-//! are ([`KernelModule`]).
+//! step is one launch per [`TABLE`] parameters. The kernel is `train-ops/kernels/fused_sgd.cu`,
+//! loaded through the training ops' one loader ([`FUSED_SGD`]).
 
 use candle_core::cuda_backend::cudarc::driver::{
     DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::{bail, DType, Result, Storage, Tensor};
-use octet_models::ops::KernelModule;
-
-static SGD: KernelModule = KernelModule::new("octet_fused_sgd", SOURCE, "the fused SGD kernel");
+use octet_train_ops::kernels::FUSED_SGD;
 
 /// Parameters per launch. The table is the kernel's by-value argument and must stay under
 /// CUDA's 4 KiB of kernel parameters: 64 entries take 2,056 bytes. ResNet-18 has 62.
@@ -22,46 +20,6 @@ pub(crate) const TABLE: usize = 64;
 /// Elements one thread block updates.
 const CHUNK: usize = 4096;
 const THREADS: u32 = 256;
-
-pub(crate) const SOURCE: &str = r#"
-#define TABLE 64
-#define CHUNK 4096
-
-// Mirrors `Table` in fused_sgd.rs field for field.
-struct Table {
-    float* p[TABLE];
-    float* buf[TABLE];
-    const float* g[TABLE];
-    int n[TABLE];
-    // Block k's first block; first_block[count] is the grid's size.
-    int first_block[TABLE + 1];
-    int count;
-};
-
-// No FMA contraction (__fmul_rn/__fadd_rn): each product and sum is rounded on its own, like
-// candle's CPU ops; `+ 0.0f` is their affine's add (it also turns -0 into +0, as they do).
-extern "C" __global__ void sgd_step(const Table t, float lr, float momentum, float wd,
-                                    int decay, int use_momentum) {
-    int block = (int)blockIdx.x;
-    int k = 0;
-    while (k + 1 < t.count && t.first_block[k + 1] <= block) k++;
-    float* __restrict__ p = t.p[k];
-    float* __restrict__ buf = t.buf[k];
-    const float* __restrict__ g = t.g[k];
-    int start = (block - t.first_block[k]) * CHUNK;
-    int end = min(start + CHUNK, t.n[k]);
-    for (int i = start + (int)threadIdx.x; i < end; i += (int)blockDim.x) {
-        float pi = p[i];
-        float d = g[i];
-        if (decay) d = __fadd_rn(d, __fadd_rn(__fmul_rn(pi, wd), 0.0f));
-        if (use_momentum) {
-            d = __fadd_rn(__fadd_rn(__fmul_rn(buf[i], momentum), 0.0f), d);
-            buf[i] = d;
-        }
-        p[i] = __fsub_rn(pi, __fadd_rn(__fmul_rn(d, lr), 0.0f));
-    }
-}
-"#;
 
 /// The kernel's `Table`.
 #[repr(C)]
@@ -163,7 +121,7 @@ fn launch(part: &[(&Tensor, &Tensor, &Tensor)], f: Factors) -> Result<()> {
         views.push(cs.as_cuda_slice::<f32>()?.slice(a..b));
     }
     let Some(dev) = dev else { return Ok(()) };
-    let (stream, func) = SGD.func(&dev, "sgd_step")?;
+    let (stream, func) = FUSED_SGD.func(&dev, "sgd_step")?;
     let ptrs: Vec<_> = views.iter().map(|v| v.device_ptr(&stream)).collect();
     let mut t = Table {
         p: [0; TABLE],
@@ -324,16 +282,6 @@ mod tests {
                 prop_assert!(bits(tb)? == want_b, "tensor {} (n = {}): momentum", i, p.len());
             }
         }
-    }
-
-    /// NVRTC (no GPU needed) accepts the kernel. Ignored by default: it needs the CUDA
-    /// runtime libraries (`source shared/cuda/toolkit.sh`) even where there is no GPU.
-    #[test]
-    #[ignore = "needs libnvrtc"]
-    fn kernel_compiles_with_nvrtc() {
-        let ptx = candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(super::SOURCE)
-            .expect("NVRTC compiles sgd_step");
-        assert!(ptx.to_src().contains("sgd_step"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod timing;
 use std::sync::Arc;
 
 use candle_core::Device;
-use octet_models::{ModelKind, Network};
+use octet_models::{ModelKind, Network, NetworkConfig};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
 use crate::data::{DataSplit, Dataset, Sampler};
@@ -80,7 +80,11 @@ impl Trainer {
             return Err(TrainError::Config("the training set is empty".into()));
         }
         let act = cfg.precision.activations();
-        let model = octet_models::build_with(kind, ds.channels, ds.classes, cfg.seed, dev, act)?;
+        let net = NetworkConfig {
+            activations: act,
+            ops: cfg.ops,
+        };
+        let model = octet_models::build_with(kind, ds.channels, ds.classes, cfg.seed, dev, &net)?;
         let opt = Sgd::new(model.params(), cfg.momentum, cfg.weight_decay)?;
         let world = coll.world();
         let per_rank = Sampler::new(ds.len(), true, cfg.seed)

@@ -102,9 +102,9 @@ fn forward_backward(
     let logits = model.forward(&norm.apply(x)?, true)?;
     let loss = candle_nn::loss::cross_entropy(&logits, y)?;
     let grads = if scale == 1.0 {
-        loss.backward()?
+        model.ops().backward(&loss)?
     } else {
-        (&loss * scale)?.backward()?
+        model.ops().backward(&(&loss * scale)?)?
     };
     let ok = logits.argmax(1)?.eq(y)?.to_dtype(DType::F32)?.sum_all()?;
     Ok((grads, loss.detach(), ok))

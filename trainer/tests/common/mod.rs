@@ -3,32 +3,18 @@
 #![allow(dead_code)]
 
 use candle_core::Device;
-use octet_models::ModelKind;
+use octet_models::{ModelKind, OpsConfig};
 use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::Precision;
 
-/// CUDA device 0 for a GPU test (marked `#[ignore = "needs a CUDA GPU: ..."]`); run anyway
-/// without one, the test fails saying so rather than passing.
-pub fn require_cuda() -> Device {
+/// CUDA device 0 for a GPU test (marked `#[ignore = "needs a CUDA GPU: ..."]`: run them with
+/// `--features cuda -- --include-ignored`); forced to run without a GPU, the test fails here,
+/// saying so, rather than passing.
+pub fn cuda() -> Device {
     Device::new_cuda(0).unwrap_or_else(|e| {
-        panic!(
-            "this test needs a CUDA GPU and a build with --features cuda, and CUDA device 0 is \
-             not available: {e}"
-        )
+        panic!("this test needs a CUDA GPU and a build with --features cuda: {e}")
     })
-}
-
-/// CUDA device 0, or `None` after saying why the test skips (for GPU tests not yet marked
-/// `#[ignore]`; those use [`require_cuda`]).
-pub fn cuda() -> Option<Device> {
-    match Device::new_cuda(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            println!("skipping: no CUDA device ({e})");
-            None
-        }
-    }
 }
 
 /// The bundled Fashion-MNIST subset: `train` training images, every `stride`-th, and the
@@ -44,9 +30,10 @@ pub fn bundled_subset(train: usize, stride: usize, test: usize) -> DataSplit {
 
 /// (mean training loss, test accuracy) per epoch of a seeded run on the bundled subset's
 /// first `train_images` training and 1,000 test images: batch 128, lr 0.05, seed 5, no
-/// augmentation.
+/// augmentation, with the training ops `ops`.
 pub fn loss_curve(
     dev: &Device,
+    ops: OpsConfig,
     kind: ModelKind,
     precision: Precision,
     epochs: usize,
@@ -60,6 +47,7 @@ pub fn loss_curve(
     cfg.seed = 5;
     cfg.augment = false;
     cfg.precision = precision;
+    cfg.ops = ops;
     let summary = Trainer::new(cfg, split, dev, None)
         .unwrap()
         .run(&RunOptions::new(dev.clone()), &mut |_| {})

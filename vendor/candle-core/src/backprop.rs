@@ -4,16 +4,9 @@ use crate::{Error, Result, Tensor, TensorId};
 use std::collections::{hash_map::Entry, HashMap};
 
 /// octet patch: a function summing two gradients of one tensor (same shape, dtype and
-/// device), or returning `None` to leave the sum to `Tensor::add`.
+/// device), or returning `None` to leave the sum to `Tensor::add`; see
+/// [`Tensor::backward_with`].
 pub type GradSum = fn(&Tensor, &Tensor) -> Result<Option<Tensor>>;
-
-static GRAD_SUM: std::sync::OnceLock<GradSum> = std::sync::OnceLock::new();
-
-/// octet patch: sets the process's [`GradSum`]; only the first call takes effect (returns
-/// whether this one did).
-pub fn set_grad_sum(f: GradSum) -> bool {
-    GRAD_SUM.set(f).is_ok()
-}
 
 // arg has been reduced to node via reduce_dims, expand it back to arg.
 // This has to handle keepdims.
@@ -175,8 +168,15 @@ impl Tensor {
     }
 
     pub fn backward(&self) -> Result<GradStore> {
+        self.backward_with(None)
+    }
+
+    /// octet patch: [`Tensor::backward`] with two gradients of one tensor summed by `sum`
+    /// (`None`: `Tensor::add`, as `backward` does).
+    pub fn backward_with(&self, sum: Option<GradSum>) -> Result<GradStore> {
         let sorted_nodes = self.sorted_nodes();
         let mut grads = GradStore::new();
+        grads.1 = GradStoreSum(sum);
         grads.insert(self, self.ones_like()?.contiguous()?);
         for node in sorted_nodes.iter() {
             if node.is_variable() {
@@ -699,7 +699,17 @@ impl Tensor {
 
 /// A store for gradients, associating a tensor id to the corresponding gradient tensor, used for back propagation.
 #[derive(Default, Debug)]
-pub struct GradStore(HashMap<TensorId, Tensor>);
+pub struct GradStore(HashMap<TensorId, Tensor>, GradStoreSum);
+
+/// octet patch: how the backward pass that fills a store sums two gradients.
+#[derive(Default)]
+struct GradStoreSum(Option<GradSum>);
+
+impl std::fmt::Debug for GradStoreSum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "GradSum(custom)" } else { "GradSum(add)" })
+    }
+}
 
 impl GradStore {
     /// Create a new gradient store
@@ -738,7 +748,7 @@ impl GradStore {
         match self.0.entry(tensor.id()) {
             Entry::Occupied(mut entry) => {
                 let prev = entry.get();
-                let fast = match GRAD_SUM.get() {
+                let fast = match self.1 .0 {
                     Some(f) => f(prev, &grad)?,
                     None => None,
                 };

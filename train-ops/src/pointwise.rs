@@ -1,53 +1,62 @@
-//! ReLU whose backward is one kernel, `dx = x >= 0 ? dy : 0`. candle's own backward builds
-//! the mask with a comparison and a cast, then multiplies: three full passes over the
-//! activation and a tensor of zeros, for each of a ResNet-18's seventeen ReLUs.
+//! The one-kernel element-wise ops: ReLU (f32 and bf16) whose backward is one kernel,
+//! `dx = x >= 0 ? dy : 0` (candle's own backward builds the mask with a comparison and a
+//! cast, then multiplies: three full passes over the activation and a tensor of zeros, for
+//! each of a ResNet-18's seventeen ReLUs), a residual block's add + ReLU, and the bf16 sum of
+//! two gradients that candle's backward pass takes ([`crate::OpsConfig::grad_sum`]).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-use super::cpu;
+#[cfg(feature = "cuda")]
+use crate::custom_op::CudaArgs;
+use crate::custom_op::{custom_op, CpuArgs};
+use crate::{cpu, OpsConfig};
 
-/// `max(x, 0)`. One-kernel forward and backward for f32 and bf16 tensors on a CUDA device, candle's
-/// `relu` elsewhere (CPU results stay those of plain candle). The gradient is candle's:
-/// `dy` where `x >= 0`.
-pub fn relu(x: &Tensor) -> Result<Tensor> {
-    if cfg!(feature = "cuda")
-        && super::fast_ops()
-        && x.device().is_cuda()
-        && matches!(x.dtype(), DType::F32 | DType::BF16)
-    {
-        relu_fused(x)
-    } else {
-        x.relu()
+impl OpsConfig {
+    /// `max(x, 0)`. One-kernel forward and backward for f32 and bf16 tensors on a CUDA
+    /// device, candle's `relu` elsewhere (CPU results stay those of plain candle). The
+    /// gradient is candle's: `dy` where `x >= 0`.
+    pub fn relu(&self, x: &Tensor) -> Result<Tensor> {
+        if cfg!(feature = "cuda")
+            && self.fast
+            && x.device().is_cuda()
+            && matches!(x.dtype(), DType::F32 | DType::BF16)
+        {
+            relu_fused(x)
+        } else {
+            x.relu()
+        }
+    }
+
+    /// `max(a + b, 0)`, a residual block's end. One kernel forward (the bf16 sum, then the
+    /// ReLU) and one backward for bf16 tensors of one shape on a CUDA device; `relu(a + b)`
+    /// elsewhere. The fused op's gradient, `dy` to both inputs where the output is
+    /// positive, differs from candle's (`dy` where the sum is `>= 0`) only where the sum is
+    /// exactly zero.
+    pub fn add_relu(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if self.fast && fused_bf16_pair(a, b) {
+            add_relu_fused(a, b)
+        } else {
+            self.relu(&(a + b)?)
+        }
     }
 }
 
-/// The fused op on any device (the CPU version exists to test its autograd wiring).
+/// The fused ReLU on any device (the CPU version exists to test its autograd wiring).
 pub fn relu_fused(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Relu)
 }
 
-/// `max(a + b, 0)`, a residual block's end. One kernel forward (the bf16 sum, then the ReLU)
-/// and one backward for bf16 tensors of one shape on a CUDA device; `relu(a + b)` elsewhere.
-/// The fused op's gradient, `dy` to both inputs where the output is positive, differs from
-/// candle's (`dy` where the sum is `>= 0`) only where the sum is exactly zero.
-pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if fused_bf16_pair(a, b) {
-        add_relu_fused(a, b)
-    } else {
-        relu(&(a + b)?)
-    }
-}
-
-/// The fused op on any device (the CPU version exists to test its autograd wiring).
+/// The fused residual add + ReLU on any device (the CPU version exists to test its autograd
+/// wiring).
 pub fn add_relu_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     a.contiguous()?.apply_op2(&b.contiguous()?, ADD_RELU)
 }
 
 /// `a + b` for two gradients of one tensor, as candle's autograd sums them: one 16-byte-per-
 /// thread kernel for contiguous bf16 tensors of one shape on a CUDA device (candle's bf16
-/// add moves 2 bytes a thread), `None` (candle's add) for anything else. Registered with
-/// `candle_core::backprop::set_grad_sum` by [`use_fast_grad_sum`]; bit for bit candle's sum.
+/// add moves 2 bytes a thread), `None` (candle's add) for anything else. What
+/// [`OpsConfig::grad_sum`] hands candle's backward pass; bit for bit candle's sum.
 pub fn grad_sum(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     if !fused_bf16_pair(a, b) {
         return Ok(None);
@@ -55,20 +64,14 @@ pub fn grad_sum(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(add_fused(a, b)?))
 }
 
-/// Whether the bf16 element-wise kernels take `a` and `b`: fast ops on, bf16 tensors of one
-/// shape on a CUDA device.
+/// Whether the bf16 element-wise kernels take `a` and `b`: bf16 tensors of one shape on a
+/// CUDA device.
 fn fused_bf16_pair(a: &Tensor, b: &Tensor) -> bool {
     cfg!(feature = "cuda")
-        && super::fast_ops()
         && a.device().is_cuda()
         && a.dtype() == DType::BF16
         && b.dtype() == DType::BF16
         && a.dims() == b.dims()
-}
-
-/// Makes candle's autograd sum bf16 gradients with [`grad_sum`] (once per process).
-pub fn use_fast_grad_sum() {
-    candle_core::backprop::set_grad_sum(grad_sum);
 }
 
 /// `a + b` through the element-wise kernel, no gradient (gradients are not differentiated
@@ -132,12 +135,13 @@ static ADD_RELU: Pointwise2 = Pointwise2 {
     grad_from_output: Some(&RELU_OUT_BACKWARD),
 };
 
-impl CustomOp1 for Relu {
-    fn name(&self) -> &'static str {
-        "octet-relu"
-    }
+custom_op!(
+    CustomOp1 for Relu, "octet-relu", (s, l),
+    bwd(x, y, dy) -> Grads1 = backward
+);
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+impl Relu {
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
         let x = cpu::to_f32(s, l)?;
         let y = match s.dtype() {
             // candle's f32 ReLU.
@@ -150,15 +154,11 @@ impl CustomOp1 for Relu {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
         Ok((cuda::launch("relu_fwd", &[(s, l)])?, l.shape().clone()))
     }
 
-    fn bwd(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+    fn backward(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(x.apply_op2_no_bwd(&dy.contiguous()?, &RELU_BACKWARD)?))
     }
 }
@@ -235,20 +235,26 @@ fn check(name: &str, a: (DType, &Layout), b: (DType, &Layout)) -> Result<()> {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{
+        CudaView, DeviceRepr, PushKernelArg, ValidAsZeroBits,
+    };
+    use candle_core::cuda_backend::CudaDType;
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
     use half::bf16;
 
-    use super::super::{kernels, kernels_cl};
+    use crate::kernels::{self, KernelModule, CHANNELS_LAST, NCHW};
+    use crate::launch;
 
     /// Runs the element-wise kernel `name` (f32) or `name_bf16` over equal-length contiguous
     /// inputs of one dtype into a new output.
     pub(super) fn launch(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
         let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype()).collect();
         match dtypes.as_slice() {
-            [DType::F32, ..] if dtypes.iter().all(|&d| d == DType::F32) => launch_f32(name, inputs),
+            [DType::F32, ..] if dtypes.iter().all(|&d| d == DType::F32) => {
+                launch_as::<f32>(name, inputs)
+            }
             [DType::BF16, ..] if dtypes.iter().all(|&d| d == DType::BF16) => {
-                launch_bf16(&format!("{name}_bf16"), inputs)
+                launch_as::<bf16>(&format!("{name}_bf16"), inputs)
             }
             d => bail!("relu: supported on CUDA for f32 or bf16 tensors, got {d:?}"),
         }
@@ -272,46 +278,56 @@ mod cuda {
         Ok((views, n, vec))
     }
 
-    /// bf16: 8-value (16-byte) loads when every operand starts on a whole vector.
-    fn launch_bf16(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
-        let dev = &inputs[0].0.device;
-        let (views, n, vec) = views::<bf16>(inputs, 8)?;
-        let items = if vec { n / 8 } else { n };
-        // SAFETY: the kernel writes every element.
-        let mut y = unsafe { dev.alloc::<bf16>(n.max(1))? };
-        let (items_i, vflag) = (items as i64, vec as i32);
-        let (stream, f) = kernels_cl::func(dev, name)?;
-        let mut b = stream.launch_builder(&f);
-        for v in &views {
-            b.arg(v);
-        }
-        b.arg(&mut y).arg(&items_i).arg(&vflag);
-        // SAFETY: argument types and counts match relu_fwd_bf16 (x, y, items, vec) and
-        // relu_bwd_bf16 (x, dy, dx, items, vec).
-        unsafe { b.launch(kernels::elementwise(items))? };
-        Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+    /// What differs between the f32 and bf16 element-wise kernels.
+    trait Elem: CudaDType + DeviceRepr + ValidAsZeroBits {
+        /// Values per vector load: 4 (float4) or 8 (16 bytes of bf16).
+        const WIDTH: usize;
+        /// The most elements the kernels' index math holds.
+        const MAX_N: usize;
+        const MODULE: &'static KernelModule;
+        /// The kernels' item count: i32 (f32) or i64 (bf16).
+        type Count: DeviceRepr + TryFrom<usize>;
     }
 
-    /// f32: float4 loads when every operand is 16-byte aligned and the length allows.
-    fn launch_f32(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
+    impl Elem for f32 {
+        const WIDTH: usize = 4;
+        const MAX_N: usize = i32::MAX as usize;
+        const MODULE: &'static KernelModule = &NCHW;
+        type Count = i32;
+    }
+
+    impl Elem for bf16 {
+        const WIDTH: usize = 8;
+        const MAX_N: usize = usize::MAX;
+        const MODULE: &'static KernelModule = &CHANNELS_LAST;
+        type Count = i64;
+    }
+
+    /// The element-wise kernel `name` over `inputs` of `T`, with vector loads when every
+    /// operand starts on a whole vector and the length allows.
+    fn launch_as<T: Elem>(name: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage> {
         let dev = &inputs[0].0.device;
-        let (views, n, vec) = views::<f32>(inputs, 4)?;
-        if n > i32::MAX as usize {
-            bail!("relu: {n} elements (supported: up to {})", i32::MAX)
+        let (views, n, vec) = views::<T>(inputs, T::WIDTH)?;
+        if n > T::MAX_N {
+            bail!("relu: {n} elements (supported: up to {})", T::MAX_N)
         }
-        let items = if vec { n / 4 } else { n };
+        let items = if vec { n / T::WIDTH } else { n };
         // SAFETY: the kernel writes every element.
-        let mut y = unsafe { dev.alloc::<f32>(n.max(1))? };
-        let (items_i, vflag) = (items as i32, vec as i32);
-        let (stream, f) = kernels::func(dev, name)?;
+        let mut y = unsafe { dev.alloc::<T>(n.max(1))? };
+        let Ok(items_i) = T::Count::try_from(items) else {
+            bail!("relu: {items} items too many")
+        };
+        let vflag = vec as i32;
+        let (stream, f) = T::MODULE.func(dev, name)?;
         let mut b = stream.launch_builder(&f);
         for v in &views {
             b.arg(v);
         }
         b.arg(&mut y).arg(&items_i).arg(&vflag);
-        // SAFETY: argument types and counts match relu_fwd (x, y, n, vec) and relu_bwd
-        // (x, dy, dx, n, vec).
-        unsafe { b.launch(kernels::elementwise(items))? };
+        // SAFETY: argument types and counts match relu_fwd (x, y, n, vec), relu_bwd (x, dy,
+        // dx, n, vec) and their bf16 versions (items an i64), add_bf16, add_relu_bf16 and
+        // relu_out_bwd_bf16 (a, b, out, items, vec).
+        unsafe { b.launch(launch::elementwise(items))? };
         Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
     }
 }
@@ -339,21 +355,19 @@ mod tests {
         Ok(())
     }
 
-    /// candle's autograd sums a tensor's gradients through the function registered with
-    /// `set_grad_sum` (the only registration in this test binary), and `grad_sum` leaves
-    /// CPU tensors to candle's add.
+    /// candle's autograd sums a tensor's gradients through the function passed to
+    /// `backward_with`, and `grad_sum` leaves CPU tensors to candle's add.
     #[test]
-    fn autograd_sums_gradients_through_the_registered_function() -> Result<()> {
+    fn autograd_sums_gradients_through_the_given_function() -> Result<()> {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static CALLS: AtomicUsize = AtomicUsize::new(0);
         fn counting(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
             CALLS.fetch_add(1, Ordering::SeqCst);
             grad_sum(a, b)
         }
-        assert!(candle_core::backprop::set_grad_sum(counting));
         let x = Var::from_vec(vec![1f32, -2.0, 3.0], 3, &Device::Cpu)?;
         let y = ((x.as_tensor() * 2.0)? + (x.as_tensor() * 3.0)?)?.sum_all()?;
-        let g = y.backward()?;
+        let g = y.backward_with(Some(counting))?;
         assert!(CALLS.load(Ordering::SeqCst) >= 1);
         assert_eq!(g.get(x.as_tensor()).unwrap().to_vec1::<f32>()?, [5.0; 3]);
         let bf = x.as_tensor().to_dtype(DType::BF16)?;
@@ -361,6 +375,8 @@ mod tests {
             grad_sum(&bf, &bf)?.is_none(),
             "CPU tensors stay on candle's add"
         );
+        assert!(OpsConfig::REFERENCE.grad_sum().is_none());
+        assert!(OpsConfig::default().grad_sum().is_some());
         Ok(())
     }
 

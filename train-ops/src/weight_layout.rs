@@ -4,29 +4,34 @@
 //! `(K, C, R, S)` tensor, so autograd hands the f32 `Var` an f32 gradient in its own layout
 //! and SGD stays as it is.
 
-use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+use candle_core::{bail, CpuStorage, DType, Layout, Result, Shape, Tensor};
 
-use super::cpu;
+#[cfg(feature = "cuda")]
+use crate::custom_op::CudaArgs;
+use crate::custom_op::{custom_op, CpuArgs};
+use crate::{cpu, OpsConfig};
 
-/// `w` `(k, c, r, s)` permuted to `(k, r, s, c)` and cast to `dtype`, contiguous. One kernel
-/// each way for an f32 weight going to bf16 on a CUDA device; candle's permute and cast
-/// otherwise (the same values: both round to nearest even).
-pub fn weight_channels_last(w: &Tensor, dtype: DType) -> Result<Tensor> {
-    if w.rank() != 4 {
-        bail!(
-            "channels-last weight: expected (out, in, kh, kw), got {:?}",
-            w.dims()
-        )
+impl OpsConfig {
+    /// `w` `(k, c, r, s)` permuted to `(k, r, s, c)` and cast to `dtype`, contiguous. One
+    /// kernel each way for an f32 weight going to bf16 on a CUDA device; candle's permute and
+    /// cast otherwise (the same values: both round to nearest even).
+    pub fn weight_channels_last(&self, w: &Tensor, dtype: DType) -> Result<Tensor> {
+        if w.rank() != 4 {
+            bail!(
+                "channels-last weight: expected (out, in, kh, kw), got {:?}",
+                w.dims()
+            )
+        }
+        if cfg!(feature = "cuda")
+            && self.fast
+            && w.device().is_cuda()
+            && w.dtype() == DType::F32
+            && dtype == DType::BF16
+        {
+            return weight_channels_last_fused(w, dtype);
+        }
+        w.permute((0, 2, 3, 1))?.to_dtype(dtype)?.contiguous()
     }
-    if cfg!(feature = "cuda")
-        && super::fast_ops()
-        && w.device().is_cuda()
-        && w.dtype() == DType::F32
-        && dtype == DType::BF16
-    {
-        return weight_channels_last_fused(w, dtype);
-    }
-    w.permute((0, 2, 3, 1))?.to_dtype(dtype)?.contiguous()
 }
 
 /// The custom op on any device (its CPU version tests the wiring without a GPU). `w` must be
@@ -56,12 +61,13 @@ fn dims4(l: &Layout, what: &str) -> Result<[usize; 4]> {
     }
 }
 
-impl CustomOp1 for ToChannelsLast {
-    fn name(&self) -> &'static str {
-        "octet-weight-channels-last"
-    }
+custom_op!(
+    CustomOp1 for ToChannelsLast, "octet-weight-channels-last", (s, l),
+    bwd(w, y, dy) -> Grads1 = backward
+);
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+impl ToChannelsLast {
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
         let [k, c, r, q] = dims4(l, "channels-last weight")?;
         let w = cpu::slice::<f32>(s, l)?;
         let mut out = Vec::with_capacity(w.len());
@@ -76,11 +82,7 @@ impl CustomOp1 for ToChannelsLast {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
         let [k, c, r, q] = dims4(l, "channels-last weight")?;
         if self.dtype != DType::BF16 {
             bail!("channels-last weight: the CUDA op writes bf16 (use candle's cast for f32)")
@@ -89,17 +91,15 @@ impl CustomOp1 for ToChannelsLast {
         Ok((y, Shape::from((k, r, q, c))))
     }
 
-    fn bwd(&self, _w: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+    fn backward(&self, _w: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&FromChannelsLast)?))
     }
 }
 
-impl CustomOp1 for FromChannelsLast {
-    fn name(&self) -> &'static str {
-        "octet-weight-channels-last-bwd"
-    }
+custom_op!(CustomOp1 for FromChannelsLast, "octet-weight-channels-last-bwd", (s, l));
 
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+impl FromChannelsLast {
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
         let [k, r, q, c] = dims4(l, "channels-last weight gradient")?;
         let g = cpu::to_f32(s, l)?;
         let mut out = Vec::with_capacity(g.len());
@@ -114,11 +114,7 @@ impl CustomOp1 for FromChannelsLast {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
         let [k, r, q, c] = dims4(l, "channels-last weight gradient")?;
         let y = cuda::from_krsc(s, l, [k, c, r * q])?;
         Ok((y, Shape::from((k, c, r, q))))
@@ -133,7 +129,8 @@ mod cuda {
     use candle_core::{bail, CudaStorage, DType, Layout, Result};
     use half::bf16;
 
-    use super::super::{kernels, kernels_cl};
+    use crate::kernels::{self, CHANNELS_LAST};
+    use crate::launch;
 
     fn i32s(d: [usize; 3]) -> Result<[i32; 3]> {
         if d.iter().product::<usize>() > i32::MAX as usize {
@@ -157,11 +154,11 @@ mod cuda {
         // SAFETY: the kernel writes every element.
         let mut out = unsafe { dev.alloc::<O>(n.max(1))? };
         let [k, c, rs] = i32s(d)?;
-        let (stream, f) = kernels_cl::func(dev, kernel)?;
+        let (stream, f) = CHANNELS_LAST.func(dev, kernel)?;
         let mut lb = stream.launch_builder(&f);
         lb.arg(&src).arg(&mut out).arg(&k).arg(&c).arg(&rs);
         // SAFETY: argument types and counts match both kernels (in, out, k, c, rs).
-        unsafe { lb.launch(kernels::elementwise(n))? };
+        unsafe { lb.launch(launch::elementwise(n))? };
         Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
     }
 

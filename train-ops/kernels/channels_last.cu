@@ -1,26 +1,4 @@
-//! CUDA kernels of the bf16 channels-last training path (`--precision bf16`): batch norm over
-//! NHWC tensors with f32 statistics (optionally with the following ReLU fused in), a bf16
-//! ReLU, a residual add fused with its ReLU, and the cast of an f32 `(K, C, R, S)` weight to cuDNN's bf16 `(K, R, S, C)` layout
-//! and back. Compiled with NVRTC like [`super::kernels`]; bf16 is handled as raw 16-bit
-//! words (no `cuda_bf16.h`, so NVRTC needs no include path). The per-channel reductions
-//! write their partial results in the layout of the NCHW kernels' `bn_stats_final` and
-//! `bn_bwd_final`, which finish them.
 
-use std::sync::Arc;
-
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
-use candle_core::cuda_backend::CudaDevice;
-use candle_core::Result;
-
-const MODULE: &str = "octet_channels_last";
-
-/// Threads of every block of these kernels.
-pub(crate) const THREADS: u32 = 256;
-
-/// The fewest rows a partial block walks, so small tensors are not cut into idle blocks.
-const MIN_ROWS_PER_BLOCK: usize = 64;
-
-pub(crate) const SOURCE: &str = r#"
 typedef unsigned short bf16;
 
 __device__ __forceinline__ float from_bf16(bf16 v) { return __uint_as_float(((unsigned)v) << 16); }
@@ -474,30 +452,18 @@ extern "C" __global__ void relu_fwd_bf16(const bf16* __restrict__ x, bf16* __res
     else relu_f<1>(x, y, items);
 }
 
-extern "C" __global__ void relu_bwd_bf16(const bf16* __restrict__ x, const bf16* __restrict__ dy,
-                                         bf16* __restrict__ dx, long long items, int vec) {
-    if (vec) pointwise2<8>(x, dy, dx, items, ReluBwd());
-    else pointwise2<1>(x, dy, dx, items, ReluBwd());
-}
+// One kernel per element-wise op of two bf16 tensors: `out = Op(a, b)`.
+#define POINTWISE2_KERNEL(name, Op)                                                       \
+    extern "C" __global__ void name(const bf16* __restrict__ a, const bf16* __restrict__ b, \
+                                    bf16* __restrict__ out, long long items, int vec) {     \
+        if (vec) pointwise2<8>(a, b, out, items, Op());                                     \
+        else pointwise2<1>(a, b, out, items, Op());                                         \
+    }
 
-extern "C" __global__ void add_relu_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b,
-                                         bf16* __restrict__ y, long long items, int vec) {
-    if (vec) pointwise2<8>(a, b, y, items, AddRelu());
-    else pointwise2<1>(a, b, y, items, AddRelu());
-}
-
-extern "C" __global__ void add_bf16(const bf16* __restrict__ a, const bf16* __restrict__ b,
-                                    bf16* __restrict__ y, long long items, int vec) {
-    if (vec) pointwise2<8>(a, b, y, items, Add());
-    else pointwise2<1>(a, b, y, items, Add());
-}
-
-extern "C" __global__ void relu_out_bwd_bf16(const bf16* __restrict__ y,
-                                             const bf16* __restrict__ dy,
-                                             bf16* __restrict__ dx, long long items, int vec) {
-    if (vec) pointwise2<8>(y, dy, dx, items, ReluOutBwd());
-    else pointwise2<1>(y, dy, dx, items, ReluOutBwd());
-}
+POINTWISE2_KERNEL(relu_bwd_bf16, ReluBwd)      // (x, dy) -> dx
+POINTWISE2_KERNEL(add_relu_bf16, AddRelu)      // (a, b) -> y
+POINTWISE2_KERNEL(add_bf16, Add)               // (a, b) -> y
+POINTWISE2_KERNEL(relu_out_bwd_bf16, ReluOutBwd)  // (y, dy) -> dx
 
 // f32 (k, c, rs) -> bf16 (k, rs, c): the weight in cuDNN's NHWC filter layout. One thread
 // per output element (writes coalesced; weights are small).
@@ -525,95 +491,5 @@ extern "C" __global__ void krsc_bf16_to_kcrs(const bf16* __restrict__ g, float* 
         int ci = (int)(rest % c);
         long long ki = rest / c;
         out[o] = from_bf16(g[(ki * rs + p) * c + ci]);
-    }
-}
-"#;
-
-static CHANNELS_LAST: super::kernels::Module =
-    super::kernels::Module::new(MODULE, SOURCE, "octet's channels-last kernels");
-
-/// A kernel of this module (see [`super::kernels::Module::func`]).
-pub(crate) fn func(dev: &CudaDevice, name: &str) -> Result<(Arc<CudaStream>, CudaFunction)> {
-    CHANNELS_LAST.func(dev, name)
-}
-
-/// How a channels-last reduction is cut: `tiles` tiles of channel groups (one thread per
-/// group and row), each split over `splits` blocks of `chunk` consecutive rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RowSplit {
-    pub tiles: usize,
-    pub splits: usize,
-    pub chunk: usize,
-}
-
-impl RowSplit {
-    /// `groups` channel groups (channels / vector width) over `rows` rows.
-    pub(crate) fn new(groups: usize, rows: usize) -> Self {
-        let groups = groups.max(1);
-        let per_row = groups.min(THREADS as usize);
-        let tiles = groups.div_ceil(per_row);
-        let rows_at_once = (THREADS as usize / per_row).max(1);
-        let cut = super::kernels::Split::cut(tiles, rows, MIN_ROWS_PER_BLOCK.max(rows_at_once));
-        Self {
-            tiles,
-            splits: cut.splits,
-            chunk: cut.chunk,
-        }
-    }
-
-    pub(crate) fn launch(&self) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: ((self.tiles * self.splits) as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use candle_core::cuda_backend::cudarc::nvrtc;
-
-    /// NVRTC accepts the kernels (needs libnvrtc, hence ignored by default).
-    #[test]
-    #[ignore = "needs libnvrtc"]
-    fn kernels_compile_with_nvrtc() {
-        let ptx = nvrtc::compile_ptx(SOURCE).expect("NVRTC compiles the channels-last kernels");
-        for name in [
-            "cl_stats_partial",
-            "cl_apply",
-            "cl_bwd_partial",
-            "cl_bwd_dx",
-            "relu_fwd_bf16",
-            "relu_bwd_bf16",
-            "add_relu_bf16",
-            "add_bf16",
-            "relu_out_bwd_bf16",
-            "kcrs_to_krsc_bf16",
-            "krsc_bf16_to_kcrs",
-        ] {
-            assert!(ptx.to_src().contains(name), "{name} missing from the PTX");
-        }
-    }
-
-    #[test]
-    fn row_splits_cover_every_row_once() {
-        for (groups, rows) in [
-            (8, 131_072),
-            (64, 8),
-            (1, 1),
-            (3, 1000),
-            (300, 77),
-            (16, 65),
-        ] {
-            let s = RowSplit::new(groups, rows);
-            assert!(s.splits >= 1 && s.chunk >= 1, "{groups} {rows}: {s:?}");
-            assert!((s.splits - 1) * s.chunk < rows, "{groups} {rows}: {s:?}");
-            assert!(s.splits * s.chunk >= rows, "{groups} {rows}: {s:?}");
-            assert!(s.tiles * groups.min(THREADS as usize) >= groups);
-        }
-        // 64 channels in groups of 8 over b512's 32×32 rows: the GPU is filled.
-        assert_eq!(RowSplit::new(8, 512 * 1024).splits, 1024);
     }
 }

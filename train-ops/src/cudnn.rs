@@ -320,7 +320,6 @@ fn tensor(
 /// configuration that finalises into a plan and keeps the numerics asked for.
 fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
     let g = key.geom;
-    let i = |v: usize| v as i64;
     let dtype = match key.dtype {
         DType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
         DType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
@@ -336,9 +335,57 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
         .into_iter()
         .zip(shapes)
         .zip(key.align)
-        .map(|((uid, dims), align)| tensor(uid, dtype, dims.map(i), key.channels_last, align))
+        .map(|((uid, dims), align)| {
+            tensor(uid, dtype, dims.map(|v| v as i64), key.channels_last, align)
+        })
         .collect::<Result<Vec<_>>>()?;
+    let conv = convolution(&g)?;
+    let op = operation(key.direction, &tensors, &conv)?;
+    let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+    graph.set(
+        Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+        Ty::CUDNN_TYPE_HANDLE,
+        &[handle.raw],
+    )?;
+    graph.set_desc(Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS, &op)?;
+    let graph = graph.finalize()?;
 
+    let mut parts = tensors;
+    parts.extend([conv, op]);
+    let mut why = Vec::new();
+    for cfg in candidates(&graph, key, &mut why)? {
+        let plan = match plan_of(handle, &cfg)?.finalize() {
+            Ok(p) => p,
+            Err(e) => {
+                why.push(e.to_string());
+                continue;
+            }
+        };
+        let workspace = workspace_bytes(&plan)?;
+        parts.push(graph);
+        parts.push(cfg);
+        return Ok(Plan {
+            plan,
+            workspace,
+            _parts: parts,
+        });
+    }
+    why.dedup();
+    candle_core::bail!(
+        "cuDNN has no usable engine for the {:?} convolution {:?} ({:?}, channels_last {}, tf32 {}): {}",
+        key.direction,
+        g,
+        key.dtype,
+        key.channels_last,
+        key.tf32,
+        why.join("; ")
+    )
+}
+
+/// The convolution descriptor: cross-correlation with `g`'s stride and padding, accumulated
+/// in f32.
+fn convolution(g: &ConvGeom) -> Result<Desc> {
+    let i = |v: usize| v as i64;
     let conv = Desc::new(Kind::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
     // Accumulate in f32 for f32 and bf16 data alike.
     conv.set(
@@ -363,10 +410,14 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
     ] {
         conv.set_i64(side, &[i(g.padding), i(g.padding)])?;
     }
-    let conv = conv.finalize()?;
+    conv.finalize()
+}
 
+/// The operation of one direction on the x, w and y tensor descriptors: y = conv(x, w),
+/// or the data or filter gradient.
+fn operation(direction: Direction, tensors: &[Desc], conv: &Desc) -> Result<Desc> {
     use Attr::*;
-    let (kind, [ax, aw, ay, ac, alpha, beta]) = match key.direction {
+    let (kind, [ax, aw, ay, ac, alpha, beta]) = match direction {
         Direction::Forward => (
             Kind::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
             [
@@ -402,36 +453,28 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
         ),
     };
     let op = Desc::new(kind)?;
-    for (name, t) in [ax, aw, ay].into_iter().zip(&tensors) {
+    for (name, t) in [ax, aw, ay].into_iter().zip(tensors) {
         op.set_desc(name, t)?;
     }
-    op.set_desc(ac, &conv)?;
+    op.set_desc(ac, conv)?;
     // beta = 0: the output is written, never read.
     op.set(alpha, Ty::CUDNN_TYPE_FLOAT, &[1.0f32])?;
     op.set(beta, Ty::CUDNN_TYPE_FLOAT, &[0.0f32])?;
-    let op = op.finalize()?;
+    op.finalize()
+}
 
-    let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-    graph.set(
-        CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
-        Ty::CUDNN_TYPE_HANDLE,
-        &[handle.raw],
-    )?;
-    graph.set_desc(CUDNN_ATTR_OPERATIONGRAPH_OPS, &op)?;
-    let graph = graph.finalize()?;
-
-    let mut parts = tensors;
-    parts.extend([conv, op]);
-    let mut why = Vec::new();
-    // The instant heuristic's ranking, then the fallback list; engines compiled at run time
-    // after all others (their first call compiles for a second or more).
+/// The engine configurations to try for `graph`, in order: the instant heuristic's ranking,
+/// then the fallback list; engines compiled at run time after all others (their first call
+/// compiles for a second or more). Those refused for `key`'s numerics are left out, their
+/// reason added to `why`.
+fn candidates(graph: &Desc, key: &PlanKey, why: &mut Vec<String>) -> Result<Vec<Desc>> {
     let mut ready = Vec::new();
     let mut compiled = Vec::new();
     for mode in [
         sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A,
         sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK,
     ] {
-        for cfg in engine_configs(&graph, mode)? {
+        for cfg in engine_configs(graph, mode)? {
             let notes = Notes::of(&cfg)?;
             if let Some(reason) = notes.refused(key) {
                 why.push(reason.to_string());
@@ -442,49 +485,36 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
             }
         }
     }
-    for cfg in ready.into_iter().chain(compiled) {
-        let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
-        plan.set(
-            CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-            Ty::CUDNN_TYPE_HANDLE,
-            &[handle.raw],
-        )?;
-        plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &cfg)?;
-        let plan = match plan.finalize() {
-            Ok(p) => p,
-            Err(e) => {
-                why.push(e.to_string());
-                continue;
-            }
-        };
-        let mut bytes = 0i64;
-        // SAFETY: one INT64 value into `bytes`.
-        unsafe {
-            plan.get(
-                CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                Ty::CUDNN_TYPE_INT64,
-                1,
-                &mut bytes as *mut i64 as *mut c_void,
-            )?
-        };
-        parts.push(graph);
-        parts.push(cfg);
-        return Ok(Plan {
-            plan,
-            workspace: bytes.max(0) as usize,
-            _parts: parts,
-        });
-    }
-    why.dedup();
-    candle_core::bail!(
-        "cuDNN has no usable engine for the {:?} convolution {:?} ({:?}, channels_last {}, tf32 {}): {}",
-        key.direction,
-        g,
-        key.dtype,
-        key.channels_last,
-        key.tf32,
-        why.join("; ")
-    )
+    ready.extend(compiled);
+    Ok(ready)
+}
+
+/// The execution plan of an engine configuration, to finalise (which fails for
+/// configurations that cannot run this graph).
+fn plan_of(handle: &Handle, cfg: &Desc) -> Result<Desc> {
+    let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+    plan.set(
+        Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+        Ty::CUDNN_TYPE_HANDLE,
+        &[handle.raw],
+    )?;
+    plan.set_desc(Attr::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg)?;
+    Ok(plan)
+}
+
+/// The workspace a plan needs, in bytes.
+fn workspace_bytes(plan: &Desc) -> Result<usize> {
+    let mut bytes = 0i64;
+    // SAFETY: one INT64 value into `bytes`.
+    unsafe {
+        plan.get(
+            Attr::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+            Ty::CUDNN_TYPE_INT64,
+            1,
+            &mut bytes as *mut i64 as *mut c_void,
+        )?
+    };
+    Ok(bytes.max(0) as usize)
 }
 
 /// The engine configurations cuDNN's heuristic `mode` proposes for `graph`, best first.

@@ -1,12 +1,12 @@
-//! The channels-last CUDA kernels executed without a GPU: their source (the NVRTC string in
-//! `models/src/ops/kernels_cl.rs`) is compiled as host C++ under a small CUDA shim
+//! The channels-last CUDA kernels executed without a GPU: their source
+//! (`kernels/channels_last.cu`, which NVRTC compiles on the GPU) is compiled as host C++ under a small CUDA shim
 //! (`tests/emulated/shim.h`: a thread per CUDA thread, a barrier per block) and checked
 //! against double-precision references (`tests/emulated/kernels_cl_harness.cpp`). This runs
 //! the kernels' indexing, 16-byte bf16 packing, block reductions and partial-result layout
 //! where CI runs; timing and the device compiler stay for the GPU tests. Skips, saying so,
 //! where no C++20 compiler is found.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn compiler() -> Option<String> {
@@ -21,15 +21,6 @@ fn compiler() -> Option<String> {
             .output()
             .is_ok_and(|o| o.status.success())
     })
-}
-
-/// The kernels' CUDA source: the raw string literal `SOURCE` of kernels_cl.rs.
-fn kernel_source(manifest: &Path) -> String {
-    let rs = std::fs::read_to_string(manifest.join("src/ops/kernels_cl.rs"))
-        .expect("models/src/ops/kernels_cl.rs is readable");
-    let start = rs.find("r#\"").expect("kernels_cl.rs holds a raw string") + 3;
-    let end = start + rs[start..].find("\"#;").expect("the raw string ends");
-    rs[start..end].to_string()
 }
 
 #[test]
@@ -57,16 +48,11 @@ fn channels_last_kernels_run_emulated_on_the_host() {
         println!("skipping: {cxx} cannot build C++20 <barrier> programs");
         return;
     }
-    std::fs::write(
-        dir.path().join("kernels_cl.cu.inc"),
-        kernel_source(&manifest),
-    )
-    .unwrap();
     let exe = dir.path().join("harness");
     let emulated = manifest.join("tests/emulated");
     let out = Command::new(&cxx)
         .args(["-std=c++20", "-O2", "-pthread", "-I"])
-        .arg(dir.path())
+        .arg(manifest.join("kernels"))
         .arg("-I")
         .arg(&emulated)
         .arg("-include")

@@ -1,14 +1,14 @@
-// The channels-last kernels (models/src/ops/kernels_cl.rs, extracted to kernels_cl.cu.inc by
-// the Rust test) run under shim.h against double-precision references: batch-norm statistics,
+// The channels-last kernels (kernels/channels_last.cu, on the include path the Rust test
+// gives) run under shim.h against double-precision references: batch-norm statistics,
 // apply (with and without ReLU), backward sums and input gradient, the bf16 ReLU (exact, -0 and
 // NaN included) and the weight cast (exact against an independent round-to-nearest-even, any
 // bit pattern); partial results poisoned with NaN first, so an unwritten one fails. The host
-// code mirrors RowSplit::new from kernels_cl.rs for the launch geometry.
+// code mirrors RowSplit::new from src/launch.rs for the launch geometry.
 #include "shim.h"
 #include <array>
 #include <cstdio>
 #include <random>
-#include "kernels_cl.cu.inc"
+#include "channels_last.cu"
 
 static int failures = 0;
 #define CHECK(c, ...) do { if (!(c)) { failures++; printf("FAIL: " __VA_ARGS__); printf("\n"); } } while (0)

@@ -1,7 +1,7 @@
 // Just enough of CUDA to run octet's channels-last kernels on the host: one std::thread per
 // CUDA thread, a block's threads joined by a barrier for __syncthreads, blocks one after
 // another (so a function-local __shared__ array, made static here, is the block's own).
-// Used by models/tests/kernels_cl_emulated.rs; the kernels use no warp intrinsics.
+// Used by train-ops/tests/kernels_cl_emulated.rs; the kernels use no warp intrinsics.
 #pragma once
 #include <barrier>
 #include <cmath>

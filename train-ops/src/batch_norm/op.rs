@@ -1,0 +1,312 @@
+//! The batch-norm custom ops, each for either layout: CPU bodies (plain loops, which test
+//! the arithmetic and wiring without a GPU) and the CUDA entry points ([`super::cuda`]).
+
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, InplaceOp2, Layout, Result, Shape, Storage, Tensor};
+
+use super::BnLayout;
+use crate::cpu;
+#[cfg(feature = "cuda")]
+use crate::custom_op::CudaArgs;
+use crate::custom_op::{custom_op, CpuArgs, Grads3};
+
+/// How the ops walk a batch-norm input: `m` values in each of `c` channels, `hw` values a
+/// plane.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Geom {
+    pub layout: BnLayout,
+    pub m: usize,
+    pub c: usize,
+    pub hw: usize,
+}
+
+impl Geom {
+    pub(super) fn of(l: &Layout, layout: BnLayout) -> Result<Self> {
+        let (m, c, hw) = match (layout, l.dims()) {
+            (BnLayout::Nchw, &[n, c, h, w]) => (n * h * w, c, h * w),
+            (BnLayout::ChannelsLast, &[n, h, w, c]) => (n * h * w, c, h * w),
+            (BnLayout::Nchw, d) => bail!("batch norm: expected a 4-d tensor, got {d:?}"),
+            (BnLayout::ChannelsLast, d) => {
+                bail!("batch norm: expected a 4-d channels-last tensor, got {d:?}")
+            }
+        };
+        Ok(Self { layout, m, c, hw })
+    }
+
+    /// Index of channel `ch`'s `j`-th value (in (image, position) order).
+    fn at(&self, ch: usize, j: usize) -> usize {
+        match self.layout {
+            BnLayout::Nchw => (j / self.hw * self.c + ch) * self.hw + j % self.hw,
+            BnLayout::ChannelsLast => j * self.c + ch,
+        }
+    }
+
+    /// Channel of the value at index `i`.
+    fn channel(&self, i: usize) -> usize {
+        match self.layout {
+            BnLayout::Nchw => (i / self.hw) % self.c,
+            BnLayout::ChannelsLast => i % self.c,
+        }
+    }
+}
+
+/// Per-channel `[mean; biased variance]` in f32, shape `(2, c)`; no gradient (the apply op's
+/// backward accounts for the statistics' dependence on x).
+pub(super) struct Stats {
+    pub layout: BnLayout,
+}
+
+/// `running = keep * running + take * stats[row]`, in place.
+pub(super) struct RunningUpdate {
+    pub row: usize,
+    pub keep: f32,
+    pub take: f32,
+}
+
+/// `(x, gamma, beta) → y` using the held statistics, then `max(·, 0)` when `relu`.
+pub(super) struct Apply {
+    pub stats: Tensor,
+    pub eps: f32,
+    pub layout: BnLayout,
+    pub relu: bool,
+}
+
+/// `(x, dy, y) → (2, c)`: `[Σ g·x̂; Σ g]` per channel (the gradients of gamma and beta),
+/// g = dy masked by the ReLU's output y when `relu`.
+pub(super) struct BwdReduce {
+    pub stats: Tensor,
+    pub eps: f32,
+    pub layout: BnLayout,
+    pub relu: bool,
+}
+
+/// `(x, dy, sums) → dx`, `y` held for the ReLU mask.
+pub(super) struct BwdDx {
+    pub stats: Tensor,
+    pub gamma: Tensor,
+    pub y: Tensor,
+    pub eps: f32,
+    pub layout: BnLayout,
+    pub relu: bool,
+}
+
+/// The elements of a CPU tensor held by an op (statistics, gamma, a bf16 output) as f32.
+fn held_cpu(t: &Tensor) -> Result<Vec<f32>> {
+    let (s, l) = t.storage_and_layout();
+    match &*s {
+        Storage::Cpu(c) => cpu::to_f32(c, l),
+        _ => bail!("batch norm: held tensor is not on the CPU"),
+    }
+}
+
+fn inv_std(var: f32, eps: f32) -> f32 {
+    1.0 / (var + eps).sqrt()
+}
+
+/// The gradient reaching the normalisation (dy, masked where the fused ReLU gave 0).
+fn masked(dy: Vec<f32>, y: Option<Vec<f32>>) -> Vec<f32> {
+    match y {
+        Some(y) => dy
+            .iter()
+            .zip(&y)
+            .map(|(&g, &o)| if o > 0.0 { g } else { 0.0 })
+            .collect(),
+        None => dy,
+    }
+}
+
+custom_op!(CustomOp1 for Stats, "octet-bn-stats", (s, l));
+
+impl Stats {
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
+        let g = Geom::of(l, self.layout)?;
+        let x = cpu::to_f32(s, l)?;
+        let m = g.m as f32;
+        let mut out = vec![0f32; 2 * g.c];
+        for ch in 0..g.c {
+            let values = || (0..g.m).map(|j| x[g.at(ch, j)]);
+            let mean = values().sum::<f32>() / m;
+            let var = values().map(|v| (v - mean) * (v - mean)).sum::<f32>() / m;
+            out[ch] = mean;
+            out[g.c + ch] = var;
+        }
+        Ok((CpuStorage::F32(out), Shape::from((2, g.c))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
+        let g = Geom::of(l, self.layout)?;
+        Ok((super::cuda::stats(s, l, &g)?, Shape::from((2, g.c))))
+    }
+}
+
+impl InplaceOp2 for RunningUpdate {
+    fn name(&self) -> &'static str {
+        "octet-bn-running-update"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        let c = l1.shape().elem_count();
+        let stats = cpu::slice::<f32>(s2, l2)?;
+        let Some((a, b)) = l1.contiguous_offsets() else {
+            bail!("batch norm: running statistics are not contiguous")
+        };
+        let CpuStorage::F32(run) = s1 else {
+            bail!("batch norm: running statistics are not f32")
+        };
+        if stats.len() != 2 * c {
+            bail!("batch norm: {} statistics for {c} channels", stats.len())
+        }
+        for (r, s) in run[a..b].iter_mut().zip(&stats[self.row * c..]) {
+            *r = *r * self.keep + *s * self.take;
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        super::cuda::running(s1, l1, s2, l2, self)
+    }
+}
+
+custom_op!(
+    CustomOp3 for Apply, "octet-bn-apply", (s1, l1, s2, l2, s3, l3),
+    bwd(x, gamma, beta, y, dy) -> Grads3 = backward
+);
+
+impl Apply {
+    fn cpu(&self, [(s1, l1), (s2, l2), (s3, l3)]: CpuArgs<3>) -> Result<(CpuStorage, Shape)> {
+        let g = Geom::of(l1, self.layout)?;
+        let x = cpu::to_f32(s1, l1)?;
+        let (gamma, beta) = (cpu::slice::<f32>(s2, l2)?, cpu::slice::<f32>(s3, l3)?);
+        let stats = held_cpu(&self.stats)?;
+        let y = x
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let ch = g.channel(i);
+                let inv = inv_std(stats[g.c + ch], self.eps);
+                let r = (v - stats[ch]) * (gamma[ch] * inv) + beta[ch];
+                if self.relu {
+                    r.max(0.0)
+                } else {
+                    r
+                }
+            })
+            .collect();
+        Ok((cpu::from_f32(s1.dtype(), y)?, l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, ops: CudaArgs<3>) -> Result<(candle_core::CudaStorage, Shape)> {
+        Ok((super::cuda::apply(ops, self)?, ops[0].1.shape().clone()))
+    }
+
+    fn backward(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        _beta: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<Grads3> {
+        let dy = dy.contiguous()?;
+        let sums = x.apply_op3_no_bwd(
+            &dy,
+            y,
+            &BwdReduce {
+                stats: self.stats.clone(),
+                eps: self.eps,
+                layout: self.layout,
+                relu: self.relu,
+            },
+        )?;
+        let dx = x.apply_op3_no_bwd(
+            &dy,
+            &sums,
+            &BwdDx {
+                stats: self.stats.clone(),
+                gamma: gamma.contiguous()?,
+                y: y.clone(),
+                eps: self.eps,
+                layout: self.layout,
+                relu: self.relu,
+            },
+        )?;
+        Ok((Some(dx), Some(sums.get(0)?), Some(sums.get(1)?)))
+    }
+}
+
+custom_op!(CustomOp3 for BwdReduce, "octet-bn-bwd-reduce", (s1, l1, s2, l2, s3, l3));
+
+impl BwdReduce {
+    fn cpu(&self, [(s1, l1), (s2, l2), (s3, l3)]: CpuArgs<3>) -> Result<(CpuStorage, Shape)> {
+        let geom = Geom::of(l1, self.layout)?;
+        let x = cpu::to_f32(s1, l1)?;
+        let y = self.relu.then(|| cpu::to_f32(s3, l3)).transpose()?;
+        let g = masked(cpu::to_f32(s2, l2)?, y);
+        let stats = held_cpu(&self.stats)?;
+        let c = geom.c;
+        let mut out = vec![0f32; 2 * c];
+        for ch in 0..c {
+            let (mut sdy, mut sdyx) = (0f32, 0f32);
+            for j in 0..geom.m {
+                let i = geom.at(ch, j);
+                sdy += g[i];
+                sdyx += g[i] * (x[i] - stats[ch]);
+            }
+            out[ch] = sdyx * inv_std(stats[c + ch], self.eps);
+            out[c + ch] = sdy;
+        }
+        Ok((CpuStorage::F32(out), Shape::from((2, c))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, ops: CudaArgs<3>) -> Result<(candle_core::CudaStorage, Shape)> {
+        let c = Geom::of(ops[0].1, self.layout)?.c;
+        Ok((super::cuda::bwd_reduce(ops, self)?, Shape::from((2, c))))
+    }
+}
+
+custom_op!(CustomOp3 for BwdDx, "octet-bn-bwd-dx", (s1, l1, s2, l2, s3, l3));
+
+impl BwdDx {
+    fn cpu(&self, [(s1, l1), (s2, l2), (s3, l3)]: CpuArgs<3>) -> Result<(CpuStorage, Shape)> {
+        let geom = Geom::of(l1, self.layout)?;
+        let x = cpu::to_f32(s1, l1)?;
+        let sums = cpu::slice::<f32>(s3, l3)?;
+        let y = self.relu.then(|| held_cpu(&self.y)).transpose()?;
+        let g = masked(cpu::to_f32(s2, l2)?, y);
+        let (stats, gamma) = (held_cpu(&self.stats)?, held_cpu(&self.gamma)?);
+        let (c, m) = (geom.c, geom.m as f32);
+        let dx = x
+            .iter()
+            .zip(&g)
+            .enumerate()
+            .map(|(i, (&v, &g))| {
+                let ch = geom.channel(i);
+                let inv = inv_std(stats[c + ch], self.eps);
+                let xhat = (v - stats[ch]) * inv;
+                gamma[ch] * inv * (g - sums[c + ch] / m - xhat * (sums[ch] / m))
+            })
+            .collect();
+        Ok((cpu::from_f32(s1.dtype(), dx)?, l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, ops: CudaArgs<3>) -> Result<(candle_core::CudaStorage, Shape)> {
+        Ok((super::cuda::bwd_dx(ops, self)?, ops[0].1.shape().clone()))
+    }
+}
