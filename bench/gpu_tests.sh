@@ -3,9 +3,12 @@
 #
 #   bash bench/gpu_tests.sh pack   # here (needs `source ../shared/cuda/toolkit.sh`): builds, with
 #                                  # --features nccl, every test target that holds a test ignored
-#                                  # for wanting a GPU, strips them into .carry/tests.tar.gz
-#   bash bench/gpu_tests.sh run    # on the GPU machine: each binary with --include-ignored,
-#                                  # one line per binary, logs in $OUT/tests/
+#                                  # for wanting a GPU, each stripped into .carry/tests/NAME.tar.gz
+#   bash bench/gpu_tests.sh run    # on the GPU machine: each binary under .carry/tests/ with
+#                                  # --include-ignored, one line per binary, logs in $OUT/tests/
+#
+# One archive per binary: each is ~14 MB (candle's kernels inside), so a device call that may
+# carry 64 MiB takes them in groups, e.g. carry .carry/tests/{ops_gpu,channels_last_gpu}.tar.gz.
 #
 # A test that needs a GPU is `#[ignore = "needs a CUDA GPU: ..."]`: a machine without one reports
 # it ignored; here every test of those binaries runs, the ignored ones included.
@@ -14,13 +17,14 @@
 # for cuda_fashion_mnist; default .carry/fashion-mnist).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MARK='ignore = "needs a CUDA GPU'
+# What a test that needs CUDA says in its #[ignore]: a GPU, or NVRTC's library (a GPU machine has it).
+MARK='ignore = "needs (a CUDA GPU|libnvrtc)'
 case "${1:-}" in
   pack)
     set -e
     # package:target pairs, from the files that hold the marker.
     targets=()
-    for f in $(grep -rl --include='*.rs' "$MARK" --exclude-dir=target --exclude-dir=vendor .); do
+    for f in $(grep -rlE --include='*.rs' "$MARK" --exclude-dir=target --exclude-dir=vendor .); do
       f=${f#./}
       dir=$(dirname "$f"); while [ ! -f "$dir/Cargo.toml" ]; do dir=$(dirname "$dir"); done
       pkg=$(sed -n 's/^name = "\(.*\)"/\1/p' "$dir/Cargo.toml" | head -1)
@@ -35,6 +39,7 @@ case "${1:-}" in
     for t in "${targets[@]}"; do args+=(-p "${t%%:*}" "${t#*:}"); done
     echo "GPU test targets: ${targets[*]}"
     out=$(mktemp -d)
+    rm -rf .carry/tests && mkdir -p .carry/tests
     cargo test --release --features nccl --no-run --message-format=json "${args[@]}" |
       python3 -c '
 import json, sys
@@ -43,10 +48,9 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' |
       while read -r name exe; do
-        cp "$exe" "$out/$name" && strip "$out/$name"
+        cp "$exe" "$out/$name" && strip "$out/$name" && tar czf ".carry/tests/$name.tar.gz" -C "$out" "$name"
       done
-    mkdir -p .carry && tar czf .carry/tests.tar.gz -C "$out" .
-    ls -la "$out" .carry/tests.tar.gz
+    ls -la .carry/tests
     ;;
   run)
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -54,10 +58,11 @@ for line in sys.stdin:
     export OCTET_FASHION_MNIST=${OCTET_FASHION_MNIST:-$PWD/.carry/fashion-mnist}
     OUT=${OUT:-bench/out}
     mkdir -p "$OUT/tests" /tmp/octet-tests
-    tar xzf .carry/tests.tar.gz -C /tmp/octet-tests || exit 1
     status=0
-    for t in /tmp/octet-tests/*; do
-      name=$(basename "$t")
+    for a in .carry/tests/*.tar.gz; do
+      name=$(basename "$a" .tar.gz)
+      tar xzf "$a" -C /tmp/octet-tests || exit 1
+      t=/tmp/octet-tests/$name
       timeout 300 "$t" --include-ignored --test-threads=1 --skip "${OCTET_TEST_SKIP:-profile_resnet18}" \
         > "$OUT/tests/$name.txt" 2>&1
       rc=$?

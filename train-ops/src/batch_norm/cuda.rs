@@ -11,7 +11,7 @@ use candle_core::cuda_backend::CudaDevice;
 use candle_core::{bail, CudaStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use super::op::{Apply, BwdDx, BwdReduce, Geom, RunningUpdate};
+use super::params::{Apply, BwdDx, BwdReduce, Geom, RunningUpdate};
 use super::BnLayout;
 use crate::custom_op::CudaArgs;
 use crate::kernels::{self, KernelModule, CHANNELS_LAST, NCHW};

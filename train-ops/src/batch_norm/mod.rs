@@ -2,7 +2,7 @@
 //! biased variance normalises, the unbiased one enters the running estimate
 //! (`running = (1 - momentum) * running + momentum * batch`). One op family for both
 //! layouts ([`BnLayout`]) and an optional following ReLU: statistics, running update, apply,
-//! backward sums and input gradient, each a custom op ([`op`]) with one launcher ([`cuda`])
+//! backward sums and input gradient, each a custom op ([`op`], described by [`params`]) with one launcher ([`cuda`])
 //! that picks the layout's kernels. Statistics, the affine parameters and their gradients are
 //! f32; the activations keep their dtype (f32 NCHW, bf16 channels-last for
 //! `--precision bf16`).
@@ -13,6 +13,7 @@
 #[cfg(feature = "cuda")]
 mod cuda;
 mod op;
+mod params;
 
 use candle_core::{bail, DType, Result, Tensor, Var};
 
@@ -227,15 +228,15 @@ pub fn normalize(
 /// is fused into the apply kernel and its backward.
 pub fn batch_norm_train_fused(x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Result<Tensor> {
     let x = x.contiguous()?;
-    let geom = op::Geom::of(x.layout(), cfg.layout)?;
+    let geom = params::Geom::of(x.layout(), cfg.layout)?;
     check_channels(geom.c, &x, p)?;
-    let stats = x.apply_op1_no_bwd(&op::Stats { layout: cfg.layout })?;
+    let stats = x.apply_op1_no_bwd(&params::Stats { layout: cfg.layout })?;
     update_running(p, &stats, geom.m, cfg.momentum)?;
     let fuse_relu = cfg.relu && cfg.layout == BnLayout::ChannelsLast;
     let y = x.apply_op3(
         &p.gamma.contiguous()?,
         &p.beta.contiguous()?,
-        op::Apply {
+        params::Apply {
             stats,
             eps: cfg.eps as f32,
             layout: cfg.layout,
@@ -280,7 +281,7 @@ fn update_running(p: &BnParams, stats: &Tensor, m: usize, momentum: f64) -> Resu
     ] {
         running.as_tensor().inplace_op2(
             stats,
-            &op::RunningUpdate {
+            &params::RunningUpdate {
                 row,
                 keep,
                 take: take as f32,
