@@ -4,68 +4,73 @@
 //! runtime's in-process test (`crafted.rs`) and the command line's (`tests/crafted_inputs.rs`).
 #![allow(dead_code)]
 
+use octet_runtime::format::{header, op, tensor, HEADER_LEN, OP_LEN, TENSOR_LEN};
+
+/// The header through its file_len field: what a mutant keeps at least.
+const FILE_LEN_END: usize = header::FILE_LEN + 4;
+
 use crate::common::{fix_crc, hand_model, lenet, small_late_resnet, small_resnet, Rng};
 
-/// Header fields: (offset, width in bytes, name).
+/// Header fields: (offset, width in bytes, name), at the offsets `format` defines.
 const HEADER: &[(usize, usize, &str)] = &[
-    (8, 2, "version"),
-    (10, 2, "header length"),
-    (16, 4, "file_len"),
-    (20, 4, "arena_bytes"),
-    (24, 2, "input c"),
-    (26, 2, "input h"),
-    (28, 2, "input w"),
-    (30, 2, "input tensor"),
-    (32, 2, "output tensor"),
-    (34, 2, "reserved"),
-    (36, 4, "n_tensors"),
-    (40, 4, "tensor table offset"),
-    (44, 4, "n_ops"),
-    (48, 4, "op table offset"),
-    (52, 4, "data offset"),
-    (56, 4, "data length"),
-    (60, 4, "output scale"),
-    (64, 4, "output zero point"),
-    (68, 4, "reserved"),
+    (header::VERSION, 2, "version"),
+    (header::HEADER_LEN, 2, "header length"),
+    (header::FILE_LEN, 4, "file_len"),
+    (header::ARENA_BYTES, 4, "arena_bytes"),
+    (header::INPUT_CHW, 2, "input c"),
+    (header::INPUT_CHW + 2, 2, "input h"),
+    (header::INPUT_CHW + 4, 2, "input w"),
+    (header::INPUT_TENSOR, 2, "input tensor"),
+    (header::OUTPUT_TENSOR, 2, "output tensor"),
+    (header::RESERVED0, 2, "reserved"),
+    (header::N_TENSORS, 4, "n_tensors"),
+    (header::TENSOR_TABLE, 4, "tensor table offset"),
+    (header::N_OPS, 4, "n_ops"),
+    (header::OP_TABLE, 4, "op table offset"),
+    (header::DATA_OFFSET, 4, "data offset"),
+    (header::DATA_LEN, 4, "data length"),
+    (header::OUTPUT_SCALE, 4, "output scale"),
+    (header::OUTPUT_ZERO_POINT, 4, "output zero point"),
+    (header::RESERVED1, 4, "reserved"),
 ];
 
 /// Tensor record fields.
 const TENSOR: &[(usize, usize, &str)] = &[
-    (0, 2, "c"),
-    (2, 2, "h"),
-    (4, 2, "w"),
-    (6, 2, "reserved"),
-    (8, 4, "scale"),
-    (12, 4, "zero point"),
-    (16, 4, "arena offset"),
-    (20, 4, "bytes"),
-    (24, 4, "reserved"),
+    (tensor::CHW, 2, "c"),
+    (tensor::CHW + 2, 2, "h"),
+    (tensor::CHW + 4, 2, "w"),
+    (tensor::RESERVED0, 2, "reserved"),
+    (tensor::SCALE, 4, "scale"),
+    (tensor::ZERO_POINT, 4, "zero point"),
+    (tensor::OFFSET, 4, "arena offset"),
+    (tensor::BYTES, 4, "bytes"),
+    (tensor::RESERVED1, 4, "reserved"),
 ];
 
-/// Op record fields.
+/// Op record fields; each array is an (offset, length) pair of u32.
 const OP: &[(usize, usize, &str)] = &[
-    (0, 1, "kind"),
-    (1, 1, "reserved"),
-    (2, 2, "input 0"),
-    (4, 2, "input 1"),
-    (6, 2, "output"),
-    (8, 1, "kernel h"),
-    (9, 1, "kernel w"),
-    (10, 1, "stride"),
-    (11, 1, "pad"),
-    (12, 4, "act_min"),
-    (16, 4, "act_max"),
-    (20, 4, "weights offset"),
-    (24, 4, "weights length"),
-    (28, 4, "bias offset"),
-    (32, 4, "bias length"),
-    (36, 4, "multiplier offset"),
-    (40, 4, "multiplier length"),
-    (44, 4, "shift offset"),
-    (48, 4, "shift length"),
-    (52, 4, "pad values offset"),
-    (56, 4, "pad values length"),
-    (60, 4, "scratch offset"),
+    (op::KIND, 1, "kind"),
+    (op::RESERVED, 1, "reserved"),
+    (op::INPUT0, 2, "input 0"),
+    (op::INPUT1, 2, "input 1"),
+    (op::OUTPUT, 2, "output"),
+    (op::KERNEL_H, 1, "kernel h"),
+    (op::KERNEL_W, 1, "kernel w"),
+    (op::STRIDE, 1, "stride"),
+    (op::PAD, 1, "pad"),
+    (op::ACT_MIN, 4, "act_min"),
+    (op::ACT_MAX, 4, "act_max"),
+    (op::WEIGHTS, 4, "weights offset"),
+    (op::WEIGHTS + 4, 4, "weights length"),
+    (op::BIAS, 4, "bias offset"),
+    (op::BIAS + 4, 4, "bias length"),
+    (op::MULTIPLIER, 4, "multiplier offset"),
+    (op::MULTIPLIER + 4, 4, "multiplier length"),
+    (op::SHIFT, 4, "shift offset"),
+    (op::SHIFT + 4, 4, "shift length"),
+    (op::PAD_VALUES, 4, "pad values offset"),
+    (op::PAD_VALUES + 4, 4, "pad values length"),
+    (op::SCRATCH, 4, "scratch offset"),
 ];
 
 /// The valid models mutants start from: (name, bytes). All take 1×32×32 or 3×H×W pixels.
@@ -134,11 +139,11 @@ fn value(rng: &mut Rng, width: usize, old: u64, is_f32: bool) -> u64 {
 
 /// One mutation of `f` (in place); what it did.
 fn mutate_once(f: &mut Vec<u8>, rng: &mut Rng) -> String {
-    let n_t = get(f, 36, 4).min(4096) as usize;
-    let n_o = get(f, 44, 4).min(4096) as usize;
-    let op_table = get(f, 48, 4) as usize;
-    let data = get(f, 52, 4) as usize;
-    let arena = get(f, 20, 4);
+    let n_t = get(f, header::N_TENSORS, 4).min(4096) as usize;
+    let n_o = get(f, header::N_OPS, 4).min(4096) as usize;
+    let op_table = get(f, header::OP_TABLE, 4) as usize;
+    let data = get(f, header::DATA_OFFSET, 4) as usize;
+    let arena = get(f, header::ARENA_BYTES, 4);
     match rng.next() % 16 {
         // The arena size, the field of the issue: huge, off by a little, or exact but reached
         // through a tensor moved far away.
@@ -152,36 +157,41 @@ fn mutate_once(f: &mut Vec<u8>, rng: &mut Rng) -> String {
                 arena * 8,
                 0x8000_0000,
             ][rng.next() as usize % 7];
-            put(f, 20, 4, v);
+            put(f, header::ARENA_BYTES, 4, v);
             format!("arena_bytes {arena} -> {v}")
         }
         1 => {
             let t = rng.next() as usize % n_t.max(1);
-            let at = 80 + 32 * t;
-            let bytes = get(f, at + 20, 4);
+            let at = HEADER_LEN + TENSOR_LEN * t;
+            let bytes = get(f, at + tensor::BYTES, 4);
             let far = [0x1000_0000u64, 0xF000_0000, arena + 4096, arena][rng.next() as usize % 4];
-            put(f, at + 16, 4, far);
-            put(f, 20, 4, (far + bytes).min(u32::MAX as u64));
+            put(f, at + tensor::OFFSET, 4, far);
+            put(
+                f,
+                header::ARENA_BYTES,
+                4,
+                (far + bytes).min(u32::MAX as u64),
+            );
             format!("tensor {t} moved to {far}, arena_bytes to its end")
         }
         2..=3 => {
             let (at, w, name) = HEADER[rng.next() as usize % HEADER.len()];
-            let v = value(rng, w, get(f, at, w), at == 60);
+            let v = value(rng, w, get(f, at, w), at == header::OUTPUT_SCALE);
             put(f, at, w, v);
             format!("header {name} = {v:#x}")
         }
         4..=7 => {
             let t = rng.next() as usize % n_t.max(1);
             let (off, w, name) = TENSOR[rng.next() as usize % TENSOR.len()];
-            let at = 80 + 32 * t + off;
-            let v = value(rng, w, get(f, at, w), off == 8);
+            let at = HEADER_LEN + TENSOR_LEN * t + off;
+            let v = value(rng, w, get(f, at, w), off == tensor::SCALE);
             put(f, at, w, v);
             format!("tensor {t} {name} = {v:#x}")
         }
         8..=11 => {
             let j = rng.next() as usize % n_o.max(1);
             let (off, w, name) = OP[rng.next() as usize % OP.len()];
-            let at = op_table + 64 * j + off;
+            let at = op_table + OP_LEN * j + off;
             let v = value(rng, w, get(f, at, w), false);
             put(f, at, w, v);
             format!("op {j} {name} = {v:#x}")
@@ -189,9 +199,9 @@ fn mutate_once(f: &mut Vec<u8>, rng: &mut Rng) -> String {
         12 => {
             // Two records of a table swapped.
             let (base, len, n, what) = if rng.next().is_multiple_of(2) {
-                (80, 32, n_t, "tensors")
+                (HEADER_LEN, TENSOR_LEN, n_t, "tensors")
             } else {
-                (op_table, 64, n_o, "ops")
+                (op_table, OP_LEN, n_o, "ops")
             };
             let (a, b) = (
                 rng.next() as usize % n.max(1),
@@ -213,7 +223,7 @@ fn mutate_once(f: &mut Vec<u8>, rng: &mut Rng) -> String {
                 2 => len + 1 + rng.next() as usize % 64,
                 _ => data.min(len),
             };
-            f.resize(new.max(20), 0);
+            f.resize(new.max(FILE_LEN_END), 0);
             format!("length {len} -> {}", f.len())
         }
         14 => {
@@ -234,7 +244,10 @@ fn mutate_once(f: &mut Vec<u8>, rng: &mut Rng) -> String {
             format!("data @{at} = {v:#x}")
         }
         _ => {
-            let at = rng.next() as usize % f.len().min(80 + 32 * n_t + 64 * n_o).max(1);
+            let at = rng.next() as usize
+                % f.len()
+                    .min(HEADER_LEN + TENSOR_LEN * n_t + OP_LEN * n_o)
+                    .max(1);
             let bit = rng.next() % 8;
             if let Some(b) = f.get_mut(at) {
                 *b ^= 1 << bit;
@@ -252,9 +265,9 @@ pub fn mutate(base: &[u8], rng: &mut Rng) -> (Vec<u8>, String) {
     for _ in 0..n {
         what.push(mutate_once(&mut f, rng));
     }
-    if f.len() >= 20 && !rng.next().is_multiple_of(8) {
+    if f.len() >= FILE_LEN_END && !rng.next().is_multiple_of(8) {
         let len = f.len() as u64;
-        put(&mut f, 16, 4, len);
+        put(&mut f, header::FILE_LEN, 4, len);
     }
     fix_crc(&mut f);
     (f, what.join("; "))
