@@ -85,7 +85,7 @@ impl Model<'_> {
     /// channels in groups of 8, computed into `own`, this thread's working area, then copied
     /// into place), a fully connected op's outputs or an add's elements (or, for an add right
     /// after its conv, `after_conv`: that conv's split, from [`Model::add_after_conv`]);
-    /// pooling runs whole in part 0.
+    /// pooling runs whole in part 0. Returns a conv's split (for [`Model::add_after_conv`]).
     ///
     /// # Safety
     /// `t.area` is valid; while op `j` runs, it is accessed only by the calls for this op
@@ -97,7 +97,7 @@ impl Model<'_> {
         t: ThreadPart,
         own: &mut [u8],
         after_conv: Option<ConvSplit>,
-    ) -> Result<()> {
+    ) -> Result<Option<ConvSplit>> {
         self.with_op(j, |p| {
             let fits = |place: Place| place.end <= t.area.len;
             if !(fits(p.input) && fits(p.input1) && fits(p.output)) {
@@ -105,37 +105,38 @@ impl Model<'_> {
             }
             match &p.params {
                 OpParams::Conv2d(c) => {
-                    match conv_split(t.k, c, p.scratch.range().len(), t.share.parts) {
+                    let split = conv_split(t.k, c, p.scratch.range().len(), t.share.parts);
+                    match split {
                         ConvSplit::Rows => t.conv_rows(p, c, own),
                         ConvSplit::Channels => t.conv_channels(p, c, own),
                         ConvSplit::Whole => t.whole(p),
-                    }
+                    }?;
+                    return Ok(Some(split));
                 }
-                OpParams::FullyConnected(f) => {
-                    t.fully_connected(p, f);
-                    Ok(())
-                }
-                OpParams::Add(add, shape) => {
-                    t.add(p, add, *shape, after_conv);
-                    Ok(())
-                }
-                OpParams::MaxPool(_) | OpParams::AvgPool(_) => t.whole(p),
+                OpParams::FullyConnected(f) => t.fully_connected(p, f),
+                OpParams::Add(add, shape) => t.add(p, add, *shape, after_conv),
+                OpParams::MaxPool(_) | OpParams::AvgPool(_) => t.whole(p)?,
             }
+            Ok(None)
         })
     }
 
     /// For threads sharing an image: when op `j` is a residual add of the output of the conv
-    /// just before it, split between the threads by rows or channels, that split, so that each
+    /// just before it, which ran split by `conv` ([`Model::exec_part`]'s answer) between the
+    /// threads by rows or channels, that split, so that each
     /// thread adds its own part right after computing it, with no barrier between the two ops
     /// (`parallel::run_split_with`). Requires that the add writes nothing the conv reads and
     /// the conv writes nothing the add reads besides its own output.
     pub(crate) fn add_after_conv(
         &self,
-        k: Resolved,
         j: u32,
-        parts: usize,
+        conv: Option<ConvSplit>,
     ) -> Result<Option<ConvSplit>> {
-        if j == 0 || j as usize >= self.num_ops() {
+        let split = match conv {
+            Some(split @ (ConvSplit::Rows | ConvSplit::Channels)) => split,
+            _ => return Ok(None),
+        };
+        if j as usize >= self.num_ops() {
             return Ok(None);
         }
         self.with_op(j, |add| {
@@ -143,9 +144,6 @@ impl Model<'_> {
                 return Ok(None);
             }
             self.with_op(j - 1, |conv| {
-                let OpParams::Conv2d(c) = &conv.params else {
-                    return Ok(None);
-                };
                 let skip = if add.input.id == conv.output.id {
                     add.input1
                 } else if add.input1.id == conv.output.id {
@@ -157,10 +155,7 @@ impl Model<'_> {
                 if !apart(add.output, conv.input) || !apart(conv.output, skip) {
                     return Ok(None);
                 }
-                Ok(match conv_split(k, c, conv.scratch.range().len(), parts) {
-                    ConvSplit::Whole => None,
-                    split => Some(split),
-                })
+                Ok(Some(split))
             })
         })
     }

@@ -224,7 +224,7 @@ pub fn run_split_with<'b>(
                 let r = unsafe { model.exec_part(j, this, own, after_conv) };
                 // A residual add right after its conv runs by the conv's split: each thread's
                 // part of it reads only what the same thread just wrote (no barrier between).
-                match r.and_then(|()| model.add_after_conv(k, j + 1, t)) {
+                match r.and_then(|conv| model.add_after_conv(j + 1, conv)) {
                     Err(e) => {
                         barrier.fail();
                         return Err(e);
