@@ -9,12 +9,12 @@ use octet_runtime::{Kernels, Model};
 /// Makes the header's file_len and CRC match `data`, so that a mutation reaches the
 /// validation behind the CRC check (the `parse_fixed` target).
 pub fn repaired(data: &[u8]) -> Vec<u8> {
+    use octet_runtime::format::{header, seal};
     let mut f = data.to_vec();
-    if f.len() >= 20 {
+    if f.len() >= header::FILE_LEN + 4 {
         let n = f.len() as u32;
-        f[16..20].copy_from_slice(&n.to_le_bytes());
-        let crc = octet_runtime::format::crc32(&f[16..]);
-        f[12..16].copy_from_slice(&crc.to_le_bytes());
+        f[header::FILE_LEN..header::FILE_LEN + 4].copy_from_slice(&n.to_le_bytes());
+        seal(&mut f);
     }
     f
 }

@@ -436,9 +436,8 @@ impl Builder {
 
 /// Recomputes the header CRC.
 pub fn fix_crc(f: &mut [u8]) {
-    if f.len() >= 16 {
-        let crc = octet_runtime::format::crc32(&f[16..]);
-        f[12..16].copy_from_slice(&crc.to_le_bytes());
+    if f.len() >= octet_runtime::format::CRC_START {
+        octet_runtime::format::seal(f);
     }
 }
 
