@@ -75,6 +75,38 @@ def run_pip_shard(model_path, ins, data, count):
     return bytes(out)
 
 
+# LiteRT's kernel sets: BUILTIN (with its default XNNPACK delegate), BUILTIN
+# without default delegates (ruy/optimized kernels), BUILTIN_REF (reference).
+LITERT_RESOLVERS = {
+    "litert": "AUTO",
+    "litert_nodelegate": "BUILTIN_WITHOUT_DEFAULT_DELEGATES",
+    "litert_ref": "BUILTIN_REF",
+}
+
+
+def run_litert_shard(model_path, resolver, ins, data, count):
+    """LiteRT (ai-edge-litert) on `count` records; returns raw outputs."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interp = Interpreter(model_path=model_path,
+                         experimental_op_resolver_type=OpResolverType[resolver])
+    interp.allocate_tensors()
+    in_idx = [d["index"] for d in interp.get_input_details()]
+    out_idx = [d["index"] for d in interp.get_output_details()]
+    rec = record_bytes(ins)
+    out = bytearray()
+    for k in range(count):
+        off = k * rec
+        for idx, (shape, dtype) in zip(in_idx, ins):
+            n = int(np.prod(shape))
+            interp.set_tensor(idx, np.frombuffer(data, dtype, count=n, offset=off).reshape(shape))
+            off += n * dtype.itemsize
+        interp.invoke()
+        for idx in out_idx:
+            out += np.ascontiguousarray(interp.get_tensor(idx)).tobytes()
+    return bytes(out)
+
+
 def run_runner_shard(runner, model_path, arena_mib, data, count):
     with tempfile.TemporaryDirectory() as tmp:
         inp, outp = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
@@ -127,6 +159,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=FILE",
                     help="more raw outputs to compare (e.g. octet=octet_logits.bin)")
+    ap.add_argument("--litert", action="store_true",
+                    help="also run LiteRT (ai-edge-litert): " + ", ".join(LITERT_RESOLVERS))
     ap.add_argument("--jobs", type=int, default=1, help="processes per engine (default 1)")
     ap.add_argument("--arena-mib", type=int, default=64, help="runner arena in MiB (default 64)")
     ap.add_argument("--save-dir", help="also write each engine's raw outputs here")
@@ -165,6 +199,17 @@ def main():
         results[v] = sharded(functools.partial(run_runner_shard, runner, a.model, a.arena_mib),
                              data, count, rec_in, jobs)
         seconds[v] = round(time.time() - t, 2)
+    engine_errors = {}
+    if a.litert:
+        for name, resolver in LITERT_RESOLVERS.items():
+            t = time.time()
+            try:
+                results[name] = sharded(functools.partial(run_litert_shard, a.model, resolver, ins),
+                                        data, count, rec_in, jobs)
+            except (ValueError, RuntimeError) as e:  # LiteRT refuses some TFLM-only models
+                engine_errors[name] = str(e).split(".")[0]
+                continue
+            seconds[name] = round(time.time() - t, 2)
     for spec in a.extra:
         name, _, path = spec.partition("=")
         if not name or not path or name in results:
@@ -189,7 +234,7 @@ def main():
         "inputs": f"random seed {a.seed}" if a.random is not None else os.path.basename(a.inputs),
         "records": count, "input_record_bytes": rec_in, "output_record_bytes": rec_out,
         "output_dtype": str(outs[0][1]), "tflm_commit": build_info.get("tflm_commit"),
-        "pip_tflite_micro": _pip_version(), "seconds": seconds,
+        "pip_tflite_micro": _pip_version(), "seconds": seconds, "engine_errors": engine_errors,
         "pairs": {f"{p} vs {q}": diff(results[p], results[q], outs, count)
                   for p, q in itertools.combinations(results, 2)},
     }

@@ -23,7 +23,7 @@
 
 namespace {
 
-constexpr int kOpCount = 24;
+constexpr int kOpCount = 26;
 constexpr long kDefaultArenaMib = 64;
 
 // Exits at once: after a failed AllocateTensors, TFLM's interpreter
@@ -69,7 +69,8 @@ bool WriteFileAtomic(const char* path, const std::vector<uint8_t>& data,
   return ok;
 }
 
-// The ops of the small CNNs we export (and TFLM's own example models).
+// The ops of the small CNNs we export, and of TFLM's own example and
+// integration-test models used to validate the build.
 bool RegisterOps(tflite::MicroMutableOpResolver<kOpCount>* r) {
   return r->AddConv2D() == kTfLiteOk && r->AddDepthwiseConv2D() == kTfLiteOk &&
          r->AddFullyConnected() == kTfLiteOk && r->AddMaxPool2D() == kTfLiteOk &&
@@ -82,7 +83,8 @@ bool RegisterOps(tflite::MicroMutableOpResolver<kOpCount>* r) {
          r->AddConcatenation() == kTfLiteOk && r->AddSqueeze() == kTfLiteOk &&
          r->AddLogistic() == kTfLiteOk && r->AddTanh() == kTfLiteOk &&
          r->AddStridedSlice() == kTfLiteOk && r->AddSum() == kTfLiteOk &&
-         r->AddPadV2() == kTfLiteOk && r->AddTranspose() == kTfLiteOk;
+         r->AddPadV2() == kTfLiteOk && r->AddTranspose() == kTfLiteOk &&
+         r->AddLeakyRelu() == kTfLiteOk && r->AddTransposeConv() == kTfLiteOk;
 }
 
 }  // namespace
