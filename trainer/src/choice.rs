@@ -69,6 +69,7 @@ macro_rules! value_enum {
 pub(crate) use value_enum;
 
 /// The entry of `table` for `v`'s variant (its fields, if any, aside).
+#[cfg(any(feature = "clap", test))]
 pub(crate) fn named<T>(v: &T, table: &'static [Named<T>]) -> Option<&'static Named<T>> {
     let d = std::mem::discriminant(v);
     table.iter().find(|n| std::mem::discriminant(&n.value) == d)

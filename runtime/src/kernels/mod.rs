@@ -1089,7 +1089,9 @@ mod cortex_m_elsewhere_tests {
     }
 }
 
-/// `--kernels`: `--help` lists the kernel sets with their help; clap refuses other names.
+/// `--kernels`: `--help` lists the kernel sets with their help; clap refuses other names. The
+/// Cortex-M kernels are accepted but not listed: a program with a command line never runs on
+/// the microcontrollers they are built for.
 #[cfg(feature = "clap")]
 impl clap::ValueEnum for Kernels {
     fn value_variants<'a>() -> &'a [Self] {
@@ -1097,6 +1099,8 @@ impl clap::ValueEnum for Kernels {
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.name()).help(self.help()))
+        let listed = !matches!(self, Kernels::CortexM);
+        let value = clap::builder::PossibleValue::new(self.name());
+        Some(value.help(self.help()).hide(!listed))
     }
 }
