@@ -208,7 +208,7 @@ fn good_values_still_parse() {
 /// `--help` shows the defaults and the values with their help.
 #[test]
 fn help_lists_values_and_defaults() {
-    let o = octet(&["train", "--help"]);
+    let o = octet(&["train", "-h"]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     for s in [
@@ -216,6 +216,13 @@ fn help_lists_values_and_defaults() {
         "Images per optimiser step [default: 128]",
         "[default: 0.9]",
         "[default: 15 for lenet, 10 for resnet18]",
+        "[default: cosine] [possible values: constant, step, cosine, onecycle]",
+    ] {
+        assert!(t.contains(s), "no {s:?} in:\n{t}");
+    }
+    let t = text(&octet(&["train", "--help"]));
+    for s in [
+        "Peak learning rate\n          \n          [default: 0.1]",
         "- resnet18:",
         "- sync:",
         "- bf16:",

@@ -160,17 +160,14 @@ fn show_defaults(arg: Arg) -> Arg {
         "precision" => c.precision.to_string(),
         _ => return arg,
     };
-    let tail = format!(" [default: {shown}]");
-    let long = arg.get_long_help().map(|h| format!("{h}{tail}"));
-    let short = arg.get_help().map(|h| format!("{h}{tail}"));
-    let arg = match long {
-        Some(h) => arg.long_help(h),
-        None => arg,
-    };
-    match short {
-        Some(h) => arg.help(h),
-        None => arg,
-    }
+    // Where clap puts its own: after the text in `-h`, a paragraph of its own in `--help`.
+    let tail = format!("[default: {shown}]");
+    let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+    let long = arg
+        .get_long_help()
+        .map_or(help.clone(), ToString::to_string);
+    arg.help(format!("{help} {tail}"))
+        .long_help(format!("{long}\n\n{tail}"))
 }
 
 impl TrainArgs {
