@@ -133,10 +133,11 @@ fn resume_continues_where_the_run_stopped() {
 
 #[test]
 fn user_errors_are_clear() {
-    fails(
-        &["train", "--model", "vgg16", "--data", "synthetic:64:0"],
-        "unknown model 'vgg16'",
-    );
+    // Values clap can check are usage errors (exit code 2) listing what is accepted.
+    let o = octet(&["train", "--model", "vgg16", "--data", "synthetic:64:0"]);
+    failed_with(&o, "invalid value 'vgg16' for '--model <MODEL>'");
+    failed_with(&o, "[possible values: lenet, resnet18]");
+    assert_eq!(o.status.code(), Some(2));
 
     let dir = tempfile::tempdir().unwrap();
     let spec = format!("cifar10:{}", dir.path().display());
@@ -144,6 +145,10 @@ fn user_errors_are_clear() {
 
     fails(
         &["train", "--data", "synthetic:64:0", "--device", "tpu"],
+        "[possible values: cpu, cuda, gpu]",
+    );
+    fails(
+        &["train", "--data", "synthetic:64:0", "--device", "cuda:one"],
         "cpu, cuda or cuda:N",
     );
 

@@ -15,12 +15,41 @@ pub enum WeightScheme {
     PerTensor,
 }
 
-impl std::fmt::Display for WeightScheme {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl WeightScheme {
+    pub const ALL: [WeightScheme; 2] = [WeightScheme::PerChannel, WeightScheme::PerTensor];
+
+    /// The name `--weights` takes and reports print.
+    pub fn name(self) -> &'static str {
+        match self {
             WeightScheme::PerChannel => "per-channel",
             WeightScheme::PerTensor => "per-tensor",
-        })
+        }
+    }
+
+    /// One line for `--help`.
+    pub fn help(self) -> &'static str {
+        match self {
+            WeightScheme::PerChannel => "symmetric, one scale per output channel (TFLite's)",
+            WeightScheme::PerTensor => "symmetric, one scale per layer (the lab's 127/max|w|)",
+        }
+    }
+}
+
+impl std::fmt::Display for WeightScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `--weights`: `--help` lists the schemes with their help; clap refuses other names.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for WeightScheme {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()).help(self.help()))
     }
 }
 

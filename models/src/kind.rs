@@ -19,6 +19,31 @@ impl ModelKind {
             ModelKind::ResNet18 => "resnet18",
         }
     }
+
+    /// One line for `--help`.
+    pub fn help(self) -> &'static str {
+        match self {
+            ModelKind::LeNet => "LeNet-5: two 5×5 convolutions and three fully connected layers",
+            ModelKind::ResNet18 => "ResNet-18 for small images: 3×3 stem, 8 basic blocks",
+        }
+    }
+}
+
+/// `--model`: `--help` lists the names with their help; clap accepts them in any case (with
+/// `ignore_case`) and `resnet-18`/`resnet_18` as aliases, as `FromStr` does.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for ModelKind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let pv = clap::builder::PossibleValue::new(self.name()).help(self.help());
+        Some(match self {
+            ModelKind::LeNet => pv.alias("le-net"),
+            ModelKind::ResNet18 => pv.aliases(["resnet-18", "resnet_18"]),
+        })
+    }
 }
 
 impl fmt::Display for ModelKind {
@@ -52,5 +77,23 @@ mod tests {
         assert_eq!("lenet".parse::<ModelKind>().unwrap(), ModelKind::LeNet);
         let err = "vgg16".parse::<ModelKind>().unwrap_err().to_string();
         assert!(err.contains("vgg16") && err.contains("resnet18"), "{err}");
+    }
+
+    /// Every name clap accepts parses to the same kind through `FromStr`.
+    #[cfg(feature = "clap")]
+    #[test]
+    fn clap_names_agree_with_from_str() {
+        use clap::ValueEnum;
+        for k in ModelKind::ALL {
+            let pv = k.to_possible_value().unwrap();
+            for name in pv.get_name_and_aliases() {
+                assert_eq!(name.parse::<ModelKind>().unwrap(), k, "{name}");
+                assert_eq!(
+                    <ModelKind as ValueEnum>::from_str(name, true),
+                    Ok(k),
+                    "{name}"
+                );
+            }
+        }
     }
 }

@@ -42,13 +42,13 @@ impl Trained {
 /// overrides the data set the checkpoint was trained on.
 pub fn open_trained(
     path: &Path,
-    model: Option<&str>,
-    data: Option<&str>,
+    model: Option<ModelKind>,
+    data: Option<&DataSource>,
 ) -> anyhow::Result<Trained> {
     // Finite tensors and consistent metadata (architecture, shapes, normalisation), before
     // any data is loaded.
     let ck = checkpoint::load_checked(path)?;
-    let hint = model.map(str::parse::<ModelKind>).transpose()?;
+    let hint = model;
     let kind = ck.model_kind(hint)?;
     if let Some(h) = hint.filter(|&h| h != kind) {
         anyhow::bail!(
@@ -57,12 +57,12 @@ pub fn open_trained(
         );
     }
     let (in_channels, classes) = ck.io_shape(kind)?;
-    let data_str = match (data, &ck.meta) {
-        (Some(d), _) => d.to_string(),
-        (None, Some(m)) => m.config.data.clone(),
-        (None, None) => "auto".into(),
+    let source = match (data, &ck.meta) {
+        (Some(d), _) => d.clone(),
+        (None, Some(m)) => m.config.data.parse()?,
+        (None, None) => DataSource::Auto,
     };
-    let split = data::load(&data_str.parse::<DataSource>()?)?;
+    let split = data::load(&source)?;
     anyhow::ensure!(
         split.train.channels == in_channels,
         "the checkpoint's model takes {in_channels}-channel images, {} has {}",
@@ -90,17 +90,6 @@ pub fn open_trained(
 pub fn first(ds: &Dataset, n: usize) -> (&[u8], &[u8]) {
     let n = if n == 0 { ds.len() } else { n.min(ds.len()) };
     (&ds.images[..n * ds.image_len()], &ds.labels[..n])
-}
-
-/// `--kernels`: one of the runtime's kernel-set names.
-pub fn parse_kernels(s: &str) -> Result<octet_runtime::Kernels, String> {
-    octet_runtime::Kernels::from_name(s).ok_or_else(|| {
-        let names: Vec<&str> = octet_runtime::Kernels::ALL
-            .iter()
-            .map(|k| k.name())
-            .collect();
-        format!("unknown kernels {s:?}: one of {}", names.join(", "))
-    })
 }
 
 /// Int8 logits of `pixels` through the runtime on `threads` threads.

@@ -12,16 +12,20 @@ use octet_trainer::eval::evaluate;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::Normalizer;
 
-use super::common::{accuracy, cores, open_trained, run_o8, COMMIT};
+use super::common::{accuracy, at_least_one, cores, open_trained, run_o8, COMMIT};
 
 #[derive(Args)]
 pub struct DemoArgs {
-    #[arg(long, default_value_t = 8)]
+    /// Training epochs.
+    #[arg(long, default_value_t = 8, value_parser = at_least_one)]
     epochs: usize,
-    #[arg(long, default_value = "cpu")]
+    /// Where to train: cpu, cuda or cuda:N (export and the comparison run on the CPU).
+    #[arg(long, default_value = "cpu", value_parser = super::values::device())]
     device: String,
+    /// Directory for the checkpoint, metrics.csv and the .o8 model.
     #[arg(long, default_value = "runs/demo")]
     out: PathBuf,
+    /// One JSON line per epoch and a final `demo` line on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

@@ -1,36 +1,43 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use octet_models::ModelKind;
+use octet_trainer::data::DataSource;
 use octet_trainer::device::parse_device;
 use octet_trainer::eval::evaluate;
 use octet_trainer::Normalizer;
 
 use super::common::{at_least_one, open_trained};
+use super::values;
 
 #[derive(Args)]
 pub struct EvalArgs {
     /// A checkpoint written by `octet train`, or a PyTorch state_dict saved as safetensors.
     checkpoint: PathBuf,
-    /// Data set to test on [default: the one the checkpoint was trained on].
-    #[arg(long, short)]
-    data: Option<String>,
-    /// Architecture, for checkpoints without octet metadata (PyTorch files).
-    #[arg(long, short)]
-    model: Option<String>,
+    /// Data set to test on: auto, bundled, fashion-mnist[:DIR], cifar10:DIR,
+    /// synthetic[:TRAIN[:TEST[:SEED]]] [default: the one the checkpoint was trained on].
+    #[arg(long, short, value_parser = values::data())]
+    data: Option<DataSource>,
+    /// Architecture, for checkpoints without octet metadata (PyTorch files) [default: the one
+    /// the checkpoint's metadata names].
+    #[arg(long, short, ignore_case = true)]
+    model: Option<ModelKind>,
     /// Evaluate the training split instead of the test split.
     #[arg(long)]
     train_split: bool,
     /// Images per forward pass.
     #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     batch_size: usize,
-    #[arg(long, default_value = "cpu")]
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu", value_parser = values::device())]
     device: String,
+    /// One JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<()> {
-    let t = open_trained(&a.checkpoint, a.model.as_deref(), a.data.as_deref())?;
+    let t = open_trained(&a.checkpoint, a.model, a.data.as_ref())?;
     let (kind, split) = (t.kind, &t.split);
     let ds = if a.train_split {
         &split.train

@@ -6,10 +6,12 @@ use octet_export::{
     ablation, export, write_histograms, Ablation, Calibration, ExportOptions, Exported, Input,
     WeightScheme,
 };
+use octet_models::ModelKind;
 use octet_trainer::atomic::write_atomic;
-use octet_trainer::data::{Dataset, Sampler};
+use octet_trainer::data::{DataSource, Dataset, Sampler};
 
 use super::common::{accuracy, at_least_one, first, open_trained, run_o8, Trained};
+use super::values::{self, CalibrationChoice};
 
 #[derive(Args)]
 pub struct ExportArgs {
@@ -18,20 +20,22 @@ pub struct ExportArgs {
     /// The .o8 file to write [default: the checkpoint's name with .o8].
     #[arg(long, short)]
     out: Option<PathBuf>,
-    /// Architecture, for checkpoints without octet metadata.
-    #[arg(long, short)]
-    model: Option<String>,
-    /// Data for calibration (training split) and the report (test split)
+    /// Architecture, for checkpoints without octet metadata [default: the one the
+    /// checkpoint's metadata names].
+    #[arg(long, short, ignore_case = true)]
+    model: Option<ModelKind>,
+    /// Data for calibration (training split) and the report (test split): auto, bundled,
+    /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST[:SEED]]]
     /// [default: the checkpoint's data set].
-    #[arg(long, short)]
-    data: Option<String>,
-    /// minmax, percentile[:P] (P default 99.99), mse, entropy, or best (each tried, the one
-    /// with the highest int8 accuracy on held-out training images kept).
-    #[arg(long, default_value = "percentile")]
-    calibration: String,
-    /// per-channel (symmetric per output channel) or per-tensor (the lab's 127/max|w|).
-    #[arg(long, default_value = "per-channel")]
-    weights: String,
+    #[arg(long, short, value_parser = values::data())]
+    data: Option<DataSource>,
+    /// minmax, percentile[:P] (P default 99.99, 50 < P ≤ 100), mse, entropy, or best (each
+    /// tried, the one with the highest int8 accuracy on held-out training images kept).
+    #[arg(long, default_value = "percentile", value_parser = values::calibration())]
+    calibration: CalibrationChoice,
+    /// How weights get their scales.
+    #[arg(long, value_enum, default_value_t = WeightScheme::default())]
+    weights: WeightScheme,
     /// Zero point 0 for activations instead of a fitted one.
     #[arg(long)]
     symmetric_activations: bool,
@@ -47,33 +51,12 @@ pub struct ExportArgs {
     /// Skip the PNG histograms.
     #[arg(long)]
     no_plots: bool,
-    /// Threads for the int8 runtime.
+    /// Threads for the int8 runtime [default: the machine's cores].
     #[arg(long, value_parser = at_least_one)]
     threads: Option<usize>,
+    /// The report as one JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_calibration(s: &str) -> anyhow::Result<Option<Calibration>> {
-    Ok(Some(match s {
-        "best" => return Ok(None),
-        "minmax" => Calibration::MinMax,
-        "percentile" => Calibration::Percentile(99.99),
-        "mse" => Calibration::Mse,
-        "entropy" => Calibration::Entropy,
-        _ => match s.strip_prefix("percentile:").map(str::parse::<f64>) {
-            Some(Ok(p)) if p > 50.0 && p <= 100.0 => Calibration::Percentile(p),
-            _ => anyhow::bail!("unknown --calibration '{s}': expected minmax, percentile[:P] with 50 < P ≤ 100, mse, entropy or best"),
-        },
-    }))
-}
-
-fn parse_weights(s: &str) -> anyhow::Result<WeightScheme> {
-    match s {
-        "per-channel" => Ok(WeightScheme::PerChannel),
-        "per-tensor" => Ok(WeightScheme::PerTensor),
-        _ => anyhow::bail!("unknown --weights '{s}': expected per-channel or per-tensor"),
-    }
 }
 
 /// One export: the arguments, the checkpoint, where the outputs go and the calibration sample.
@@ -127,7 +110,7 @@ fn destinations(a: &ExportArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
 
 pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let start = Instant::now();
-    let t = open_trained(&a.checkpoint, a.model.as_deref(), a.data.as_deref())?;
+    let t = open_trained(&a.checkpoint, a.model, a.data.as_ref())?;
     let (out, report_dir) = destinations(&a)?;
     // Calibration and held-out images: a seeded sample of the training split, never the test split.
     let order = Sampler::new(t.split.train.len(), true, 0).indices(0);
@@ -147,15 +130,15 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         .train
         .subset(&order[n_cal..(n_cal + 1000).min(order.len())]);
     let mut opts = ExportOptions {
-        weights: parse_weights(&a.weights)?,
+        weights: a.weights,
         symmetric_activations: a.symmetric_activations,
         calibration_images: n_cal,
         ..ExportOptions::default()
     };
     let mut tried = Vec::new();
-    opts.calibration = match parse_calibration(&a.calibration)? {
-        Some(c) => c,
-        None => best_calibration(&s, &opts, &held_out, &mut tried)?,
+    opts.calibration = match a.calibration {
+        CalibrationChoice::Method(c) => c,
+        CalibrationChoice::Best => best_calibration(&s, &opts, &held_out, &mut tried)?,
     };
     s.say(format!(
         "exporting {} ({}) with {} calibration on {n_cal} images, {:?} weights",

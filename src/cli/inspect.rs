@@ -6,6 +6,7 @@ use clap::Args;
 pub struct InspectArgs {
     /// A checkpoint (.safetensors) or an int8 model (.o8).
     file: PathBuf,
+    /// Everything as pretty-printed JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
 }

@@ -22,7 +22,7 @@ pub struct LaunchArgs {
     #[arg(long)]
     program: Option<PathBuf>,
     /// Seconds the other ranks get to exit after SIGTERM before they are killed.
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS", value_parser = super::values::non_negative)]
     grace: f64,
     /// Arguments for every rank, after `--` (for octet: a command such as `train ...`).
     #[arg(last = true, value_name = "ARGS", required_unless_present = "program")]
@@ -33,11 +33,6 @@ pub struct LaunchArgs {
 pub fn run(a: LaunchArgs) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
 
-    anyhow::ensure!(
-        a.grace.is_finite() && a.grace >= 0.0,
-        "--grace must be a number of seconds ≥ 0, got {}",
-        a.grace
-    );
     let program = match a.program {
         Some(p) => p,
         None => std::env::current_exe().context("cannot find the octet executable")?,

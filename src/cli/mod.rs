@@ -3,10 +3,13 @@ mod common;
 mod demo;
 mod eval;
 mod export;
+#[cfg(test)]
+mod help_tests;
 mod inspect;
 mod launch;
 mod run;
 mod train;
+mod values;
 
 use std::process::ExitCode;
 

@@ -4,17 +4,17 @@ use std::time::Instant;
 use clap::Args;
 use octet_trainer::data::{self, DataSource};
 
-use super::common::{
-    accuracy, argmax, at_least_one, cores, first, parse_kernels, read, run_o8_with,
-};
+use super::common::{accuracy, argmax, at_least_one, cores, first, read, run_o8_with};
+use super::values;
 
 #[derive(Args)]
 pub struct RunArgs {
     /// An int8 model written by `octet export`.
     model: PathBuf,
-    /// Labelled data to run on (its test split) [default: auto].
-    #[arg(long, short, default_value = "auto")]
-    data: String,
+    /// Labelled data to run on (its test split): auto, bundled, fashion-mnist[:DIR],
+    /// cifar10:DIR, synthetic[:TRAIN[:TEST[:SEED]]].
+    #[arg(long, short, default_value = "auto", value_parser = values::data())]
+    data: DataSource,
     /// Images to run (0: the whole test split).
     #[arg(long, default_value_t = 0)]
     images: usize,
@@ -22,13 +22,13 @@ pub struct RunArgs {
     /// is split between them (large models).
     #[arg(long, value_parser = at_least_one)]
     threads: Option<usize>,
-    /// Kernel set: auto (the fastest this CPU has), scalar (the reference), avx2, avx-vnni,
-    /// avx512-vnni, neon, neon-dotprod. All give the same bytes.
-    #[arg(long, default_value = "auto", value_parser = parse_kernels)]
+    /// Kernel set (all give the same bytes; one this CPU lacks is an error).
+    #[arg(long, value_enum, default_value_t = octet_runtime::Kernels::Auto)]
     kernels: octet_runtime::Kernels,
     /// Also write one predicted class per line to this file.
     #[arg(long)]
     predictions: Option<PathBuf>,
+    /// One JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -38,7 +38,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let bytes = read(&a.model)?;
     let model = octet_runtime::Model::parse(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: invalid .o8 model: {e}", a.model.display()))?;
-    let split = data::load(&a.data.parse::<DataSource>()?)?;
+    let split = data::load(&a.data)?;
     let (c, h, w) = model.input_shape();
     anyhow::ensure!(
         (c, h, w) == (split.test.channels, split.test.height, split.test.width),

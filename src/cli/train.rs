@@ -2,11 +2,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use candle_core::Device;
-use clap::Args;
+use clap::{Arg, Args};
 use octet_models::ModelKind;
 use octet_trainer::checkpoint::Checkpoint;
+use octet_trainer::config::LrScaling;
 use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::device::parse_device;
+use octet_trainer::dist::BnMode;
 use octet_trainer::dist::{self, DistEnv};
 use octet_trainer::metrics::EpochRecord;
 use octet_trainer::optim::Schedule;
@@ -14,39 +16,48 @@ use octet_trainer::train::{RunOptions, Summary, TrainConfig, Trainer};
 use octet_trainer::Precision;
 use octet_trainer::{atomic, checkpoint};
 
+use super::common::at_least_one;
+use super::values;
+
+/// The settings a fresh run takes from `TrainConfig` are shown as `[default: …]` by
+/// [`show_defaults`]; they are not clap defaults, since a resumed run keeps its own unless the
+/// flag is given.
 #[derive(Args)]
+#[command(mut_args(show_defaults))]
 pub struct TrainArgs {
-    /// Architecture: lenet or resnet18.
-    #[arg(long, short)]
-    model: Option<String>,
+    /// Architecture.
+    #[arg(long, short, ignore_case = true)]
+    model: Option<ModelKind>,
     /// Data: auto (full Fashion-MNIST if installed, else the bundled subset), bundled,
-    /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST]].
-    #[arg(long, short)]
-    data: Option<String>,
+    /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST[:SEED]]].
+    #[arg(long, short, value_parser = values::data())]
+    data: Option<DataSource>,
     /// Epochs in the whole run (a resumed run counts the epochs already done).
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = at_least_one)]
     epochs: Option<usize>,
     /// Images per optimiser step.
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = at_least_one)]
     batch_size: Option<usize>,
     /// Peak learning rate.
-    #[arg(long)]
+    #[arg(long, value_parser = values::positive)]
     lr: Option<f64>,
-    #[arg(long)]
+    /// SGD momentum, in [0, 1).
+    #[arg(long, value_parser = values::below_one)]
     momentum: Option<f64>,
     /// L2 penalty added to the gradient, as PyTorch's SGD does.
-    #[arg(long)]
+    #[arg(long, value_parser = values::non_negative)]
     weight_decay: Option<f64>,
-    /// constant, step, cosine or onecycle.
+    /// Learning-rate schedule.
     #[arg(long)]
-    schedule: Option<String>,
+    schedule: Option<Schedule>,
     /// With --schedule step: multiply the rate by --gamma every this many epochs.
-    #[arg(long, default_value_t = 30, value_parser = super::common::at_least_one)]
+    #[arg(long, default_value_t = step_default().0, value_parser = at_least_one)]
     step_every: usize,
-    #[arg(long, default_value_t = 0.1)]
+    /// With --schedule step: the factor applied to the rate every --step-every epochs.
+    #[arg(long, default_value_t = step_default().1, value_parser = values::positive)]
     gamma: f64,
     /// Linear warm-up from lr/steps to lr over this many epochs (fractions allowed).
-    #[arg(long)]
+    #[arg(long, value_parser = values::non_negative)]
     warmup_epochs: Option<f64>,
     /// Seeds weights, shuffling and augmentation: the same seed gives the same run on CPU.
     #[arg(long)]
@@ -54,15 +65,17 @@ pub struct TrainArgs {
     /// Train without random crop and flip.
     #[arg(long)]
     no_augment: bool,
-    #[arg(long)]
+    /// Images per forward pass when testing.
+    #[arg(long, value_parser = at_least_one)]
     eval_batch_size: Option<usize>,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
+    /// cpu, cuda or cuda:N (in a data-parallel job each rank takes the GPU of its local rank).
+    #[arg(long, default_value = "cpu", value_parser = values::device())]
     device: String,
     /// Directory for last.safetensors and metrics.csv [default: runs/<model>-<data>].
     #[arg(long, short)]
     out: Option<PathBuf>,
-    /// Continue the run of this checkpoint; flags given here override its settings.
+    /// Continue the run of this checkpoint; flags given here override its settings, the others
+    /// keep the run's (not the defaults shown here).
     #[arg(long)]
     resume: Option<PathBuf>,
     /// Stop after this many epochs of this invocation (continue later with --resume).
@@ -72,22 +85,19 @@ pub struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Add the gradients of this many micro-batches before each synchronisation and step.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     accumulate: Option<usize>,
     /// Data-parallel runs: gradient all-reduce bucket size in MiB.
-    #[arg(long)]
+    #[arg(long, value_parser = values::positive)]
     bucket_mb: Option<f64>,
-    /// Data-parallel runs: batch norm local (each rank its own statistics; rank 0's running
-    /// ones are saved), broadcast (rank 0's running statistics copied to all ranks after
-    /// every epoch) or sync (SyncBatchNorm: statistics of the global batch, all-reduced in
-    /// the forward pass).
-    #[arg(long)]
-    bn: Option<String>,
-    /// none, or linear: lr × global batch / --base-batch (use with --warmup-epochs).
-    #[arg(long)]
-    lr_scaling: Option<String>,
+    /// Data-parallel runs: what batch norm does across ranks.
+    #[arg(long, ignore_case = true)]
+    bn: Option<BnMode>,
+    /// How the learning rate follows the global batch.
+    #[arg(long, ignore_case = true)]
+    lr_scaling: Option<LrScaling>,
     /// The global batch at which --lr applies unscaled.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     base_batch: Option<usize>,
     /// Data-parallel runs: seconds to wait for the other ranks at start-up, for a
     /// collective to finish, and for this rank to reach its next collective while an earlier
@@ -98,10 +108,8 @@ pub struct TrainArgs {
     /// does); slower, for runs that must agree closely with the CPU or another GPU count.
     #[arg(long)]
     no_tf32: bool,
-    /// f32, or bf16: bf16 channels-last activations with f32 master weights, batch-norm
-    /// statistics, classifier and loss (PyTorch's bf16 autocast + channels_last). Kept by
-    /// --resume unless given.
-    #[arg(long)]
+    /// The arithmetic of training. Kept by --resume unless given.
+    #[arg(long, ignore_case = true)]
     precision: Option<Precision>,
     /// Write each rank's per-step timeline (host and device times of every step and
     /// all-reduce, one clock) as CSV into this directory; `bench/timeline.py` summarises it.
@@ -109,22 +117,67 @@ pub struct TrainArgs {
     timeline: Option<PathBuf>,
 }
 
+/// A fresh run's settings: `TrainConfig`'s, with fewer epochs for ResNet-18.
+fn fresh_config(kind: ModelKind) -> TrainConfig {
+    let mut c = TrainConfig::new(kind, &DataSource::Auto.to_string());
+    if kind == ModelKind::ResNet18 {
+        c.epochs = 10;
+    }
+    c
+}
+
+/// `--step-every` and `--gamma` of `--schedule step` alone.
+fn step_default() -> (usize, f64) {
+    match Schedule::STEP {
+        Schedule::Step { every, gamma } => (every, gamma),
+        _ => unreachable!("Schedule::STEP is a step schedule"),
+    }
+}
+
+/// Appends `[default: …]`, as clap prints it, to the help of each setting a fresh run takes
+/// from [`fresh_config`].
+fn show_defaults(arg: Arg) -> Arg {
+    let c = fresh_config(ModelKind::LeNet);
+    let shown = match arg.get_id().as_str() {
+        "model" => c.model,
+        "data" => c.data,
+        "epochs" => ModelKind::ALL
+            .map(|k| format!("{} for {k}", fresh_config(k).epochs))
+            .join(", "),
+        "batch_size" => c.batch_size.to_string(),
+        "eval_batch_size" => c.eval_batch_size.to_string(),
+        "lr" => c.lr.to_string(),
+        "momentum" => c.momentum.to_string(),
+        "weight_decay" => c.weight_decay.to_string(),
+        "schedule" => c.schedule.to_string(),
+        "warmup_epochs" => c.warmup_epochs.to_string(),
+        "seed" => c.seed.to_string(),
+        "accumulate" => c.accumulate.to_string(),
+        "bucket_mb" => c.bucket_mb.to_string(),
+        "bn" => c.bn.to_string(),
+        "lr_scaling" => c.lr_scaling.to_string(),
+        "base_batch" => c.base_batch.to_string(),
+        "precision" => c.precision.to_string(),
+        _ => return arg,
+    };
+    // Where clap puts its own: after the text in `-h`, a paragraph of its own in `--help`.
+    let tail = format!("[default: {shown}]");
+    let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+    let long = arg
+        .get_long_help()
+        .map_or(help.clone(), ToString::to_string);
+    arg.help(format!("{help} {tail}"))
+        .long_help(format!("{long}\n\n{tail}"))
+}
+
 impl TrainArgs {
     /// Built-in defaults, or the resumed run's settings, overridden by what the user gave.
     fn config(&self, base: Option<TrainConfig>) -> anyhow::Result<TrainConfig> {
         let mut c = match base {
             Some(c) => c,
-            None => {
-                let kind: ModelKind = self.model.as_deref().unwrap_or("lenet").parse()?;
-                let mut c = TrainConfig::new(kind, "auto");
-                if kind == ModelKind::ResNet18 {
-                    c.epochs = 10;
-                }
-                c
-            }
+            None => fresh_config(self.model.unwrap_or(ModelKind::LeNet)),
         };
-        if let Some(m) = &self.model {
-            let kind: ModelKind = m.parse()?;
+        if let Some(kind) = self.model {
             anyhow::ensure!(
                 kind.to_string() == c.model,
                 "--model {kind} differs from the resumed checkpoint's {}",
@@ -132,7 +185,7 @@ impl TrainArgs {
             );
         }
         if let Some(d) = &self.data {
-            c.data = d.parse::<DataSource>()?.to_string();
+            c.data = d.to_string();
         }
         macro_rules! set {
             ($($f:ident),*) => { $(if let Some(v) = self.$f { c.$f = v; })* };
@@ -147,8 +200,8 @@ impl TrainArgs {
             seed,
             eval_batch_size
         );
-        if let Some(s) = &self.schedule {
-            c.schedule = match s.parse::<Schedule>().map_err(anyhow::Error::msg)? {
+        if let Some(s) = self.schedule {
+            c.schedule = match s {
                 Schedule::Step { .. } => Schedule::Step {
                     every: self.step_every,
                     gamma: self.gamma,
@@ -159,16 +212,7 @@ impl TrainArgs {
         if self.no_augment {
             c.augment = false;
         }
-        set!(accumulate, bucket_mb, base_batch);
-        if let Some(b) = &self.bn {
-            c.bn = b.parse().map_err(anyhow::Error::msg)?;
-        }
-        if let Some(l) = &self.lr_scaling {
-            c.lr_scaling = l.parse().map_err(anyhow::Error::msg)?;
-        }
-        if let Some(p) = self.precision {
-            c.precision = p;
-        }
+        set!(accumulate, bucket_mb, base_batch, bn, lr_scaling, precision);
         c.ops.tf32 = !self.no_tf32;
         Ok(c)
     }
@@ -388,4 +432,89 @@ pub fn print_epoch(r: &EpochRecord, epochs: usize, json: bool) {
         t.eval_s,
         r.images_per_s
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Train {
+        #[command(flatten)]
+        a: TrainArgs,
+    }
+
+    fn config(args: &[&str]) -> TrainConfig {
+        let a = Train::try_parse_from([&["train"][..], args].concat())
+            .unwrap()
+            .a;
+        a.config(None).unwrap()
+    }
+
+    /// The flags give the configuration their strings gave before they were typed, in any case
+    /// where the parsers ignored it.
+    #[test]
+    fn flags_parse_to_the_same_configuration() {
+        let mut want = TrainConfig::new(ModelKind::LeNet, "auto");
+        want.ops.tf32 = true;
+        assert_eq!(config(&[]), want);
+
+        let mut want = TrainConfig::new(ModelKind::ResNet18, "synthetic:64:8");
+        want.epochs = 10;
+        want.schedule = Schedule::Step {
+            every: 5,
+            gamma: 0.5,
+        };
+        want.bn = BnMode::Sync;
+        want.lr_scaling = LrScaling::Linear;
+        want.precision = Precision::Bf16;
+        want.lr = 0.05;
+        want.momentum = 0.8;
+        want.ops.tf32 = false;
+        let got = config(&[
+            "--model",
+            "ResNet-18",
+            "--data",
+            "synthetic:64:8",
+            "--schedule",
+            "step",
+            "--step-every",
+            "5",
+            "--gamma",
+            "0.5",
+            "--bn",
+            "SYNC",
+            "--lr-scaling",
+            "Linear",
+            "--precision",
+            "BF16",
+            "--lr",
+            "0.05",
+            "--momentum",
+            "0.8",
+            "--no-tf32",
+        ]);
+        assert_eq!(got, want);
+        // The checkpoint's strings keep their format.
+        assert_eq!(got.model, "resnet18");
+        assert_eq!(got.data, "synthetic:64:8");
+    }
+
+    /// `--help` shows the defaults a fresh run takes.
+    #[test]
+    fn help_shows_the_configuration_defaults() {
+        let help = Train::command().render_help().to_string();
+        let c = TrainConfig::new(ModelKind::LeNet, "auto");
+        for shown in [
+            format!("Peak learning rate [default: {}]", c.lr),
+            format!("[default: {}]", c.batch_size),
+            format!("[default: {}]", c.weight_decay),
+            "[default: 15 for lenet, 10 for resnet18]".into(),
+            "[default: cosine]".into(),
+        ] {
+            assert!(help.contains(&shown), "no {shown:?} in:\n{help}");
+        }
+    }
 }

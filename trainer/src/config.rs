@@ -68,7 +68,10 @@ pub enum LrScaling {
     Linear,
 }
 
-named_choice!(LrScaling, "--lr-scaling", { None => "none", Linear => "linear" });
+named_choice!(LrScaling, "--lr-scaling", {
+    None => "none": "--lr as given, whatever the batch",
+    Linear => "linear": "--lr × global batch / --base-batch (use with --warmup-epochs)",
+});
 
 impl TrainConfig {
     /// The global batch of one optimiser step on `world` ranks.

@@ -4,15 +4,25 @@ use candle_core::Device;
 
 use crate::{Result, TrainError};
 
+/// The forms of a `--device` value, for help and error texts.
+pub const DEVICE_FORMS: &str = "cpu, cuda or cuda:N";
+
+/// The CUDA ordinal a `--device` string names (`None` for the CPU), without opening it.
+pub fn cuda_ordinal(s: &str) -> Result<Option<usize>> {
+    match s {
+        "cpu" => Ok(None),
+        "cuda" | "gpu" => Ok(Some(0)),
+        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(n)) => Ok(Some(n)),
+            _ => Err(TrainError::BadDevice(s.to_string())),
+        },
+    }
+}
+
 /// Opens the device a `--device` string names.
 pub fn parse_device(s: &str) -> Result<Device> {
-    let ordinal = match s {
-        "cpu" => return Ok(Device::Cpu),
-        "cuda" | "gpu" => 0,
-        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => n,
-            _ => return Err(TrainError::BadDevice(s.to_string())),
-        },
+    let Some(ordinal) = cuda_ordinal(s)? else {
+        return Ok(Device::Cpu);
     };
     match Device::new_cuda(ordinal) {
         Ok(d) => {

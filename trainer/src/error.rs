@@ -27,7 +27,7 @@ pub enum TrainError {
         (batch / 2).max(1)
     )]
     BatchTooLarge { batch: usize, detail: String },
-    #[error("device '{0}': expected cpu, cuda or cuda:N")]
+    #[error("device '{0}': expected {forms}", forms = crate::device::DEVICE_FORMS)]
     BadDevice(String),
     #[error(
         "this octet was built without CUDA support, so --device {0} is unavailable: rebuild with \

@@ -31,7 +31,11 @@ impl Precision {
     }
 }
 
-named_choice!(Precision, "--precision", { F32 => "f32" | "fp32" | "float32", Bf16 => "bf16" | "bfloat16" });
+named_choice!(Precision, "--precision", {
+    F32 => "f32" | "fp32" | "float32": "f32 activations, NCHW (cuDNN may use TF32 unless --no-tf32)",
+    Bf16 => "bf16" | "bfloat16": "bf16 channels-last activations; f32 master weights, batch-norm \
+        statistics, classifier and loss (PyTorch's bf16 autocast + channels_last)",
+});
 
 #[cfg(test)]
 mod tests {

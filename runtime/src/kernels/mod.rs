@@ -336,6 +336,20 @@ impl Kernels {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// One line for `--help`.
+    pub const fn help(self) -> &'static str {
+        match self {
+            Kernels::Scalar => "the scalar reference kernels",
+            Kernels::Avx2 => "x86-64 AVX2",
+            Kernels::AvxVnni => "x86-64 AVX-VNNI (256-bit vpdpbusd) for conv2d, AVX2 for the rest",
+            Kernels::Avx512Vnni => "x86-64 AVX-512 VNNI for conv2d, AVX2 for the rest",
+            Kernels::Neon => "aarch64 NEON without dotprod",
+            Kernels::NeonDot => "aarch64 NEON with SDOT (dotprod)",
+            Kernels::CortexM => "Cortex-M DSP extension, SMLAD (builds for Armv7E-M only)",
+            Kernels::Auto => "the fastest this CPU has",
+        }
+    }
+
     /// The kernel sets this CPU can run (the reference first, `Auto` last).
     pub fn available() -> impl Iterator<Item = Kernels> {
         Self::ALL.into_iter().filter(|k| k.resolve().is_ok())
@@ -1072,5 +1086,21 @@ mod cortex_m_elsewhere_tests {
         );
         assert!(Kernels::available().all(|k| k != Kernels::CortexM));
         assert_eq!(Kernels::from_name("cortex-m-dsp"), Some(Kernels::CortexM));
+    }
+}
+
+/// `--kernels`: `--help` lists the kernel sets with their help; clap refuses other names. The
+/// Cortex-M kernels are accepted but not listed: a program with a command line never runs on
+/// the microcontrollers they are built for.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for Kernels {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let listed = !matches!(self, Kernels::CortexM);
+        let value = clap::builder::PossibleValue::new(self.name());
+        Some(value.help(self.help()).hide(!listed))
     }
 }

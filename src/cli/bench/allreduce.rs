@@ -23,8 +23,9 @@ pub struct AllreduceBench {
     )]
     sizes: Vec<usize>,
     /// Timed iterations per size (a quarter of them for sizes of 128 MiB and more).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = crate::cli::common::at_least_one)]
     iters: usize,
+    /// Untimed all-reduces per size before the timed ones.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
     /// Rank 0 writes the rows as JSON here.

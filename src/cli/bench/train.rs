@@ -10,20 +10,24 @@ use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::{Precision, TrainError};
 use serde::Serialize;
 
+use crate::cli::common::at_least_one;
+
 #[derive(Args)]
 pub struct TrainBench {
     /// Models to time, comma-separated.
-    #[arg(long, default_value = "lenet,resnet18", value_delimiter = ',')]
-    models: Vec<String>,
-    #[arg(long, default_value = "32,128,512,2048", value_delimiter = ',')]
+    #[arg(long, value_enum, ignore_case = true, default_values_t = ModelKind::ALL, value_delimiter = ',')]
+    models: Vec<ModelKind>,
+    /// Batch sizes to time, comma-separated (a size that runs out of memory ends the list).
+    #[arg(long, default_value = "32,128,512,2048", value_delimiter = ',', value_parser = at_least_one)]
     batch_sizes: Vec<usize>,
-    /// Precisions to time, comma-separated: f32, bf16 (bf16 channels-last activations).
-    #[arg(long, default_value = "f32", value_delimiter = ',')]
-    precision: Vec<String>,
+    /// Precisions to time, comma-separated.
+    #[arg(long, value_enum, ignore_case = true, default_values_t = [Precision::F32], value_delimiter = ',')]
+    precision: Vec<Precision>,
     /// Images per epoch (the lab uses CIFAR-10's 50,000).
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
     images: usize,
-    #[arg(long, default_value = "cuda")]
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cuda", value_parser = crate::cli::values::device())]
     device: String,
     /// Also write the rows as JSON to this file.
     #[arg(long)]
@@ -56,12 +60,6 @@ pub fn run(a: TrainBench) -> anyhow::Result<()> {
         test: 0,
         seed: 0,
     })?;
-    let precisions = a
-        .precision
-        .iter()
-        .map(|p| p.parse::<Precision>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(anyhow::Error::msg)?;
     let mut rows = Vec::new();
     if !a.json {
         println!(
@@ -80,9 +78,8 @@ pub fn run(a: TrainBench) -> anyhow::Result<()> {
     let runs = a
         .models
         .iter()
-        .flat_map(|m| precisions.iter().map(move |&p| (m, p)));
-    for (m, precision) in runs {
-        let kind: ModelKind = m.parse()?;
+        .flat_map(|&m| a.precision.iter().map(move |&p| (m, p)));
+    for (kind, precision) in runs {
         for &batch in &a.batch_sizes {
             let mut cfg = TrainConfig::new(kind, "synthetic");
             cfg.precision = precision;

@@ -38,6 +38,13 @@ pub enum DataSource {
     },
 }
 
+impl DataSource {
+    /// The kinds a source names before any `:` (`cifar10` in `cifar10:DIR`), for the command
+    /// line's "a similar value exists" hint.
+    pub const KINDS: [&'static str; 5] =
+        ["auto", "bundled", "fashion-mnist", "cifar10", "synthetic"];
+}
+
 impl FromStr for DataSource {
     type Err = DataError;
 
@@ -165,6 +172,17 @@ mod tests {
 
     fn parse(s: &str) -> DataSource {
         s.parse().unwrap()
+    }
+
+    /// Every kind the hint offers is one `FromStr` knows (alone or with a `:` argument).
+    #[test]
+    fn kinds_are_the_parsers() {
+        for k in DataSource::KINDS {
+            let known =
+                k.parse::<DataSource>().is_ok() || format!("{k}:x").parse::<DataSource>().is_ok();
+            assert!(known, "{k}");
+        }
+        assert!("cifar".parse::<DataSource>().is_err());
     }
 
     #[test]

@@ -28,7 +28,11 @@ pub enum BnMode {
     Sync,
 }
 
-named_choice!(BnMode, "--bn", { Local => "local", Broadcast => "broadcast", Sync => "sync" });
+named_choice!(BnMode, "--bn", {
+    Local => "local": "each rank its own statistics; rank 0's running ones are saved",
+    Broadcast => "broadcast": "rank 0's running statistics copied to all ranks after every epoch",
+    Sync => "sync": "SyncBatchNorm: statistics of the global batch, all-reduced in the forward pass",
+});
 
 pub struct DataParallel {
     coll: Arc<dyn Collective>,

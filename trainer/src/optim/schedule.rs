@@ -4,6 +4,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::choice::{self, value_enum, Named};
+
 /// The shape of the learning rate over training, as a factor of the base rate.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -20,22 +22,54 @@ pub enum Schedule {
     OneCycle,
 }
 
+impl Schedule {
+    /// `step` as named alone: × 0.1 every 30 epochs (`--step-every`, `--gamma`).
+    pub const STEP: Schedule = Schedule::Step {
+        every: 30,
+        gamma: 0.1,
+    };
+
+    /// Every schedule with its names and help, as `--schedule` takes them (`step` stands for
+    /// [`Schedule::STEP`]).
+    pub const NAMED: &'static [Named<Schedule>] = &[
+        Named {
+            value: Schedule::Constant,
+            names: &["constant"],
+            help: "the rate stays at --lr",
+        },
+        Named {
+            value: Schedule::STEP,
+            names: &["step"],
+            help: "× --gamma every --step-every epochs (PyTorch StepLR)",
+        },
+        Named {
+            value: Schedule::Cosine,
+            names: &["cosine"],
+            help: "cosine from --lr to 0 over the run (CosineAnnealingLR)",
+        },
+        Named {
+            value: Schedule::OneCycle,
+            names: &["onecycle", "one-cycle"],
+            help: "lr/25 → lr over the first 30%, then → lr/25e4 (OneCycleLR)",
+        },
+    ];
+}
+
+value_enum!(
+    Schedule,
+    [
+        Schedule::Constant,
+        Schedule::STEP,
+        Schedule::Cosine,
+        Schedule::OneCycle
+    ]
+);
+
 impl FromStr for Schedule {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "constant" => Ok(Schedule::Constant),
-            "step" => Ok(Schedule::Step {
-                every: 30,
-                gamma: 0.1,
-            }),
-            "cosine" => Ok(Schedule::Cosine),
-            "onecycle" | "one-cycle" => Ok(Schedule::OneCycle),
-            _ => Err(format!(
-                "unknown schedule '{s}': expected constant, step, cosine or onecycle"
-            )),
-        }
+        choice::parse(s, "--schedule", Schedule::NAMED)
     }
 }
 

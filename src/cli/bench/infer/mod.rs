@@ -26,23 +26,34 @@ use serde_json::Value;
 
 mod report;
 
+use crate::cli::common::at_least_one;
+use crate::cli::values::{self, Forms};
 use report::{markdown, plot, Row};
+
+/// `--device`: a device as `--device` names one, or `none`.
+fn gpu_or_none() -> Forms<String> {
+    Forms::new(&["cuda", "none"], |s| match s {
+        "none" => Ok(s.into()),
+        _ => values::device_name(s),
+    })
+}
 
 #[derive(Args)]
 pub struct InferBench {
-    #[arg(long, default_value = "resnet18,lenet", value_delimiter = ',')]
-    models: Vec<String>,
+    /// Models to time, comma-separated (3×32×32 inputs, random weights).
+    #[arg(long, value_enum, ignore_case = true, default_values_t = [ModelKind::ResNet18, ModelKind::LeNet], value_delimiter = ',')]
+    models: Vec<ModelKind>,
     /// Batch sizes of the GPU rows (1 is the latency row).
-    #[arg(long, default_value = "1,256,1024,4096", value_delimiter = ',')]
+    #[arg(long, default_value = "1,256,1024,4096", value_delimiter = ',', value_parser = at_least_one)]
     batch_sizes: Vec<usize>,
     /// Batch sizes of the CPU rows.
-    #[arg(long, default_value = "1,256", value_delimiter = ',')]
+    #[arg(long, default_value = "1,256", value_delimiter = ',', value_parser = at_least_one)]
     cpu_batch_sizes: Vec<usize>,
     /// cuda or cuda:N for the GPU rows; `none` for CPU rows only.
-    #[arg(long, default_value = "cuda")]
+    #[arg(long, default_value = "cuda", value_parser = gpu_or_none())]
     device: String,
     /// Timed runs per row (batch 1 takes ten times as many).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = at_least_one)]
     iters: usize,
     /// PyTorch peer rows (the JSON of peer_torch_infer.py --json) to report beside octet's.
     #[arg(long)]
@@ -122,8 +133,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = Vec::new();
-    for m in &a.models {
-        let kind: ModelKind = m.parse()?;
+    for &kind in &a.models {
         let (net, bytes) = models(kind)?;
         let model = Model::parse(&bytes)?;
         let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];

@@ -10,38 +10,44 @@ use std::process::Command;
 
 use anyhow::Context;
 use clap::Args;
+use octet_models::ModelKind;
 use octet_trainer::atomic::write_atomic;
+use octet_trainer::data::DataSource;
 use serde_json::Value;
 
 mod figures;
 mod report;
 
+use crate::cli::common::at_least_one;
+use crate::cli::values;
 use report::{markdown, Accuracy, Report, Timing};
 
 #[derive(Args)]
 pub struct ScalingBench {
     /// GPU counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least_one)]
     gpus: Vec<usize>,
-    #[arg(long, default_value = "resnet18")]
-    model: String,
+    /// Model of the timing runs.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ModelKind::ResNet18)]
+    model: ModelKind,
     /// Batch sizes per GPU.
-    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512", value_parser = at_least_one)]
     batch_sizes: Vec<usize>,
     /// Images per epoch of the timing runs, shared by the GPUs (fixed total work: strong
     /// scaling). The lab uses 50,000.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
     images: usize,
     /// Data of the accuracy runs (e.g. fashion-mnist:DIR); without it they are skipped.
-    #[arg(long)]
-    accuracy_data: Option<String>,
+    #[arg(long, value_parser = values::data())]
+    accuracy_data: Option<DataSource>,
     /// Model of the accuracy runs [default: --model].
-    #[arg(long)]
-    accuracy_model: Option<String>,
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, ignore_case = true)]
+    accuracy_model: Option<ModelKind>,
+    /// Epochs of each accuracy run.
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
     accuracy_epochs: usize,
     /// The small global batch of the accuracy comparison, and the base of linear scaling.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least_one)]
     base_batch: usize,
     /// PyTorch peer results (`peer_torch_<n>gpu.json` from shared/peers/peer_torch.py) to
     /// report beside octet's, with ratios.
@@ -88,17 +94,24 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
         for &g in &a.gpus {
             let dir = runs.join(format!("g{g}-b{b}"));
             let mut cmd = launch(&exe, g);
-            cmd.args(["train", "--model", &a.model, "--device", "cuda", "--json"])
-                .args(["--data", &format!("synthetic:{}:0", a.images)])
-                .args(["--epochs", "2", "--schedule", "constant", "--no-augment"])
-                .args(["--batch-size", &b.to_string(), "--out"])
-                .arg(&dir);
+            cmd.args([
+                "train",
+                "--model",
+                a.model.name(),
+                "--device",
+                "cuda",
+                "--json",
+            ])
+            .args(["--data", &format!("synthetic:{}:0", a.images)])
+            .args(["--epochs", "2", "--schedule", "constant", "--no-augment"])
+            .args(["--batch-size", &b.to_string(), "--out"])
+            .arg(&dir);
             let (ok, out, err) = output(cmd)?;
             let mut t = Timing {
                 gpus: g,
                 batch: b,
                 images: a.images,
-                peer_epoch_s: peer.get(&(a.model.clone(), g, b)).copied(),
+                peer_epoch_s: peer.get(&(a.model.to_string(), g, b)).copied(),
                 ..Timing::default()
             };
             let epochs = epoch_lines(&out);
@@ -123,13 +136,13 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
     }
 
     let accuracy = match &a.accuracy_data {
-        Some(data) => accuracy_runs(&a, &exe, data, &runs)?,
+        Some(data) => accuracy_runs(&a, &exe, &data.to_string(), &runs)?,
         None => Vec::new(),
     };
     let report = Report {
         commit: crate::cli::common::COMMIT.into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        model: a.model.clone(),
+        model: a.model.to_string(),
         images: a.images,
         protocol: "synthetic CIFAR-shaped data, batch per GPU, images per epoch shared by the \
                    GPUs; epoch 1 warm-up, epoch 2 timed (h2d, forward, backward, all-reduce, \
@@ -233,7 +246,7 @@ fn accuracy_runs(
     let g = a.gpus.iter().copied().max().unwrap_or(1);
     let large = a.batch_sizes.iter().copied().max().unwrap_or(512);
     let small = (a.base_batch / g).max(1);
-    let model = a.accuracy_model.clone().unwrap_or_else(|| a.model.clone());
+    let model = a.accuracy_model.unwrap_or(a.model).to_string();
     let plans = [
         ("small batch", small, false),
         ("large batch", large, false),
