@@ -38,9 +38,17 @@ fn octet(args: &[&str]) {
 
 /// Converts `o8`, runs the check; `None` when skipped for a missing package.
 fn check(name: &str, o8: &[u8], dir: &Path) -> Option<serde_json::Value> {
-    let (o8_path, tfl) = (dir.join(format!("{name}.o8")), dir.join(format!("{name}.tflite")));
+    let (o8_path, tfl) = (
+        dir.join(format!("{name}.o8")),
+        dir.join(format!("{name}.tflite")),
+    );
     std::fs::write(&o8_path, o8).unwrap();
-    octet(&["convert", o8_path.to_str().unwrap(), "-o", tfl.to_str().unwrap()]);
+    octet(&[
+        "convert",
+        o8_path.to_str().unwrap(),
+        "-o",
+        tfl.to_str().unwrap(),
+    ]);
     let root = env!("CARGO_MANIFEST_DIR");
     let data = Path::new(root).join("data/fashion-mnist-subset");
     let out = Command::new("python3")

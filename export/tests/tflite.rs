@@ -51,7 +51,10 @@ fn lenet_reads_back_with_the_o8s_tensors_and_ops() {
     // The uint8 pixels: real = pixel/255, then q = pixel − 128 in the int8 input.
     let pixels = tensors.get(g.inputs().unwrap().get(0) as usize);
     assert_eq!(pixels.type_(), TensorType::UINT8);
-    assert_eq!(pixels.shape().unwrap().iter().collect::<Vec<_>>(), [1, 32, 32, 1]);
+    assert_eq!(
+        pixels.shape().unwrap().iter().collect::<Vec<_>>(),
+        [1, 32, 32, 1]
+    );
     let q = pixels.quantization().unwrap();
     assert_eq!(q.zero_point().unwrap().get(0), 0);
     // Every op's output carries the .o8 output tensor's scale and zero point; each weight
@@ -71,12 +74,20 @@ fn lenet_reads_back_with_the_o8s_tensors_and_ops() {
             assert_eq!(wq.quantized_dimension(), 0);
             let b = tensors.get(op.inputs().unwrap().get(2) as usize);
             assert_eq!(b.type_(), TensorType::INT32);
-            let data = fb.buffers().unwrap().get(b.buffer() as usize).data().unwrap();
+            let data = fb
+                .buffers()
+                .unwrap()
+                .get(b.buffer() as usize)
+                .data()
+                .unwrap();
             let z_in = model.tensor(info.input0).unwrap().zero_point as i64;
             let per = info.weights.len() / want.c as usize;
             for c in 0..want.c as usize {
                 let got = i32::from_le_bytes(data[4 * c..4 * c + 4].try_into().unwrap());
-                let sum: i64 = info.weights[c * per..(c + 1) * per].iter().map(|&v| v as i64).sum();
+                let sum: i64 = info.weights[c * per..(c + 1) * per]
+                    .iter()
+                    .map(|&v| v as i64)
+                    .sum();
                 assert_eq!(got as i64, info.bias.get(c) as i64 + z_in * sum);
             }
         }
@@ -91,7 +102,13 @@ fn every_op_kind_converts() {
     assert_eq!(t.multipliers.adds, 2);
     let ops = operators(&t.bytes);
     use BuiltinOperator as B;
-    for want in [B::PAD, B::DEPTHWISE_CONV_2D, B::ADD, B::MAX_POOL_2D, B::FULLY_CONNECTED] {
+    for want in [
+        B::PAD,
+        B::DEPTHWISE_CONV_2D,
+        B::ADD,
+        B::MAX_POOL_2D,
+        B::FULLY_CONNECTED,
+    ] {
         assert!(ops.contains(&want), "no {want:?} in {ops:?}");
     }
     // One PAD: the stride-2 conv; the stride-1 3×3 convs pad as TFLite's SAME does.

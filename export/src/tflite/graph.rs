@@ -114,7 +114,13 @@ impl Graph {
     }
 
     /// Appends an int8 activation tensor.
-    pub fn activation(&mut self, name: String, shape: Vec<i32>, scale: f32, zero_point: i32) -> i32 {
+    pub fn activation(
+        &mut self,
+        name: String,
+        shape: Vec<i32>,
+        scale: f32,
+        zero_point: i32,
+    ) -> i32 {
         self.add_tensor(Tensor {
             name,
             shape,

@@ -207,7 +207,13 @@ impl Lowering<'_, '_> {
     }
 
     /// The weight scale TFLite derives (M0, shift) from, counted in the check.
-    fn weight_scale(&mut self, op: &OpInfo, c: usize, (s_in, s_out): (f32, f32), pair: (i32, i32)) -> f32 {
+    fn weight_scale(
+        &mut self,
+        op: &OpInfo,
+        c: usize,
+        (s_in, s_out): (f32, f32),
+        pair: (i32, i32),
+    ) -> f32 {
         let (s_w, exact) = weight_scale(s_in, s_out, pair.0, pair.1);
         self.check.pairs += 1;
         if !exact {
@@ -226,7 +232,13 @@ impl Lowering<'_, '_> {
 
     /// The conv's input as TFLite reads it and the padding mode: `x` itself with VALID (no
     /// pad) or SAME (where it places the window as octet does), else a PAD op's output.
-    fn padded(&mut self, op: &OpInfo, tin: &TensorInfo, z_in: i32, x: i32) -> Result<(i32, Padding)> {
+    fn padded(
+        &mut self,
+        op: &OpInfo,
+        tin: &TensorInfo,
+        z_in: i32,
+        x: i32,
+    ) -> Result<(i32, Padding)> {
         let pad = op.pad as usize;
         if pad == 0 {
             return Ok((x, Padding::VALID));
