@@ -9,9 +9,11 @@
 #
 # Environment: DATA (Fashion-MNIST IDX directory, default /usr/share/datasets/fashion-mnist),
 # IMAGES (first N test images, 0 = all, the default), JOBS (processes per interpreter, default
-# the cores), INTERPRETERS (default tflm,tflite,tflite-ref), and per model NAME_IMAGES to run a
-# model on fewer images (TFLite Micro's reference kernels take about 0.3 s per ResNet-18 image
-# on one core).
+# the cores), INTERPRETERS (default tflm,tflite,tflite-ref), and per model NAME_IMAGES and
+# NAME_INTERPRETERS (NAME upper-cased) to run a model on fewer images or interpreters (TFLite
+# Micro's reference kernels take about 0.3 s per ResNet-18 image on one core: name the model
+# twice, e.g. resnet18=m.o8 resnet18_tflm=m.o8 with RESNET18_INTERPRETERS=tflite,tflite-ref
+# RESNET18_TFLM_INTERPRETERS=tflm RESNET18_TFLM_IMAGES=1000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n 8,8p "$0"; exit 2; }
@@ -30,14 +32,17 @@ for arg in "$@"; do
   o8=${arg#*=}
   var="${name^^}_IMAGES"
   images=${!var:-${IMAGES:-0}}
+  var="${name^^}_INTERPRETERS"
+  kinds=${!var:-$interpreters}
   "$octet" convert "$o8" -o "$work/$name.tflite" >&2
   python3 bench/tflite_check.py "$work/$name.tflite" --o8 "$o8" --octet "$octet" \
-    --data "$data" --images "$images" --jobs "$jobs" --interpreters "$interpreters" \
+    --data "$data" --images "$images" --jobs "$jobs" --interpreters "$kinds" \
     --out "$work/$name.json" >/dev/null || [ $? -eq 1 ]
   parts+=("$name=$work/$name.json")
 done
 
-python3 - "$out" "$*" "${parts[@]}" <<'PY'
+env=$(env | grep -E '^(DATA|IMAGES|JOBS|INTERPRETERS|[A-Z0-9_]+_(IMAGES|INTERPRETERS))=' | sort | tr '\n' ' ')
+python3 - "$out" "$env$0 $*" "${parts[@]}" <<'PY'
 import json, os, platform, subprocess, sys
 out, command, parts = sys.argv[1], sys.argv[2], sys.argv[3:]
 models = {}
@@ -51,7 +56,7 @@ result = {
     "what": "int8 logits of octet's runtime vs TFLite Micro and TFLite on the same model (.o8 -> .tflite by octet convert)",
     "machine": {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform()},
     "commit": commit,
-    "command": "bench/tflite_equivalence.sh " + command,
+    "command": command,
     "versions": first["versions"],
     "models": models,
 }
