@@ -109,3 +109,103 @@ fn every_op_kind_matches_tflite_micro_and_tflite() {
         assert_within_rounding("all_ops", &r);
     }
 }
+
+fn octet_fails(args: &[&str], expected: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_octet"))
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "octet {args:?}: {err}");
+    assert!(err.contains(expected), "octet {args:?}: {err}");
+}
+
+/// `export --format` writes the .o8, the .tflite or both, the .tflite being `convert`'s bytes
+/// for that .o8; `convert` refuses what is not a model and writes nothing then.
+#[test]
+fn export_format_and_convert_write_the_same_tflite() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let data = "synthetic:256:64";
+    octet(&[
+        "train",
+        "--model",
+        "lenet",
+        "--data",
+        data,
+        "--epochs",
+        "1",
+        "--out",
+        &d("run"),
+    ]);
+    let ck = d("run/last.safetensors");
+    let export = |format: &str, out: &str| {
+        octet(&[
+            "export",
+            &ck,
+            "--data",
+            data,
+            "--out",
+            out,
+            "--format",
+            format,
+            "--calibration-images",
+            "32",
+            "--test-images",
+            "16",
+            "--no-plots",
+        ]);
+    };
+    export("both", &d("both.o8"));
+    let tfl = std::fs::read(d("both.tflite")).unwrap();
+    assert_eq!(&tfl[4..8], b"TFL3", "the TFLite file identifier");
+    octet(&["convert", &d("both.o8"), "-o", &d("converted.tflite")]);
+    assert_eq!(std::fs::read(d("converted.tflite")).unwrap(), tfl);
+    export("tflite", &d("only.o8"));
+    assert!(std::path::Path::new(&d("only.tflite")).exists());
+    assert!(!std::path::Path::new(&d("only.o8")).exists());
+
+    std::fs::write(d("junk.o8"), b"not a model").unwrap();
+    octet_fails(
+        &["convert", &d("junk.o8"), "-o", &d("junk.tflite")],
+        "not a valid .o8",
+    );
+    assert!(!std::path::Path::new(&d("junk.tflite")).exists());
+}
+
+/// `run --logits` writes images × classes raw int8 logits, row by row, whose argmax is the
+/// prediction `--predictions` writes.
+#[test]
+fn run_writes_raw_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o8, logits, preds) = (
+        dir.path().join("m.o8"),
+        dir.path().join("logits.bin"),
+        dir.path().join("preds.txt"),
+    );
+    std::fs::write(&o8, tflite_models::lenet(21)).unwrap();
+    octet(&[
+        "run",
+        o8.to_str().unwrap(),
+        "--data",
+        "bundled",
+        "--images",
+        "40",
+        "--logits",
+        logits.to_str().unwrap(),
+        "--predictions",
+        preds.to_str().unwrap(),
+    ]);
+    let raw = std::fs::read(&logits).unwrap();
+    assert_eq!(raw.len(), 40 * 10);
+    let preds: Vec<usize> = std::fs::read_to_string(&preds)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    for (row, &p) in raw.chunks(10).zip(&preds) {
+        let row: Vec<i8> = row.iter().map(|&b| b as i8).collect();
+        let max = *row.iter().max().unwrap();
+        assert_eq!(row[p], max, "{row:?}");
+    }
+}
