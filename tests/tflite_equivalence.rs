@@ -186,15 +186,15 @@ fn run_writes_raw_logits() {
     std::fs::write(&o8, tflite_models::lenet(21)).unwrap();
     octet(&[
         "run",
-        o8.to_str().unwrap(),
-        "--data",
-        "bundled",
-        "--images",
-        "40",
         "--logits",
         logits.to_str().unwrap(),
         "--predictions",
         preds.to_str().unwrap(),
+        o8.to_str().unwrap(),
+        "--images",
+        "40",
+        "--data",
+        "bundled",
     ]);
     let raw = std::fs::read(&logits).unwrap();
     assert_eq!(raw.len(), 40 * 10);
