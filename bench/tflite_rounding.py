@@ -4,10 +4,12 @@ written by `octet convert` of a model without max pools (ResNet-18: CONV_2D, PAD
 DEPTHWISE_CONV_2D for the avg pool, FULLY_CONNECTED), with two requantizations:
 octet's (runtime/src/requant.rs: (acc*M0 + 2^(n-1)) >> n, one rounding) and TFLite's default
 MultiplyByQuantizedMultiplier (gemmlowp: SaturatingRoundingDoublingHighMul then
-RoundingDivideByPOT, two roundings, half away from zero); the add as octet computes it.
+RoundingDivideByPOT, two roundings, half away from zero); and XNNPACK's (TFLite's default
+delegate on x86) for per-channel convs, fp32: round-half-even(float32(acc) * float32(s_in*s_w/s_out));
+the add as octet computes it.
 
     python3 bench/tflite_rounding.py MODEL.tflite N ref|auto              # per op kind
-    python3 bench/tflite_rounding.py MODEL.tflite N ref octet|double OCTET_LOGITS.bin  # chained
+    python3 bench/tflite_rounding.py MODEL.tflite N ref octet|double|fp32 OCTET_LOGITS.bin  # chained
 
 Per op (3 arguments): each op's output in TFLite (ref: reference kernels, auto: the default
 ones), given TFLite's own input to it, against both models, over the first N Fashion-MNIST test
@@ -44,7 +46,9 @@ def rdbpot(x, e):
     if e == 0: return x
     mask = (1 << e) - 1; rem = x & mask; thr = (mask >> 1) + (x < 0)
     return (x >> e) + (rem > thr)
-def requant(acc, m0, sh, mode):
+def requant(acc, m0, sh, mode, fp32_scale=None):
+    if mode == 'fp32':  # XNNPACK's per-channel kernels: float32 scale, round half to even
+        return np.rint(acc.astype(np.float32) * fp32_scale).astype(np.int64)
     if mode == 'single':
         n = 31 - sh; return (acc * m0 + (1 << (n - 1))) >> n
     return rdbpot(srdhm(acc * (1 << max(sh, 0)), m0), max(-sh, 0))
@@ -88,12 +92,13 @@ for op in ops:
                 acc = np.einsum('nhwcij,ijc->nhwc', win, w[0]) + b
             else:
                 acc = win.transpose(0, 1, 2, 4, 5, 3).reshape(N, Ho, Ho, -1) @ w.reshape(co, -1).T + b
-        for mode in ('single', 'double'):
+        for mode in ('single', 'double', 'fp32'):
             o = np.empty_like(acc)
             for c in range(acc.shape[-1]):
                 m0, sh = qm(f64(s_in) * float(sw[c]) / f64(s_out))
-                o[..., c] = requant(acc[..., c], m0, sh, mode)
-            preds['octet' if mode == 'single' else 'double'] = np.clip(o + z_out, lo, 127)
+                scale = np.float32(np.float32(s_in) * np.float32(sw[c]) / np.float32(s_out))
+                o[..., c] = requant(acc[..., c], m0, sh, mode, scale)
+            preds['octet' if mode == 'single' else mode] = np.clip(o + z_out, lo, 127)
     elif name == 'ADD':
         x1 = V.get(ins[1], T[ins[1]]) if CHAIN else T[ins[1]]; s1, z1 = det[ins[1]]['quantization']
         r0, r1 = f64(s_in) / f64(s_out), f64(s1) / f64(s_out)
@@ -117,7 +122,7 @@ for (name, k), (d, tot, mx) in sorted(stats.items()):
 if CHAIN:
     last = ops[-1]['outputs'][0]
     pred = V[last].reshape(N, -1)
-    for k in ('tflm', 'tflite-ref'):
+    for k in ('tflm', 'tflite-ref', 'tflite'):
         theirs, _ = tc.run_interpreter(k, model, images, 2)
         print(f"chain {MODE}: {k} vs chained simulation: {int((theirs != pred).sum())} of {pred.size} logits differ")
     ours = np.fromfile(sys.argv[5], dtype=np.int8).reshape(-1, pred.shape[1])[:N]
