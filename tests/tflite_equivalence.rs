@@ -1,6 +1,7 @@
 //! The `.tflite` that `octet convert` writes, run by TensorFlow Lite Micro and TensorFlow Lite
 //! (`bench/tflite_check.py`) on 300 images of the bundled Fashion-MNIST subset, against octet's
-//! own logits (`octet run --logits`): a LeNet like the demo's and a model with every op kind.
+//! own logits (`octet run --logits`): a LeNet like the demo's, a model with every op kind and one
+//! whose first conv frames its input with its pad value.
 //!
 //! Without the Python packages (tflite-micro, ai-edge-litert) the test prints a SKIP line and
 //! passes, unless OCTET_REQUIRE_TFLITE=1 (CI sets it): then it fails.
@@ -107,6 +108,14 @@ fn every_op_kind_matches_tflite_micro_and_tflite() {
     let dir = tempfile::tempdir().unwrap();
     if let Some(r) = check("all_ops", &tflite_models::all_ops(13), dir.path()) {
         assert_within_rounding("all_ops", &r);
+    }
+}
+
+#[test]
+fn framed_input_matches_tflite_micro_and_tflite() {
+    let dir = tempfile::tempdir().unwrap();
+    if let Some(r) = check("framed", &tflite_models::framed(17), dir.path()) {
+        assert_within_rounding("framed", &r);
     }
 }
 

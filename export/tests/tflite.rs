@@ -158,12 +158,47 @@ fn what_tflite_cannot_express_is_refused() {
     tflite_models::as_exported(&mut b);
     b.ops[0].act_max = 100;
     refused(&b.encode(), "clamps to");
-    // Three input channels padded with three values (TFLite pads with one zero point).
+    // Not an .o8 at all.
+    assert!(matches!(to_tflite(b"TFL3"), Err(ExportError::BadInput(_))));
+}
+
+/// A first conv padding each of three channels with its own value (a CIFAR model's): the input
+/// is framed by CONCATENATION of constants holding those values, then a VALID conv.
+#[test]
+fn per_channel_pad_values_frame_the_input() {
     let mut b = common::Builder::new(3, 8, 8, 2);
     b.conv(0, 4, 3, 1, 1, false);
     tflite_models::as_exported(&mut b);
     b.ops[0].pad_values = vec![1, 2, 3];
-    refused(&b.encode(), "per channel");
-    // Not an .o8 at all.
-    assert!(matches!(to_tflite(b"TFL3"), Err(ExportError::BadInput(_))));
+    let t = to_tflite(&b.encode()).unwrap();
+    use BuiltinOperator as B;
+    assert_eq!(
+        operators(&t.bytes),
+        [B::QUANTIZE, B::CONCATENATION, B::CONCATENATION, B::CONV_2D]
+    );
+    let fb = root_as_model(&t.bytes).unwrap();
+    let g = fb.subgraphs().unwrap().get(0);
+    let tensors = g.tensors().unwrap();
+    let rows = g.operators().unwrap().get(2);
+    let framed = tensors.get(rows.outputs().unwrap().get(0) as usize);
+    assert_eq!(
+        framed.shape().unwrap().iter().collect::<Vec<_>>(),
+        [1, 10, 10, 3]
+    );
+    let cap = tensors.get(rows.inputs().unwrap().get(0) as usize);
+    let data = fb
+        .buffers()
+        .unwrap()
+        .get(cap.buffer() as usize)
+        .data()
+        .unwrap();
+    assert_eq!(data.len(), 10 * 3);
+    assert!(data.chunks(3).all(|px| px == [1, 2, 3]), "{data:?}");
+    // The input keeps its zero point, −128.
+    let quantize = g.operators().unwrap().get(0);
+    let input = tensors.get(quantize.outputs().unwrap().get(0) as usize);
+    assert_eq!(
+        input.quantization().unwrap().zero_point().unwrap().get(0),
+        -128
+    );
 }

@@ -33,6 +33,18 @@ pub fn all_ops(seed: u64) -> Vec<u8> {
     b.encode()
 }
 
+/// A stem padding with its own value while a max pool also reads the input: the input keeps its
+/// zero point (−128) and the stem frames it with CONCATENATION (the path a model with a pad value
+/// per channel, a CIFAR model, takes), then a fully connected classifier.
+pub fn framed(seed: u64) -> Vec<u8> {
+    let mut b = Builder::new(1, 32, 32, seed);
+    b.max_pool(0, 2, 2);
+    let s = b.conv(0, 4, 3, 2, 1, true);
+    b.fc(s, 10, false);
+    as_exported(&mut b);
+    b.encode()
+}
+
 /// Rewrites `b`'s multipliers as the exporter computes them, `quantize_multiplier(s_in·s_w /
 /// s_out)` over f32 scales (the writer draws them at random), and its pad values as the
 /// exporter writes them (the first conv: one value, the others: none).

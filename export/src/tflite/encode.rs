@@ -219,6 +219,14 @@ fn options(
             let t = fb::PadOptions::create(fbb, &fb::PadOptionsArgs {});
             (BuiltinOptions::PadOptions, t.as_union_value())
         }
+        Options::Concatenation { axis } => {
+            let args = fb::ConcatenationOptionsArgs {
+                axis,
+                fused_activation_function: fb::ActivationFunctionType::NONE,
+            };
+            let t = fb::ConcatenationOptions::create(fbb, &args);
+            (BuiltinOptions::ConcatenationOptions, t.as_union_value())
+        }
         Options::Quantize => {
             let t = fb::QuantizeOptions::create(fbb, &fb::QuantizeOptionsArgs {});
             (BuiltinOptions::QuantizeOptions, t.as_union_value())

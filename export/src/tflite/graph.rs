@@ -71,6 +71,10 @@ pub enum Options {
         act: ActivationFunctionType,
     },
     Pad,
+    /// Concatenation along `axis`, no activation.
+    Concatenation {
+        axis: i32,
+    },
     Quantize,
 }
 
@@ -84,6 +88,7 @@ impl Options {
             Options::MaxPool { .. } => BuiltinOperator::MAX_POOL_2D,
             Options::Add { .. } => BuiltinOperator::ADD,
             Options::Pad => BuiltinOperator::PAD,
+            Options::Concatenation { .. } => BuiltinOperator::CONCATENATION,
             Options::Quantize => BuiltinOperator::QUANTIZE,
         }
     }

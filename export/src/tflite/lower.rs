@@ -9,9 +9,10 @@
 //!   folds −z_in·Σw into them; TFLite subtracts z_in from every input value itself).
 //! - Padding: SAME where TFLite's SAME places the window as octet's symmetric pad does, else an
 //!   explicit PAD (which fills with the input zero point, as octet does) and VALID. The first
-//!   layer pads with the pixel whose normalised value is 0 rather than with z_in = −128: the
-//!   int8 input tensor then gets that pad value as its zero point (the uint8 zero point moves
-//!   with it, so q is unchanged) and the bias absorbs the difference.
+//!   layer pads with the pixel whose normalised value is 0 rather than with z_in = −128: with one
+//!   channel (or one value for all), the int8 input tensor gets that pad value as its zero point
+//!   (the uint8 zero point moves with it, so q is unchanged) and the bias absorbs the
+//!   difference; with a value per channel, CONCATENATION frames the input with them.
 //! - max_pool: MAX_POOL_2D (VALID). avg_pool: a DEPTHWISE_CONV_2D of weights 1 and bias 0, so
 //!   acc = Σ(q − z_in) and the requantization are octet's; TFLite's AVERAGE_POOL_2D divides with
 //!   its own rounding and cannot change the scale.
@@ -109,7 +110,7 @@ impl Lowering<'_, '_> {
     fn input(&mut self) -> Result<()> {
         let id = self.model.input_tensor();
         let t = self.tensor(id)?;
-        let z = input_zero_point(self.model, &t)?;
+        let z = input_zero_point(self.model, &t);
         self.zero_points[id as usize] = z;
         let pixels = self.g.add_tensor(super::graph::Tensor {
             name: "pixels".into(),
@@ -243,11 +244,8 @@ impl Lowering<'_, '_> {
         if pad == 0 {
             return Ok((x, Padding::VALID));
         }
-        if let Some(&v) = op.pad_values.iter().find(|&&v| v as i32 != z_in) {
-            return Err(unsupported(format!(
-                "op {} pads with {v}, not its input's zero point {z_in}: TFLite pads with the zero point",
-                op.index
-            )));
+        if op.pad_values.iter().any(|&v| v as i32 != z_in) {
+            return Ok((self.bordered(op, tin, z_in, x), Padding::VALID));
         }
         let (k, s) = (op.kernel_h as usize, op.stride as usize);
         if op.kernel_w as usize == k
@@ -273,6 +271,49 @@ impl Lowering<'_, '_> {
         let y = self.g.activation(name, shape, tin.scale, z_in);
         self.g.op(Options::Pad, vec![x, paddings], vec![y]);
         Ok((y, Padding::VALID))
+    }
+
+    /// `x` framed by `op`'s pad values, each channel its own: CONCATENATION of constant columns,
+    /// then rows (TFLite's PAD fills every channel with the one zero point).
+    fn bordered(&mut self, op: &OpInfo, tin: &TensorInfo, z_in: i32, x: i32) -> i32 {
+        let (p, h, w, c) = (op.pad as i32, tin.h as i32, tin.w as i32, tin.c as i32);
+        let name = format!("{}_{}/border", op.kind.name(), op.index);
+        let quant = Some(Quant::per_tensor(tin.scale, z_in));
+        let fill = |pixels: i32| -> Vec<u8> {
+            let one: Vec<u8> = op.pad_values.iter().map(|&v| v as u8).collect();
+            one.repeat(pixels as usize)
+        };
+        let side = self.g.constant(
+            format!("{name}/columns"),
+            vec![1, h, p, c],
+            TensorType::INT8,
+            quant.clone(),
+            fill(h * p),
+        );
+        let widened = vec![1, h, w + 2 * p, c];
+        let rows = self
+            .g
+            .activation(format!("{name}/wide"), widened, tin.scale, z_in);
+        self.g.op(
+            Options::Concatenation { axis: 2 },
+            vec![side, x, side],
+            vec![rows],
+        );
+        let cap = self.g.constant(
+            format!("{name}/rows"),
+            vec![1, p, w + 2 * p, c],
+            TensorType::INT8,
+            quant,
+            fill(p * (w + 2 * p)),
+        );
+        let shape = vec![1, h + 2 * p, w + 2 * p, c];
+        let y = self.g.activation(name, shape, tin.scale, z_in);
+        self.g.op(
+            Options::Concatenation { axis: 1 },
+            vec![cap, rows, cap],
+            vec![y],
+        );
+        y
     }
 
     fn max_pool(&mut self, op: &OpInfo) -> Result<()> {
@@ -364,42 +405,26 @@ fn fused_activation(op: &OpInfo, z_out: i32) -> Result<ActivationFunctionType> {
     }
 }
 
-/// The zero point the int8 input tensor gets in TFLite: the `.o8`'s (−128), or the first
-/// layer's pad value where it pads with another one (then every reader of the input must be a
-/// conv or fc, whose biases absorb the change).
-fn input_zero_point(model: &Model, input: &TensorInfo) -> Result<i32> {
+/// The zero point the int8 input tensor gets in TFLite: the `.o8`'s (−128), or the one value
+/// every padding reader of the input pads with, where all its readers are convs or fcs (whose
+/// biases absorb the change): then TFLite's own padding is octet's. Otherwise convs that pad with
+/// other values frame their input themselves (`bordered`).
+fn input_zero_point(model: &Model, input: &TensorInfo) -> i32 {
     let z = input.zero_point;
     let readers: Vec<OpInfo> = model
         .ops()
         .filter(|op| op.input0 == input.id || op.input1 == Some(input.id))
         .collect();
-    let mut chosen = None;
-    for op in &readers {
-        let Some(&first) = op.pad_values.first() else {
-            continue;
-        };
-        if op.pad == 0 || op.pad_values.iter().all(|&v| v as i32 == z) {
-            continue;
-        }
-        if op.pad_values.iter().any(|&v| v != first) || chosen.is_some_and(|c| c != first) {
-            return Err(unsupported(format!(
-                "the input is padded with a different value per channel ({:?}): TFLite pads a \
-                 tensor with its one zero point",
-                op.pad_values
-            )));
-        }
-        chosen = Some(first);
+    // A conv without pad values pads with z itself.
+    let mut values = readers.iter().filter(|op| op.pad > 0).flat_map(|op| {
+        let own = op.pad_values.iter().map(|&v| v as i32);
+        own.chain(op.pad_values.is_empty().then_some(z))
+    });
+    let Some(first) = values.next() else { return z };
+    let weighted = |op: &OpInfo| matches!(op.kind, OpKind::Conv2d | OpKind::FullyConnected);
+    if values.all(|v| v == first) && readers.iter().all(weighted) {
+        first
+    } else {
+        z
     }
-    let Some(p) = chosen else { return Ok(z) };
-    if let Some(op) = readers
-        .iter()
-        .find(|op| !matches!(op.kind, OpKind::Conv2d | OpKind::FullyConnected))
-    {
-        return Err(unsupported(format!(
-            "the input is read by {} {} besides a conv padding with {p}",
-            op.kind.name(),
-            op.index
-        )));
-    }
-    Ok(p as i32)
 }
