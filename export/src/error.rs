@@ -18,6 +18,9 @@ pub enum ExportError {
     Multiplier { layer: String, value: f64 },
     #[error("{what} does not fit the .o8 format: {value} > {max}")]
     TooLarge { what: String, value: u64, max: u64 },
+    /// A `.o8` the TFLite converter cannot express with the same arithmetic.
+    #[error("cannot express in TFLite: {0}")]
+    Tflite(String),
     #[error("runtime: {0}")]
     Runtime(String),
     #[error("plot: {0}")]

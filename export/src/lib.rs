@@ -8,7 +8,8 @@
 //! requantization arithmetic are the runtime's own (`octet_runtime::format`,
 //! `octet_runtime::requant`), never a second copy. [`ablation`] measures what each quantization
 //! step costs on a labelled test set, the last row through the runtime itself;
-//! [`write_histograms`] plots each layer.
+//! [`write_histograms`] plots each layer. [`tflite::to_tflite`] converts a `.o8` to a `.tflite`
+//! of the same integer model.
 
 mod calibrate;
 mod error;
@@ -24,6 +25,7 @@ mod reference;
 mod report;
 mod speed;
 mod sqnr;
+pub mod tflite;
 mod write;
 
 pub use calibrate::{

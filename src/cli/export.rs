@@ -12,6 +12,7 @@ use octet_trainer::data::{DataSource, Dataset, Sampler};
 
 use super::common::{accuracy, at_least_one, first, open_trained, run_o8, Trained};
 use super::values::{self, CalibrationChoice};
+use super::convert::{summary, write_tflite, Format};
 
 #[derive(Args)]
 pub struct ExportArgs {
@@ -45,6 +46,10 @@ pub struct ExportArgs {
     /// Test images for the ablation report (0: the whole test split).
     #[arg(long, default_value_t = 0)]
     test_images: usize,
+    /// Model files to write: o8, tflite (the same int8 model for TFLite and TFLite Micro, at
+    /// <out> with .tflite) or both.
+    #[arg(long, value_enum, default_value_t = Format::O8)]
+    format: Format,
     /// Directory for report.json, report.md and the histograms [default: <out>.report].
     #[arg(long)]
     report: Option<PathBuf>,
@@ -148,7 +153,13 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         opts.weights
     ));
     let exported = s.export(&opts)?;
-    write_atomic(&s.out, &exported.bytes)?;
+    if a.format != Format::Tflite {
+        write_atomic(&s.out, &exported.bytes)?;
+    }
+    if a.format != Format::O8 {
+        let path = s.out.with_extension("tflite");
+        s.say(summary(&path, &write_tflite(&exported.bytes, &path)?));
+    }
     let abl = evaluate(&s, &exported, &opts)?;
     write_report(&s, &exported, &abl, &tried)
 }

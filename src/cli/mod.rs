@@ -1,5 +1,6 @@
 mod bench;
 mod common;
+mod convert;
 mod demo;
 mod eval;
 mod export;
@@ -48,6 +49,8 @@ enum Command {
     Export(export::ExportArgs),
     /// Run an int8 .o8 model over a data set: accuracy and images/s.
     Run(run::RunArgs),
+    /// Convert an int8 .o8 model to a .tflite of the same model (TFLite, TFLite Micro).
+    Convert(convert::ConvertArgs),
     /// Show what a checkpoint or an .o8 model holds.
     Inspect(inspect::InspectArgs),
     /// The main job on the bundled data: train LeNet, export it to int8, compare.
@@ -65,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Eval(a) => eval::run(a),
         Command::Export(a) => export::run(a),
         Command::Run(a) => run::run(a),
+        Command::Convert(a) => convert::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(b) => bench::run(b),

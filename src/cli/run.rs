@@ -28,6 +28,10 @@ pub struct RunArgs {
     /// Also write one predicted class per line to this file.
     #[arg(long)]
     predictions: Option<PathBuf>,
+    /// Also write the raw int8 logits to this file: images × classes bytes, one row per image
+    /// in test-split order (to compare with another runtime byte for byte).
+    #[arg(long)]
+    logits: Option<PathBuf>,
     /// One JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
@@ -65,6 +69,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             .map(|r| format!("{}\n", argmax(r)))
             .collect();
         octet_trainer::atomic::write_atomic(p, text.as_bytes())?;
+    }
+    if let Some(p) = &a.logits {
+        let raw: Vec<u8> = logits.iter().map(|&v| v as u8).collect();
+        octet_trainer::atomic::write_atomic(p, &raw)?;
     }
     let n = labels.len();
     if a.json {

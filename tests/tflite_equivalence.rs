@@ -1,0 +1,220 @@
+//! The `.tflite` that `octet convert` writes, run by TensorFlow Lite Micro and TensorFlow Lite
+//! (`bench/tflite_check.py`) on 300 images of the bundled Fashion-MNIST subset, against octet's
+//! own logits (`octet run --logits`): a LeNet like the demo's, a model with every op kind and one
+//! whose first conv frames its input with its pad value.
+//!
+//! Without the Python packages (tflite-micro, ai-edge-litert) the test prints a SKIP line and
+//! passes, unless OCTET_REQUIRE_TFLITE=1 (CI sets it): then it fails.
+//!
+//! The logits may differ by a step or two where TFLite's requantization rounds differently from
+//! octet's (TFLite Micro and TFLite's reference CONV_2D round twice, octet once: one step per
+//! layer at most, which can add up over a few layers; see bench/results/tflite_equivalence.json);
+//! a conversion error (a wrong bias, zero point, padding or layout) moves logits by far more.
+
+#[path = "../runtime/tests/common/mod.rs"]
+mod common;
+#[path = "tflite_models/mod.rs"]
+mod tflite_models;
+
+use std::path::Path;
+use std::process::Command;
+
+const IMAGES: usize = 300;
+/// The largest logit difference the rounding variants explain in these models.
+const ROUNDING_STEPS: i64 = 2;
+/// `bench/tflite_check.py`'s exit status when a package is missing.
+const MISSING_PACKAGE: i32 = 3;
+
+fn octet(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_octet"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "octet {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Converts `o8`, runs the check; `None` when skipped for a missing package.
+fn check(name: &str, o8: &[u8], dir: &Path) -> Option<serde_json::Value> {
+    let (o8_path, tfl) = (
+        dir.join(format!("{name}.o8")),
+        dir.join(format!("{name}.tflite")),
+    );
+    std::fs::write(&o8_path, o8).unwrap();
+    octet(&[
+        "convert",
+        o8_path.to_str().unwrap(),
+        "-o",
+        tfl.to_str().unwrap(),
+    ]);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let data = Path::new(root).join("data/fashion-mnist-subset");
+    let out = Command::new("python3")
+        .arg(Path::new(root).join("bench/tflite_check.py"))
+        .arg(&tfl)
+        .args(["--o8", o8_path.to_str().unwrap()])
+        .args(["--octet", env!("CARGO_BIN_EXE_octet")])
+        .args(["--data", data.to_str().unwrap()])
+        .args(["--images", &IMAGES.to_string(), "--jobs", "2"])
+        .output();
+    let required = std::env::var("OCTET_REQUIRE_TFLITE").is_ok_and(|v| v == "1");
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if !required => {
+            println!("SKIP tflite_equivalence: cannot start python3 ({e})");
+            return None;
+        }
+        Err(e) => panic!("python3 cannot start ({e}) and OCTET_REQUIRE_TFLITE=1"),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(MISSING_PACKAGE) {
+        assert!(!required, "OCTET_REQUIRE_TFLITE=1 but {stderr}");
+        println!("tflite_equivalence: {}", stderr.trim());
+        return None;
+    }
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "tflite_check.py failed: {stderr}"
+    );
+    eprintln!("{name}: {stderr}");
+    Some(serde_json::from_slice(&out.stdout).expect("the check's JSON"))
+}
+
+fn assert_within_rounding(name: &str, report: &serde_json::Value) {
+    let interpreters = report["interpreters"].as_object().unwrap();
+    assert_eq!(interpreters.len(), 3, "{report}");
+    for (kind, r) in interpreters {
+        assert_eq!(r["images"], IMAGES, "{name} {kind}");
+        assert!(
+            r["max_abs_difference"].as_i64().unwrap() <= ROUNDING_STEPS,
+            "{name}: {kind} differs from octet by more than the rounding: {r}"
+        );
+    }
+}
+
+#[test]
+fn lenet_matches_tflite_micro_and_tflite() {
+    let dir = tempfile::tempdir().unwrap();
+    if let Some(r) = check("lenet", &tflite_models::lenet(11), dir.path()) {
+        assert_within_rounding("lenet", &r);
+    }
+}
+
+#[test]
+fn every_op_kind_matches_tflite_micro_and_tflite() {
+    let dir = tempfile::tempdir().unwrap();
+    if let Some(r) = check("all_ops", &tflite_models::all_ops(13), dir.path()) {
+        assert_within_rounding("all_ops", &r);
+    }
+}
+
+#[test]
+fn framed_input_matches_tflite_micro_and_tflite() {
+    let dir = tempfile::tempdir().unwrap();
+    if let Some(r) = check("framed", &tflite_models::framed(17), dir.path()) {
+        assert_within_rounding("framed", &r);
+    }
+}
+
+fn octet_fails(args: &[&str], expected: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_octet"))
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "octet {args:?}: {err}");
+    assert!(err.contains(expected), "octet {args:?}: {err}");
+}
+
+/// `export --format` writes the .o8, the .tflite or both, the .tflite being `convert`'s bytes
+/// for that .o8; `convert` refuses what is not a model and writes nothing then.
+#[test]
+fn export_format_and_convert_write_the_same_tflite() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let data = "synthetic:256:64";
+    octet(&[
+        "train",
+        "--model",
+        "lenet",
+        "--data",
+        data,
+        "--epochs",
+        "1",
+        "--out",
+        &d("run"),
+    ]);
+    let ck = d("run/last.safetensors");
+    let export = |format: &str, out: &str| {
+        octet(&[
+            "export",
+            &ck,
+            "--data",
+            data,
+            "--out",
+            out,
+            "--format",
+            format,
+            "--calibration-images",
+            "32",
+            "--test-images",
+            "16",
+            "--no-plots",
+        ]);
+    };
+    export("both", &d("both.o8"));
+    let tfl = std::fs::read(d("both.tflite")).unwrap();
+    assert_eq!(&tfl[4..8], b"TFL3", "the TFLite file identifier");
+    octet(&["convert", &d("both.o8"), "-o", &d("converted.tflite")]);
+    assert_eq!(std::fs::read(d("converted.tflite")).unwrap(), tfl);
+    export("tflite", &d("only.o8"));
+    assert!(std::path::Path::new(&d("only.tflite")).exists());
+    assert!(!std::path::Path::new(&d("only.o8")).exists());
+
+    std::fs::write(d("junk.o8"), b"not a model").unwrap();
+    octet_fails(
+        &["convert", &d("junk.o8"), "-o", &d("junk.tflite")],
+        "not a valid .o8",
+    );
+    assert!(!std::path::Path::new(&d("junk.tflite")).exists());
+}
+
+/// `run --logits` writes images × classes raw int8 logits, row by row, whose argmax is the
+/// prediction `--predictions` writes.
+#[test]
+fn run_writes_raw_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o8, logits, preds) = (
+        dir.path().join("m.o8"),
+        dir.path().join("logits.bin"),
+        dir.path().join("preds.txt"),
+    );
+    std::fs::write(&o8, tflite_models::lenet(21)).unwrap();
+    octet(&[
+        "run",
+        "--logits",
+        logits.to_str().unwrap(),
+        "--predictions",
+        preds.to_str().unwrap(),
+        o8.to_str().unwrap(),
+        "--images",
+        "40",
+        "--data",
+        "bundled",
+    ]);
+    let raw = std::fs::read(&logits).unwrap();
+    assert_eq!(raw.len(), 40 * 10);
+    let preds: Vec<usize> = std::fs::read_to_string(&preds)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    for (row, &p) in raw.chunks(10).zip(&preds) {
+        let row: Vec<i8> = row.iter().map(|&b| b as i8).collect();
+        let max = *row.iter().max().unwrap();
+        assert_eq!(row[p], max, "{row:?}");
+    }
+}
