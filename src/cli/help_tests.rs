@@ -15,6 +15,7 @@ const OFF_WHEN_ABSENT: &[&str] = &[
     "octet train --timeline",
     "octet export --report",
     "octet run --predictions",
+    "octet run --logits",
     "octet bench train --out",
     "octet bench infer --peer",
     "octet bench allreduce --out",
