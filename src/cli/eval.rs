@@ -9,7 +9,8 @@ use super::common::{at_least_one, open_trained};
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// A checkpoint written by `octet train`, or a PyTorch state_dict saved as safetensors.
+    /// A checkpoint written by `octet train`, or a PyTorch state_dict (a torch.save .pth, or
+    /// safetensors) with --model.
     checkpoint: PathBuf,
     /// Data set to test on [default: the one the checkpoint was trained on].
     #[arg(long, short)]

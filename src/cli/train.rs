@@ -65,6 +65,11 @@ pub struct TrainArgs {
     /// Continue the run of this checkpoint; flags given here override its settings.
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// Start from the weights of this checkpoint instead of random ones (fine-tuning): an
+    /// octet checkpoint, or a PyTorch state_dict (a torch.save .pth, or safetensors) with
+    /// --model. The optimiser, epoch count and schedule start afresh.
+    #[arg(long, value_name = "CHECKPOINT", conflicts_with = "resume")]
+    init: Option<PathBuf>,
     /// Stop after this many epochs of this invocation (continue later with --resume).
     #[arg(long, value_parser = super::common::at_least_one)]
     stop_after: Option<usize>,
@@ -232,6 +237,14 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         Some(p) => Some(checkpoint::load_checked(p)?),
         None => None,
     };
+    let init = match &a.init {
+        Some(p) => Some(checkpoint::load_checked(p)?),
+        None => None,
+    };
+    if let Some(ck) = &init {
+        // A file without octet metadata does not say its architecture: --model must.
+        ck.model_kind(a.model.as_deref().map(str::parse).transpose()?)?;
+    }
     let cfg = a.checked_config(resume.as_ref())?;
     let source: DataSource = cfg.data.parse()?;
     let split = data::load(&source)?;
@@ -254,6 +267,12 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     let mut trainer = Trainer::with_collective(cfg.clone(), split, &device, resume.as_ref(), coll)?;
     if resume.is_some() && talk {
         eprintln!("resuming after epoch {}", trainer.epochs_done());
+    }
+    if let Some(ck) = &init {
+        trainer.init_from(ck)?;
+        if talk {
+            eprintln!("starting from the weights of {}", ck.path.display());
+        }
     }
     let opts = RunOptions {
         out: Some(out.clone()),
