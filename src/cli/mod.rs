@@ -1,10 +1,12 @@
 mod bench;
 mod common;
+mod curves;
 mod demo;
 mod eval;
 mod export;
 mod inspect;
 mod launch;
+mod plot;
 mod run;
 mod train;
 
