@@ -6,20 +6,12 @@ use std::process::Command;
 /// Trains LeNet for 2 epochs on synthetic data into `out`; the `done` event.
 fn train(out: &Path, extra: &[&str]) -> serde_json::Value {
     let o = Command::new(env!("CARGO_BIN_EXE_octet"))
-        .args([
-            "train",
-            "--model",
-            "lenet",
-            "--data",
-            "synthetic:256:64",
-            "--epochs",
-            "2",
-            "--batch-size",
-            "64",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ])
+        .args(
+            "train --model lenet --data synthetic:256:64 --epochs 2 --batch-size 64 --json"
+                .split(' '),
+        )
+        .arg("--out")
+        .arg(out)
         .args(extra)
         .output()
         .expect("run octet");

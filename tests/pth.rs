@@ -113,18 +113,15 @@ fn a_pytorch_lenet_gives_pytorchs_logits_in_octet() {
     );
 }
 
+/// The float tensors of the checkpoint at `path`, as numbers.
 fn tensors(path: &Path) -> HashMap<String, Vec<f32>> {
-    let ck = checkpoint::load(path).unwrap();
-    ck.tensors
-        .iter()
-        .filter(|(_, t)| t.dtype().is_float())
-        .map(|(n, t)| {
-            (
-                n.clone(),
-                t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            )
-        })
-        .collect()
+    let mut out = HashMap::new();
+    for (name, t) in checkpoint::load(path).unwrap().tensors {
+        if t.dtype().is_float() {
+            out.insert(name, t.flatten_all().unwrap().to_vec1().unwrap());
+        }
+    }
+    out
 }
 
 /// A training checkpoint dict from a DDP model (`state_dict` key, `module.` names), its

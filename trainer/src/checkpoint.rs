@@ -283,9 +283,11 @@ impl Checkpoint {
             (None, Some(k)) => Ok(k),
             (None, None) => Err(TrainError::Checkpoint {
                 path: self.path.clone(),
-                reason: "has no octet metadata (a PyTorch file?), so it does not say which \
-                     architecture it holds: name it with --model (lenet or resnet18)"
-                    .into(),
+                reason: format!(
+                    "has no octet metadata (a PyTorch file?), so it does not say which \
+                     architecture it holds: name it with --model ({})",
+                    ModelKind::ALL.map(|k| k.to_string()).join(" or ")
+                ),
             }),
         }
     }
@@ -360,5 +362,44 @@ impl Checkpoint {
                 path: self.path.clone(),
                 reason,
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(t: &HashMap<String, Tensor>) -> Vec<&str> {
+        let mut n: Vec<&str> = t.keys().map(String::as_str).collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn wrapper_prefixes_go_and_floats_become_f32() -> Result<()> {
+        let dev = Device::Cpu;
+        let wrapped = HashMap::from([
+            (
+                "module._orig_mod.fc.weight".to_string(),
+                Tensor::new(&[1.5f64, -2.0], &dev)?,
+            ),
+            (
+                "module._orig_mod.bn.num_batches_tracked".to_string(),
+                Tensor::new(7i64, &dev)?,
+            ),
+        ]);
+        let t = as_state_dict(wrapped).map_err(TrainError::Config)?;
+        assert_eq!(names(&t), ["bn.num_batches_tracked", "fc.weight"]);
+        assert_eq!(t["fc.weight"].to_vec1::<f32>()?, [1.5, -2.0]);
+        assert_eq!(t["bn.num_batches_tracked"].dtype(), DType::I64);
+
+        // A prefix only some names have is a name, not a wrapper.
+        let mixed = HashMap::from([
+            ("module.a".to_string(), Tensor::new(1f32, &dev)?),
+            ("b".to_string(), Tensor::new(1f32, &dev)?),
+        ]);
+        let t = as_state_dict(mixed).map_err(TrainError::Config)?;
+        assert_eq!(names(&t), ["b", "module.a"]);
+        Ok(())
     }
 }
