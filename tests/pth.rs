@@ -125,8 +125,8 @@ fn tensors(path: &Path) -> HashMap<String, Vec<f32>> {
 }
 
 /// A training checkpoint dict from a DDP model (`state_dict` key, `module.` names), its
-/// tensors in f64, bf16 and f16, with a `num_batches_tracked`: the same LeNet, each tensor as
-/// close to `lenet.pth`'s as its dtype holds.
+/// tensors in f64, bf16 and f16, the conv weights channels_last, with a `num_batches_tracked`:
+/// the same LeNet, each tensor as close to `lenet.pth`'s as its dtype holds.
 #[test]
 fn checkpoint_dicts_wrapped_names_and_other_dtypes_load() {
     let plain = tensors(&data("lenet.pth"));

@@ -12,7 +12,8 @@ subset (seeded, on the CPU, no augmentation), and writes into tests/data/:
 - lenet_checkpoint.pth: a training checkpoint dict as DataParallel/DDP code writes it
   (`{"epoch", "state_dict", "optimizer"}`, names prefixed `module.`; the optimizer
   entry without its momentum tensors, to keep the file small), its tensors in f16,
-  bf16 and f64, plus an int64 `num_batches_tracked`: the variants octet must also read;
+  bf16 and f64, the conv weights channels_last, plus an int64 `num_batches_tracked`: the
+  variants octet must also read;
 - legacy.pth: a state_dict in PyTorch's pre-1.6 (non-zip) format, which octet refuses;
 - not_a_state_dict.pth: a zip-format file holding no tensors.
 
@@ -121,7 +122,9 @@ def main():
     dtypes = {"conv1": torch.float64, "conv2": torch.bfloat16, "fc1": torch.float16}
     variant = {}
     for k, v in sd.items():
-        variant["module." + k] = v.to(dtypes.get(k.split(".")[0], torch.float32))
+        v = v.to(dtypes.get(k.split(".")[0], torch.float32))
+        # A model moved to channels_last saves its conv weights in that (permuted) layout.
+        variant["module." + k] = v.contiguous(memory_format=torch.channels_last) if v.dim() == 4 else v
     variant["module.bn.num_batches_tracked"] = torch.tensor(469, dtype=torch.int64)
     torch.save(
         {"epoch": 2, "state_dict": variant, "optimizer": opt.state_dict()["param_groups"]},

@@ -112,7 +112,7 @@ impl Snapshot {
 /// (`save_file(model.state_dict())`) or by `torch.save` (`.pth`, zip format; a checkpoint dict
 /// holding the state_dict under `state_dict` or `model` too). The file's first bytes say which,
 /// whatever its name. Names saved from a `DataParallel`/DDP model lose their `module.` prefix;
-/// f16, bf16 and f64 tensors become f32.
+/// f16, bf16 and f64 tensors become f32; channels_last weights are read in their layout.
 pub fn load(path: &Path) -> Result<Checkpoint> {
     let bad = |reason: String| TrainError::Checkpoint {
         path: path.to_path_buf(),

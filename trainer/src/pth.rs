@@ -3,6 +3,7 @@
 //! that holds one under a usual key.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::Path;
 
 use candle_core::pickle;
@@ -47,9 +48,18 @@ pub fn read(path: &Path) -> Result<HashMap<String, Tensor>, String> {
     })
 }
 
+/// A candle error's message, without the backtrace candle may have captured.
+fn message(e: candle_core::Error) -> String {
+    crate::error::without_backtrace(e).to_string()
+}
+
 fn read_unguarded(path: &Path) -> Result<HashMap<String, Tensor>, String> {
-    let unreadable =
-        |e: candle_core::Error| format!("not a readable PyTorch zip file ({e}); is it truncated?");
+    let unreadable = |e| {
+        format!(
+            "not a readable PyTorch zip file ({}); is it truncated?",
+            message(e)
+        )
+    };
     for key in std::iter::once(None).chain(STATE_DICT_KEYS.map(Some)) {
         let pth = match pickle::PthTensors::new(path, key) {
             Ok(pth) => pth,
@@ -61,12 +71,19 @@ fn read_unguarded(path: &Path) -> Result<HashMap<String, Tensor>, String> {
             continue;
         }
         let mut tensors = HashMap::with_capacity(pth.tensor_infos().len());
-        for name in pth.tensor_infos().keys() {
-            let t = pth
-                .get(name)
-                .map_err(|e| format!("tensor '{name}': {e}"))?
-                .ok_or_else(|| format!("tensor '{name}' vanished while reading"))?;
-            tensors.insert(name.clone(), t);
+        for (name, info) in pth.tensor_infos() {
+            let l = &info.layout;
+            let t = if l.is_contiguous() || l.is_fortran_contiguous() {
+                pth.get(name)
+                    .map_err(message)
+                    .and_then(|t| t.ok_or_else(|| "listed but not found in the file".to_string()))
+            } else {
+                read_permuted(path, info)
+            };
+            tensors.insert(
+                name.clone(),
+                t.map_err(|e| format!("tensor '{name}': {e}"))?,
+            );
         }
         return Ok(tensors);
     }
@@ -75,6 +92,47 @@ fn read_unguarded(path: &Path) -> Result<HashMap<String, Tensor>, String> {
          `model.state_dict()`",
         STATE_DICT_KEYS.map(|k| format!("'{k}'")).join(", ")
     ))
+}
+
+/// A tensor whose storage holds its elements densely but with the dimensions in another
+/// order, as `channels_last` convolution weights are saved (candle's reader takes only
+/// row- and column-major ones): read in storage order, then permuted back.
+fn read_permuted(path: &Path, info: &pickle::TensorInfo) -> Result<Tensor, String> {
+    let (dims, strides) = (info.layout.dims(), info.layout.stride());
+    // The dimensions from the outermost in storage (largest stride) to the innermost.
+    let mut order: Vec<usize> = (0..dims.len()).collect();
+    order.sort_by_key(|&d| std::cmp::Reverse((strides[d], dims[d])));
+    let mut dense = 1;
+    for &d in order.iter().rev() {
+        if dims[d] != 1 && strides[d] != dense {
+            return Err(format!(
+                "stored with strides {strides:?} for shape {dims:?}, not densely: save it \
+                 with `.contiguous()`"
+            ));
+        }
+        dense *= dims[d];
+    }
+    let stored: Vec<usize> = order.iter().map(|&d| dims[d]).collect();
+    let bytes = dense * info.dtype.size_in_bytes();
+    let mut raw = vec![0u8; bytes];
+    let zip_error = |e: zip::result::ZipError| e.to_string();
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(zip_error)?;
+    let mut entry = zip.by_name(&info.path).map_err(zip_error)?;
+    // The layout's start offset is in bytes already.
+    std::io::copy(
+        &mut (&mut entry).take(info.layout.start_offset() as u64),
+        &mut std::io::sink(),
+    )
+    .and_then(|_| entry.read_exact(&mut raw))
+    .map_err(|e| format!("its storage is shorter than its shape needs ({e})"))?;
+    let mut back = vec![0; order.len()];
+    for (i, &d) in order.iter().enumerate() {
+        back[d] = i;
+    }
+    Tensor::from_raw_buffer(&raw, info.dtype, &stored, &candle_core::Device::Cpu)
+        .and_then(|t| t.permute(back)?.contiguous())
+        .map_err(message)
 }
 
 #[cfg(test)]
