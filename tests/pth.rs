@@ -221,6 +221,14 @@ fn tensors_are_checked_against_the_architecture() {
         );
     });
     assert!(e.contains("'fc4.weight' is not part of the model"), "{e}");
+    let e = with(&|t| {
+        let b = t.remove("fc2.bias").unwrap();
+        t.insert("fc_2.bias".into(), b);
+    });
+    assert!(
+        e.contains("'fc2.bias' is missing") && e.contains("such as 'fc_2.bias'"),
+        "{e}"
+    );
     let e = ck.check_model(ModelKind::ResNet18).unwrap_err().to_string();
     assert!(e.contains("is this a resnet18 checkpoint?"), "{e}");
 }

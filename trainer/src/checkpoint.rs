@@ -328,13 +328,21 @@ impl Checkpoint {
             path: self.path.clone(),
             reason,
         };
-        params
-            .load(|n| self.tensors.get(n).cloned())
-            .map_err(|e| bad(e.to_string()))?;
         let mut unexpected: Vec<&String> = (self.tensors.keys())
             .filter(|n| params.get(n).is_none() && !carried(n))
             .collect();
         unexpected.sort();
+        params.load(|n| self.tensors.get(n).cloned()).map_err(|e| {
+            match (&e, unexpected.first()) {
+                // Both missing and foreign names: most likely another naming of the layers.
+                (octet_models::ModelError::MissingTensor { .. }, Some(other)) => bad(format!(
+                    "{e}, which holds {} tensor(s) the model does not know, such as '{other}': \
+                     names from another definition of the architecture?",
+                    unexpected.len()
+                )),
+                _ => bad(e.to_string()),
+            }
+        })?;
         match unexpected.first() {
             Some(name) => Err(bad(format!(
                 "tensor '{name}' is not part of the model ({} of {} tensors are not): is this \
