@@ -56,6 +56,9 @@ pub fn open_trained(
             path.display()
         );
     }
+    // Names and shapes against the architecture, for the commands that use the tensors
+    // without building the model (export).
+    ck.check_model(kind)?;
     let (in_channels, classes) = ck.io_shape(kind)?;
     let source = match (data, &ck.meta) {
         (Some(d), _) => d.clone(),

@@ -12,7 +12,8 @@ use super::values;
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// A checkpoint written by `octet train`, or a PyTorch state_dict saved as safetensors.
+    /// A checkpoint written by `octet train`, or a PyTorch state_dict (a torch.save .pth, or
+    /// safetensors) with --model.
     checkpoint: PathBuf,
     /// Data set to test on: auto, bundled, fashion-mnist[:DIR], cifar10:DIR,
     /// synthetic[:TRAIN[:TEST[:SEED]]] [default: the one the checkpoint was trained on].

@@ -16,7 +16,8 @@ use super::convert::{summary, write_tflite, Format};
 
 #[derive(Args)]
 pub struct ExportArgs {
-    /// Float checkpoint (octet's, or a PyTorch state_dict saved as safetensors with --model).
+    /// Float checkpoint: octet's, or a PyTorch state_dict (a torch.save .pth, or
+    /// safetensors) with --model.
     checkpoint: PathBuf,
     /// The .o8 file to write [default: the checkpoint's name with .o8].
     #[arg(long, short)]

@@ -4,7 +4,7 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// A checkpoint (.safetensors) or an int8 model (.o8).
+    /// A checkpoint (.safetensors, or a PyTorch .pth) or an int8 model (.o8).
     file: PathBuf,
     /// Everything as pretty-printed JSON on stdout instead of text.
     #[arg(long)]

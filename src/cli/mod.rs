@@ -1,6 +1,7 @@
 mod bench;
 mod common;
 mod convert;
+mod curves;
 mod demo;
 mod eval;
 mod export;
@@ -8,6 +9,7 @@ mod export;
 mod help_tests;
 mod inspect;
 mod launch;
+mod plot;
 mod run;
 mod train;
 mod values;

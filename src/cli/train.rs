@@ -17,6 +17,7 @@ use octet_trainer::Precision;
 use octet_trainer::{atomic, checkpoint};
 
 use super::common::at_least_one;
+use super::curves::{self, Curves};
 use super::values;
 
 /// The settings a fresh run takes from `TrainConfig` are shown as `[default: …]` by
@@ -78,9 +79,18 @@ pub struct TrainArgs {
     /// keep the run's (not the defaults shown here).
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// Start from the weights of this checkpoint instead of random ones (fine-tuning): an
+    /// octet checkpoint, or a PyTorch state_dict (a torch.save .pth, or safetensors) with
+    /// --model. The optimiser, epoch count and schedule start afresh.
+    #[arg(long, value_name = "CHECKPOINT", conflicts_with = "resume")]
+    init: Option<PathBuf>,
     /// Stop after this many epochs of this invocation (continue later with --resume).
     #[arg(long, value_parser = super::common::at_least_one)]
     stop_after: Option<usize>,
+    /// Do not draw curves.png (loss, accuracy and, on several GPUs, images/s per epoch),
+    /// which is otherwise redrawn beside metrics.csv after every epoch.
+    #[arg(long)]
+    no_plots: bool,
     /// One JSON line per epoch on stdout instead of text and a progress bar.
     #[arg(long)]
     json: bool,
@@ -276,6 +286,14 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         Some(p) => Some(checkpoint::load_checked(p)?),
         None => None,
     };
+    let init = match &a.init {
+        Some(p) => Some(checkpoint::load_checked(p)?),
+        None => None,
+    };
+    if let Some(ck) = &init {
+        // A file without octet metadata does not say its architecture: --model must.
+        ck.model_kind(a.model)?;
+    }
     let cfg = a.checked_config(resume.as_ref())?;
     let source: DataSource = cfg.data.parse()?;
     let split = data::load(&source)?;
@@ -299,6 +317,12 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     if resume.is_some() && talk {
         eprintln!("resuming after epoch {}", trainer.epochs_done());
     }
+    if let Some(ck) = &init {
+        trainer.init_from(ck)?;
+        if talk {
+            eprintln!("starting from the weights of {}", ck.path.display());
+        }
+    }
     let opts = RunOptions {
         out: Some(out.clone()),
         stop_after: a.stop_after,
@@ -309,13 +333,19 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     };
     let json = a.json;
     let epochs = cfg.epochs;
+    let mut curves = (main_rank && !a.no_plots).then(|| Curves::new(&out, trainer.history()));
     let summary = trainer.run(&opts, &mut |r| {
         if main_rank {
             print_epoch(r, epochs, json)
         }
+        if let Some(c) = curves.as_mut() {
+            c.push(r);
+        }
     })?;
+    let plotted = curves.is_some();
+    drop(curves); // waits for the last drawing
     if main_rank {
-        print_done(&summary, &out, json);
+        print_done(&summary, &out, plotted, json);
     }
     Ok(())
 }
@@ -343,21 +373,28 @@ fn announce(cfg: &TrainConfig, split: &DataSplit, world: usize, device: &str) {
     );
 }
 
-/// Where the checkpoint and the metrics went: a JSON `done` event, or a line on stderr.
-fn print_done(summary: &Summary, out: &Path, json: bool) {
+/// Where the checkpoint, the metrics and (when `plotted`) their curves went: a JSON `done`
+/// event, or a line on stderr.
+fn print_done(summary: &Summary, out: &Path, plotted: bool, json: bool) {
+    let curves = out.join(curves::FILE);
+    let curves = (plotted && curves.is_file()).then_some(curves);
     if json {
         let done = serde_json::json!({
             "event": "done",
             "epochs_done": summary.epochs_done,
             "checkpoint": summary.checkpoint,
             "metrics_csv": out.join("metrics.csv"),
+            "curves_png": curves,
         });
         println!("{done}");
     } else if let Some(p) = &summary.checkpoint {
         eprintln!(
-            "checkpoint: {}  metrics: {}",
+            "checkpoint: {}  metrics: {}{}",
             p.display(),
-            out.join("metrics.csv").display()
+            out.join("metrics.csv").display(),
+            curves
+                .map(|c| format!("  curves: {}", c.display()))
+                .unwrap_or_default()
         );
     }
 }
@@ -366,15 +403,13 @@ fn print_done(summary: &Summary, out: &Path, json: bool) {
 /// if missing) this process can write in, with no directory where a file goes; temporaries left
 /// by an interrupted checkpoint write (`last.safetensors.PID.tmp`) are removed.
 pub fn prepare_run_dir(out: &Path) -> anyhow::Result<()> {
-    const FILES: [&str; 2] = ["last.safetensors", "metrics.csv"];
+    const FILES: [&str; 3] = ["last.safetensors", "metrics.csv", curves::FILE];
     const PROBE: &str = ".octet-probe";
     anyhow::ensure!(
         !out.exists() || out.is_dir(),
-        "--out {}: a file of that name exists; the run directory holds {} and {}: name a \
-         directory",
+        "--out {}: a file of that name exists; the run directory holds {}: name a directory",
         out.display(),
-        FILES[0],
-        FILES[1]
+        FILES.join(", ")
     );
     std::fs::create_dir_all(out)
         .with_context(|| format!("--out {}: cannot create the run directory", out.display()))?;

@@ -1,10 +1,11 @@
 //! Float checkpoints: safetensors with the PyTorch `state_dict` names, the optimizer's momentum
-//! under `optim.momentum.*`, and JSON metadata under the `octet` metadata key.
+//! under `optim.momentum.*`, and JSON metadata under the `octet` metadata key. PyTorch's own
+//! `.pth` files load too (`pth.rs`), without metadata.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use octet_models::{ModelKind, Params};
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,7 @@ use crate::config::TrainConfig;
 use crate::data::Normalization;
 use crate::metrics::EpochRecord;
 use crate::optim::Sgd;
+use crate::pth;
 use crate::{Result, TrainError};
 
 pub const FORMAT: &str = "octet-checkpoint/1";
@@ -106,7 +108,11 @@ impl Snapshot {
     }
 }
 
-/// Reads a checkpoint written by octet or a PyTorch `save_file(model.state_dict())`.
+/// Reads a checkpoint written by octet, or a PyTorch state_dict: saved as safetensors
+/// (`save_file(model.state_dict())`) or by `torch.save` (`.pth`, zip format; a checkpoint dict
+/// holding the state_dict under `state_dict` or `model` too). The file's first bytes say which,
+/// whatever its name. Names saved from a `DataParallel`/DDP model lose their `module.` prefix;
+/// f16, bf16 and f64 tensors become f32; channels_last weights are read in their layout.
 pub fn load(path: &Path) -> Result<Checkpoint> {
     let bad = |reason: String| TrainError::Checkpoint {
         path: path.to_path_buf(),
@@ -116,10 +122,31 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         path: path.to_path_buf(),
         error,
     })?;
-    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| {
-        bad(format!(
-            "not a readable safetensors file ({e}); is it truncated?"
-        ))
+    let (tensors, meta) = match pth::Container::of(&bytes) {
+        pth::Container::Zip => (pth::read(path).map_err(bad)?, None),
+        pth::Container::LegacyPickle => {
+            return Err(bad(
+                "a PyTorch file in the legacy (pre-1.6, non-zip) format, which octet cannot \
+                 read: load it in PyTorch and save it again with `torch.save(state_dict, path)` \
+                 (zip format, the default since PyTorch 1.6)"
+                    .into(),
+            ))
+        }
+        pth::Container::Other => read_safetensors(&bytes).map_err(bad)?,
+    };
+    Ok(Checkpoint {
+        path: path.to_path_buf(),
+        tensors: as_state_dict(tensors).map_err(bad)?,
+        meta,
+    })
+}
+
+/// The tensors and octet metadata of a safetensors file.
+fn read_safetensors(
+    bytes: &[u8],
+) -> std::result::Result<(HashMap<String, Tensor>, Option<CheckpointMeta>), String> {
+    let (_, header) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| {
+        format!("neither a readable safetensors file ({e}) nor a PyTorch .pth: is it truncated?")
     })?;
     let meta = match header.metadata().as_ref().and_then(|m| m.get(META_KEY)) {
         Some(json) => Some(serde_json::from_str::<CheckpointMeta>(json).map_err(|e| {
@@ -129,17 +156,40 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
             } else {
                 ""
             };
-            bad(format!("bad octet metadata: {e}{hint}"))
+            format!("bad octet metadata: {e}{hint}")
         })?),
         None => None,
     };
-    let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
-        .map_err(|e| bad(format!("cannot read tensors: {e}")))?;
-    Ok(Checkpoint {
-        path: path.to_path_buf(),
-        tensors,
-        meta,
-    })
+    let tensors = candle_core::safetensors::load_buffer(bytes, &Device::Cpu)
+        .map_err(|e| format!("cannot read tensors: {e}"))?;
+    Ok((tensors, meta))
+}
+
+/// Prefixes that wrappers add to every name of the model they wrap: `DataParallel` and DDP
+/// (`module.`), `torch.compile` (`_orig_mod.`).
+const WRAPPER_PREFIXES: [&str; 2] = ["module.", "_orig_mod."];
+
+/// `tensors` under the model's own names, float tensors as f32 (what the models hold).
+fn as_state_dict(
+    mut tensors: HashMap<String, Tensor>,
+) -> std::result::Result<HashMap<String, Tensor>, String> {
+    while let Some(prefix) = WRAPPER_PREFIXES
+        .into_iter()
+        .find(|p| !tensors.is_empty() && tensors.keys().all(|n| n.starts_with(p)))
+    {
+        tensors = tensors
+            .into_iter()
+            .map(|(n, t)| (n[prefix.len()..].to_string(), t))
+            .collect();
+    }
+    for (name, t) in tensors.iter_mut() {
+        if t.dtype().is_float() && t.dtype() != DType::F32 {
+            *t = t
+                .to_dtype(DType::F32)
+                .map_err(|e| format!("tensor '{name}': {e}"))?;
+        }
+    }
+    Ok(tensors)
 }
 
 /// Reads a checkpoint for use (eval, export, `--resume`): [`load`], then [`Checkpoint::validate`].
@@ -147,6 +197,13 @@ pub fn load_checked(path: &Path) -> Result<Checkpoint> {
     let ck = load(path)?;
     ck.validate()?;
     Ok(ck)
+}
+
+/// Whether a tensor that is not a model parameter belongs in a checkpoint anyway: octet's
+/// optimizer state, or PyTorch's batch-norm step counters (`num_batches_tracked`, which no
+/// computation here reads).
+fn carried(name: &str) -> bool {
+    name.starts_with(crate::optim::MOMENTUM_PREFIX) || name.ends_with("num_batches_tracked")
 }
 
 /// `None` when every value of `t` is finite (integer tensors always are); else which value is
@@ -226,9 +283,11 @@ impl Checkpoint {
             (None, Some(k)) => Ok(k),
             (None, None) => Err(TrainError::Checkpoint {
                 path: self.path.clone(),
-                reason:
-                    "has no octet metadata (a PyTorch file?): name the architecture with --model"
-                        .into(),
+                reason: format!(
+                    "has no octet metadata (a PyTorch file?), so it does not say which \
+                     architecture it holds: name it with --model ({})",
+                    ModelKind::ALL.map(|k| k.to_string()).join(" or ")
+                ),
             }),
         }
     }
@@ -262,14 +321,47 @@ impl Checkpoint {
         Ok((dim("conv1.weight", 1)?, dim(last, 0)?))
     }
 
-    /// Copies the model tensors into `params`; names the first missing or mis-shaped one.
+    /// Copies the model tensors into `params`; names the first missing, mis-shaped or
+    /// unexpected one (leaving `params` unchanged).
     pub fn restore_model(&self, params: &Params) -> Result<()> {
-        params
-            .load(|n| self.tensors.get(n).cloned())
-            .map_err(|e| TrainError::Checkpoint {
-                path: self.path.clone(),
-                reason: e.to_string(),
-            })
+        let bad = |reason: String| TrainError::Checkpoint {
+            path: self.path.clone(),
+            reason,
+        };
+        let mut unexpected: Vec<&String> = (self.tensors.keys())
+            .filter(|n| params.get(n).is_none() && !carried(n))
+            .collect();
+        unexpected.sort();
+        params.load(|n| self.tensors.get(n).cloned()).map_err(|e| {
+            match (&e, unexpected.first()) {
+                // Both missing and foreign names: most likely another naming of the layers.
+                (octet_models::ModelError::MissingTensor { .. }, Some(other)) => bad(format!(
+                    "{e}, which holds {} tensor(s) the model does not know, such as '{other}': \
+                     names from another definition of the architecture?",
+                    unexpected.len()
+                )),
+                _ => bad(e.to_string()),
+            }
+        })?;
+        match unexpected.first() {
+            Some(name) => Err(bad(format!(
+                "tensor '{name}' is not part of the model ({} of {} tensors are not): is this \
+                 a checkpoint of another architecture, or are its names not PyTorch state_dict \
+                 names such as 'conv1.weight'?",
+                unexpected.len(),
+                self.tensors.len()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks, before any use, that the tensors are those of a `kind` model: every one there
+    /// with its shape, none foreign. For the commands that read the tensors without building
+    /// the model (export); the others get the same check from [`Checkpoint::restore_model`].
+    pub fn check_model(&self, kind: ModelKind) -> Result<()> {
+        let (c, classes) = self.io_shape(kind)?;
+        let model = octet_models::build(kind, c, classes, 0, &Device::Cpu)?;
+        self.restore_model(model.params())
     }
 
     pub fn restore_optimizer(&self, opt: &Sgd) -> Result<()> {
@@ -278,5 +370,44 @@ impl Checkpoint {
                 path: self.path.clone(),
                 reason,
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(t: &HashMap<String, Tensor>) -> Vec<&str> {
+        let mut n: Vec<&str> = t.keys().map(String::as_str).collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn wrapper_prefixes_go_and_floats_become_f32() -> Result<()> {
+        let dev = Device::Cpu;
+        let wrapped = HashMap::from([
+            (
+                "module._orig_mod.fc.weight".to_string(),
+                Tensor::new(&[1.5f64, -2.0], &dev)?,
+            ),
+            (
+                "module._orig_mod.bn.num_batches_tracked".to_string(),
+                Tensor::new(7i64, &dev)?,
+            ),
+        ]);
+        let t = as_state_dict(wrapped).map_err(TrainError::Config)?;
+        assert_eq!(names(&t), ["bn.num_batches_tracked", "fc.weight"]);
+        assert_eq!(t["fc.weight"].to_vec1::<f32>()?, [1.5, -2.0]);
+        assert_eq!(t["bn.num_batches_tracked"].dtype(), DType::I64);
+
+        // A prefix only some names have is a name, not a wrapper.
+        let mixed = HashMap::from([
+            ("module.a".to_string(), Tensor::new(1f32, &dev)?),
+            ("b".to_string(), Tensor::new(1f32, &dev)?),
+        ]);
+        let t = as_state_dict(mixed).map_err(TrainError::Config)?;
+        assert_eq!(names(&t), ["b", "module.a"]);
+        Ok(())
     }
 }

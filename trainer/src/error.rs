@@ -59,7 +59,7 @@ impl From<candle_core::Error> for TrainError {
 }
 
 /// The error itself: a user needs the message, not candle's captured stack.
-fn without_backtrace(e: candle_core::Error) -> candle_core::Error {
+pub(crate) fn without_backtrace(e: candle_core::Error) -> candle_core::Error {
     match e {
         candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(*inner),
         e => e,

@@ -14,6 +14,7 @@ pub mod metrics;
 mod normalize;
 pub mod optim;
 mod precision;
+mod pth;
 mod readback;
 pub mod saver;
 pub mod step_clock;

@@ -2,7 +2,6 @@
 
 mod allreduce;
 mod infer;
-mod plot;
 mod scaling;
 mod train;
 

@@ -6,4 +6,4 @@ mod schedule;
 mod sgd;
 
 pub use schedule::{scaled_lr, LrPlan, Schedule};
-pub use sgd::Sgd;
+pub use sgd::{Sgd, MOMENTUM_PREFIX};

@@ -126,6 +126,36 @@ impl Trainer {
         })
     }
 
+    /// Starts from the weights and batch-norm statistics of `ck` instead of random ones
+    /// (`octet train --init`: fine-tuning a model trained elsewhere); the optimiser, epochs
+    /// and schedule start afresh. Every tensor is checked against the model first.
+    pub fn init_from(&mut self, ck: &Checkpoint) -> Result<()> {
+        if self.epoch > 0 {
+            return Err(TrainError::Config(
+                "--init starts a new run from a model's weights; this run already has epochs: \
+                 continue it with --resume alone"
+                    .into(),
+            ));
+        }
+        ck.validate()?;
+        let kind = ck.model_kind(Some(self.kind))?;
+        if kind != self.kind {
+            return Err(TrainError::Config(format!(
+                "--init {} holds a {kind} model, the run trains {}: pass --model {kind}",
+                ck.path.display(),
+                self.kind
+            )));
+        }
+        ck.restore_model(self.model.params())?;
+        // Every rank read the same file; rank 0's copy is what all train from, as at start.
+        Ok(self.dp.broadcast_params(self.model.params())?)
+    }
+
+    /// Every finished epoch's record, the resumed run's included: what `metrics.csv` holds.
+    pub fn history(&self) -> &[EpochRecord] {
+        &self.history
+    }
+
     pub fn model(&self) -> &dyn Network {
         self.model.as_ref()
     }

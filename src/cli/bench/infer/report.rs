@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::cli::bench::plot::{chart, colour, Axes, Series};
+use crate::cli::plot::{chart, colour, Axes, Series};
 
 /// One timing: an engine running a model at a batch size.
 #[derive(Debug, Clone, Serialize, Deserialize)]

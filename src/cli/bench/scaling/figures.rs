@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::style::RGBColor;
 
 use super::report::{Report, Timing};
-use crate::cli::bench::plot::{chart, colour, Axes, Series};
+use crate::cli::plot::{chart, colour, Axes, Series};
 
 /// A number a timing run gives (octet's epoch time, or the peer's).
 type Measure = fn(&Timing) -> Option<f64>;
