@@ -6,6 +6,9 @@
 #
 #   bash bench/gpu_export.sh [CHECKPOINT]     # default .carry/resnet.safetensors
 #
+# Without that file, a ResNet-18 is first trained for OCTET_EPOCHS (default 2) epochs on the GPU
+# (not timed with the rest) and exported.
+#
 # Expects, in the ignored folder .carry/: octet.tar.gz (a stripped release binary built with
 # --features cuda, `octet` inside) and fashion-mnist/ (the four idx .gz files; or set
 # OCTET_FASHION_MNIST). Writes $OUT/gpu_export.json (wall seconds of each command, the
@@ -38,6 +41,12 @@ timed() {
   t1=$(date +%s.%N)
   python3 -c "print($t1 - $t0)" > "$W/$name.secs"
 }
+
+if [ ! -f "$CK" ]; then
+  "$BIN" train --model resnet18 --data "$DATA" --epochs "${OCTET_EPOCHS:-2}" --device cuda \
+    --out "$W/train" > "$W/train.log" 2>&1 || { echo "training failed"; tail "$W/train.log"; exit 1; }
+  CK="$W/train/last.safetensors"
+fi
 
 # The whole test split (--test-images 0), default flags otherwise.
 E=(--data "$DATA" --test-images 0 --no-plots --json)
