@@ -21,11 +21,9 @@ C=.carry
 CK=${1:-$C/resnet.safetensors}
 DATA="fashion-mnist:${OCTET_FASHION_MNIST:-$C/fashion-mnist}"
 W="$OUT/gpu_export"
-mkdir -p "$W"
 BIN=/tmp/octet-bin/octet
-if [ ! -x "$BIN" ]; then
-  mkdir -p /tmp/octet-bin && tar xzf "$C/octet.tar.gz" -C /tmp/octet-bin || exit 1
-fi
+[ -x "$BIN" ] || { mkdir -p "${BIN%/*}" && tar xzf "$C/octet.tar.gz" -C "${BIN%/*}"; } || exit 1
+mkdir -p "$W"
 exec > >(tee -a "$W/log.txt") 2>&1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$W/gpu.txt"
 nproc > "$W/cpus.txt"

@@ -81,32 +81,24 @@ pub fn observe(
     batch: usize,
     progress: &dyn Progress,
 ) -> Result<Observed> {
-    let images = pixels.len() / float.input_len();
     let mut stats = vec![Stats::default(); tensors];
-    progress.phase("calibration pass 1 (ranges)", images);
-    float.run_all_counted(
-        pixels,
-        batch,
-        &mut |t, x| {
-            stats[t].add(&values(x)?);
+    let pass = |name: &str, add: &mut dyn FnMut(usize, &[f32])| -> Result<()> {
+        progress.phase(name, pixels.len() / float.input_len());
+        let mut observe = |t: usize, x: &candle_core::Tensor| {
+            add(t, &values(x)?);
             Ok(())
-        },
-        progress,
-    )?;
+        };
+        float.run_all_counted(pixels, batch, &mut observe, progress)?;
+        Ok(())
+    };
+    pass("calibration pass 1 (ranges)", &mut |t, v| stats[t].add(v))?;
     let mut histograms: Vec<Histogram> = stats
         .iter()
         .map(|s| Histogram::for_range(s.range().0, s.range().1))
         .collect();
-    progress.phase("calibration pass 2 (histograms)", images);
-    float.run_all_counted(
-        pixels,
-        batch,
-        &mut |t, x| {
-            histograms[t].add(&values(x)?);
-            Ok(())
-        },
-        progress,
-    )?;
+    pass("calibration pass 2 (histograms)", &mut |t, v| {
+        histograms[t].add(v)
+    })?;
     Ok(Observed { stats, histograms })
 }
 
