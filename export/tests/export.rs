@@ -608,7 +608,7 @@ fn calibrated_once_serves_every_option_and_reports_progress() {
     }
     let ex = cal.export(&opts).unwrap();
     assert_eq!(ex.report.calibration_images, 30);
-    let labels = vec![1u8; 10];
+    let labels = [1u8; 10];
     let test = (&px[..10 * inp.image_len()], &labels[..]);
     let others = [("again", ex.bytes.as_slice())];
     let ab = ablation_on(&ex, &others, test, 4, &engine, &mut |_| {}).unwrap();
