@@ -85,7 +85,7 @@ impl Phases {
         let bar = ProgressBar::new(images as u64);
         bar.set_style(
             ProgressStyle::with_template(
-                "{prefix:32} [{bar:30}] {pos}/{len} images {per_sec} eta {eta}",
+                "{prefix:32} [{bar:30}] {pos}/{len} images, {elapsed} elapsed, eta {eta}",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
