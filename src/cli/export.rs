@@ -145,13 +145,13 @@ fn destinations(a: &ExportArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
 
 pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let start = Instant::now();
-    // A build without CUDA says so before anything is loaded.
-    a.device.check_built()?;
+    // A build without CUDA, or a GPU that cannot be opened, says so before anything is loaded.
+    let device = a.device.open()?;
     let t = open_trained(&a.checkpoint, a.model.as_deref(), a.data.as_deref())?;
     let (out, report_dir) = destinations(&a)?;
     let phases = Phases::new(!a.json);
     let engine = Engine {
-        device: a.device.open()?,
+        device,
         progress: &phases,
     };
     // Calibration and held-out images: a seeded sample of the training split, never the test split.
