@@ -332,3 +332,88 @@ fn multi_rank_commands_explain_what_they_need() {
         .unwrap();
     failed_with(&o, "add --device cuda");
 }
+
+/// `--device` of `run` and `export` is checked by clap (a bad value exits 2 naming the
+/// choices); `cuda` in a build without CUDA names the build flag, before anything is read.
+#[test]
+fn device_flag_of_run_and_export_is_checked() {
+    for cmd in ["run", "export"] {
+        let o = octet(&[cmd, "/nonexistent/m", "--device", "tpu"]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("cpu, cuda or cuda:N"), "{}", text(&o));
+    }
+    #[cfg(not(feature = "cuda"))]
+    for cmd in ["run", "export"] {
+        fails(
+            &[cmd, "/nonexistent/m", "--device", "cuda:1"],
+            "rebuild with `cargo build --release --features cuda`",
+        );
+    }
+}
+
+/// On a GPU: `export --device cuda` writes a `.o8` of the same layout whose activation
+/// parameters are those of the CPU export up to the float rounding of the GPU's convolutions
+/// (calibrated on the GPU: its float activations differ from the CPU's in the last bits, and
+/// so do the observed ranges; bench/gpu_export.sh counts the bytes that differ); `run --device
+/// cuda` predicts exactly what `run --device cpu` predicts. Without a GPU, the CUDA commands
+/// fail with the driver's reason, which the assertions print.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
+fn run_and_export_on_cuda_match_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("torch_resnet.safetensors");
+    save_pytorch_state_dict(octet_models::ModelKind::ResNet18, 1, &ck);
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let export = |device: &str| {
+        octet_json(&[
+            "export",
+            &path("torch_resnet.safetensors"),
+            "--model",
+            "resnet18",
+            "--data",
+            "bundled",
+            "--out",
+            &path(&format!("{device}.o8")),
+            "--calibration-images",
+            "64",
+            "--test-images",
+            "200",
+            "--no-plots",
+            "--json",
+            "--device",
+            device,
+        ])
+    };
+    let (cpu, gpu) = (export("cpu"), export("cuda"));
+    let o8 = |d: &str| std::fs::read(path(&format!("{d}.o8"))).unwrap();
+    assert!(o8("cpu") == o8("cuda"), "the CUDA export's .o8 differs");
+    let rows = |v: &serde_json::Value| v["ablation"]["rows"].as_array().unwrap().clone();
+    // The int8 rows (runtime on the CPU, CUDA path on the GPU) count the same predictions.
+    for i in [3, 4] {
+        assert_eq!(
+            rows(&cpu)[i]["correct"],
+            rows(&gpu)[i]["correct"],
+            "row {i}"
+        );
+    }
+    let run = |device: &str| {
+        let pred = path(&format!("pred_{device}.txt"));
+        let v = octet_json(&[
+            "run",
+            &path("cpu.o8"),
+            "--data",
+            "bundled",
+            "--device",
+            device,
+            "--predictions",
+            &pred,
+            "--json",
+        ]);
+        (v, std::fs::read(pred).unwrap())
+    };
+    let ((vc, pc), (vg, pg)) = (run("cpu"), run("cuda"));
+    assert_eq!(pc, pg, "predictions differ between the CPU and the GPU");
+    assert_eq!(vc["accuracy"], vg["accuracy"]);
+    assert_eq!(vg["device"], "cuda:0");
+}

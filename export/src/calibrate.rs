@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::graph::Graph;
+use crate::progress::{Progress, Quiet};
 use crate::quantize::QParams;
 use crate::reference::{values, Executor};
 use crate::{ExportOptions, Result};
@@ -50,48 +51,81 @@ pub struct TensorCalibration {
     pub clip: (f32, f32),
 }
 
-/// Calibrates every activation of `graph` on `pixels` through the float executor: pass 1
-/// finds each range, pass 2 fills a histogram over it, then `opts.calibration` chooses the
-/// clip range. Returns every tensor's parameters and calibration (`None` for the input, whose
-/// parameters are fixed).
+/// Calibrates every activation of `graph` on `pixels` through the float executor
+/// ([`observe`], then [`choose`]). Returns every tensor's parameters and calibration (`None`
+/// for the input, whose parameters are fixed).
 pub fn calibrate(
     graph: &Graph,
     float: &Executor,
     pixels: &[u8],
     opts: &ExportOptions,
 ) -> Result<(Vec<QParams>, Vec<Option<TensorCalibration>>)> {
-    let nt = graph.tensors.len();
-    let batch = opts.batch.max(1);
-    let mut stats = vec![Stats::default(); nt];
-    float.run_all(pixels, batch, &mut |t, x| {
-        stats[t].add(&values(x)?);
+    let observed = observe(float, graph.tensors.len(), pixels, opts.batch, &Quiet)?;
+    Ok(choose(graph, &observed, opts))
+}
+
+/// Every tensor's statistics and histogram over the calibration images: all that any method,
+/// weight scheme or symmetry chooses from, so trying several runs the model only once.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub stats: Vec<Stats>,
+    pub histograms: Vec<Histogram>,
+}
+
+/// Runs `pixels` through `float` twice: pass 1 finds each of the `tensors` tensors' range,
+/// pass 2 fills a histogram over it (the bins need the whole range first).
+pub fn observe(
+    float: &Executor,
+    tensors: usize,
+    pixels: &[u8],
+    batch: usize,
+    progress: &dyn Progress,
+) -> Result<Observed> {
+    let mut stats = vec![Stats::default(); tensors];
+    let pass = |name: &str, add: &mut dyn FnMut(usize, &[f32])| -> Result<()> {
+        progress.phase(name, pixels.len() / float.input_len());
+        let mut observe = |t: usize, x: &candle_core::Tensor| {
+            add(t, &values(x)?);
+            Ok(())
+        };
+        float.run_all_counted(pixels, batch, &mut observe, progress)?;
         Ok(())
-    })?;
-    let mut hists: Vec<Histogram> = stats
+    };
+    pass("calibration pass 1 (ranges)", &mut |t, v| stats[t].add(v))?;
+    let mut histograms: Vec<Histogram> = stats
         .iter()
         .map(|s| Histogram::for_range(s.range().0, s.range().1))
         .collect();
-    float.run_all(pixels, batch, &mut |t, x| {
-        hists[t].add(&values(x)?);
-        Ok(())
+    pass("calibration pass 2 (histograms)", &mut |t, v| {
+        histograms[t].add(v)
     })?;
+    Ok(Observed { stats, histograms })
+}
+
+/// Each activation's clip range by `opts.calibration` and its parameters.
+pub fn choose(
+    graph: &Graph,
+    observed: &Observed,
+    opts: &ExportOptions,
+) -> (Vec<QParams>, Vec<Option<TensorCalibration>>) {
+    let nt = graph.tensors.len();
     let mut acts = vec![QParams::input(); nt];
     let mut calibration = Vec::with_capacity(nt);
-    for (t, (stats, histogram)) in stats.into_iter().zip(hists).enumerate() {
+    for (t, (stats, histogram)) in observed.stats.iter().zip(&observed.histograms).enumerate() {
         if t == graph.input {
             calibration.push(None);
             continue;
         }
         let symmetric = opts.symmetric_activations;
-        let clip = choose_range(opts.calibration, &stats, &histogram, symmetric);
+        let clip = choose_range(opts.calibration, stats, histogram, symmetric);
         acts[t] = QParams::from_range(clip.0, clip.1, symmetric);
         calibration.push(Some(TensorCalibration {
-            stats,
-            histogram,
+            stats: *stats,
+            histogram: histogram.clone(),
             clip,
         }));
     }
-    Ok((acts, calibration))
+    (acts, calibration)
 }
 
 /// Running min, max, mean and standard deviation.

@@ -12,6 +12,8 @@
 //! of the same integer model.
 
 mod calibrate;
+mod calibrated;
+mod engine;
 mod error;
 mod fold;
 mod graph;
@@ -19,6 +21,7 @@ mod int8;
 mod lower;
 mod plan;
 mod plot;
+mod progress;
 mod qmodel;
 mod quantize;
 mod reference;
@@ -29,8 +32,11 @@ pub mod tflite;
 mod write;
 
 pub use calibrate::{
-    calibrate, choose_range, Calibration, Histogram, Stats, TensorCalibration, BINS,
+    calibrate, choose, choose_range, observe, Calibration, Histogram, Observed, Stats,
+    TensorCalibration, BINS,
 };
+pub use calibrated::Calibrated;
+pub use engine::Engine;
 pub use error::{ExportError, Result};
 pub use fold::{fold_batch_norm, fold_input_normalization, BatchNorm, BN_EPS};
 pub use graph::{FloatOp, Graph, OpKind, Shape3, TensorInfo};
@@ -38,6 +44,7 @@ pub use int8::run_int8;
 pub use lower::{lower, Input};
 pub use plan::{op_scratch_bytes, plan, plan_model, ArenaPlan, Buffer, ALIGN};
 pub use plot::{register_font, write_histograms};
+pub use progress::{summary, Phase, Phases, Progress, Quiet};
 pub use qmodel::{quantize_model, QModel, QOp, QTensor};
 pub use quantize::{
     add_multipliers, multiplier_value, quantize_weight, quantize_weights, QParams,
@@ -93,7 +100,7 @@ pub struct Exported {
     pub classes: usize,
 }
 
-fn check_images(graph: &Graph, pixels: &[u8], what: &str) -> Result<usize> {
+pub(crate) fn check_images(graph: &Graph, pixels: &[u8], what: &str) -> Result<usize> {
     let len = graph.tensors[graph.input].shape.len();
     if pixels.is_empty() || pixels.len() / len * len != pixels.len() {
         return Err(ExportError::BadInput(format!(
@@ -106,74 +113,13 @@ fn check_images(graph: &Graph, pixels: &[u8], what: &str) -> Result<usize> {
 }
 
 /// Exports the float model `input` to int8, calibrating on `calib_images_u8_nchw` (u8 pixels,
-/// planar, `n × C × H × W`): lower, calibrate, quantize, plan, write, then measure.
+/// planar, `n × C × H × W`) on the CPU: lower, calibrate, quantize, plan, write, then measure.
 pub fn export(
     input: &Input,
     calib_images_u8_nchw: &[u8],
     opts: &ExportOptions,
 ) -> Result<Exported> {
-    let graph = lower(input)?;
-    let avail = check_images(&graph, calib_images_u8_nchw, "calibration images")?;
-    let n = avail.min(opts.calibration_images.max(1));
-    let len = graph.tensors[graph.input].shape.len();
-    let pixels = &calib_images_u8_nchw[..n * len];
-    let float = Executor::new(&graph, &FakeQuant::default())?;
-    let (acts, calibration) = calibrate(&graph, &float, pixels, opts)?;
-    let model = quantize_model(&graph, &acts, opts.weights)?;
-    let plan = plan_model(&model);
-    let bytes = write(&model, &plan)?;
-    // Nothing is handed out that the runtime would refuse (a disagreement between the writer
-    // and the reader's checks is a bug, reported as such rather than written).
-    octet_runtime::Model::parse(&bytes).map_err(|e| {
-        ExportError::Runtime(format!(
-            "the exported model fails the runtime's validation ({e}): an exporter bug"
-        ))
-    })?;
-    let n_sqnr = n.min(opts.sqnr_images.max(1));
-    let sqnr = sqnr_db(
-        &graph,
-        &model,
-        &float,
-        &pixels[..n_sqnr * len],
-        opts.batch.max(1),
-    )?;
-    let layers = model
-        .ops
-        .iter()
-        .map(|op| {
-            let observed = calibration[op.output]
-                .as_ref()
-                .map_or((0.0, 0.0), |c| c.stats.range());
-            LayerRow::new(&model, op, observed, sqnr[op.output])
-        })
-        .collect();
-    let report = Report {
-        model: input.kind.name().into(),
-        calibration: opts.calibration,
-        weights: opts.weights,
-        symmetric_activations: opts.symmetric_activations,
-        calibration_images: n,
-        sqnr_images: n_sqnr,
-        file_bytes: bytes.len(),
-        arena_bytes: plan.arena_bytes,
-        activation_bytes: model.tensors.iter().map(|t| t.shape.len()).sum(),
-        weight_bytes: model
-            .ops
-            .iter()
-            .filter_map(|o| o.weights.as_ref())
-            .map(|w| w.q.len())
-            .sum(),
-        layers,
-    };
-    Ok(Exported {
-        bytes,
-        report,
-        graph,
-        model,
-        plan,
-        calibration,
-        classes: input.classes,
-    })
+    Calibrated::new(input, calib_images_u8_nchw, opts, &Engine::cpu())?.export(opts)
 }
 
 fn score(name: &str, engine: &str, pred: &[usize], labels: &[u8], float: &[usize]) -> AblationRow {
@@ -199,12 +145,27 @@ fn score(name: &str, engine: &str, pred: &[usize], labels: &[u8], float: &[usize
 /// the runtime runs it from `exported.bytes`; then each of `others` (name, `.o8` bytes), also
 /// run by the runtime — another weight scheme or calibration beside the chosen one.
 /// `on_row` sees each row as soon as it is measured (a ResNet-18 row takes minutes on a CPU).
+/// On the CPU; [`ablation_on`] takes a device and a progress listener.
 pub fn ablation(
     exported: &Exported,
     others: &[(&str, &[u8])],
     test_images_u8_nchw: &[u8],
     labels: &[u8],
     batch: usize,
+    on_row: &mut dyn FnMut(&AblationRow),
+) -> Result<Ablation> {
+    let test = (test_images_u8_nchw, labels);
+    ablation_on(exported, others, test, batch, &Engine::cpu(), on_row)
+}
+
+/// [`ablation`] on `engine`: the reference rows on its candle device, the runtime rows on the
+/// runtime's CPU or CUDA path (the same bytes either way); each row is a progress phase.
+pub fn ablation_on(
+    exported: &Exported,
+    others: &[(&str, &[u8])],
+    (test_images_u8_nchw, labels): (&[u8], &[u8]),
+    batch: usize,
+    engine: &Engine,
     on_row: &mut dyn FnMut(&AblationRow),
 ) -> Result<Ablation> {
     let g = &exported.graph;
@@ -216,60 +177,78 @@ pub fn ablation(
         )));
     }
     let classes = exported.classes;
-    let reference = |fq: FakeQuant| -> Result<Vec<usize>> {
-        let logits =
-            Executor::new(g, &fq)?.run_all(test_images_u8_nchw, batch, &mut |_, _| Ok(()))?;
+    let reference = |name: &str, fq: FakeQuant| -> Result<Vec<usize>> {
+        engine.progress.phase(name, n);
+        let logits = Executor::on(g, &fq, &engine.device)?.run_all_counted(
+            test_images_u8_nchw,
+            engine.float_batch(batch),
+            &mut |_, _| Ok(()),
+            engine.progress,
+        )?;
         Ok(argmax_rows(&logits, classes))
     };
-    let runtime = |bytes: &[u8]| -> Result<Vec<usize>> {
-        Ok(argmax_rows(
-            &runtime_logits(bytes, test_images_u8_nchw, batch)?,
-            classes,
-        ))
+    let runtime = |name: &str, bytes: &[u8]| -> Result<Vec<usize>> {
+        engine.progress.phase(name, n);
+        let logits = engine.int8_logits(bytes, test_images_u8_nchw, batch)?;
+        Ok(argmax_rows(&logits, classes))
     };
     let mut rows = Vec::new();
     let mut push = |row: AblationRow| {
         on_row(&row);
         rows.push(row);
     };
-    let float = reference(FakeQuant::default())?;
-    push(score("float", "reference", &float, labels, &float));
+    let float = reference(ROW_FLOAT, FakeQuant::default())?;
+    push(score(ROW_FLOAT, "reference", &float, labels, &float));
     let weights = Some(exported.model.dequantized_weights(g));
-    let w_only = reference(FakeQuant {
-        weights: weights.clone(),
-        ..Default::default()
-    })?;
-    push(score("int8 weights", "reference", &w_only, labels, &float));
-    let w_act = reference(FakeQuant {
+    let w_only = reference(
+        ROW_WEIGHTS,
+        FakeQuant {
+            weights: weights.clone(),
+            ..Default::default()
+        },
+    )?;
+    push(score(ROW_WEIGHTS, "reference", &w_only, labels, &float));
+    let fq = FakeQuant {
         weights,
         biases: None,
         activations: Some(exported.model.qparams()),
-    })?;
-    push(score(
-        "int8 weights + activations",
-        "reference",
-        &w_act,
-        labels,
-        &float,
-    ));
-    let int8 = runtime(&exported.bytes)?;
-    push(score(
-        "int8 weights + activations + bias",
-        "runtime",
-        &int8,
-        labels,
-        &float,
-    ));
+    };
+    let w_act = reference(ROW_ACTIVATIONS, fq)?;
+    push(score(ROW_ACTIVATIONS, "reference", &w_act, labels, &float));
+    let int8 = runtime(ROW_INT8, &exported.bytes)?;
+    push(score(ROW_INT8, "runtime", &int8, labels, &float));
     for (name, bytes) in others {
-        push(score(name, "runtime", &runtime(bytes)?, labels, &float));
+        push(score(
+            name,
+            "runtime",
+            &runtime(name, bytes)?,
+            labels,
+            &float,
+        ));
     }
     Ok(Ablation { rows })
 }
+
+/// The ablation's rows, in order.
+const ROW_FLOAT: &str = "float";
+const ROW_WEIGHTS: &str = "int8 weights";
+const ROW_ACTIVATIONS: &str = "int8 weights + activations";
+const ROW_INT8: &str = "int8 weights + activations + bias";
 
 /// The int8 logits of the `.o8` bytes as `octet_runtime` computes them (`n × classes`), on
 /// every core: each thread runs whole images with its own arena, so the bytes are those of the
 /// single-threaded reference.
 pub fn runtime_logits(bytes: &[u8], pixels: &[u8], batch: usize) -> Result<Vec<i8>> {
+    runtime_logits_counted(bytes, pixels, batch, &Quiet)
+}
+
+/// [`runtime_logits`], telling `progress` of each batch done.
+pub fn runtime_logits_counted(
+    bytes: &[u8],
+    pixels: &[u8],
+    batch: usize,
+    progress: &dyn Progress,
+) -> Result<Vec<i8>> {
     let model = octet_runtime::Model::parse(bytes)
         .map_err(|e| ExportError::Runtime(format!("parse: {e:?}")))?;
     let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
@@ -292,6 +271,7 @@ pub fn runtime_logits(bytes: &[u8], pixels: &[u8], batch: usize) -> Result<Vec<i
         let logits = octet_runtime::parallel::run_parallel(&model, chunk, &mut arena, threads)
             .map_err(|e| ExportError::Runtime(format!("run: {e}")))?;
         out.extend_from_slice(logits);
+        progress.advance(chunk.len() / len);
     }
     Ok(out)
 }

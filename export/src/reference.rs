@@ -1,10 +1,11 @@
-//! Float reference executor of the folded graph (candle on the CPU), with optional
+//! Float reference executor of the folded graph (candle, on the CPU or a GPU), with optional
 //! fake-quantization of weights, biases and activations: calibration and the ablation rows run
 //! through it.
 
 use candle_core::{DType, Device, Tensor};
 
 use crate::graph::{Graph, OpKind};
+use crate::progress::{Progress, Quiet};
 use crate::quantize::QParams;
 use crate::{ExportError, Result};
 
@@ -39,8 +40,14 @@ pub struct Executor<'g> {
 }
 
 impl<'g> Executor<'g> {
+    /// On the CPU.
     pub fn new(graph: &'g Graph, fq: &FakeQuant) -> Result<Self> {
-        let device = Device::Cpu;
+        Self::on(graph, fq, &Device::Cpu)
+    }
+
+    /// On `device`; the weights and biases are prepared on the host and copied there once.
+    pub fn on(graph: &'g Graph, fq: &FakeQuant, device: &Device) -> Result<Self> {
+        let device = device.clone();
         let mut prepared = Vec::with_capacity(graph.ops.len());
         for (i, op) in graph.ops.iter().enumerate() {
             if !op.kind.has_weights() {
@@ -116,6 +123,16 @@ impl<'g> Executor<'g> {
             last_use,
             device,
         })
+    }
+
+    /// Bytes per input image.
+    pub fn input_len(&self) -> usize {
+        self.graph.tensors[self.graph.input].shape.len()
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// Runs `n` images of u8 pixels (NCHW) and returns the logits `(n, classes)`. `observe` sees
@@ -196,11 +213,24 @@ impl<'g> Executor<'g> {
         batch: usize,
         observe: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
     ) -> Result<Vec<f32>> {
+        self.run_all_counted(pixels, batch, observe, &Quiet)
+    }
+
+    /// [`Executor::run_all`], telling `progress` of each batch done.
+    pub fn run_all_counted(
+        &self,
+        pixels: &[u8],
+        batch: usize,
+        observe: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+        progress: &dyn Progress,
+    ) -> Result<Vec<f32>> {
         let len = self.graph.tensors[self.graph.input].shape.len();
         let mut out = Vec::new();
         for chunk in pixels.chunks(batch.max(1) * len) {
-            let y = self.run_batch(chunk, chunk.len() / len, observe)?;
+            let n = chunk.len() / len;
+            let y = self.run_batch(chunk, n, observe)?;
             out.extend(values(&y)?);
+            progress.advance(n);
         }
         Ok(out)
     }

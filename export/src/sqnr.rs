@@ -2,29 +2,34 @@
 //! activations, fake-quantized in the float executor) against the float one.
 
 use crate::graph::Graph;
+use crate::progress::Progress;
 use crate::qmodel::QModel;
 use crate::reference::{values, Executor, FakeQuant};
 use crate::Result;
 
 /// 10·log10(Σ f² / Σ (f − q)²) of every tensor over `pixels` (∞ where the two agree), the
-/// reference from `float`; batches of at most 16 images (each holds every tensor twice).
+/// reference from `float`, the simulation on its device; batches of at most 16 images (each
+/// holds every tensor twice). `progress` hears of each batch.
 pub fn sqnr_db(
     graph: &Graph,
     model: &QModel,
     float: &Executor,
     pixels: &[u8],
     batch: usize,
+    progress: &dyn Progress,
 ) -> Result<Vec<f64>> {
     let nt = graph.tensors.len();
     let len = graph.tensors[graph.input].shape.len();
-    let sim = Executor::new(
+    let sim = Executor::on(
         graph,
         &FakeQuant {
             weights: Some(model.dequantized_weights(graph)),
             biases: Some(model.dequantized_biases()),
             activations: Some(model.qparams()),
         },
+        float.device(),
     )?;
+    progress.phase("SQNR per layer", pixels.len() / len);
     let mut signal = vec![0f64; nt];
     let mut noise = vec![0f64; nt];
     for chunk in pixels.chunks(batch.min(16) * len) {
@@ -43,6 +48,7 @@ pub fn sqnr_db(
             }
             Ok(())
         })?;
+        progress.advance(m);
     }
     Ok(signal
         .iter()

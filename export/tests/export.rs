@@ -554,3 +554,78 @@ fn stored_records_and_multipliers_are_the_runtimes() {
     // Avg pool and add too.
     check_records_and_multipliers(&exported_resnet18(8, 2));
 }
+
+/// What a [`Progress`] listener hears, in order: (phase, images announced, images counted).
+#[derive(Default)]
+struct Recorder(std::cell::RefCell<Vec<(String, usize, usize)>>);
+
+impl Progress for Recorder {
+    fn phase(&self, name: &str, images: usize) {
+        self.0.borrow_mut().push((name.into(), images, 0));
+    }
+    fn advance(&self, images: usize) {
+        self.0.borrow_mut().last_mut().expect("a phase first").2 += images;
+    }
+}
+
+/// One observation serves every calibration method and weight scheme (the same bytes as a
+/// fresh export of each), and the progress listener hears every long phase with every image
+/// counted: both calibration passes, the SQNR pass, each ablation row.
+#[test]
+fn calibrated_once_serves_every_option_and_reports_progress() {
+    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 3);
+    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let px = random_pixels(40, inp.image_len(), 9);
+    let opts = ExportOptions {
+        calibration_images: 30,
+        sqnr_images: 12,
+        batch: 8,
+        ..Default::default()
+    };
+    let rec = Recorder::default();
+    let engine = Engine {
+        device: Device::Cpu,
+        progress: &rec,
+    };
+    let cal = Calibrated::new(&inp, &px, &opts, &engine).unwrap();
+    for c in [
+        Calibration::Entropy,
+        Calibration::MinMax,
+        Calibration::Mse,
+        Calibration::Percentile(99.9),
+    ] {
+        for weights in [WeightScheme::PerTensor, WeightScheme::PerChannel] {
+            let o = ExportOptions {
+                calibration: c,
+                weights,
+                ..opts.clone()
+            };
+            assert!(
+                cal.bytes(&o).unwrap() == export(&inp, &px, &o).unwrap().bytes,
+                "{c}"
+            );
+        }
+    }
+    let ex = cal.export(&opts).unwrap();
+    assert_eq!(ex.report.calibration_images, 30);
+    let labels = [1u8; 10];
+    let test = (&px[..10 * inp.image_len()], &labels[..]);
+    let others = [("again", ex.bytes.as_slice())];
+    let ab = ablation_on(&ex, &others, test, 4, &engine, &mut |_| {}).unwrap();
+    assert_eq!(ab.rows[3].correct, ab.rows[4].correct);
+    let heard = rec.0.borrow().clone();
+    let want: Vec<(String, usize, usize)> = [
+        ("calibration pass 1 (ranges)", 30),
+        ("calibration pass 2 (histograms)", 30),
+        ("SQNR per layer", 12),
+        ("float", 10),
+        ("int8 weights", 10),
+        ("int8 weights + activations", 10),
+        ("int8 weights + activations + bias", 10),
+        ("again", 10),
+    ]
+    .iter()
+    .map(|&(n, i)| (n.to_string(), i, i))
+    .collect();
+    assert_eq!(heard, want);
+}

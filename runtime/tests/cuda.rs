@@ -290,6 +290,28 @@ fn lenet_matches_cpu() {
     }
 }
 
+/// `run_all` splits any number of images into `max_batch` chunks (the last one shorter) and
+/// gives the CPU's bytes; a length that is not whole images is refused.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
+fn run_all_chunks_any_count() {
+    let bytes = lenet(4).encode();
+    let (model, mut g) = parse_and_upload(&bytes, 7);
+    for n in [1, 7, 50] {
+        let pixels = Rng::new(n as u64).bytes(n * model.input_len());
+        assert_eq!(
+            g.run_all(&pixels).unwrap(),
+            cpu(&model, &pixels),
+            "{n} images"
+        );
+    }
+    assert!(matches!(
+        g.run_all(&[0u8; 5]),
+        Err(CudaError::InputLength { .. })
+    ));
+    assert!(matches!(g.run_all(&[]), Err(CudaError::InputLength { .. })));
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn small_resnet_matches_cpu() {

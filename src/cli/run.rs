@@ -3,6 +3,7 @@ use std::time::Instant;
 
 use clap::Args;
 use octet_trainer::data::{self, DataSource};
+use octet_trainer::device::DeviceSpec;
 
 use super::common::{accuracy, argmax, at_least_one, cores, first, read, run_o8_with};
 use super::values;
@@ -25,6 +26,10 @@ pub struct RunArgs {
     /// Kernel set (all give the same bytes; one this CPU lacks is an error).
     #[arg(long, value_enum, default_value_t = octet_runtime::Kernels::Auto)]
     kernels: octet_runtime::Kernels,
+    /// cpu (the int8 runtime on --threads cores) or cuda / cuda:N (its CUDA path, the same
+    /// output bytes; needs a build with `--features cuda`).
+    #[arg(long, default_value = "cpu", value_parser = super::values::device_spec())]
+    device: DeviceSpec,
     /// Also write one predicted class per line to this file.
     #[arg(long)]
     predictions: Option<PathBuf>,
@@ -39,6 +44,8 @@ pub struct RunArgs {
 
 /// Runs an `.o8` model with the int8 runtime over a data set: accuracy and speed.
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    // A build without CUDA says so before any data is read.
+    a.device.check_built()?;
     let bytes = read(&a.model)?;
     let model = octet_runtime::Model::parse(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: invalid .o8 model: {e}", a.model.display()))?;
@@ -55,13 +62,25 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let classes = model.output_len();
     let (images, labels) = first(&split.test, a.images);
     let threads = a.threads.unwrap_or_else(cores);
-    let kernels = a
-        .kernels
-        .resolved_name()
-        .map_err(|e| anyhow::anyhow!("--kernels {}: {e}", a.kernels.name()))?;
-    let start = Instant::now();
-    let logits = run_o8_with(&bytes, a.kernels, images, threads)?;
-    let secs = start.elapsed().as_secs_f64();
+    let timed = match a.device {
+        DeviceSpec::Cpu => {
+            let kernels = a
+                .kernels
+                .resolved_name()
+                .map_err(|e| anyhow::anyhow!("--kernels {}: {e}", a.kernels.name()))?;
+            let start = Instant::now();
+            let logits = run_o8_with(&bytes, a.kernels, images, threads)?;
+            Timed {
+                logits,
+                secs: start.elapsed().as_secs_f64(),
+                engine: format!("{threads} thread(s), {kernels} kernels"),
+                threads: Some(threads),
+                kernels: Some(kernels),
+            }
+        }
+        DeviceSpec::Cuda(ordinal) => on_gpu(&model, images, ordinal)?,
+    };
+    let (logits, secs) = (timed.logits, timed.secs);
     let acc = accuracy(&logits, classes, labels);
     if let Some(p) = &a.predictions {
         let text: String = logits
@@ -79,17 +98,68 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({"model": a.model, "data": split.name, "images": n, "accuracy": acc,
-            "seconds": secs, "images_per_s": n as f64 / secs, "threads": threads,
-            "kernels": kernels})
+            "seconds": secs, "images_per_s": n as f64 / secs, "device": a.device.to_string(),
+            "threads": timed.threads, "kernels": timed.kernels, "engine": timed.engine})
         );
     } else {
         println!(
-            "{} on {} test ({n} images): int8 accuracy {:.2}%, {:.0} images/s on {threads} thread(s), {kernels} kernels",
+            "{} on {} test ({n} images): int8 accuracy {:.2}%, {:.0} images/s on {} ({})",
             a.model.display(),
             split.name,
             100.0 * acc,
-            n as f64 / secs
+            n as f64 / secs,
+            a.device,
+            timed.engine
         );
     }
     Ok(())
+}
+
+/// Logits of a run, the seconds it was timed for and what ran it.
+struct Timed {
+    logits: Vec<i8>,
+    secs: f64,
+    engine: String,
+    /// CPU threads and kernel set (`None` on a GPU).
+    threads: Option<usize>,
+    kernels: Option<&'static str>,
+}
+
+/// Images per call of the CUDA path (its planned maximum batch).
+#[cfg(feature = "cuda")]
+const GPU_BATCH: usize = 4096;
+
+/// The int8 CUDA path on GPU `ordinal`: timed from host pixels to host logits over every
+/// image, after one untimed batch (kernel load, first graph capture, buffers touched).
+#[cfg(feature = "cuda")]
+fn on_gpu(model: &octet_runtime::Model, images: &[u8], ordinal: usize) -> anyhow::Result<Timed> {
+    let n = images.len() / model.input_len().max(1);
+    let gpu_err = |e: octet_runtime::cuda::CudaError| {
+        anyhow::anyhow!(
+            "--device cuda:{ordinal}: {e}. Is a GPU present and the driver loaded? --device cpu \
+             runs the same model on the CPU"
+        )
+    };
+    let mut g = octet_runtime::cuda::CudaModel::new(model, ordinal, n.clamp(1, GPU_BATCH))
+        .map_err(gpu_err)?;
+    g.run(&images[..g.max_batch() * g.input_len()])
+        .map_err(gpu_err)?;
+    let start = Instant::now();
+    let logits = g.run_all(images).map_err(gpu_err)?;
+    Ok(Timed {
+        logits,
+        secs: start.elapsed().as_secs_f64(),
+        engine: format!(
+            "int8 CUDA, batches of {}, host to host after a warm-up batch",
+            g.max_batch()
+        ),
+        threads: None,
+        kernels: None,
+    })
+}
+
+/// Without the `cuda` feature: the error that names the build flag.
+#[cfg(not(feature = "cuda"))]
+fn on_gpu(_: &octet_runtime::Model, _: &[u8], ordinal: usize) -> anyhow::Result<Timed> {
+    Err(octet_trainer::TrainError::NoCuda(format!("cuda:{ordinal}")).into())
 }

@@ -9,6 +9,8 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::{Error, ErrorKind};
 use octet_export::Calibration;
 use octet_trainer::data::DataSource;
+use octet_trainer::device::DeviceSpec;
+use octet_trainer::TrainError;
 
 /// A value of the form `KIND[:ARG]` checked by `parse`. An unknown KIND gets clap's
 /// invalid-value error listing the kinds (and the nearest, for a near miss); a known KIND with
@@ -67,6 +69,13 @@ pub fn data() -> Forms<DataSource> {
 /// the GPU, after parsing). The string itself, as the trainer's `parse_device` takes it.
 pub fn device() -> Forms<String> {
     Forms::new(&["cpu", "cuda", "gpu"], device_name)
+}
+
+/// `--device` as a [`DeviceSpec`] (see [`device`]), for commands that open it themselves.
+pub fn device_spec() -> Forms<DeviceSpec> {
+    Forms::new(&["cpu", "cuda", "gpu"], |s| {
+        s.parse().map_err(|e: TrainError| e.to_string())
+    })
 }
 
 /// `s` if it names a device (see [`device`]).

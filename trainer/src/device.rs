@@ -9,35 +9,88 @@ pub const DEVICE_FORMS: &str = "cpu, cuda or cuda:N";
 
 /// The CUDA ordinal a `--device` string names (`None` for the CPU), without opening it.
 pub fn cuda_ordinal(s: &str) -> Result<Option<usize>> {
-    match s {
-        "cpu" => Ok(None),
-        "cuda" | "gpu" => Ok(Some(0)),
-        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => Ok(Some(n)),
-            _ => Err(TrainError::BadDevice(s.to_string())),
-        },
+    s.parse::<DeviceSpec>().map(DeviceSpec::cuda_ordinal)
+}
+
+/// What `--device` names: the CPU or one CUDA GPU by ordinal. Parsed (so clap checks it, as a
+/// `value_parser`: `cpu`, `cuda` (= `cuda:0`, also `gpu`) or `cuda:N`), opened by [`DeviceSpec::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceSpec {
+    Cpu,
+    Cuda(usize),
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = TrainError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" | "gpu" => Ok(DeviceSpec::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(DeviceSpec::Cuda(n)),
+                _ => Err(TrainError::BadDevice(s.to_string())),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// The GPU's ordinal; `None` for the CPU.
+    pub fn cuda_ordinal(self) -> Option<usize> {
+        match self {
+            DeviceSpec::Cpu => None,
+            DeviceSpec::Cuda(n) => Some(n),
+        }
+    }
+
+    /// [`TrainError::NoCuda`] (which build flag to use) when this is a GPU and the binary was
+    /// built without CUDA: for code paths that need the GPU without opening a candle device.
+    pub fn check_built(self) -> Result<Self> {
+        match self {
+            DeviceSpec::Cuda(_) if !cfg!(feature = "cuda") => {
+                Err(TrainError::NoCuda(self.to_string()))
+            }
+            _ => Ok(self),
+        }
+    }
+
+    /// Opens the candle device: a clear error without a CUDA build, or without the GPU.
+    pub fn open(self) -> Result<Device> {
+        let Some(ordinal) = self.cuda_ordinal() else {
+            return Ok(Device::Cpu);
+        };
+        match Device::new_cuda(ordinal) {
+            Ok(d) => {
+                #[cfg(feature = "cuda")]
+                {
+                    keep_pool_memory(&d)?;
+                    single_stream(&d);
+                }
+                Ok(d)
+            }
+            Err(candle_core::Error::NotCompiledWithCudaSupport) => {
+                Err(TrainError::NoCuda(self.to_string()))
+            }
+            Err(e) => Err(TrainError::Config(format!(
+                "cannot open CUDA device {ordinal}: {e}. Is a GPU present and the driver loaded?"
+            ))),
+        }
     }
 }
 
 /// Opens the device a `--device` string names.
 pub fn parse_device(s: &str) -> Result<Device> {
-    let Some(ordinal) = cuda_ordinal(s)? else {
-        return Ok(Device::Cpu);
-    };
-    match Device::new_cuda(ordinal) {
-        Ok(d) => {
-            #[cfg(feature = "cuda")]
-            {
-                keep_pool_memory(&d)?;
-                single_stream(&d);
-            }
-            Ok(d)
-        }
-        Err(candle_core::Error::NotCompiledWithCudaSupport) => Err(TrainError::NoCuda(s.into())),
-        Err(e) => Err(TrainError::Config(format!(
-            "cannot open CUDA device {ordinal}: {e}. Is a GPU present and the driver loaded?"
-        ))),
-    }
+    s.parse::<DeviceSpec>()?.open()
 }
 
 /// Turns off cudarc's per-buffer event tracking for the buffers allocated from here on.
@@ -144,5 +197,29 @@ mod tests {
         ));
         #[cfg(not(feature = "cuda"))]
         assert!(matches!(parse_device("cuda:0"), Err(TrainError::NoCuda(_))));
+    }
+
+    #[test]
+    fn device_specs_parse_and_print_back() {
+        for (s, d) in [
+            ("cpu", DeviceSpec::Cpu),
+            ("cuda", DeviceSpec::Cuda(0)),
+            ("gpu", DeviceSpec::Cuda(0)),
+            ("cuda:3", DeviceSpec::Cuda(3)),
+        ] {
+            assert_eq!(s.parse::<DeviceSpec>().unwrap(), d, "{s}");
+            assert_eq!(d.to_string().parse::<DeviceSpec>().unwrap(), d);
+        }
+        assert_eq!(DeviceSpec::Cuda(2).cuda_ordinal(), Some(2));
+        assert_eq!(DeviceSpec::Cpu.cuda_ordinal(), None);
+        for bad in ["cuda:", "cuda:-1", "CUDA", "cuda0", ""] {
+            assert!(bad.parse::<DeviceSpec>().is_err(), "{bad}");
+        }
+        assert!(DeviceSpec::Cpu.check_built().is_ok());
+        #[cfg(not(feature = "cuda"))]
+        assert!(matches!(
+            DeviceSpec::Cuda(1).check_built(),
+            Err(TrainError::NoCuda(d)) if d == "cuda:1"
+        ));
     }
 }

@@ -318,6 +318,27 @@ impl CudaModel {
         Ok(())
     }
 
+    /// Runs any number of images (a positive multiple of `input_len()` bytes), `max_batch` at a
+    /// time; returns all their logits, the same bytes as [`Model::run`] image by image.
+    pub fn run_all(&mut self, pixels: &[u8]) -> Result<Vec<i8>> {
+        let n = self.input_len;
+        if pixels.is_empty() || !pixels.len().is_multiple_of(n) {
+            return Err(CudaError::InputLength {
+                expected: n,
+                got: pixels.len(),
+            });
+        }
+        let mut out = vec![0i8; pixels.len() / n * self.output_len];
+        let per_chunk = self.max_batch * self.output_len;
+        for (px, o) in pixels
+            .chunks(self.max_batch * n)
+            .zip(out.chunks_mut(per_chunk))
+        {
+            self.run_into(px, o)?;
+        }
+        Ok(out)
+    }
+
     /// Copies `pixels` to the device and keeps them there for [`CudaModel::run_loaded`];
     /// returns the batch. With the two, images cross the bus once and the model runs on them
     /// as often as wanted: what GPU float benchmarks time (a batch already on the device).

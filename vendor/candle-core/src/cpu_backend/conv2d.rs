@@ -139,23 +139,6 @@ fn conv2d_tiled<T: WithDType + num_traits::Num + Copy + 'static>(
     // Output shape: [b_size, c_out, out_h, out_w].
     let dst = vec![T::zero(); p.b_size * p.c_out * out_h * out_w];
 
-    // Convert NCHW input to NHWC layout for tiled im2col.
-    let cont_s0 = p.i_h * p.i_w * p.c_in;
-    let cont_s1 = p.i_w * p.c_in;
-    let cont_s2 = p.c_in;
-    let mut inp_cont = vec![T::zero(); p.b_size * p.c_in * p.i_h * p.i_w];
-    for b_idx in 0..p.b_size {
-        for h_idx in 0..p.i_h {
-            for w_idx in 0..p.i_w {
-                for c_idx in 0..p.c_in {
-                    let src_idx = b_idx * inp_s0 + c_idx * inp_s1 + h_idx * inp_s2 + w_idx * inp_s3;
-                    let dst_idx = b_idx * cont_s0 + h_idx * cont_s1 + w_idx * cont_s2 + c_idx;
-                    inp_cont[dst_idx] = inp[src_idx]
-                }
-            }
-        }
-    }
-
     // shape of k: [c_out, c_in, k_h, k_w]
     // strides of k: [k_s0, k_s1, k_s2, k_s3]
     // For matmul, we need flattened k in shape [c_out, k_h * k_w * c_in]
@@ -185,7 +168,7 @@ fn conv2d_tiled<T: WithDType + num_traits::Num + Copy + 'static>(
 
     // Process batches and tiles in parallel using rayon.
     (0..p.b_size).into_par_iter().try_for_each(|b_idx| {
-        let inp_offset = b_idx * cont_s0;
+        let inp_offset = b_idx * inp_s0;
         let out_batch_offset = b_idx * (p.c_out * out_h * out_w);
 
         let num_tiles = total_out_pixels.div_ceil(TILE_SIZE);
@@ -195,41 +178,34 @@ fn conv2d_tiled<T: WithDType + num_traits::Num + Copy + 'static>(
             let tile_end = (tile_start + TILE_SIZE).min(total_out_pixels);
             let tile_size = tile_end - tile_start;
 
-            // Precompute output coordinates.
-            // Used in both im2col extraction and writing output.
+            // Precompute output coordinates (used by im2col extraction).
             let out_coords: Vec<_> = (tile_start..tile_end)
                 .map(|idx| (idx / out_w, idx % out_w))
                 .collect();
 
-            // Build im2col tile: [k_size, tile_size]
-            // This represents the input patches needed for this tile of outputs
+            // Build im2col tile: [k_size, tile_size], row (kh * k_w + kw) * c_in + c_in_idx.
+            // octet: filled row by row straight from the (strided) NCHW input, so that
+            // writes are contiguous and reads mostly so; the values are those of upstream's
+            // NHWC copy and per-pixel scatter (vendor/candle-core/PATCH.md).
             let mut col_tile = vec![T::zero(); k_size * tile_size];
-
-            for (tile_idx, (out_y, out_x)) in out_coords.iter().enumerate() {
-                // Extract the im2col patch for this output position
-                for c_in in 0..p.c_in {
-                    let mut patch_offset = c_in;
-                    for kh in 0..p.k_h {
-                        let in_y =
-                            (out_y * p.stride + kh * p.dilation) as isize - p.padding as isize;
-                        if in_y < 0 || in_y >= p.i_h as isize {
-                            // Padding: already zero
-                            patch_offset += p.c_in * p.k_w;
-                            continue;
-                        }
-                        for kw in 0..p.k_w {
+            for kh in 0..p.k_h {
+                for kw in 0..p.k_w {
+                    for c_in in 0..p.c_in {
+                        let patch_offset = (kh * p.k_w + kw) * p.c_in + c_in;
+                        let row = &mut col_tile[patch_offset * tile_size..][..tile_size];
+                        let base = inp_offset + c_in * inp_s1;
+                        for (dst, (out_y, out_x)) in row.iter_mut().zip(&out_coords) {
+                            let in_y =
+                                (out_y * p.stride + kh * p.dilation) as isize - p.padding as isize;
                             let in_x =
                                 (out_x * p.stride + kw * p.dilation) as isize - p.padding as isize;
-
-                            if in_x >= 0 && in_x < p.i_w as isize {
-                                let in_y = in_y as usize;
-                                let in_x = in_x as usize;
-                                let inp_idx = inp_offset + in_y * cont_s1 + in_x * cont_s2 + c_in;
-                                let col_idx = patch_offset * tile_size + tile_idx;
-                                col_tile[col_idx] = inp_cont[inp_idx];
+                            if in_y >= 0
+                                && in_y < p.i_h as isize
+                                && in_x >= 0
+                                && in_x < p.i_w as isize
+                            {
+                                *dst = inp[base + in_y as usize * inp_s2 + in_x as usize * inp_s3];
                             }
-                            // Move to next position (skip c_in channels)
-                            patch_offset += p.c_in;
                         }
                     }
                 }
@@ -246,20 +222,18 @@ fn conv2d_tiled<T: WithDType + num_traits::Num + Copy + 'static>(
             // Perform matmul
             let result = matmul.f(&k_flat, &k_layout, &col_tile, &col_layout)?;
 
-            // Copy results to output: result is [c_out, tile_size]
-            for (tile_idx, (out_y, out_x)) in out_coords.iter().enumerate() {
-                let dst_base = out_batch_offset + out_y * out_w + out_x;
-
-                for c_out_idx in 0..p.c_out {
-                    let dst_idx = dst_base + c_out_idx * (out_h * out_w);
-                    let result_idx = c_out_idx * tile_size + tile_idx;
-                    // SAFETY: Each batch processes a distinct region of the output buffer.
-                    // Within each batch, tiles process non-overlapping output positions.
-                    // Therefore, no two threads will write to the same dst_idx.
-                    unsafe {
-                        let ptr = dst.as_ptr().add(dst_idx) as *mut T;
-                        *ptr = result[result_idx];
-                    }
+            // Copy results to output: result is [c_out, tile_size], and a tile's pixels are
+            // consecutive in each output channel (octet: one contiguous copy per channel
+            // instead of a scatter per pixel and channel).
+            for c_out_idx in 0..p.c_out {
+                let src = &result[c_out_idx * tile_size..][..tile_size];
+                let dst_idx = out_batch_offset + c_out_idx * (out_h * out_w) + tile_start;
+                // SAFETY: Each batch processes a distinct region of the output buffer.
+                // Within each batch, tiles process non-overlapping output positions.
+                // Therefore, no two threads will write to the same range.
+                unsafe {
+                    let ptr = dst.as_ptr().add(dst_idx) as *mut T;
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, tile_size);
                 }
             }
             Ok::<(), crate::Error>(())
