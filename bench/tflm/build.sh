@@ -67,20 +67,31 @@ for variant in default single_rounding; do
   mkdir -p "$dir"
   echo "building $variant (make -j$jobs, log in $dir/build.log)"
   t0=$(date +%s)
+  # The TFLM Makefile does not track flags: a GENDIR built with other defines
+  # would be reused silently, so each variant's defines are stamped.
+  if [ -f "$dir/defines" ] && [ "$(cat "$dir/defines")" != "$defines" ]; then
+    echo "error: $dir was built with '$(cat "$dir/defines")', not '$defines':" \
+      "remove $dir and rerun" >&2
+    exit 1
+  fi
+  echo "$defines" >"$dir/defines"
   if ! tflm_make "$gendir" "$defines" -j"$jobs" V=1 microlite >"$dir/build.log" 2>&1; then
     tail -20 "$dir/build.log" >&2
     echo "error: the TFLM build of $variant failed; see $dir/build.log" >&2
     exit 1
   fi
-  # Evidence (make V=1 logs every compile line) that exactly the variant's
-  # compile lines carry the define.
-  n_single=$(grep -c -- '-DTFLITE_SINGLE_ROUNDING=1' "$dir/build.log" || true)
-  if { [ "$variant" = single_rounding ] && [ "$n_single" -eq 0 ]; } ||
-    { [ "$variant" = default ] && [ "$n_single" -ne 0 ]; }; then
-    echo "error: $dir/build.log has $n_single compile lines with" \
-      "-DTFLITE_SINGLE_ROUNDING=1 (default needs 0, single_rounding some)" >&2
+  # Evidence (make V=1 logs each compile line of this run) that all of the
+  # single-rounding variant's compile lines carry the define, none of default's.
+  n_compiled=$(grep -c -- ' -c ' "$dir/build.log" || true)
+  n_single=$(grep -c -- '-DTFLITE_SINGLE_ROUNDING=1 .* -c ' "$dir/build.log" || true)
+  want=0
+  [ "$variant" = single_rounding ] && want=$n_compiled
+  if [ "$n_single" -ne "$want" ]; then
+    echo "error: $n_single of $n_compiled compile lines in $dir/build.log carry" \
+      "-DTFLITE_SINGLE_ROUNDING=1; $variant needs $want" >&2
     exit 1
   fi
+  echo "  compiled $n_compiled files, $n_single with -DTFLITE_SINGLE_ROUNDING=1"
   cxxflags=$(make_var "$gendir" "$defines" CXXFLAGS)
   includes=$(make_var "$gendir" "$defines" INCLUDES)
   lib=$(make_var "$gendir" "$defines" MICROLITE_LIB_PATH)
@@ -93,6 +104,6 @@ done
   echo "tflm_commit=$commit"
   echo "cxx=$(g++ --version | head -1)"
   echo "base_defines=$base_defines"
-  echo "build_seconds=$(($(date +%s) - start)) (make -j$jobs)"
+  echo "last_run_seconds=$(($(date +%s) - start)) (make -j$jobs; a rerun only relinks)"
 } >"$out/BUILD_INFO"
 cat "$out/BUILD_INFO"

@@ -41,11 +41,11 @@ def _each(getter):
             return
 
 
-def tensor_details(model_path):
+def tensor_details(model_path, arena_bytes):
     """Input and output (shape, dtype) lists, as the pip interpreter sees them."""
     from tflite_micro.python.tflite_micro import runtime
 
-    interp = runtime.Interpreter.from_file(model_path)
+    interp = runtime.Interpreter.from_file(model_path, arena_size=arena_bytes)
     ins = [(tuple(d["shape"]), np.dtype(d["dtype"])) for d in _each(interp.get_input_details)]
     outs = [(tuple(d["shape"]), np.dtype(d["dtype"])) for d in _each(interp.get_output_details)]
     return ins, outs
@@ -55,11 +55,11 @@ def record_bytes(details):
     return sum(int(np.prod(s)) * t.itemsize for s, t in details)
 
 
-def run_pip_shard(model_path, ins, data, count):
+def run_pip_shard(model_path, ins, arena_bytes, data, count):
     """The pip interpreter on `count` records of `data`; returns raw outputs."""
     from tflite_micro.python.tflite_micro import runtime
 
-    interp = runtime.Interpreter.from_file(model_path)
+    interp = runtime.Interpreter.from_file(model_path, arena_size=arena_bytes)
     rec = record_bytes(ins)
     out = bytearray()
     for k in range(count):
@@ -162,12 +162,13 @@ def main():
     ap.add_argument("--litert", action="store_true",
                     help="also run LiteRT (ai-edge-litert): " + ", ".join(LITERT_RESOLVERS))
     ap.add_argument("--jobs", type=int, default=1, help="processes per engine (default 1)")
-    ap.add_argument("--arena-mib", type=int, default=64, help="runner arena in MiB (default 64)")
+    ap.add_argument("--arena-mib", type=int, default=64, help="arena of every TFLM interpreter in MiB (default 64)")
     ap.add_argument("--save-dir", help="also write each engine's raw outputs here")
     ap.add_argument("--out", help="write the JSON here too (default: stdout only)")
     a = ap.parse_args()
 
-    ins, outs = tensor_details(a.model)
+    arena_bytes = a.arena_mib << 20  # the same arena for pip and the runners
+    ins, outs = tensor_details(a.model, arena_bytes)
     if not outs or len({t for _, t in outs}) != 1:
         sys.exit(f"error: {a.model}: need outputs of one dtype, got {outs}")
     rec_in, rec_out = record_bytes(ins), record_bytes(outs)
@@ -189,7 +190,7 @@ def main():
 
     results, seconds = {}, {}
     t = time.time()
-    results["pip"] = sharded(functools.partial(run_pip_shard, a.model, ins), data, count, rec_in, jobs)
+    results["pip"] = sharded(functools.partial(run_pip_shard, a.model, ins, arena_bytes), data, count, rec_in, jobs)
     seconds["pip"] = round(time.time() - t, 2)
     for v in VARIANTS:
         runner = os.path.join(a.build_dir, v, "runner")
