@@ -11,6 +11,7 @@ use super::Cli;
 /// `[default: …]` in its help, or a place here.
 const OFF_WHEN_ABSENT: &[&str] = &[
     "octet train --resume",
+    "octet train --init",
     "octet train --stop-after",
     "octet train --timeline",
     "octet export --report",
