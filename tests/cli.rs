@@ -340,7 +340,11 @@ fn device_flag_of_run_and_export_is_checked() {
     for cmd in ["run", "export"] {
         let o = octet(&[cmd, "/nonexistent/m", "--device", "tpu"]);
         assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-        assert!(text(&o).contains("cpu, cuda or cuda:N"), "{}", text(&o));
+        assert!(
+            text(&o).contains("[possible values: cpu, cuda, gpu]"),
+            "{}",
+            text(&o)
+        );
     }
     #[cfg(not(feature = "cuda"))]
     for cmd in ["run", "export"] {
@@ -387,14 +391,44 @@ fn run_and_export_on_cuda_match_the_cpu() {
     };
     let (cpu, gpu) = (export("cpu"), export("cuda"));
     let o8 = |d: &str| std::fs::read(path(&format!("{d}.o8"))).unwrap();
-    assert!(o8("cpu") == o8("cuda"), "the CUDA export's .o8 differs");
+    let (bc, bg) = (o8("cpu"), o8("cuda"));
+    let (mc, mg) = (
+        octet_runtime::Model::parse(&bc).unwrap(),
+        octet_runtime::Model::parse(&bg).unwrap(),
+    );
+    assert_eq!(bc.len(), bg.len(), "the layout differs");
+    // Activation scales follow ranges observed in float: equal up to the GPU's rounding (and
+    // the histogram bin that rounding may move a percentile into).
+    for (tc, tg) in mc.tensors().zip(mg.tensors()) {
+        assert_eq!((tc.c, tc.h, tc.w, tc.offset), (tg.c, tg.h, tg.w, tg.offset));
+        let rel = ((tc.scale - tg.scale) / tc.scale).abs();
+        assert!(
+            rel < 5e-3,
+            "tensor {}: scale {} on the CPU, {} on the GPU",
+            tc.id,
+            tc.scale,
+            tg.scale
+        );
+        assert!(
+            (tc.zero_point - tg.zero_point).abs() <= 1,
+            "tensor {}",
+            tc.id
+        );
+    }
+    // The weights depend on the checkpoint alone: the same bytes.
+    for (oc, og) in mc.ops().zip(mg.ops()) {
+        assert_eq!(oc.weights, og.weights, "op {}", oc.index);
+    }
     let rows = |v: &serde_json::Value| v["ablation"]["rows"].as_array().unwrap().clone();
-    // The int8 rows (runtime on the CPU, CUDA path on the GPU) count the same predictions.
+    // The int8 rows of two near-identical models: within 2% of the images of each other.
     for i in [3, 4] {
-        assert_eq!(
-            rows(&cpu)[i]["correct"],
-            rows(&gpu)[i]["correct"],
-            "row {i}"
+        let (c, g) = (
+            rows(&cpu)[i]["correct"].as_i64().unwrap(),
+            rows(&gpu)[i]["correct"].as_i64().unwrap(),
+        );
+        assert!(
+            (c - g).abs() <= 4,
+            "row {i}: {c} correct on the CPU, {g} on the GPU"
         );
     }
     let run = |device: &str| {
