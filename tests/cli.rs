@@ -1,14 +1,11 @@
 //! End-to-end: the `octet` binary as a user runs it.
 
 use std::path::Path;
+mod octet_cmd;
+
 use std::process::{Command, Output};
 
-fn octet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_octet"))
-        .args(args)
-        .output()
-        .expect("run octet")
-}
+use octet_cmd::{octet, text};
 
 /// Runs `octet` with a `--json` command that must succeed; its stdout as JSON.
 fn octet_json(args: &[&str]) -> serde_json::Value {
@@ -37,14 +34,6 @@ fn failed_with(o: &Output, expected: &str) {
 /// Runs `octet`, which must fail and print `expected`.
 fn fails(args: &[&str], expected: &str) {
     failed_with(&octet(args), expected);
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

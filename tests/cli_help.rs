@@ -2,22 +2,9 @@
 //! bad value or flag is a usage error (exit code 2) naming what is accepted, with "did you
 //! mean" for a near miss; good values still parse.
 
-use std::process::{Command, Output};
+mod octet_cmd;
 
-fn octet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_octet"))
-        .args(args)
-        .output()
-        .expect("run octet")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use octet_cmd::{octet, text};
 
 /// `args` is refused by clap (exit code 2) with every one of `says` in the message, before
 /// any work (no file is read: the checkpoint paths given do not exist).

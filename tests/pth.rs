@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use candle_core::{Device, Tensor};
 use octet_models::ModelKind;
@@ -12,6 +11,9 @@ use octet_trainer::checkpoint::{self, Checkpoint};
 use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::eval::evaluate;
 use octet_trainer::Normalizer;
+
+mod octet_cmd;
+use octet_cmd::{octet, text};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -231,21 +233,6 @@ fn tensors_are_checked_against_the_architecture() {
     );
     let e = ck.check_model(ModelKind::ResNet18).unwrap_err().to_string();
     assert!(e.contains("is this a resnet18 checkpoint?"), "{e}");
-}
-
-fn octet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_octet"))
-        .args(args)
-        .output()
-        .expect("run octet")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn octet_json(args: &[&str]) -> serde_json::Value {
