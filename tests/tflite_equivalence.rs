@@ -173,6 +173,11 @@ fn export_format_and_convert_write_the_same_tflite() {
     export("tflite", &d("only.o8"));
     assert!(std::path::Path::new(&d("only.tflite")).exists());
     assert!(!std::path::Path::new(&d("only.o8")).exists());
+    // The report names the files written, and only those.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d("only.o8.report/report.json")).unwrap()).unwrap();
+    assert!(report["o8"].is_null(), "{}", report["o8"]);
+    assert_eq!(report["tflite"], d("only.tflite").as_str());
 
     std::fs::write(d("junk.o8"), b"not a model").unwrap();
     octet_fails(

@@ -283,7 +283,10 @@ fn write_report(
     tried: &[serde_json::Value],
     phases: &[Phase],
 ) -> anyhow::Result<()> {
-    let (a, t, dir, out) = (s.a, s.t, s.report_dir.as_path(), s.out.as_path());
+    let (a, t, dir) = (s.a, s.t, s.report_dir.as_path());
+    // The files --format wrote: the .o8 unless only the .tflite was asked for, and the reverse.
+    let o8 = (a.format != Format::Tflite).then(|| s.out.clone());
+    let tflite = (a.format != Format::O8).then(|| s.out.with_extension("tflite"));
     std::fs::create_dir_all(dir)?;
     let plots = if a.no_plots {
         Vec::new()
@@ -292,7 +295,7 @@ fn write_report(
     };
     let json = serde_json::json!({
         "checkpoint": a.checkpoint, "model": t.kind.to_string(), "data": t.split.name,
-        "o8": out, "o8_bytes": exported.bytes.len(), "commit": super::common::COMMIT,
+        "o8": o8, "tflite": tflite, "o8_bytes": exported.bytes.len(), "commit": super::common::COMMIT,
         "calibration_search": tried, "report": exported.report, "ablation": abl,
         "histograms": plots, "seconds": s.start.elapsed().as_secs_f64(),
         "device": a.device.to_string(), "phases": phases,
@@ -318,7 +321,11 @@ fn write_report(
         println!("{}", abl.to_markdown());
         println!(
             "wrote {} ({} bytes) and {}/report.{{md,json}}{}",
-            out.display(),
+            o8.iter()
+                .chain(&tflite)
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" and "),
             exported.bytes.len(),
             dir.display(),
             if plots.is_empty() {
