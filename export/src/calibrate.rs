@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::graph::Graph;
-use crate::progress::{Progress, Quiet};
+use crate::progress::Progress;
 use crate::quantize::QParams;
 use crate::reference::{values, Executor};
 use crate::{ExportOptions, Result};
@@ -49,19 +49,6 @@ pub struct TensorCalibration {
     pub histogram: Histogram,
     /// The clip range the method chose (before widening to contain 0).
     pub clip: (f32, f32),
-}
-
-/// Calibrates every activation of `graph` on `pixels` through the float executor
-/// ([`observe`], then [`choose`]). Returns every tensor's parameters and calibration (`None`
-/// for the input, whose parameters are fixed).
-pub fn calibrate(
-    graph: &Graph,
-    float: &Executor,
-    pixels: &[u8],
-    opts: &ExportOptions,
-) -> Result<(Vec<QParams>, Vec<Option<TensorCalibration>>)> {
-    let observed = observe(float, graph.tensors.len(), pixels, opts.batch, &Quiet)?;
-    Ok(choose(graph, &observed, opts))
 }
 
 /// Every tensor's statistics and histogram over the calibration images: all that any method,

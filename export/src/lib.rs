@@ -32,8 +32,7 @@ pub mod tflite;
 mod write;
 
 pub use calibrate::{
-    calibrate, choose, choose_range, observe, Calibration, Histogram, Observed, Stats,
-    TensorCalibration, BINS,
+    choose, choose_range, observe, Calibration, Histogram, Observed, Stats, TensorCalibration, BINS,
 };
 pub use calibrated::Calibrated;
 pub use engine::Engine;

@@ -17,6 +17,16 @@ pub enum Format {
     Both,
 }
 
+impl Format {
+    /// The files this format writes for the model path `out`: the `.o8` (at `out`) and the
+    /// `.tflite` (`out` with `.tflite`), each when asked for.
+    pub fn files(self, out: &Path) -> (Option<PathBuf>, Option<PathBuf>) {
+        let o8 = (self != Format::Tflite).then(|| out.to_path_buf());
+        let tflite = (self != Format::O8).then(|| out.with_extension("tflite"));
+        (o8, tflite)
+    }
+}
+
 #[derive(Args)]
 pub struct ConvertArgs {
     /// The .o8 model to convert.

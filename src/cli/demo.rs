@@ -7,7 +7,7 @@ use octet_models::ModelKind;
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::Sampler;
 use octet_trainer::data::{self, DataSource};
-use octet_trainer::device::parse_device;
+use octet_trainer::device::DeviceSpec;
 use octet_trainer::eval::evaluate;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::Normalizer;
@@ -21,7 +21,7 @@ pub struct DemoArgs {
     epochs: usize,
     /// Where to train: cpu, cuda or cuda:N (export and the comparison run on the CPU).
     #[arg(long, default_value = "cpu", value_parser = super::values::device())]
-    device: String,
+    device: DeviceSpec,
     /// Directory for the checkpoint, metrics.csv and the .o8 model.
     #[arg(long, default_value = "runs/demo")]
     out: PathBuf,
@@ -48,7 +48,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             a.device
         );
     }
-    let device = parse_device(&a.device)?;
+    let device = a.device.open()?;
     super::train::prepare_run_dir(&a.out)?;
     let start = Instant::now();
     let mut trainer = Trainer::new(cfg.clone(), split, &device, None)?;
@@ -76,7 +76,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     write_atomic(&o8, &exported.bytes)?;
 
     let test = &t.split.test;
-    let dev = parse_device("cpu")?;
+    let dev = DeviceSpec::Cpu.open()?;
     let model = octet_models::build(t.kind, t.in_channels, t.classes, 0, &dev)?;
     t.ck.restore_model(model.params())?;
     let clock = Instant::now();

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use clap::Args;
 use octet_models::ModelKind;
 use octet_trainer::data::DataSource;
-use octet_trainer::device::parse_device;
+use octet_trainer::device::DeviceSpec;
 use octet_trainer::eval::evaluate;
 use octet_trainer::Normalizer;
 
@@ -31,7 +31,7 @@ pub struct EvalArgs {
     batch_size: usize,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu", value_parser = values::device())]
-    device: String,
+    device: DeviceSpec,
     /// One JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
@@ -45,7 +45,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     } else {
         &split.test
     };
-    let dev = parse_device(&a.device)?;
+    let dev = a.device.open()?;
     let model = octet_models::build(kind, t.in_channels, t.classes, 0, &dev)?;
     t.ck.restore_model(model.params())?;
     let r = evaluate(

@@ -65,7 +65,7 @@ pub struct ExportArgs {
     threads: Option<usize>,
     /// cpu, or cuda / cuda:N: calibration and the float ablation rows on that GPU (candle),
     /// the int8 rows on the runtime's CUDA path (needs a build with `--features cuda`).
-    #[arg(long, default_value = "cpu", value_parser = values::device_spec())]
+    #[arg(long, default_value = "cpu", value_parser = values::device())]
     device: DeviceSpec,
     /// The report as one JSON object on stdout instead of text.
     #[arg(long)]
@@ -184,18 +184,18 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         opts.calibration, opts.weights
     ));
     let exported = s.cal.export(&opts)?;
-    if a.format != Format::Tflite {
-        write_atomic(&s.out, &exported.bytes)?;
+    let files = a.format.files(&s.out);
+    if let Some(path) = &files.0 {
+        write_atomic(path, &exported.bytes)?;
     }
-    if a.format != Format::O8 {
-        let path = s.out.with_extension("tflite");
+    if let Some(path) = &files.1 {
         s.say(convert::summary(
-            &path,
-            &write_tflite(&exported.bytes, &path)?,
+            path,
+            &write_tflite(&exported.bytes, path)?,
         ));
     }
     let abl = evaluate(&s, &exported, &opts)?;
-    write_report(&s, &exported, &abl, &tried, &phases.finish())
+    write_report(&s, &exported, &abl, &tried, &phases.finish(), files)
 }
 
 /// `--calibration best`: every method tried, the one with the highest int8 accuracy on
@@ -282,11 +282,10 @@ fn write_report(
     abl: &Ablation,
     tried: &[serde_json::Value],
     phases: &[Phase],
+    files: (Option<PathBuf>, Option<PathBuf>),
 ) -> anyhow::Result<()> {
     let (a, t, dir) = (s.a, s.t, s.report_dir.as_path());
-    // The files --format wrote: the .o8 unless only the .tflite was asked for, and the reverse.
-    let o8 = (a.format != Format::Tflite).then(|| s.out.clone());
-    let tflite = (a.format != Format::O8).then(|| s.out.with_extension("tflite"));
+    let (o8, tflite) = files;
     std::fs::create_dir_all(dir)?;
     let plots = if a.no_plots {
         Vec::new()

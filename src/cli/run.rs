@@ -28,7 +28,7 @@ pub struct RunArgs {
     kernels: octet_runtime::Kernels,
     /// cpu (the int8 runtime on --threads cores) or cuda / cuda:N (its CUDA path, the same
     /// output bytes; needs a build with `--features cuda`).
-    #[arg(long, default_value = "cpu", value_parser = super::values::device_spec())]
+    #[arg(long, default_value = "cpu", value_parser = super::values::device())]
     device: DeviceSpec,
     /// Also write one predicted class per line to this file.
     #[arg(long)]

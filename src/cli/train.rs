@@ -7,7 +7,7 @@ use octet_models::ModelKind;
 use octet_trainer::checkpoint::Checkpoint;
 use octet_trainer::config::LrScaling;
 use octet_trainer::data::{self, DataSource, DataSplit};
-use octet_trainer::device::parse_device;
+use octet_trainer::device::DeviceSpec;
 use octet_trainer::dist::BnMode;
 use octet_trainer::dist::{self, DistEnv};
 use octet_trainer::metrics::EpochRecord;
@@ -71,7 +71,7 @@ pub struct TrainArgs {
     eval_batch_size: Option<usize>,
     /// cpu, cuda or cuda:N (in a data-parallel job each rank takes the GPU of its local rank).
     #[arg(long, default_value = "cpu", value_parser = values::device())]
-    device: String,
+    device: DeviceSpec,
     /// Directory for last.safetensors and metrics.csv [default: runs/<model>-<data>].
     #[arg(long, short)]
     out: Option<PathBuf>,
@@ -269,13 +269,13 @@ impl TrainArgs {
         Ok(match env {
             Some(e) => {
                 anyhow::ensure!(
-                    self.device.starts_with("cuda") || self.device == "gpu",
+                    self.device.cuda_ordinal().is_some(),
                     "a data-parallel run (WORLD_SIZE={}) trains on GPUs: add --device cuda",
                     e.world
                 );
-                parse_device(&format!("cuda:{}", e.local_rank))?
+                DeviceSpec::Cuda(e.local_rank).open()?
             }
-            None => parse_device(&self.device)?,
+            None => self.device.open()?,
         })
     }
 }
@@ -311,7 +311,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     let coll = dist::connect(env.as_ref(), &device, timeout, timeout)?;
     let talk = !a.json && main_rank;
     if talk {
-        announce(&cfg, &split, coll.world(), &a.device);
+        announce(&cfg, &split, coll.world(), a.device);
     }
     let mut trainer = Trainer::with_collective(cfg.clone(), split, &device, resume.as_ref(), coll)?;
     if resume.is_some() && talk {
@@ -351,7 +351,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
 }
 
 /// The run's one-line description on stderr, before the first epoch.
-fn announce(cfg: &TrainConfig, split: &DataSplit, world: usize, device: &str) {
+fn announce(cfg: &TrainConfig, split: &DataSplit, world: usize, device: DeviceSpec) {
     eprintln!(
         "octet train: {} ({}) on {} ({} train / {} test images from {}), {} epochs, batch {}{}, lr {} {}, device {}",
         cfg.model,

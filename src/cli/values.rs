@@ -65,24 +65,15 @@ pub fn data() -> Forms<DataSource> {
     }
 }
 
-/// `--device`: `cpu`, `cuda`, `cuda:N` (`gpu` = `cuda`), checked but not opened (that needs
-/// the GPU, after parsing). The string itself, as the trainer's `parse_device` takes it.
-pub fn device() -> Forms<String> {
-    Forms::new(&["cpu", "cuda", "gpu"], device_name)
+/// `--device`: `cpu`, `cuda`, `cuda:N` (`gpu` = `cuda`) as a [`DeviceSpec`], checked but not
+/// opened (that needs the GPU, after parsing: [`DeviceSpec::open`]).
+pub fn device() -> Forms<DeviceSpec> {
+    Forms::new(&["cpu", "cuda", "gpu"], parse_device_spec)
 }
 
-/// `--device` as a [`DeviceSpec`] (see [`device`]), for commands that open it themselves.
-pub fn device_spec() -> Forms<DeviceSpec> {
-    Forms::new(&["cpu", "cuda", "gpu"], |s| {
-        s.parse().map_err(|e: TrainError| e.to_string())
-    })
-}
-
-/// `s` if it names a device (see [`device`]).
-pub fn device_name(s: &str) -> Result<String, String> {
-    octet_trainer::device::cuda_ordinal(s)
-        .map(|_| s.to_string())
-        .map_err(|e| e.to_string())
+/// A [`DeviceSpec`], with the trainer's message for a bad one.
+pub fn parse_device_spec(s: &str) -> Result<DeviceSpec, String> {
+    s.parse().map_err(|e: TrainError| e.to_string())
 }
 
 /// What `--calibration` chose: one method, or each tried and the best kept.
@@ -153,8 +144,8 @@ mod tests {
 
     #[test]
     fn forms_accept_parameters_and_refuse_with_usage_errors() {
-        assert_eq!(parse(device(), "cuda:3").unwrap(), "cuda:3");
-        assert_eq!(parse(device(), "cpu").unwrap(), "cpu");
+        assert_eq!(parse(device(), "cuda:3").unwrap().to_string(), "cuda:3");
+        assert_eq!(parse(device(), "cpu").unwrap().to_string(), "cpu");
         assert_eq!(
             parse(calibration(), "percentile:99.9").unwrap(),
             CalibrationChoice::Method(Calibration::Percentile(99.9))

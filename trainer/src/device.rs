@@ -7,11 +7,6 @@ use crate::{Result, TrainError};
 /// The forms of a `--device` value, for help and error texts.
 pub const DEVICE_FORMS: &str = "cpu, cuda or cuda:N";
 
-/// The CUDA ordinal a `--device` string names (`None` for the CPU), without opening it.
-pub fn cuda_ordinal(s: &str) -> Result<Option<usize>> {
-    s.parse::<DeviceSpec>().map(DeviceSpec::cuda_ordinal)
-}
-
 /// What `--device` names: the CPU or one CUDA GPU by ordinal. Parsed (so clap checks it, as a
 /// `value_parser`: `cpu`, `cuda` (= `cuda:0`, also `gpu`) or `cuda:N`), opened by [`DeviceSpec::open`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use anyhow::Context;
 use candle_core::{DType, Tensor};
 use clap::Args;
 use octet_trainer::atomic::write_atomic;
-use octet_trainer::device::parse_device;
+use octet_trainer::device::DeviceSpec;
 use octet_trainer::dist::{self, collective::busbw_factor, DistEnv};
 use serde::Serialize;
 
@@ -51,7 +51,7 @@ pub fn run(a: AllreduceBench) -> anyhow::Result<()> {
     let env = DistEnv::from_env()?.filter(|e| e.world > 1).context(
         "bench allreduce needs several ranks: run it as `octet launch --gpus N -- bench allreduce`",
     )?;
-    let dev = parse_device(&format!("cuda:{}", env.local_rank))?;
+    let dev = DeviceSpec::Cuda(env.local_rank).open()?;
     let t = Duration::from_secs(a.dist_timeout);
     let coll = dist::connect(Some(&env), &dev, t, t)?;
     let world = coll.world();

@@ -4,7 +4,7 @@ use clap::Args;
 use octet_models::ModelKind;
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::{self, DataSource};
-use octet_trainer::device::parse_device;
+use octet_trainer::device::DeviceSpec;
 use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
 use octet_trainer::{Precision, TrainError};
@@ -28,7 +28,7 @@ pub struct TrainBench {
     images: usize,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cuda", value_parser = crate::cli::values::device())]
-    device: String,
+    device: DeviceSpec,
     /// Also write the rows as JSON to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -54,7 +54,7 @@ struct Row {
 }
 
 pub fn run(a: TrainBench) -> anyhow::Result<()> {
-    let device = parse_device(&a.device)?;
+    let device = a.device.open()?;
     let split = data::load(&DataSource::Synthetic {
         train: a.images,
         test: 0,
@@ -159,7 +159,7 @@ pub fn run(a: TrainBench) -> anyhow::Result<()> {
 fn save(a: &TrainBench, rows: &[Row]) -> anyhow::Result<()> {
     if let Some(path) = &a.out {
         let v = serde_json::json!({
-            "bench": "train", "commit": crate::cli::common::COMMIT, "device": a.device,
+            "bench": "train", "commit": crate::cli::common::COMMIT, "device": a.device.to_string(),
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "protocol": "synthetic CIFAR-shaped data, epoch 1 warm-up, epoch 2 timed, no augmentation; precision per row (f32: NCHW, TF32 convolutions; bf16: bf16 channels-last activations, f32 master weights)",
             "rows": rows,

@@ -28,13 +28,14 @@ mod report;
 
 use crate::cli::common::at_least_one;
 use crate::cli::values::{self, Forms};
+use octet_trainer::device::DeviceSpec;
 use report::{markdown, plot, Row};
 
-/// `--device`: a device as `--device` names one, or `none`.
-fn gpu_or_none() -> Forms<String> {
+/// `--device`: a device as `--device` names one, or `none` (`None`).
+fn gpu_or_none() -> Forms<Option<DeviceSpec>> {
     Forms::new(&["cuda", "none"], |s| match s {
-        "none" => Ok(s.into()),
-        _ => values::device_name(s),
+        "none" => Ok(None),
+        _ => values::parse_device_spec(s).map(Some),
     })
 }
 
@@ -51,7 +52,9 @@ pub struct InferBench {
     cpu_batch_sizes: Vec<usize>,
     /// cuda or cuda:N for the GPU rows; `none` for CPU rows only.
     #[arg(long, default_value = "cuda", value_parser = gpu_or_none())]
-    device: String,
+    // Spelled out so that clap takes the whole `Option` from the parser (`none` → `None`)
+    // instead of treating the flag as optional.
+    device: ::std::option::Option<DeviceSpec>,
     /// Timed runs per row (batch 1 takes ten times as many).
     #[arg(long, default_value_t = 20, value_parser = at_least_one)]
     iters: usize,
@@ -120,10 +123,7 @@ fn float_input(px: &[u8], n: usize, dev: &Device) -> candle_core::Result<Tensor>
 pub fn run(a: InferBench) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
-    let gpu = match a.device.as_str() {
-        "none" => None,
-        d => Some(octet_trainer::device::parse_device(d)?),
-    };
+    let gpu = a.device.map(DeviceSpec::open).transpose()?;
     // Read the peer first: a bad path should fail before minutes of measuring.
     let peer: Vec<Value> = match &a.peer {
         Some(p) => serde_json::from_slice(
