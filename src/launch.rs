@@ -1,6 +1,8 @@
 //! `octet launch`: one process per GPU on this machine, supervised as one job — if one
-//! rank fails the others are stopped (SIGTERM, then SIGKILL after a grace period) and the
-//! launcher exits with the failing rank's code. Unix only: it relies on process groups and
+//! rank fails the others are stopped (SIGTERM, then SIGKILL after a grace period), and either
+//! all are started again (`--max-restarts`) or the launcher exits with the failing rank's
+//! code. With several machines (`--nnodes`), one launcher runs on each and starts its share of
+//! the global ranks (torchrun's static rendezvous). Unix only: it relies on process groups and
 //! signals.
 
 use std::ffi::OsString;
@@ -13,37 +15,162 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use octet_trainer::dist::{LAUNCHED_AT_VAR, MAX_RESTARTS_VAR, RESTART_COUNT_VAR};
 
 /// What to start and how.
 #[derive(Debug, Clone)]
 pub struct Spec {
     pub program: PathBuf,
     pub args: Vec<OsString>,
-    /// Number of processes, ranks `0..procs`.
+    /// Processes on this machine, local ranks `0..procs`.
     pub procs: usize,
+    /// Machines in the job, each running `procs` ranks.
+    pub nnodes: usize,
+    /// This machine's place, `0..nnodes`: its ranks are `node_rank·procs + i`.
+    pub node_rank: usize,
     pub master_addr: String,
     pub master_port: u16,
     /// How long ranks get between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// How many times the ranks are started again after a failure.
+    pub max_restarts: usize,
+    /// When the launcher started, in milliseconds since the Unix epoch.
+    pub launched_at_ms: u128,
+}
+
+impl Spec {
+    /// Ranks in the whole job.
+    pub fn world(&self) -> usize {
+        self.nnodes * self.procs
+    }
+
+    /// The global rank of local rank `local`.
+    pub fn global_rank(&self, local: usize) -> usize {
+        self.node_rank * self.procs + local
+    }
+
+    /// The variables each rank gets, torchrun's names and meanings, for local rank `local` of
+    /// the job's `restart`-th start.
+    pub fn rank_env(&self, local: usize, restart: usize) -> Vec<(&'static str, String)> {
+        vec![
+            ("RANK", self.global_rank(local).to_string()),
+            ("WORLD_SIZE", self.world().to_string()),
+            ("LOCAL_RANK", local.to_string()),
+            ("LOCAL_WORLD_SIZE", self.procs.to_string()),
+            ("GROUP_RANK", self.node_rank.to_string()),
+            ("GROUP_WORLD_SIZE", self.nnodes.to_string()),
+            ("MASTER_ADDR", self.master_addr.clone()),
+            ("MASTER_PORT", self.master_port.to_string()),
+            (RESTART_COUNT_VAR, restart.to_string()),
+            (MAX_RESTARTS_VAR, self.max_restarts.to_string()),
+            (LAUNCHED_AT_VAR, self.launched_at_ms.to_string()),
+        ]
+    }
 }
 
 const POLL: Duration = Duration::from_millis(20);
 
-/// Starts `spec.procs` copies of the program, each with `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
-/// `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` (and `NCCL_NVLS_ENABLE=0` unless set),
-/// and supervises them until all have exited. Rank 0 writes to the launcher's stdout and
-/// stderr directly; the other ranks' lines go to stderr prefixed `[rank i] `, so the
-/// launcher's stdout is exactly rank 0's.
+/// How one start of the ranks ended.
+enum Ending {
+    /// Every rank exited 0.
+    Done,
+    /// The launcher was asked to stop (128 + signal).
+    Interrupted(u8),
+    /// `rank` (global) failed first, with this exit code and description.
+    Failed { rank: usize, code: u8, what: String },
+}
+
+/// Starts this machine's `spec.procs` ranks, each with the variables of [`Spec::rank_env`]
+/// (and `NCCL_NVLS_ENABLE=0` unless set) on top of the launcher's own environment, and
+/// supervises them until all have exited; on a failure, starts them all again up to
+/// `spec.max_restarts` times. Global rank 0 writes to the launcher's stdout and stderr
+/// directly; the other ranks' lines go to stderr prefixed `[rank i] `, so the launcher's
+/// stdout is exactly rank 0's.
 ///
-/// Returns the launcher's exit code: the first failing rank's code (128 + signal for a rank
+/// Returns the launcher's exit code: the last failing rank's code (128 + signal for a rank
 /// killed by a signal), 128 + signal when the launcher itself was interrupted, else 0.
 pub fn launch(spec: &Spec) -> anyhow::Result<u8> {
     anyhow::ensure!(spec.procs >= 1, "--gpus must be at least 1");
+    anyhow::ensure!(
+        spec.node_rank < spec.nnodes,
+        "--node-rank {} is not below --nnodes {}: nodes are numbered 0..{}",
+        spec.node_rank,
+        spec.nnodes,
+        spec.nnodes - 1
+    );
+    announce(spec);
     signals::install()?;
+    let seen = signals::count();
+    let mut restart = 0;
+    loop {
+        match start_and_supervise(spec, restart, seen)? {
+            Ending::Done => return Ok(0),
+            Ending::Interrupted(code) => return Ok(code),
+            Ending::Failed { rank, code, what } => {
+                // Never restart what the user asked to stop.
+                if restart < spec.max_restarts && signals::count() == seen {
+                    restart += 1;
+                    eprintln!(
+                        "octet launch: restart {restart} of {}: rank {rank} failed ({what}); \
+                         starting ranks {} again",
+                        spec.max_restarts,
+                        rank_range(spec)
+                    );
+                    continue;
+                }
+                if spec.max_restarts > 0 {
+                    eprintln!("octet launch: all {} restarts used", spec.max_restarts);
+                }
+                eprintln!("octet launch: exiting with code {code}: rank {rank} failed first");
+                return Ok(code);
+            }
+        }
+    }
+}
+
+/// The launcher's first line: what runs where.
+fn announce(spec: &Spec) {
+    let nodes = if spec.nnodes > 1 {
+        format!(
+            " (node {} of {}: ranks {} of {})",
+            spec.node_rank,
+            spec.nnodes,
+            rank_range(spec),
+            spec.world()
+        )
+    } else {
+        String::new()
+    };
+    let restarts = if spec.max_restarts > 0 {
+        format!(", up to {} restarts", spec.max_restarts)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "octet launch: {} ranks of {}{nodes}, MASTER_ADDR={} MASTER_PORT={}{restarts}",
+        spec.procs,
+        spec.program.display(),
+        spec.master_addr,
+        spec.master_port,
+    );
+}
+
+/// `4..7`, the global ranks of this machine, for messages.
+fn rank_range(spec: &Spec) -> String {
+    let (first, last) = (spec.global_rank(0), spec.global_rank(spec.procs - 1));
+    if first == last {
+        first.to_string()
+    } else {
+        format!("{first}..{last}")
+    }
+}
+
+fn start_and_supervise(spec: &Spec, restart: usize, seen: usize) -> anyhow::Result<Ending> {
     let mut ranks: Vec<Option<Child>> = Vec::with_capacity(spec.procs);
     let mut relays = Vec::new();
-    for rank in 0..spec.procs {
-        match spawn(spec, rank) {
+    for local in 0..spec.procs {
+        let rank = spec.global_rank(local);
+        match spawn(spec, local, restart) {
             Ok(mut child) => {
                 relays.extend(child.stdout.take().map(|o| relay(o, rank)));
                 relays.extend(child.stderr.take().map(|e| relay(e, rank)));
@@ -60,25 +187,20 @@ pub fn launch(spec: &Spec) -> anyhow::Result<u8> {
             }
         }
     }
-    let outcome = supervise(&mut ranks, spec.grace);
+    let ending = supervise(spec, &mut ranks, seen);
     // Pipes close when the ranks' process groups are gone; do not wait forever on a
     // grandchild that escaped its group and kept one open.
     let until = Instant::now() + Duration::from_secs(1);
     while relays.iter().any(|r| !r.is_finished()) && Instant::now() < until {
         thread::sleep(Duration::from_millis(10));
     }
-    Ok(outcome)
+    Ok(ending)
 }
 
-fn spawn(spec: &Spec, rank: usize) -> std::io::Result<Child> {
+fn spawn(spec: &Spec, local: usize, restart: usize) -> std::io::Result<Child> {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
-        .env("RANK", rank.to_string())
-        .env("WORLD_SIZE", spec.procs.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .env("LOCAL_WORLD_SIZE", spec.procs.to_string())
-        .env("MASTER_ADDR", &spec.master_addr)
-        .env("MASTER_PORT", spec.master_port.to_string())
+        .envs(spec.rank_env(local, restart))
         // Ranks run in their own process groups, where reading the terminal would stop them.
         .stdin(Stdio::null())
         // Its own group, so stopping a rank also stops what it started (shells, workers).
@@ -87,7 +209,7 @@ fn spawn(spec: &Spec, rank: usize) -> std::io::Result<Child> {
         // NVLink SHARP (multicast) is unavailable on many hosts and NCCL fails hard on it.
         cmd.env("NCCL_NVLS_ENABLE", "0");
     }
-    if rank > 0 {
+    if spec.global_rank(local) > 0 {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     #[cfg(target_os = "linux")]
@@ -147,13 +269,15 @@ fn signal_all(ranks: &[Option<Child>], sig: libc::c_int) {
     }
 }
 
-fn running(ranks: &[Option<Child>]) -> Vec<String> {
+/// The global ranks of the children still running, for messages.
+fn running(spec: &Spec, ranks: &[Option<Child>]) -> String {
     ranks
         .iter()
         .enumerate()
         .filter(|(_, c)| c.is_some())
-        .map(|(i, _)| i.to_string())
-        .collect()
+        .map(|(i, _)| spec.global_rank(i).to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// 128 + signal for a rank killed by a signal, as shells report it.
@@ -173,12 +297,12 @@ fn describe(st: ExitStatus) -> String {
     }
 }
 
-fn supervise(ranks: &mut [Option<Child>], grace: Duration) -> u8 {
-    let mut first: Option<(usize, u8)> = None;
+fn supervise(spec: &Spec, ranks: &mut [Option<Child>], mut seen: usize) -> Ending {
+    let grace = spec.grace;
+    let mut first: Option<(usize, u8, String)> = None;
     let mut interrupted: Option<i32> = None;
     let mut stopping_since: Option<Instant> = None;
     let mut killed = false;
-    let mut seen = signals::count();
     loop {
         if signals::count() != seen {
             seen = signals::count();
@@ -188,7 +312,7 @@ fn supervise(ranks: &mut [Option<Child>], grace: Duration) -> u8 {
                 eprintln!(
                     "octet launch: {} received, stopping ranks {} (again to kill at once)",
                     signals::name(sig),
-                    running(ranks).join(", ")
+                    running(spec, ranks)
                 );
                 signal_all(
                     ranks,
@@ -200,13 +324,14 @@ fn supervise(ranks: &mut [Option<Child>], grace: Duration) -> u8 {
                 );
                 stopping_since.get_or_insert_with(Instant::now);
             } else if !killed {
-                eprintln!("octet launch: killing ranks {}", running(ranks).join(", "));
+                eprintln!("octet launch: killing ranks {}", running(spec, ranks));
                 signal_all(ranks, libc::SIGKILL);
                 killed = true;
             }
         }
-        for (rank, slot) in ranks.iter_mut().enumerate() {
+        for (local, slot) in ranks.iter_mut().enumerate() {
             let Some(child) = slot else { continue };
+            let rank = spec.global_rank(local);
             let status = match child.try_wait() {
                 Ok(s) => s,
                 Err(e) => {
@@ -214,7 +339,7 @@ fn supervise(ranks: &mut [Option<Child>], grace: Duration) -> u8 {
                     let _ = child.wait();
                     *slot = None;
                     eprintln!("octet launch: cannot watch rank {rank}: {e}");
-                    first.get_or_insert((rank, 1));
+                    first.get_or_insert((rank, 1, format!("cannot watch it: {e}")));
                     continue;
                 }
             };
@@ -223,7 +348,7 @@ fn supervise(ranks: &mut [Option<Child>], grace: Duration) -> u8 {
             if st.success() || first.is_some() || interrupted.is_some() {
                 continue;
             }
-            first = Some((rank, exit_code(st)));
+            first = Some((rank, exit_code(st), describe(st)));
             eprintln!(
                 "octet launch: rank {rank} failed first ({}); stopping the other ranks",
                 describe(st)
@@ -240,7 +365,7 @@ fn supervise(ranks: &mut [Option<Child>], grace: Duration) -> u8 {
             if !killed && t.elapsed() >= grace {
                 eprintln!(
                     "octet launch: ranks {} still running {grace:?} after SIGTERM: killing them",
-                    running(ranks).join(", ")
+                    running(spec, ranks)
                 );
                 signal_all(ranks, libc::SIGKILL);
                 killed = true;
@@ -249,12 +374,9 @@ fn supervise(ranks: &mut [Option<Child>], grace: Duration) -> u8 {
         thread::sleep(POLL);
     }
     match (first, interrupted) {
-        (Some((rank, code)), _) => {
-            eprintln!("octet launch: exiting with code {code}: rank {rank} failed first");
-            code
-        }
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        (None, None) => 0,
+        (Some((rank, code, what)), _) => Ending::Failed { rank, code, what },
+        (None, Some(sig)) => Ending::Interrupted(128u8.wrapping_add(sig as u8)),
+        (None, None) => Ending::Done,
     }
 }
 

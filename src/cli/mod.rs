@@ -10,6 +10,8 @@ mod help_tests;
 mod inspect;
 mod launch;
 mod plot;
+mod ranks;
+mod restart;
 mod run;
 mod train;
 mod values;
@@ -34,17 +36,28 @@ enum Command {
     Train(Box<train::TrainArgs>),
     /// Start one training process per GPU on this machine and supervise them as one job.
     ///
-    /// Starts N processes, ranks 0..N-1, each with the environment `torchrun` sets: RANK,
-    /// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
-    /// NCCL_NVLS_ENABLE=0 unless already set). By default each runs this octet with ARGS.
+    /// Starts N processes, each with the environment `torchrun` sets: RANK, WORLD_SIZE,
+    /// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+    /// TORCHELASTIC_RESTART_COUNT (and NCCL_NVLS_ENABLE=0 unless already set); the rest of the
+    /// environment (NCCL_SOCKET_IFNAME, CUDA_VISIBLE_DEVICES, …) passes through. By default
+    /// each runs this octet with ARGS.
     ///
     /// Rank 0's output passes through untouched, so stdout stays machine-readable; the other
     /// ranks' lines go to stderr prefixed with `[rank i]`. When a rank fails, the others get
-    /// SIGTERM, then SIGKILL after --grace seconds, and octet launch exits with the failing
-    /// rank's code (128 + signal if it was killed by one). Ctrl-C stops all ranks the same
-    /// way (press it twice to kill at once). Across several machines, start `octet train`
-    /// with these variables from your scheduler instead.
+    /// SIGTERM, then SIGKILL after --grace seconds; with --max-restarts all ranks start again
+    /// (`octet train` resumes from the last checkpoint of its --out), else octet launch exits
+    /// with the failing rank's code (128 + signal if it was killed by one). Ctrl-C stops all
+    /// ranks the same way (press it twice to kill at once).
+    ///
+    /// Several machines: run one octet launch on each with the same --nnodes, --gpus,
+    /// --master-addr (node 0's address) and --master-port, and --node-rank 0..nnodes-1; node R
+    /// runs global ranks R·N..R·N+N-1. Under Slurm, `srun octet train …` with one task per GPU
+    /// needs no launcher.
     Launch(launch::LaunchArgs),
+    /// Check a multi-process launch without GPUs: every rank reads its place (torchrun's,
+    /// octet launch's or Slurm's variables), meets the others at the rendezvous and prints
+    /// where it runs.
+    Ranks(ranks::RanksArgs),
     /// Test accuracy and loss of a checkpoint on a data set.
     Eval(eval::EvalArgs),
     /// Calibrate a float checkpoint and write an int8 .o8 model, with an accuracy report.
@@ -67,6 +80,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Launch(a) => return launch::run(a),
         Command::Train(a) => train::run(*a),
+        Command::Ranks(a) => ranks::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Export(a) => export::run(a),
         Command::Run(a) => run::run(a),

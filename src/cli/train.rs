@@ -18,6 +18,7 @@ use octet_trainer::{atomic, checkpoint};
 
 use super::common::at_least_one;
 use super::curves::{self, Curves};
+use super::restart::{Attempt, Start};
 use super::values;
 
 /// The settings a fresh run takes from `TrainConfig` are shown as `[default: …]` by
@@ -264,16 +265,16 @@ impl TrainArgs {
         Ok(cfg)
     }
 
-    /// `--device`, or in a data-parallel job (`env`) the GPU of this rank's local rank.
+    /// `--device`, or in a data-parallel job (`env`) this rank's GPU (`DistEnv::gpu`).
     fn device(&self, env: Option<&DistEnv>) -> anyhow::Result<Device> {
         Ok(match env {
             Some(e) => {
                 anyhow::ensure!(
                     self.device.cuda_ordinal().is_some(),
-                    "a data-parallel run (WORLD_SIZE={}) trains on GPUs: add --device cuda",
+                    "a data-parallel run ({} ranks) trains on GPUs: add --device cuda",
                     e.world
                 );
-                DeviceSpec::Cuda(e.local_rank).open()?
+                DeviceSpec::Cuda(e.gpu).open()?
             }
             None => self.device.open()?,
         })
@@ -281,12 +282,19 @@ impl TrainArgs {
 }
 
 pub fn run(a: TrainArgs) -> anyhow::Result<()> {
+    // Where this process stands in the job first: a wrong variable fails before any loading.
+    let env = DistEnv::from_env()?.filter(|e| e.world > 1);
+    let main_rank = env.as_ref().is_none_or(|e| e.rank == 0);
+    if let Some(e) = env.as_ref().filter(|_| main_rank) {
+        eprintln!("octet train: {}", e.describe());
+    }
+    let attempt = Attempt::from_env()?;
     // Finite tensors and consistent metadata, before anything else.
-    let resume = match &a.resume {
+    let mut resume = match &a.resume {
         Some(p) => Some(checkpoint::load_checked(p)?),
         None => None,
     };
-    let init = match &a.init {
+    let mut init = match &a.init {
         Some(p) => Some(checkpoint::load_checked(p)?),
         None => None,
     };
@@ -294,16 +302,51 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         // A file without octet metadata does not say its architecture: --model must.
         ck.model_kind(a.model)?;
     }
-    let cfg = a.checked_config(resume.as_ref())?;
+    let mut cfg = a.checked_config(resume.as_ref())?;
     let source: DataSource = cfg.data.parse()?;
     let split = data::load(&source)?;
     let out = a.out.clone().unwrap_or_else(|| match &a.resume {
         Some(p) => p.parent().map(PathBuf::from).unwrap_or_default(),
         None => PathBuf::from("runs").join(format!("{}-{}", cfg.model, split.name)),
     });
-    let env = DistEnv::from_env()?.filter(|e| e.world > 1);
+    match attempt.start(&out) {
+        Start::AsGiven => {}
+        Start::StaleIgnored(last) => {
+            if main_rank {
+                eprintln!(
+                    "restart {} of {}: {} predates this job, not resumed; starting as the flags say",
+                    attempt.restart,
+                    attempt.allowed,
+                    last.display()
+                );
+            }
+        }
+        Start::Resume(last) => {
+            let ck = checkpoint::load_checked(&last)?;
+            let done = ck.meta.as_ref().map_or(0, |m| m.epoch);
+            if main_rank {
+                eprintln!(
+                    "restart {} of {}: resuming from {} (after epoch {done})",
+                    attempt.restart,
+                    attempt.allowed,
+                    last.display()
+                );
+            }
+            if done >= cfg.epochs {
+                if main_rank {
+                    eprintln!(
+                        "the run had finished all {} epochs: nothing left to train",
+                        cfg.epochs
+                    );
+                }
+                return Ok(());
+            }
+            cfg = a.checked_config(Some(&ck))?;
+            resume = Some(ck);
+            init = None;
+        }
+    }
     let device = a.device(env.as_ref())?;
-    let main_rank = env.as_ref().is_none_or(|e| e.rank == 0);
     if main_rank {
         prepare_run_dir(&out)?;
     }
@@ -403,7 +446,7 @@ fn print_done(summary: &Summary, out: &Path, plotted: bool, json: bool) {
 /// if missing) this process can write in, with no directory where a file goes; temporaries left
 /// by an interrupted checkpoint write (`last.safetensors.PID.tmp`) are removed.
 pub fn prepare_run_dir(out: &Path) -> anyhow::Result<()> {
-    const FILES: [&str; 3] = ["last.safetensors", "metrics.csv", curves::FILE];
+    const FILES: [&str; 3] = [checkpoint::LAST_FILE, "metrics.csv", curves::FILE];
     const PROBE: &str = ".octet-probe";
     anyhow::ensure!(
         !out.exists() || out.is_dir(),

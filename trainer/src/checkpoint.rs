@@ -18,6 +18,8 @@ use crate::pth;
 use crate::{Result, TrainError};
 
 pub const FORMAT: &str = "octet-checkpoint/1";
+/// The checkpoint a training run keeps in its directory, rewritten after every epoch.
+pub const LAST_FILE: &str = "last.safetensors";
 const META_KEY: &str = "octet";
 
 /// What a checkpoint says about itself.

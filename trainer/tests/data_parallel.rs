@@ -486,3 +486,52 @@ fn sync_batch_norm_in_a_residual_network_over_two_ranks_equals_one_rank_in_f64()
         }
     }
 }
+
+/// Ranks that resume from different points (one read a checkpoint, one found none: a `--out`
+/// not shared between machines) all stop with the reason instead of hanging.
+#[test]
+fn ranks_resuming_from_different_points_all_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = config(64);
+    first.epochs = 1;
+    run_ranks(first, 1, Some(dir.path()));
+    let ck = octet_trainer::checkpoint::load_checked(&dir.path().join("last.safetensors")).unwrap();
+    let ranks: Vec<Arc<ThreadRank>> = thread_group(2, Duration::from_secs(60))
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                let coll: Arc<dyn Collective> = r.clone();
+                let resume = (coll.rank() == 0).then_some(&ck);
+                s.spawn(move || {
+                    match Trainer::with_collective(
+                        config(32),
+                        small_split(),
+                        &Device::Cpu,
+                        resume,
+                        coll,
+                    ) {
+                        Ok(_) => "started".to_string(),
+                        Err(e) => e.to_string(),
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errors {
+        assert!(
+            e.contains("1 rank(s) resumed from another point than rank 0")
+                && e.contains("file system all of them share"),
+            "{e}"
+        );
+    }
+    assert!(
+        errors[1].contains("this is rank 1: epoch 0 step 0, rank 0: epoch 1 step 16"),
+        "{}",
+        errors[1]
+    );
+}

@@ -18,8 +18,8 @@ fn rank(rank: usize, world: usize, port: u16) -> DistEnv {
         rank,
         world,
         local_rank: rank,
-        master_addr: "127.0.0.1".into(),
         master_port: port,
+        ..DistEnv::single()
     }
 }
 
@@ -272,4 +272,61 @@ fn silent_connection_does_not_block_the_job() {
     let got = share_bytes(&rank(1, 2, port), None, Duration::from_secs(5)).unwrap();
     assert_eq!(got, b"id");
     assert_eq!(root.join().unwrap().unwrap(), b"id");
+}
+
+/// This machine's address on the network (the source address of a route outwards; a UDP
+/// `connect` sends nothing), if it has one.
+fn network_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+}
+
+#[test]
+fn rank_0_listens_on_loopback_only_for_a_loopback_master_addr() {
+    use octet_trainer::dist::listen_addrs;
+    use std::net::SocketAddr;
+    let at = |s: &str| -> Vec<SocketAddr> { vec![s.parse().unwrap()] };
+    assert_eq!(
+        listen_addrs("127.0.0.1", &at("127.0.0.1:5")),
+        at("127.0.0.1:5")
+    );
+    assert_eq!(
+        listen_addrs("localhost", &at("127.0.0.1:5")),
+        at("127.0.0.1:5")
+    );
+    assert_eq!(listen_addrs("[::1]", &at("[::1]:5")), at("[::1]:5"));
+    // A host name resolving to loopback on its own machine (Debian's 127.0.1.1 line) is
+    // reached by the others at its network address: listen everywhere.
+    assert_eq!(listen_addrs("gpu01", &at("127.0.1.1:5")), at("0.0.0.0:5"));
+    assert_eq!(listen_addrs("10.0.0.7", &at("10.0.0.7:5")), at("0.0.0.0:5"));
+    assert_eq!(listen_addrs("fe80::1", &at("[fe80::1]:5")), at("[::]:5"));
+}
+
+/// Rank 0 named by its network address is reached through any of its addresses, as ranks on
+/// other machines reach it; one named by an address it does not have is refused.
+#[test]
+fn rank_0_at_a_network_address_accepts_every_interface() {
+    let Some(ip) = network_address() else {
+        panic!("this machine has no network address to test the rendezvous on");
+    };
+    let port = free_port();
+    let mut root = rank(0, 3, port);
+    root.master_addr = ip.to_string();
+    let mut envs = vec![root, rank(1, 3, port)];
+    let mut by_ip = rank(2, 3, port);
+    by_ip.master_addr = ip.to_string();
+    envs.push(by_ip);
+    for r in run_ranks(envs, b"id", Duration::from_secs(5)) {
+        assert_eq!(r.unwrap(), b"id");
+    }
+    let mut stranger = rank(0, 2, free_port());
+    stranger.master_addr = "192.0.2.250".into();
+    if ip.to_string() != stranger.master_addr {
+        let e = share_bytes(&stranger, Some(b"id"), Duration::from_secs(1)).unwrap_err();
+        assert!(
+            e.to_string().contains("not an address of this machine"),
+            "{e}"
+        );
+    }
 }

@@ -1,6 +1,6 @@
-//! Data parallelism across processes: who this process is in the job ([`DistEnv`]), how the
-//! processes find each other ([`share_bytes`]), how gradients are grouped for all-reduce
-//! ([`BucketPlan`]), the collectives (NCCL on GPUs, threads on CPU) and the synchronous SGD
+//! Data parallelism across processes: who this process is in the job ([`DistEnv`], from
+//! torchrun's or Slurm's variables), how the processes find each other ([`share_bytes`]), how
+//! gradients are grouped for all-reduce ([`BucketPlan`]), the collectives (NCCL on GPUs, threads on CPU) and the synchronous SGD
 //! built on them ([`DataParallel`]).
 
 mod bucket;
@@ -10,6 +10,7 @@ mod env;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod rendezvous;
+mod slurm;
 pub mod sync_bn;
 #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
 mod watchdog;
@@ -17,8 +18,12 @@ mod watchdog;
 pub use bucket::{Bucket, BucketPlan, Member, DEFAULT_BUCKET_BYTES};
 pub use collective::{thread_group, Collective, CommStats, Solo, ThreadRank};
 pub use data_parallel::{BnMode, DataParallel};
-pub use env::{free_local_port, DistEnv};
-pub use rendezvous::{barrier, share_bytes, PROTOCOL_VERSION};
+pub use env::{
+    free_local_port, gpu_of, restarts, DistEnv, Origin, RankVars, LAUNCHED_AT_VAR,
+    MAX_RESTARTS_VAR, RESTART_COUNT_VAR,
+};
+pub use rendezvous::{barrier, listen_addrs, share_bytes, PROTOCOL_VERSION};
+pub use slurm::first_host;
 pub use watchdog::aborting;
 
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! UTF-8 reason when it refused the rank or gave up. Every wait has a deadline.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -107,24 +107,53 @@ fn resolve(env: &DistEnv, timeout: Duration, deadline: Instant) -> Result<Vec<So
     }
 }
 
+/// Where rank 0 listens, given `MASTER_ADDR` and its addresses here: on those addresses when
+/// `MASTER_ADDR` is loopback (a job on this machine alone), else on every interface of the
+/// address family. A host name often resolves to a loopback address on its own machine
+/// (Debian's `127.0.1.1 gpu01` line) while the other machines reach it by its network address.
+pub fn listen_addrs(master_addr: &str, resolved: &[SocketAddr]) -> Vec<SocketAddr> {
+    let host = master_addr.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match resolved.first() {
+        Some(first) if !loopback => {
+            let any: IpAddr = if first.is_ipv4() {
+                Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                Ipv6Addr::UNSPECIFIED.into()
+            };
+            vec![SocketAddr::new(any, first.port())]
+        }
+        _ => resolved.to_vec(),
+    }
+}
+
 fn bind(env: &DistEnv, addrs: &[SocketAddr]) -> Result<TcpListener> {
+    let listen = listen_addrs(&env.master_addr, addrs);
+    if listen != addrs {
+        // Listening everywhere must not hide a MASTER_ADDR that names another machine.
+        let here: Vec<SocketAddr> = addrs.iter().map(|a| SocketAddr::new(a.ip(), 0)).collect();
+        TcpListener::bind(&here[..]).map_err(|e| bind_error(env, e))?;
+    }
+    TcpListener::bind(&listen[..]).map_err(|e| bind_error(env, e))
+}
+
+fn bind_error(env: &DistEnv, e: std::io::Error) -> TrainError {
     let (addr, port) = (&env.master_addr, env.master_port);
-    TcpListener::bind(addrs).map_err(|e| {
-        dist(match e.kind() {
-            ErrorKind::AddrInUse => format!(
-                "MASTER_PORT {port} on {addr} is in use: pick another with --master-port or \
+    dist(match e.kind() {
+        ErrorKind::AddrInUse => format!(
+            "MASTER_PORT {port} on {addr} is in use: pick another with --master-port or \
                  MASTER_PORT"
-            ),
-            ErrorKind::AddrNotAvailable => format!(
-                "MASTER_ADDR {addr} is not an address of this machine: rank 0 listens there, so \
+        ),
+        ErrorKind::AddrNotAvailable => format!(
+            "MASTER_ADDR {addr} is not an address of this machine: rank 0 listens there, so \
                  start rank 0 on that machine or set MASTER_ADDR to one of its addresses"
-            ),
-            ErrorKind::PermissionDenied => format!(
-                "rank 0 may not listen on MASTER_PORT {port} (ports below 1024 need privileges): \
+        ),
+        ErrorKind::PermissionDenied => format!(
+            "rank 0 may not listen on MASTER_PORT {port} (ports below 1024 need privileges): \
                  pick another with --master-port or MASTER_PORT"
-            ),
-            _ => format!("rank 0 cannot listen on {addr}:{port}: {e}"),
-        })
+        ),
+        _ => format!("rank 0 cannot listen on {addr}:{port}: {e}"),
     })
 }
 
@@ -215,11 +244,12 @@ fn serve(env: &DistEnv, payload: &[u8], timeout: Duration, deadline: Instant) ->
                     let mut why = format!(
                         "rendezvous at {} timed out after {timeout:?}: rank{} {} of {} never \
                          arrived. Did every rank start, with the same MASTER_ADDR and \
-                         MASTER_PORT?",
+                         MASTER_PORT?{}",
                         endpoint(env),
                         if missing.len() == 1 { "" } else { "s" },
                         missing.join(", "),
-                        env.world
+                        env.world,
+                        env.start_hint()
                     );
                     if !silent.is_empty() {
                         why.push_str(&format!(" (also: {})", silent.join("; ")));

@@ -53,6 +53,37 @@ struct Progress {
     history: Vec<EpochRecord>,
 }
 
+/// Every rank must continue from the same epoch and step, or they would run different numbers
+/// of steps and the job would hang. Ranks that read different checkpoints (on several machines,
+/// a `--out` that is not on a shared file system) all fail with the reason instead.
+fn same_start_everywhere(coll: &dyn Collective, at: &Progress, dev: &Device) -> Result<()> {
+    if coll.world() == 1 {
+        return Ok(());
+    }
+    // f32 on purpose: every collective handles it; epochs and steps stay far below 2^24.
+    let mine = [at.epoch as f32, at.step as f32];
+    let root = coll.broadcast(&candle_core::Tensor::new(&mine[..], dev)?, 0)?;
+    let root = root.to_vec1::<f32>()?;
+    let differs = f32::from(root != mine);
+    let ranks_differing = coll
+        .all_reduce_sum(&candle_core::Tensor::new(&[differs][..], dev)?)?
+        .to_vec1::<f32>()?[0];
+    if ranks_differing > 0.0 {
+        return Err(TrainError::Dist(format!(
+            "{ranks_differing} rank(s) resumed from another point than rank 0 (this is rank {}: \
+             epoch {} step {}, rank 0: epoch {} step {}): every rank must read the same \
+             checkpoint; on several machines put --out and --resume on a file system all of \
+             them share",
+            coll.rank(),
+            at.epoch,
+            at.step,
+            root[0],
+            root[1]
+        )));
+    }
+    Ok(())
+}
+
 impl Trainer {
     /// A fresh model, or the state of `resume` (model, buffers, momentum, epoch and step).
     pub fn new(
@@ -106,6 +137,7 @@ impl Trainer {
             let sync = Arc::new(crate::dist::sync_bn::RankSum::new(coll.clone()));
             model.params().set_stats_sync(Some(sync));
         }
+        same_start_everywhere(coll.as_ref(), &at, dev)?;
         let dp = DataParallel::new(coll, model.params(), cfg.bucket_mb);
         dp.broadcast_params(model.params())?;
         Ok(Self {
@@ -180,7 +212,7 @@ impl Trainer {
             self.history.push(rec.clone());
             if let Some(dir) = opts.out.as_ref().filter(|_| self.dp.rank() == 0) {
                 // Written on a thread while the next epoch runs (`saver.rs`).
-                let path = dir.join("last.safetensors");
+                let path = dir.join(checkpoint::LAST_FILE);
                 let snap = checkpoint::snapshot(
                     self.model.params(),
                     Some(&self.opt),

@@ -123,7 +123,7 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
                     t.error = Some(last_error(&err));
                 }
             }
-            let _ = std::fs::remove_file(dir.join("last.safetensors"));
+            let _ = std::fs::remove_file(dir.join(octet_trainer::checkpoint::LAST_FILE));
             eprintln!(
                 "{} b{b}/GPU on {g} GPU(s): {}",
                 a.model,
@@ -301,7 +301,7 @@ fn accuracy_runs(
                 .map(|x| format!("test {:.2}%", 100.0 * x))
                 .unwrap_or_else(|| format!("failed: {}", row.error.as_deref().unwrap_or("?")))
         );
-        let _ = std::fs::remove_file(dir.join("last.safetensors"));
+        let _ = std::fs::remove_file(dir.join(octet_trainer::checkpoint::LAST_FILE));
         rows.push(row);
     }
     Ok(rows)
