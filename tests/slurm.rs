@@ -5,6 +5,7 @@
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const TORCHRUN_VARS: [&str; 5] = [
     "RANK",
@@ -14,9 +15,11 @@ const TORCHRUN_VARS: [&str; 5] = [
     "MASTER_PORT",
 ];
 
-/// A job id whose derived port (15000 + id mod 10000) is free on this machine now.
+/// A job id whose derived port (15000 + id mod 10000) is free on this machine now, another
+/// for each call (the tests run side by side).
 fn job_id_with_a_free_port() -> (u64, u16) {
-    let seed = std::process::id() as u64;
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let seed = std::process::id() as u64 + 1_009 * CALLS.fetch_add(1, Ordering::SeqCst);
     (0..10_000u64)
         .map(|i| 20_000 + (seed + i * 7919) % 10_000)
         .find_map(|id| {

@@ -129,6 +129,44 @@ fn readme_commands_parse() {
     assert!(parsed >= 8, "only {parsed} README commands found");
 }
 
+/// The octet command of each committed sbatch example parses, with sample values for the
+/// shell's variables.
+#[test]
+fn sbatch_examples_parse() {
+    let files = [
+        include_str!("../../deploy/slurm/srun.sbatch"),
+        include_str!("../../deploy/slurm/launch.sbatch"),
+    ];
+    let sample = [
+        ("\"$SLURM_NNODES\"", "2"),
+        ("\"$SLURM_NODEID\"", "1"),
+        ("\"$head\"", "gpu01"),
+        ("$SLURM_JOB_ID", "1234"),
+    ];
+    for file in files {
+        let line = file
+            .lines()
+            .find_map(|l| l.strip_prefix("srun "))
+            .expect("an srun line");
+        let mut command = line.to_string();
+        for (var, value) in sample {
+            command = command.replace(var, value);
+        }
+        assert!(!command.contains('$'), "{command}");
+        let words: Vec<&str> = command.split_whitespace().collect();
+        if let Err(e) = Cli::try_parse_from(&words) {
+            panic!("{command}:\n{e}");
+        }
+        // What `octet launch` runs on every rank, after `--`, is an octet command too.
+        if let Some(at) = words.iter().position(|w| *w == "--") {
+            let rank = [&["octet"], &words[at + 1..]].concat();
+            if let Err(e) = Cli::try_parse_from(&rank) {
+                panic!("{}:\n{e}", rank.join(" "));
+            }
+        }
+    }
+}
+
 #[test]
 fn clap_finds_no_inconsistency() {
     Cli::command().debug_assert();
