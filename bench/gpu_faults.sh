@@ -7,17 +7,28 @@
 #      --dist-timeout, and the epoch-1 checkpoint must be byte-identical afterwards;
 #   3. the same under `octet launch`: the launcher stops the other rank, reports which rank
 #      failed and propagates its exit code;
-#   4. --resume of that checkpoint on 1 GPU.
+#   4. --resume of that checkpoint on 1 GPU;
+#   5. a rank killed under `octet launch --max-restarts 1`: the launcher stops the job and
+#      starts it again once, the ranks resume from the epoch-1 checkpoint and the job ends with
+#      exit 0 after 3 epochs in all.
+# Writes $OUT/faults/dp_faults.json (5. as restart_under_launch) and $OUT/faults/log.txt.
+#
+#   bash bench/gpu_faults.sh            # all five, on 2 GPUs
+#   bash bench/gpu_faults.sh restart1   # only 5, on ONE GPU (--gpus 1, the only rank killed):
+#                                       # $OUT/faults/restart_1gpu.json
 # Expects .carry/octet.tar.gz (built with --features nccl) and .carry/fashion-mnist/*.gz.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0 CUDA_CACHE_MAXSIZE=4294967296
 OUT=${OUT:-bench/out}
 C=.carry
+mode=${1:-all}
+case "$mode" in all | restart1) ;; *) echo "usage: bash bench/gpu_faults.sh [restart1]"; exit 2 ;; esac
 mkdir -p "$OUT/faults"
 F=$OUT/faults
 BIN=/tmp/octet-bin/octet
-if [ ! -x "$BIN" ]; then
+# A warm machine may still hold the binary of an earlier call: take the one in .carry.
+if [ ! -x "$BIN" ] || [ "$C/octet.tar.gz" -nt "$BIN" ]; then
   mkdir -p /tmp/octet-bin && tar xzf "$C/octet.tar.gz" -C /tmp/octet-bin || exit 1
 fi
 exec > >(tee -a "$F/log.txt") 2>&1
@@ -39,6 +50,119 @@ wait_bounded() {
   fi
   wait "$pid"
 }
+
+# $1 and every process below it (ranks run in their own process groups).
+tree() {
+  local c
+  for c in $(pgrep -P "$1"); do tree "$c"; done
+  echo "$1"
+}
+
+# Nothing this script started outlives it: its unfinished background jobs (launchers, ranks
+# started by hand) and what they started get SIGTERM (a launcher stops its ranks), then SIGKILL.
+cleanup() {
+  local p all=()
+  for p in $(jobs -p); do
+    [ "$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')" = "$$" ] || continue
+    mapfile -t -O "${#all[@]}" all < <(tree "$p")
+  done
+  [ "${#all[@]}" = 0 ] && return
+  echo "stopping what is left: ${all[*]}"
+  kill -TERM "${all[@]}" 2>/dev/null
+  sleep 3
+  kill -KILL "${all[@]}" 2>/dev/null
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The pid of rank $2 among the children of launcher $1 (from the RANK its environment holds).
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return; }
+  done
+}
+
+machine() {
+  nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | awk '{$1=$1" x"; print}' | paste -sd,
+}
+
+# 5. `octet launch --gpus $1 --max-restarts 1`, LeNet b32, the last rank SIGKILLed early in
+# epoch 2 (after epoch 1's checkpoint): expect exit 0, "restart 1 of 1" from the launcher,
+# "resuming after epoch 1" from the restarted ranks and 3 epoch lines on stdout in all (1
+# before the kill, 2 after). Result in $F/restart_$1gpu.json.
+restart_run() {
+  local g=$1 d=/tmp/restart t=0 lp victim before rc t0 t1
+  local jsonl=$F/restart_${g}gpu.jsonl err=$F/restart_${g}gpu.err
+  rm -rf "$d" && mkdir -p "$d"
+  local cmd=("$BIN" launch --gpus "$g" --max-restarts 1 -- train "${common[@]}" --batch-size 32 --out "$d")
+  echo "${cmd[*]}"
+  "${cmd[@]}" >"$jsonl" 2>"$err" &
+  lp=$!
+  # metrics.csv is written after last.safetensors: both there means epoch 1's checkpoint is.
+  # Bounded (5 minutes), and over if the launcher ends first.
+  while { [ ! -f "$d/metrics.csv" ] || [ ! -f "$d/last.safetensors" ]; } &&
+    kill -0 "$lp" 2>/dev/null && [ "$t" -lt 6000 ]; do
+    sleep 0.05
+    t=$((t + 1))
+  done
+  sleep 0.2 # into epoch 2 (a LeNet epoch takes seconds), well before its end
+  victim=$(rank_pid "$lp" $((g - 1)))
+  before=$(grep -cE '"event": ?"epoch"' "$jsonl")
+  if [ -n "$victim" ]; then
+    kill -9 "$victim"
+    echo "killed rank $((g - 1)) (pid $victim) after $before epoch(s)"
+  else
+    echo "no rank $((g - 1)) to kill (launcher running: $(kill -0 "$lp" 2>/dev/null && echo yes || echo no))"
+  fi
+  t0=$(date +%s.%N)
+  wait_bounded "$lp" 300
+  rc=$?
+  t1=$(date +%s.%N)
+  echo "launch exit $rc $(python3 -c "print(round($t1 - $t0, 1))") s after the kill; orphans: $(pgrep -fc 'octet train' || true)"
+  grep -e '^octet launch:' -e 'resuming after' "$err" | tail -6
+  python3 - "$jsonl" "$err" "$g" "$rc" "$before" "${victim:-}" "$(machine)" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "${cmd[*]}" "$F/restart_${g}gpu.json" <<'PY'
+import json, re, sys
+jsonl, err, g, rc, before, victim, machine, commit, cmd, out = sys.argv[1:]
+epochs = []
+for l in open(jsonl):
+    try:
+        v = json.loads(l)
+    except ValueError:
+        continue
+    if isinstance(v, dict) and v.get("event") == "epoch":
+        epochs.append(v)
+lines = open(err, errors="replace").read().splitlines()
+restart = next((l.strip() for l in lines if "restart 1 of 1" in l), None)
+resumed = [int(m.group(1)) for m in (re.search(r"resuming after epoch (\d+)", l) for l in lines) if m]
+res = {
+    "machine": machine, "commit": commit, "gpus": int(g), "command": cmd,
+    "killed": f"rank {int(g) - 1} (SIGKILL), early in epoch 2" if victim else "nothing: no rank found",
+    "epochs_before_kill": int(before),
+    "exit": int(rc), "restart_line": restart,
+    "resumed_after_epoch": resumed[0] if resumed else None,
+    "epoch_lines": len(epochs), "epochs": [e.get("epoch") for e in epochs],
+    "final_test_accuracy": epochs[-1].get("test_accuracy") if epochs else None,
+    "launcher_lines": [l for l in lines if l.startswith("octet launch:")][-6:],
+    "stderr_tail": [l for l in lines if l.strip()][-4:],
+}
+res["pass"] = (res["exit"] == 0 and restart is not None and res["resumed_after_epoch"] == 1
+               and len(epochs) == 3 and res["epochs"][-1] == 3)
+json.dump(res, open(out, "w"), indent=1)
+print(f"restart under launch on {g} GPU(s): exit {rc}, restart line {'yes' if restart else 'NO'}, "
+      f"resumed after epoch {res['resumed_after_epoch']}, epochs {res['epochs']}, "
+      f"final test accuracy {res['final_test_accuracy']}: {'PASS' if res['pass'] else 'FAIL'}")
+PY
+}
+
+if [ "$mode" = restart1 ]; then
+  echo "== 5. the only rank killed under octet launch --gpus 1 --max-restarts 1"
+  restart_run 1
+  echo "wrote $F/restart_1gpu.json"
+  python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["pass"] else 1)' "$F/restart_1gpu.json"
+  exit
+fi
 
 echo "== 1. equivalence"
 "$BIN" train "${common[@]}" --batch-size 128 --out /tmp/eq1 > "$F/eq_1gpu.jsonl"
@@ -85,6 +209,9 @@ echo "== 4. resume the 2-GPU checkpoint on 1 GPU"
 grep -c '"epoch"' "$F/resume.jsonl"
 tail -1 "$F/resume.jsonl"
 
+echo "== 5. rank 1 killed under octet launch --max-restarts 1"
+restart_run 2
+
 sleep 1  # let tee flush the log the summary is read from
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | awk '{$1=$1" x"; print}' | paste -sd,)
 python3 - "$F" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$gpus" "$F/log.txt" <<'PY'
@@ -105,6 +232,10 @@ out = {"machine": machine, "command": "bash bench/gpu_faults.sh", "commit_note":
        "rank_killed_by_hand": {"result": k[0], "rank0_stderr": k[1:], "epochs_finished_before_kill": killed_after[0] if killed_after else None},
        "rank_killed_under_launch": la,
        "resume_on_1_gpu": {"exit": int(r[0].split()[-1]), "epochs_after_resume": int(r[1]), "last": r[2]}}
+try:
+    out["restart_under_launch"] = json.load(open(f"{d}/restart_2gpu.json"))
+except (OSError, ValueError) as e:
+    out["restart_under_launch"] = {"error": f"no result: {e}"}
 json.dump(out, open(f"{d}/dp_faults.json", "w"), indent=1)
 PY
 echo "wrote $F/dp_faults.json (commit it as bench/results/dp_faults_<gpu>.json)"
