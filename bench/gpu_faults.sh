@@ -89,7 +89,7 @@ machine() {
 
 # 5. `octet launch --gpus $1 --max-restarts 1`, LeNet b32, the last rank SIGKILLed early in
 # epoch 2 (after epoch 1's checkpoint): expect exit 0, "restart 1 of 1" from the launcher,
-# "resuming after epoch 1" from the restarted ranks and 3 epoch lines on stdout in all (1
+# "resuming from … (after epoch 1)" from the restarted rank 0 and 3 epoch lines on stdout in all (1
 # before the kill, 2 after). Result in $F/restart_$1gpu.json.
 restart_run() {
   local g=$1 d=/tmp/restart t=0 lp victim before rc t0 t1
@@ -120,7 +120,7 @@ restart_run() {
   rc=$?
   t1=$(date +%s.%N)
   echo "launch exit $rc $(python3 -c "print(round($t1 - $t0, 1))") s after the kill; orphans: $(pgrep -fc 'octet train' || true)"
-  grep -e '^octet launch:' -e 'resuming after' "$err" | tail -6
+  grep -e '^octet launch:' -e 'resuming from' "$err" | tail -6
   python3 - "$jsonl" "$err" "$g" "$rc" "$before" "${victim:-}" "$(machine)" \
     "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "${cmd[*]}" "$F/restart_${g}gpu.json" <<'PY'
 import json, re, sys
@@ -135,7 +135,7 @@ for l in open(jsonl):
         epochs.append(v)
 lines = open(err, errors="replace").read().splitlines()
 restart = next((l.strip() for l in lines if "restart 1 of 1" in l), None)
-resumed = [int(m.group(1)) for m in (re.search(r"resuming after epoch (\d+)", l) for l in lines) if m]
+resumed = [int(m.group(1)) for m in (re.search(r"resuming from .* \(after epoch (\d+)\)", l) for l in lines) if m]
 res = {
     "machine": machine, "commit": commit, "gpus": int(g), "command": cmd,
     "killed": f"rank {int(g) - 1} (SIGKILL), early in epoch 2" if victim else "nothing: no rank found",
