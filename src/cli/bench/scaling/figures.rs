@@ -1,12 +1,14 @@
 //! The scaling report's PNG plots: epoch time against batch size, and speed-up against GPU
-//! count, octet solid and the PyTorch peer dashed.
+//! count, octet solid and the PyTorch peer dashed; one panel per precision, stacked, so f32 and
+//! bf16 share a picture but not a scale (bf16 epochs are much shorter).
 
 use std::path::Path;
 
+use octet_trainer::Precision;
 use plotters::style::RGBColor;
 
 use super::report::{Report, Timing};
-use crate::cli::plot::{chart, colour, Axes, Series};
+use crate::cli::plot::{charts, colour, Axes, Series};
 
 /// A number a timing run gives (octet's epoch time, or the peer's).
 type Measure = fn(&Timing) -> Option<f64>;
@@ -26,47 +28,80 @@ fn octet_and_peer(
     ]
 }
 
-/// Writes epoch_time.png and speedup.png to `dir`.
-pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
-    let gpus = r.gpus();
+/// Epoch time against log2(batch per GPU), a line per GPU count, of the runs in `p`.
+fn epoch_time(r: &Report, p: Precision) -> Vec<Series> {
     let mut time = Vec::new();
-    for (i, &g) in gpus.iter().enumerate() {
+    for (i, g) in r.gpus().into_iter().enumerate() {
         time.extend(octet_and_peer(&format!("{g} GPU"), colour(i), |f| {
             r.timings
                 .iter()
-                .filter(|t| t.gpus == g)
+                .filter(|t| t.gpus == g && t.precision == p)
                 .filter_map(|t| f(t).map(|s| ((t.batch as f64).log2(), s)))
                 .collect()
         }));
     }
-    let title = format!("{}: epoch time vs batch per GPU", r.model);
-    let axes = Axes::new(&title, "log2(batch per GPU)", "epoch s");
-    chart(&dir.join("epoch_time.png"), &axes, &time)?;
+    time
+}
 
+/// Speed-up over the same batch and precision on 1 GPU, a line per batch, and the ideal.
+fn speed_up(r: &Report, p: Precision) -> Vec<Series> {
     let mut speed = Vec::new();
     for (i, b) in r.batches().into_iter().enumerate() {
         speed.extend(octet_and_peer(&format!("b{b}"), colour(i), |f| {
-            let Some(b1) = r.timing(1, b).and_then(f) else {
+            let Some(b1) = r.timing(1, b, p).and_then(f) else {
                 return Vec::new();
             };
             r.timings
                 .iter()
-                .filter(|t| t.batch == b)
+                .filter(|t| t.batch == b && t.precision == p)
                 .filter_map(|t| f(t).map(|s| (t.gpus as f64, b1 / s)))
                 .collect()
         }));
     }
-    let ideal = gpus.iter().map(|&g| (g as f64, g as f64)).collect();
+    let ideal = r.gpus().iter().map(|&g| (g as f64, g as f64)).collect();
     speed.push(Series::new(
         "ideal (dashed)".into(),
         RGBColor(128, 128, 128),
         true,
         ideal,
     ));
-    let title = format!("{}: speed-up vs GPUs (fixed images per epoch)", r.model);
-    chart(
+    speed
+}
+
+/// Draws one panel per precision of `r` into `path`, titled "MODEL, PRECISION: `what`".
+fn per_precision(
+    r: &Report,
+    path: &Path,
+    what: &str,
+    (x, y): (&str, &str),
+    series: fn(&Report, Precision) -> Vec<Series>,
+) -> anyhow::Result<()> {
+    let precisions = r.precisions();
+    let titles: Vec<String> = precisions
+        .iter()
+        .map(|p| format!("{}, {p}: {what}", r.model))
+        .collect();
+    let axes: Vec<Axes> = titles.iter().map(|t| Axes::new(t, x, y)).collect();
+    let lines: Vec<Vec<Series>> = precisions.iter().map(|&p| series(r, p)).collect();
+    let panels: Vec<(&Axes, &[Series])> =
+        axes.iter().zip(&lines).map(|(a, s)| (a, &s[..])).collect();
+    charts(path, 560, &panels)
+}
+
+/// Writes epoch_time.png and speedup.png to `dir`.
+pub fn plots(r: &Report, dir: &Path) -> anyhow::Result<()> {
+    per_precision(
+        r,
+        &dir.join("epoch_time.png"),
+        "epoch time vs batch per GPU",
+        ("log2(batch per GPU)", "epoch s"),
+        epoch_time,
+    )?;
+    per_precision(
+        r,
         &dir.join("speedup.png"),
-        &Axes::new(&title, "GPUs", "speed-up"),
-        &speed,
+        "speed-up vs GPUs (fixed images per epoch)",
+        ("GPUs", "speed-up"),
+        speed_up,
     )
 }

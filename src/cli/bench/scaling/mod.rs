@@ -2,9 +2,10 @@
 //! real training run launched here (`octet launch --gpus N -- train …`), read from rank 0's
 //! `--json` lines: epoch 2 of a 2-epoch run on synthetic CIFAR-shaped data (epoch 1 warms up),
 //! per-rank compute and all-reduce times (CUDA events), and the all-reduce peak measured by
-//! `octet bench allreduce` on the same GPUs.
+//! `octet bench allreduce` on the same GPUs. Each precision, batch size and GPU count is one run,
+//! matched with the PyTorch peer's row of the same model, GPUs, batch and precision.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,6 +14,7 @@ use clap::Args;
 use octet_models::ModelKind;
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::DataSource;
+use octet_trainer::Precision;
 use serde_json::Value;
 
 mod figures;
@@ -33,6 +35,10 @@ pub struct ScalingBench {
     /// Batch sizes per GPU.
     #[arg(long, value_delimiter = ',', default_value = "32,128,512", value_parser = at_least_one)]
     batch_sizes: Vec<usize>,
+    /// Arithmetic of the timing runs (train --precision), each measured at every batch size
+    /// and GPU count; bf16 rows are compared with the peer's bf16 autocast + channels_last rows.
+    #[arg(long, value_delimiter = ',', ignore_case = true, default_value = "f32")]
+    precisions: Vec<Precision>,
     /// Images per epoch of the timing runs, shared by the GPUs (fixed total work: strong
     /// scaling). The lab uses 50,000.
     #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
@@ -59,6 +65,11 @@ pub struct ScalingBench {
     /// Measure nothing: rewrite report.md and the plots from this report.json.
     #[arg(long)]
     render: Option<PathBuf>,
+    /// Keep what --out's report.json (same commit, model and images) already holds: its
+    /// finished timing runs, all-reduce peaks and accuracy runs, and measure only the rest. The
+    /// report is saved after every run, so a sweep cut short goes on where it stopped.
+    #[arg(long)]
+    reuse: bool,
 }
 
 pub fn run(a: ScalingBench) -> anyhow::Result<()> {
@@ -74,11 +85,106 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
     let runs = a.out.join("runs");
     let exe = std::env::current_exe()?;
     let peer = read_peers(&a.peer)?;
+    let kept = if a.reuse { previous(&a)? } else { None };
+    let mut report = Report {
+        commit: crate::cli::common::COMMIT.into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        model: a.model.to_string(),
+        images: a.images,
+        protocol: "synthetic CIFAR-shaped data, batch per GPU, images per epoch shared by the \
+                   GPUs; epoch 1 warm-up, epoch 2 timed (h2d, forward, backward, all-reduce, \
+                   update) from a barrier of all ranks, as the PyTorch peer times it; f32 rows \
+                   may use TF32 convolutions (both sides' default), bf16 rows are mixed \
+                   precision (bf16 channels-last activations, f32 weights; the peer's autocast + \
+                   channels_last)"
+            .into(),
+        peak_busbw_gbs: allreduce_peaks(&a, &exe, kept.as_ref())?,
+        timings: Vec::new(),
+        accuracy: Vec::new(),
+    };
 
+    for p in Precision::ALL
+        .into_iter()
+        .filter(|p| a.precisions.contains(p))
+    {
+        for &b in &a.batch_sizes {
+            for &g in &a.gpus {
+                let old = kept.as_ref().and_then(|r| r.timing(g, b, p));
+                let mut t = match old.filter(|t| t.epoch_s.is_some() || t.oom) {
+                    Some(t) => {
+                        eprintln!("{} {p} b{b}/GPU on {g} GPU(s): kept from --out", a.model);
+                        t.clone()
+                    }
+                    None => {
+                        let dir = runs.join(format!("{p}-g{g}-b{b}"));
+                        timing_run(&a, &exe, (g, b, p), &dir)?
+                    }
+                };
+                t.peer_epoch_s = peer.get(&(a.model.to_string(), g, b, p)).copied();
+                report.timings.push(t);
+                save(&report, &a.out)?;
+            }
+        }
+    }
+
+    let old = kept.map(|r| r.accuracy).unwrap_or_default();
+    report.accuracy = match &a.accuracy_data {
+        Some(_) if !old.is_empty() && old.iter().all(|r| r.test_accuracy.is_some()) => old,
+        Some(data) => accuracy_runs(&a, &exe, &data.to_string(), &runs)?,
+        None => Vec::new(),
+    };
+    save(&report, &a.out)?;
+    write_report(&report, &a.out)
+}
+
+/// Writes report.json (after every run, so a sweep cut short keeps what it measured).
+fn save(report: &Report, out: &Path) -> anyhow::Result<()> {
+    write_atomic(
+        &out.join("report.json"),
+        serde_json::to_string_pretty(report)?.as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// --reuse: the report already in --out, if it was measured by this commit on the same model
+/// and images (another would mix builds or protocols in one table).
+fn previous(a: &ScalingBench) -> anyhow::Result<Option<Report>> {
+    let path = a.out.join("report.json");
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(None);
+    };
+    let r: Report = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a scaling report", path.display()))?;
+    let same = r.commit == crate::cli::common::COMMIT
+        && r.model == a.model.to_string()
+        && r.images == a.images;
+    if !same {
+        eprintln!(
+            "--reuse: {} is of commit {}, {} on {} images; measuring everything again",
+            path.display(),
+            r.commit,
+            r.model,
+            r.images
+        );
+    }
+    Ok(same.then_some(r))
+}
+
+/// GPU count → peak all-reduce busbw (GB/s) of `octet bench allreduce`, for each count > 1;
+/// those of `kept` are not measured again.
+fn allreduce_peaks(
+    a: &ScalingBench,
+    exe: &Path,
+    kept: Option<&Report>,
+) -> anyhow::Result<BTreeMap<usize, f64>> {
     let mut peaks = BTreeMap::new();
     for &g in a.gpus.iter().filter(|&&g| g > 1) {
+        if let Some(&peak) = kept.and_then(|r| r.peak_busbw_gbs.get(&g)) {
+            peaks.insert(g, peak);
+            continue;
+        }
         let file = a.out.join(format!("allreduce_{g}gpu.json"));
-        let mut cmd = launch(&exe, g);
+        let mut cmd = launch(exe, g);
         cmd.args(["bench", "allreduce", "--json", "--out"])
             .arg(&file);
         let (ok, _, err) = output(cmd)?;
@@ -88,75 +194,57 @@ pub fn run(a: ScalingBench) -> anyhow::Result<()> {
         eprintln!("all-reduce peak on {g} GPUs: {peak:.1} GB/s busbw");
         peaks.insert(g, peak);
     }
+    Ok(peaks)
+}
 
-    let mut timings = Vec::new();
-    for &b in &a.batch_sizes {
-        for &g in &a.gpus {
-            let dir = runs.join(format!("g{g}-b{b}"));
-            let mut cmd = launch(&exe, g);
-            cmd.args([
-                "train",
-                "--model",
-                a.model.name(),
-                "--device",
-                "cuda",
-                "--json",
-            ])
-            .args(["--data", &format!("synthetic:{}:0", a.images)])
-            .args(["--epochs", "2", "--schedule", "constant", "--no-augment"])
-            .args(["--batch-size", &b.to_string(), "--out"])
-            .arg(&dir);
-            let (ok, out, err) = output(cmd)?;
-            let mut t = Timing {
-                gpus: g,
-                batch: b,
-                images: a.images,
-                peer_epoch_s: peer.get(&(a.model.to_string(), g, b)).copied(),
-                ..Timing::default()
-            };
-            let epochs = epoch_lines(&out);
-            match epochs.get(1).filter(|_| ok) {
-                Some(e) => fill(&mut t, e, epochs[0]["step"].as_u64()),
-                None => {
-                    t.oom = err.contains("does not fit in GPU memory")
-                        || err.contains("beyond what cuDNN accepts");
-                    t.error = Some(last_error(&err));
-                }
-            }
-            let _ = std::fs::remove_file(dir.join(octet_trainer::checkpoint::LAST_FILE));
-            eprintln!(
-                "{} b{b}/GPU on {g} GPU(s): {}",
-                a.model,
-                t.epoch_s
-                    .map(|s| format!("epoch {s:.3} s"))
-                    .unwrap_or_else(|| format!("failed: {}", t.error.as_deref().unwrap_or("?")))
-            );
-            timings.push(t);
+/// One 2-epoch timing run on `g` GPUs at batch `b` per GPU in precision `p`, into `dir`; a
+/// failed run (out of memory, say) is a row that says so, not an error.
+fn timing_run(
+    a: &ScalingBench,
+    exe: &Path,
+    (g, b, p): (usize, usize, Precision),
+    dir: &Path,
+) -> anyhow::Result<Timing> {
+    let mut cmd = launch(exe, g);
+    cmd.args([
+        "train",
+        "--model",
+        a.model.name(),
+        "--device",
+        "cuda",
+        "--json",
+    ])
+    .args(["--data", &format!("synthetic:{}:0", a.images)])
+    .args(["--epochs", "2", "--schedule", "constant", "--no-augment"])
+    .args(["--precision", p.name()])
+    .args(["--batch-size", &b.to_string(), "--out"])
+    .arg(dir);
+    let (ok, out, err) = output(cmd)?;
+    let mut t = Timing {
+        gpus: g,
+        batch: b,
+        precision: p,
+        images: a.images,
+        ..Timing::default()
+    };
+    let epochs = epoch_lines(&out);
+    match epochs.get(1).filter(|_| ok) {
+        Some(e) => fill(&mut t, e, epochs[0]["step"].as_u64()),
+        None => {
+            t.oom = err.contains("does not fit in GPU memory")
+                || err.contains("beyond what cuDNN accepts");
+            t.error = Some(last_error(&err));
         }
     }
-
-    let accuracy = match &a.accuracy_data {
-        Some(data) => accuracy_runs(&a, &exe, &data.to_string(), &runs)?,
-        None => Vec::new(),
-    };
-    let report = Report {
-        commit: crate::cli::common::COMMIT.into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        model: a.model.to_string(),
-        images: a.images,
-        protocol: "synthetic CIFAR-shaped data, batch per GPU, images per epoch shared by the \
-                   GPUs; epoch 1 warm-up, epoch 2 timed (h2d, forward, backward, all-reduce, \
-                   update) from a barrier of all ranks, as the PyTorch peer times it; fp32"
-            .into(),
-        peak_busbw_gbs: peaks,
-        timings,
-        accuracy,
-    };
-    write_atomic(
-        &a.out.join("report.json"),
-        serde_json::to_string_pretty(&report)?.as_bytes(),
-    )?;
-    write_report(&report, &a.out)
+    let _ = std::fs::remove_file(dir.join(octet_trainer::checkpoint::LAST_FILE));
+    eprintln!(
+        "{} {p} b{b}/GPU on {g} GPU(s): {}",
+        a.model,
+        t.epoch_s
+            .map(|s| format!("epoch {s:.3} s"))
+            .unwrap_or_else(|| format!("failed: {}", t.error.as_deref().unwrap_or("?")))
+    );
+    Ok(t)
 }
 
 fn write_report(report: &Report, out: &Path) -> anyhow::Result<()> {
@@ -307,9 +395,13 @@ fn accuracy_runs(
     Ok(rows)
 }
 
-/// (model, gpus, batch per GPU) → epoch-2 seconds from the peer's fp32 rows.
-fn read_peers(files: &[PathBuf]) -> anyhow::Result<BTreeMap<(String, usize, usize), f64>> {
-    let mut m = BTreeMap::new();
+/// What a peer row is matched on: model, GPUs, batch per GPU, precision.
+type PeerKey = (String, usize, usize, Precision);
+
+/// Epoch-2 seconds of the peer's rows (`amp_bf16: true` is its bf16); rows without a time
+/// (out of memory) are left out.
+fn read_peers(files: &[PathBuf]) -> anyhow::Result<HashMap<PeerKey, f64>> {
+    let mut m = HashMap::new();
     for f in files {
         let v: Value = serde_json::from_slice(
             &std::fs::read(f)
@@ -317,16 +409,17 @@ fn read_peers(files: &[PathBuf]) -> anyhow::Result<BTreeMap<(String, usize, usiz
         )
         .with_context(|| format!("{} is not the peer's JSON", f.display()))?;
         for r in v["rows"].as_array().into_iter().flatten() {
-            if r["amp_bf16"].as_bool() == Some(true) {
-                continue;
-            }
+            let p = match r["amp_bf16"].as_bool() {
+                Some(true) => Precision::Bf16,
+                _ => Precision::F32,
+            };
             if let (Some(model), Some(g), Some(b), Some(s)) = (
                 r["model"].as_str(),
                 r["gpus"].as_u64(),
                 r["batch_per_gpu"].as_u64(),
                 r["epoch2_s"].as_f64(),
             ) {
-                m.insert((model.to_string(), g as usize, b as usize), s);
+                m.insert((model.to_string(), g as usize, b as usize, p), s);
             }
         }
     }
@@ -342,5 +435,37 @@ mod tests {
         let out =
             "octet train: …\n{\"event\":\"epoch\",\"epoch\":1}\nnoise\n{\"event\":\"done\"}\n";
         assert_eq!(epoch_lines(out).len(), 1);
+    }
+
+    #[test]
+    fn peer_rows_are_keyed_by_precision() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = |g: u64, f32_s: f64, bf16_s: f64| {
+            serde_json::json!({ "torch": "2.x", "rows": [
+                { "model": "resnet18", "gpus": g, "batch_per_gpu": 128, "amp_bf16": false,
+                  "channels_last": false, "epoch2_s": f32_s },
+                { "model": "resnet18", "gpus": g, "batch_per_gpu": 128, "amp_bf16": true,
+                  "channels_last": true, "epoch2_s": bf16_s },
+                { "model": "resnet18", "gpus": g, "batch_per_gpu": 512, "amp_bf16": true,
+                  "channels_last": true, "oom": true },
+            ]})
+        };
+        let files: Vec<PathBuf> = [(1, 3.0, 1.5), (2, 1.6, 0.9)]
+            .iter()
+            .map(|&(g, a, b)| {
+                let f = dir.path().join(format!("peer_torch_{g}gpu.json"));
+                std::fs::write(&f, rows(g, a, b).to_string()).unwrap();
+                f
+            })
+            .collect();
+        let m = read_peers(&files).unwrap();
+        let at = |g, b, p| m.get(&("resnet18".to_string(), g, b, p)).copied();
+        assert_eq!(at(1, 128, Precision::F32), Some(3.0));
+        assert_eq!(at(1, 128, Precision::Bf16), Some(1.5));
+        assert_eq!(at(2, 128, Precision::F32), Some(1.6));
+        assert_eq!(at(2, 128, Precision::Bf16), Some(0.9));
+        // Out of memory: no time, no row.
+        assert_eq!(at(1, 512, Precision::Bf16), None);
+        assert_eq!(m.len(), 4);
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use octet_trainer::Precision;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -18,11 +19,14 @@ pub struct Report {
     pub accuracy: Vec<Accuracy>,
 }
 
-/// One timing run: `gpus` ranks, `batch` per rank.
+/// One timing run: `gpus` ranks, `batch` per rank, in `precision`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Timing {
     pub gpus: usize,
     pub batch: usize,
+    /// Reports written before bf16 was measured hold f32 runs only.
+    #[serde(default)]
+    pub precision: Precision,
     pub images: usize,
     pub epoch_s: Option<f64>,
     pub img_per_s: Option<f64>,
@@ -66,11 +70,19 @@ impl Report {
         distinct(self.timings.iter().map(|t| t.batch))
     }
 
-    /// The run on `gpus` GPUs at `batch` per GPU.
-    pub fn timing(&self, gpus: usize, batch: usize) -> Option<&Timing> {
+    /// The precisions measured, f32 first.
+    pub fn precisions(&self) -> Vec<Precision> {
+        Precision::ALL
+            .into_iter()
+            .filter(|&p| self.timings.iter().any(|t| t.precision == p))
+            .collect()
+    }
+
+    /// The run on `gpus` GPUs at `batch` per GPU in `precision`.
+    pub fn timing(&self, gpus: usize, batch: usize, precision: Precision) -> Option<&Timing> {
         self.timings
             .iter()
-            .find(|t| t.gpus == gpus && t.batch == batch)
+            .find(|t| t.gpus == gpus && t.batch == batch && t.precision == precision)
     }
 }
 
@@ -130,19 +142,21 @@ fn one_gpu(s: &mut String, r: &Report) {
     let _ = writeln!(s, "## 1. Epoch time vs batch size, 1 GPU\n");
     let _ = writeln!(
         s,
-        "| batch | octet s | img/s | PyTorch s | octet / PyTorch |"
+        "| precision | batch | octet s | img/s | PyTorch s | octet / PyTorch |"
     );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
-    for b in r.batches() {
-        if let Some(t) = r.timing(1, b) {
-            let _ = writeln!(
-                s,
-                "| {b} | {} | {} | {} | {} |",
-                t.epoch_cell(),
-                opt(t.img_per_s, 0),
-                opt(t.peer_epoch_s, 3),
-                opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
-            );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+    for p in r.precisions() {
+        for b in r.batches() {
+            if let Some(t) = r.timing(1, b, p) {
+                let _ = writeln!(
+                    s,
+                    "| {p} | {b} | {} | {} | {} | {} |",
+                    t.epoch_cell(),
+                    opt(t.img_per_s, 0),
+                    opt(t.peer_epoch_s, 3),
+                    opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
+                );
+            }
         }
     }
 }
@@ -156,41 +170,49 @@ fn speed_up(s: &mut String, r: &Report) {
     );
     let _ = writeln!(
         s,
-        "| batch/GPU | GPUs | epoch s | speed-up | efficiency | step ms | weak-scaling eff. | PyTorch DDP s | PyTorch speed-up | octet / PyTorch |"
+        "| precision | batch/GPU | GPUs | epoch s | speed-up | efficiency | step ms | weak-scaling eff. | PyTorch DDP s | PyTorch speed-up | octet / PyTorch |"
     );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for b in r.batches() {
-        let base = r.timing(1, b);
-        for g in r.gpus() {
-            let Some(t) = r.timing(g, b) else { continue };
-            let sp = ratio(base.and_then(|x| x.epoch_s), t.epoch_s);
-            let psp = ratio(base.and_then(|x| x.peer_epoch_s), t.peer_epoch_s);
-            let weak = ratio(base.and_then(Timing::step_ms), t.step_ms());
-            let _ = writeln!(
-                s,
-                "| {b} | {g} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                t.epoch_cell(),
-                opt(sp, 2),
-                opt(sp.map(|x| 100.0 * x / g as f64), 0) + "%",
-                opt(t.step_ms(), 2),
-                opt(weak.map(|x| 100.0 * x), 0) + "%",
-                opt(t.peer_epoch_s, 3),
-                opt(psp, 2),
-                opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
-            );
-        }
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for t in runs(r, |_| true) {
+        let (g, b, p) = (t.gpus, t.batch, t.precision);
+        let base = r.timing(1, b, p);
+        let sp = ratio(base.and_then(|x| x.epoch_s), t.epoch_s);
+        let psp = ratio(base.and_then(|x| x.peer_epoch_s), t.peer_epoch_s);
+        let weak = ratio(base.and_then(Timing::step_ms), t.step_ms());
+        let _ = writeln!(
+            s,
+            "| {p} | {b} | {g} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            t.epoch_cell(),
+            opt(sp, 2),
+            opt(sp.map(|x| 100.0 * x / g as f64), 0) + "%",
+            opt(t.step_ms(), 2),
+            opt(weak.map(|x| 100.0 * x), 0) + "%",
+            opt(t.peer_epoch_s, 3),
+            opt(psp, 2),
+            opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
+        );
     }
 }
 
-/// The runs that finished, batch-major, of the GPU counts `gpus` keeps.
-fn finished(r: &Report, gpus: impl Fn(usize) -> bool) -> Vec<&Timing> {
+/// The runs of the GPU counts `gpus` keeps, precision-major, then by batch and GPU count (each
+/// precision's scaling reads top to bottom).
+fn runs(r: &Report, gpus: impl Fn(usize) -> bool) -> Vec<&Timing> {
     let counts = r.gpus();
-    r.batches()
+    let batches = r.batches();
+    r.precisions()
         .into_iter()
-        .flat_map(|b| counts.iter().map(move |&g| (g, b)))
-        .filter(|&(g, _)| gpus(g))
-        .filter_map(|(g, b)| r.timing(g, b).filter(|t| t.epoch_s.is_some()))
+        .flat_map(|p| batches.iter().map(move |&b| (p, b)))
+        .flat_map(|(p, b)| counts.iter().map(move |&g| (g, b, p)))
+        .filter(|&(g, _, _)| gpus(g))
+        .filter_map(|(g, b, p)| r.timing(g, b, p))
         .collect()
+}
+
+/// The runs that finished, in the order of `runs`.
+fn finished(r: &Report, gpus: impl Fn(usize) -> bool) -> Vec<&Timing> {
+    let mut v = runs(r, gpus);
+    v.retain(|t| t.epoch_s.is_some());
+    v
 }
 
 /// Section 3: where the step time goes.
@@ -202,20 +224,22 @@ fn compute_vs_communication(s: &mut String, r: &Report) {
          all-reduce just before; compute = step time minus both. All-reduces run after \
          backward on the compute stream, so none of them overlaps compute)\n"
     );
-    let _ = writeln!(s, "| batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | waiting for peers s (longest) | data wait s |");
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "| precision | batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | waiting for peers s (longest) | data wait s | octet / PyTorch |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for t in finished(r, |_| true) {
         let share = ratio(t.comm_s, t.epoch_s).map(|x| 100.0 * x);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {}% | {} | {} |",
+            "| {} | {} | {} | {} | {} | {}% | {} | {} | {} |",
+            t.precision,
             t.batch,
             t.gpus,
             opt(t.compute_s, 3),
             opt(t.comm_s, 3),
             opt(share, 1),
             opt(t.wait_s, 3),
-            opt(t.data_s, 3)
+            opt(t.data_s, 3),
+            opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
         );
     }
 }
@@ -225,14 +249,15 @@ fn bandwidth(s: &mut String, r: &Report) {
     let _ = writeln!(s, "\n## 4. Bandwidth utilisation (gradient all-reduce busbw / peak busbw of `octet bench allreduce`)\n");
     let _ = writeln!(
         s,
-        "| batch/GPU | GPUs | busbw GB/s | peak GB/s | utilisation |"
+        "| precision | batch/GPU | GPUs | busbw GB/s | peak GB/s | utilisation |"
     );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
     for t in finished(r, |g| g > 1) {
         let peak = r.peak_busbw_gbs.get(&t.gpus).copied();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {}% |",
+            "| {} | {} | {} | {} | {} | {}% |",
+            t.precision,
             t.batch,
             t.gpus,
             opt(t.busbw_gbs, 1),
@@ -272,10 +297,11 @@ fn accuracy(s: &mut String, r: &Report) {
 mod tests {
     use super::*;
 
-    fn t(g: usize, b: usize, s: f64, peer: f64) -> Timing {
+    fn t(g: usize, b: usize, p: Precision, s: f64, peer: f64) -> Timing {
         Timing {
             gpus: g,
             batch: b,
+            precision: p,
             images: 1000,
             epoch_s: Some(s),
             img_per_s: Some(1000.0 / s),
@@ -291,25 +317,80 @@ mod tests {
         }
     }
 
-    #[test]
-    fn report_tables_hold_speed_ups_ratios_and_utilisation() {
-        let r = Report {
+    fn report(timings: Vec<Timing>) -> Report {
+        Report {
             commit: "c".into(),
             command: "octet bench scaling".into(),
             model: "resnet18".into(),
             images: 1000,
             protocol: "p".into(),
             peak_busbw_gbs: BTreeMap::from([(2, 200.0)]),
-            timings: vec![t(1, 100, 4.0, 2.0), t(2, 100, 2.5, 1.0)],
+            timings,
             accuracy: vec![],
-        };
-        let md = markdown(&r);
+        }
+    }
+
+    #[test]
+    fn report_tables_hold_speed_ups_ratios_and_utilisation() {
+        let f32 = Precision::F32;
+        let md = markdown(&report(vec![
+            t(1, 100, f32, 4.0, 2.0),
+            t(2, 100, f32, 2.5, 1.0),
+        ]));
         // speed-up 4/2.5 = 1.60, efficiency 80%, PyTorch speed-up 2.00, ratio 2.5/1 = 2.50
-        assert!(md.contains("| 100 | 2 | 2.500 | 1.60 | 80% |"), "{md}");
+        assert!(
+            md.contains("| f32 | 100 | 2 | 2.500 | 1.60 | 80% |"),
+            "{md}"
+        );
         assert!(md.contains("| 1.000 | 2.00 | 2.50 |"), "{md}");
         // 100 of 200 GB/s
-        assert!(md.contains("| 100 | 2 | 100.0 | 200.0 | 50% |"), "{md}");
+        assert!(
+            md.contains("| f32 | 100 | 2 | 100.0 | 200.0 | 50% |"),
+            "{md}"
+        );
         // 1 GPU: octet 4 s vs PyTorch 2 s
-        assert!(md.contains("| 100 | 4.000 | 250 | 2.000 | 2.00 |"), "{md}");
+        assert!(
+            md.contains("| f32 | 100 | 4.000 | 250 | 2.000 | 2.00 |"),
+            "{md}"
+        );
+        // compute 90%, all-reduce 10% of the epoch, ratio 2.50
+        assert!(
+            md.contains("| f32 | 100 | 2 | 2.250 | 0.250 | 10.0% | 0.000 | 0.000 | 2.50 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn each_precision_is_measured_against_its_own_one_gpu_run_and_peer() {
+        let (f32, bf16) = (Precision::F32, Precision::Bf16);
+        // bf16 listed first: the tables still put f32 first.
+        let r = report(vec![
+            t(1, 100, bf16, 2.0, 2.5),
+            t(2, 100, bf16, 1.25, 1.0),
+            t(1, 100, f32, 4.0, 2.0),
+            t(2, 100, f32, 2.0, 1.0),
+        ]);
+        assert_eq!(r.precisions(), [f32, bf16]);
+        let md = markdown(&r);
+        assert!(
+            md.contains("| f32 | 100 | 4.000 | 250 | 2.000 | 2.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| bf16 | 100 | 2.000 | 500 | 2.500 | 0.80 |"),
+            "{md}"
+        );
+        // bf16: speed-up 2/1.25 = 1.60 against bf16's 1 GPU, not f32's; peer 2.5/1 = 2.50.
+        assert!(
+            md.contains("| f32 | 100 | 2 | 2.000 | 2.00 | 100% |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| bf16 | 100 | 2 | 1.250 | 1.60 | 80% |"),
+            "{md}"
+        );
+        assert!(md.contains("| 1.000 | 2.50 | 1.25 |"), "{md}");
+        let f = md.find("| f32 | 100 | 2 |").unwrap();
+        assert!(f < md.find("| bf16 | 100 | 2 |").unwrap(), "{md}");
     }
 }
