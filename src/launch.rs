@@ -348,11 +348,9 @@ fn supervise(spec: &Spec, ranks: &mut [Option<Child>], mut seen: usize) -> Endin
             if st.success() || first.is_some() || interrupted.is_some() {
                 continue;
             }
-            first = Some((rank, exit_code(st), describe(st)));
-            eprintln!(
-                "octet launch: rank {rank} failed first ({}); stopping the other ranks",
-                describe(st)
-            );
+            let what = describe(st);
+            eprintln!("octet launch: rank {rank} failed first ({what}); stopping the other ranks");
+            first = Some((rank, exit_code(st), what));
         }
         if first.is_some() && stopping_since.is_none() && ranks.iter().any(Option::is_some) {
             signal_all(ranks, libc::SIGTERM);

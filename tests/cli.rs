@@ -5,15 +5,9 @@ mod octet_cmd;
 
 use std::process::{Command, Output};
 
-use octet_cmd::{octet, text};
+use octet_cmd::{octet, octet_json, text};
 
 /// Runs `octet` with a `--json` command that must succeed; its stdout as JSON.
-fn octet_json(args: &[&str]) -> serde_json::Value {
-    let o = octet(args);
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 /// Runs `octet`, which must succeed and print every one of `expected`; its output.
 fn succeeds(args: &[&str], expected: &[&str]) -> String {
     let o = octet(args);

@@ -13,7 +13,7 @@ use octet_trainer::eval::evaluate;
 use octet_trainer::Normalizer;
 
 mod octet_cmd;
-use octet_cmd::{octet, text};
+use octet_cmd::{octet, octet_json, text};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -233,13 +233,6 @@ fn tensors_are_checked_against_the_architecture() {
     );
     let e = ck.check_model(ModelKind::ResNet18).unwrap_err().to_string();
     assert!(e.contains("is this a resnet18 checkpoint?"), "{e}");
-}
-
-fn octet_json(args: &[&str]) -> serde_json::Value {
-    let o = octet(args);
-    assert!(o.status.success(), "{}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(out.lines().last().unwrap()).unwrap()
 }
 
 #[test]

@@ -13,29 +13,20 @@
 
 #[path = "../runtime/tests/common/mod.rs"]
 mod common;
+mod octet_cmd;
 #[path = "tflite_models/mod.rs"]
 mod tflite_models;
 
 use std::path::Path;
 use std::process::Command;
 
+use octet_cmd::{octet, octet_ok};
+
 const IMAGES: usize = 300;
 /// The largest logit difference the rounding variants explain in these models.
 const ROUNDING_STEPS: i64 = 2;
 /// `bench/tflite_check.py`'s exit status when a package is missing.
 const MISSING_PACKAGE: i32 = 3;
-
-fn octet(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_octet"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "octet {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Converts `o8`, runs the check; `None` when skipped for a missing package.
 fn check(name: &str, o8: &[u8], dir: &Path) -> Option<serde_json::Value> {
@@ -44,7 +35,7 @@ fn check(name: &str, o8: &[u8], dir: &Path) -> Option<serde_json::Value> {
         dir.join(format!("{name}.tflite")),
     );
     std::fs::write(&o8_path, o8).unwrap();
-    octet(&[
+    octet_ok(&[
         "convert",
         o8_path.to_str().unwrap(),
         "-o",
@@ -120,10 +111,7 @@ fn framed_input_matches_tflite_micro_and_tflite() {
 }
 
 fn octet_fails(args: &[&str], expected: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_octet"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = octet(args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "octet {args:?}: {err}");
     assert!(err.contains(expected), "octet {args:?}: {err}");
@@ -136,7 +124,7 @@ fn export_format_and_convert_write_the_same_tflite() {
     let dir = tempfile::tempdir().unwrap();
     let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     let data = "synthetic:256:64";
-    octet(&[
+    octet_ok(&[
         "train",
         "--model",
         "lenet",
@@ -149,7 +137,7 @@ fn export_format_and_convert_write_the_same_tflite() {
     ]);
     let ck = d("run/last.safetensors");
     let export = |format: &str, out: &str| {
-        octet(&[
+        octet_ok(&[
             "export",
             &ck,
             "--data",
@@ -168,7 +156,7 @@ fn export_format_and_convert_write_the_same_tflite() {
     export("both", &d("both.o8"));
     let tfl = std::fs::read(d("both.tflite")).unwrap();
     assert_eq!(&tfl[4..8], b"TFL3", "the TFLite file identifier");
-    octet(&["convert", &d("both.o8"), "-o", &d("converted.tflite")]);
+    octet_ok(&["convert", &d("both.o8"), "-o", &d("converted.tflite")]);
     assert_eq!(std::fs::read(d("converted.tflite")).unwrap(), tfl);
     export("tflite", &d("only.o8"));
     assert!(std::path::Path::new(&d("only.tflite")).exists());
@@ -198,7 +186,7 @@ fn run_writes_raw_logits() {
         dir.path().join("preds.txt"),
     );
     std::fs::write(&o8, tflite_models::lenet(21)).unwrap();
-    octet(&[
+    octet_ok(&[
         "run",
         "--logits",
         logits.to_str().unwrap(),

@@ -3,10 +3,10 @@
 //! the epoch in progress.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use octet_trainer::checkpoint::LAST_FILE;
-use octet_trainer::dist::{restarts, LAUNCHED_AT_VAR};
+use octet_trainer::dist::{launched_at, restarts};
 
 /// What the launcher says of this start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,19 +35,10 @@ impl Attempt {
     pub fn from_env() -> anyhow::Result<Attempt> {
         let get = |k: &str| std::env::var(k).ok();
         let (restart, allowed) = restarts(get)?;
-        let launched_at = match get(LAUNCHED_AT_VAR) {
-            Some(ms) => Some(
-                UNIX_EPOCH
-                    + Duration::from_millis(ms.trim().parse().map_err(|_| {
-                        anyhow::anyhow!("{LAUNCHED_AT_VAR}='{ms}' is not a time in milliseconds")
-                    })?),
-            ),
-            None => None,
-        };
         Ok(Attempt {
             restart,
             allowed,
-            launched_at,
+            launched_at: launched_at(get)?,
         })
     }
 
@@ -70,6 +61,8 @@ impl Attempt {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn attempt(restart: usize, launched_at: Option<SystemTime>) -> Attempt {

@@ -51,14 +51,14 @@ pub fn run(a: AllreduceBench) -> anyhow::Result<()> {
     let env = DistEnv::from_env()?.filter(|e| e.world > 1).context(
         "bench allreduce needs several ranks: run it as `octet launch --gpus N -- bench allreduce`",
     )?;
+    if env.rank == 0 {
+        eprintln!("octet bench allreduce: {}", env.describe());
+    }
     let dev = DeviceSpec::Cuda(env.gpu).open()?;
     let t = Duration::from_secs(a.dist_timeout);
     let coll = dist::connect(Some(&env), &dev, t, t)?;
     let world = coll.world();
     let mut rows = Vec::new();
-    if env.rank == 0 {
-        eprintln!("octet bench allreduce: {}", env.describe());
-    }
     if env.rank == 0 && !a.json {
         println!("all-reduce, {world} ranks");
         println!(

@@ -2,6 +2,7 @@
 //! `WORLD_SIZE`, …), or failing those the ones Slurm's `srun` sets (`slurm.rs`).
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::slurm;
 use crate::{Result, TrainError};
@@ -76,21 +77,10 @@ impl DistEnv {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
-        let (ranks, addr, port) = match var("WORLD_SIZE") {
-            Some(world) => (torchrun_ranks(&var, &world)?, None, None),
+        let ranks = match var("WORLD_SIZE") {
+            Some(world) => torchrun_ranks(&var, &world)?,
             None => match slurm::ranks(&var)? {
-                // MASTER_ADDR and MASTER_PORT win: Slurm's are read only in their absence.
-                Some(r) => (
-                    r,
-                    match var("MASTER_ADDR") {
-                        Some(_) => None,
-                        None => Some(slurm::master_host(&var)?),
-                    },
-                    match var("MASTER_PORT") {
-                        Some(_) => None,
-                        None => slurm::port(&var)?,
-                    },
-                ),
+                Some(r) => r,
                 None => return Ok(None),
             },
         };
@@ -110,15 +100,19 @@ impl DistEnv {
                 names[2], names[1]
             )));
         }
-        let (master_addr, addr_from) = match (var("MASTER_ADDR"), addr) {
-            (Some(a), _) => (a, "MASTER_ADDR"),
-            (None, Some((host, from))) => (host, from),
-            (None, None) => (DEFAULT_ADDR.into(), "default"),
+        // MASTER_ADDR and MASTER_PORT win; Slurm's are read only in their absence.
+        let slurm = kind == RankVars::Slurm;
+        let (master_addr, addr_from) = match var("MASTER_ADDR") {
+            Some(a) => (a, "MASTER_ADDR"),
+            None if slurm => slurm::master_host(&var)?,
+            None => (DEFAULT_ADDR.into(), "default"),
         };
-        let (master_port, port_from) = match (var("MASTER_PORT"), port) {
-            (Some(p), _) => (number::<u16>("MASTER_PORT", &p)?, "MASTER_PORT"),
-            (None, Some(p)) => (p, slurm::PORT_ORIGIN),
-            (None, None) => (DEFAULT_PORT, "default"),
+        let (master_port, port_from) = match var("MASTER_PORT") {
+            Some(p) => (number::<u16>("MASTER_PORT", &p)?, "MASTER_PORT"),
+            None => match slurm.then(|| slurm::port(&var)).transpose()?.flatten() {
+                Some(p) => (p, slurm::PORT_ORIGIN),
+                None => (DEFAULT_PORT, "default"),
+            },
         };
         if master_port == 0 {
             return Err(bad(
@@ -263,6 +257,17 @@ pub fn restarts(get: impl Fn(&str) -> Option<String>) -> Result<(usize, usize)> 
         _ => Ok(0),
     };
     Ok((count(RESTART_COUNT_VAR)?, count(MAX_RESTARTS_VAR)?))
+}
+
+/// When `octet launch` started the job, from [`LAUNCHED_AT_VAR`]; `None` under another
+/// launcher.
+pub fn launched_at(get: impl Fn(&str) -> Option<String>) -> Result<Option<SystemTime>> {
+    match get(LAUNCHED_AT_VAR).map(|v| v.trim().to_string()) {
+        Some(ms) if !ms.is_empty() => Ok(Some(
+            UNIX_EPOCH + Duration::from_millis(number(LAUNCHED_AT_VAR, &ms)?),
+        )),
+        _ => Ok(None),
+    }
 }
 
 /// A port on 127.0.0.1 that nothing listens on now, for a rendezvous on this machine (`octet

@@ -19,7 +19,7 @@ pub use bucket::{Bucket, BucketPlan, Member, DEFAULT_BUCKET_BYTES};
 pub use collective::{thread_group, Collective, CommStats, Solo, ThreadRank};
 pub use data_parallel::{BnMode, DataParallel};
 pub use env::{
-    free_local_port, gpu_of, restarts, DistEnv, Origin, RankVars, LAUNCHED_AT_VAR,
+    free_local_port, gpu_of, launched_at, restarts, DistEnv, Origin, RankVars, LAUNCHED_AT_VAR,
     MAX_RESTARTS_VAR, RESTART_COUNT_VAR,
 };
 pub use rendezvous::{barrier, listen_addrs, share_bytes, PROTOCOL_VERSION};
