@@ -68,7 +68,7 @@ fn bench(c: &mut Criterion) {
                         if k != Kernels::Auto && (ch != 3 || threads != 1) {
                             continue;
                         }
-                        let mut arena = vec![0u8; arena_bytes_parallel(&model, batch, threads)];
+                        let mut arena = vec![0u8; arena_bytes_parallel(&model, k, batch, threads)];
                         g.bench_function(
                             BenchmarkId::new(format!("int8-{kname}/threads{threads}"), batch),
                             |b| {

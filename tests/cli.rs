@@ -239,7 +239,7 @@ fn pytorch_resnet18_checkpoint_exports_and_runs() {
 
     succeeds(
         &["inspect", o8.to_str().unwrap()],
-        &["int8 model", "Add", "AvgPool"],
+        &["int8 model", "tflite_add", "avg_pool", "double rounding"],
     );
 
     // A corrupted model is refused with a reason, not a panic.

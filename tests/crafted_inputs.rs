@@ -5,8 +5,7 @@
 //! thousands in-process) goes through `inspect`, `run`, `eval` and `train --resume`, each
 //! process limited to 4 GiB of address space and 120 s.
 
-#[path = "../runtime/tests/common/mod.rs"]
-mod common;
+use octet_testkit as common;
 #[path = "../trainer/tests/mutate_ckpt/mod.rs"]
 mod mutate_ckpt;
 #[path = "../runtime/tests/mutate_o8/mod.rs"]

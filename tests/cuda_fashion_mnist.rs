@@ -54,7 +54,8 @@ fn train(kind: ModelKind, split: &DataSplit, dev: &Device) -> HashMap<String, Te
 fn cpu_bytes(model: &Model, pixels: &[u8]) -> Vec<i8> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let batch = pixels.len() / model.input_len();
-    let mut arena = vec![0u8; arena_bytes_parallel(model, batch, threads)];
+    let mut arena =
+        vec![0u8; arena_bytes_parallel(model, octet_runtime::Kernels::Auto, batch, threads)];
     run_parallel(model, pixels, &mut arena, threads)
         .expect("cpu run")
         .to_vec()

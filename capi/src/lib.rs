@@ -20,7 +20,7 @@ use core::ffi::c_char;
 use core::mem::{align_of, size_of};
 use core::ptr;
 
-use octet_runtime::{Model, RuntimeError};
+use octet_runtime::{Kernels, Model, RuntimeError};
 
 /// Status of every call. `OCTET_STATUS_OK` is 0; `octet_status_message` says what went wrong
 /// and what to do.
@@ -227,7 +227,7 @@ pub unsafe extern "C" fn octet_model_parse(
 /// `model` is NULL or points to an `OctetModel`.
 #[no_mangle]
 pub unsafe extern "C" fn octet_model_arena_bytes(model: *const OctetModel, batch: usize) -> usize {
-    parsed(model).map_or(0, |m| m.arena_bytes_for(batch.max(1)))
+    parsed(model).map_or(0, |m| m.arena_bytes_for(Kernels::Auto, batch.max(1)))
 }
 
 /// Bytes of one input image (c·h·w u8 pixels, planar); 0 when the handle is not a parsed
@@ -341,7 +341,7 @@ pub unsafe extern "C" fn octet_model_run(
             return Err(OctetStatus::OutputTooSmall);
         }
         // Checked before any write, so that an error leaves the arena untouched too.
-        let need = m.arena_bytes_for(batch);
+        let need = m.arena_bytes_for(Kernels::Auto, batch);
         if arena_len < need {
             return Err(OctetStatus::ArenaTooSmall);
         }

@@ -65,7 +65,7 @@ impl<'a> Calibrated<'a> {
     /// checked by the runtime's parser.
     fn quantize(&self, opts: &ExportOptions) -> Result<Quantized> {
         let (acts, calibration) = choose(&self.graph, &self.observed, opts);
-        let model = quantize_model(&self.graph, &acts, opts.weights)?;
+        let model = quantize_model(&self.graph, &acts, opts.weights, opts.rounding)?;
         let plan = plan_model(&model);
         let bytes = write(&model, &plan)?;
         // Nothing is handed out that the runtime would refuse (a disagreement between the

@@ -2,7 +2,8 @@
 //! plan), following FORMAT.md op by op. It is the exporter's check of its own arithmetic and
 //! plan, and the oracle the runtime's kernels can be compared with byte for byte.
 
-use octet_runtime::requant::{requantize, AddRequant, OutputQuant};
+use octet_runtime::kernels::{scalar, TfliteAddParams};
+use octet_runtime::requant::{AddRequant, OutputQuant, Rounding};
 
 use crate::graph::OpKind;
 use crate::plan::ArenaPlan;
@@ -63,6 +64,7 @@ fn run_op(
     let so = model.tensors[op.output].shape;
     let zi = model.tensors[op.inputs[0]].qparams.zero_point;
     let zo = model.tensors[op.output].qparams.zero_point as i64;
+    let r = model.rounding;
     let mut y = vec![0i8; so.len()];
     match op.kind {
         OpKind::Conv2d {
@@ -103,7 +105,7 @@ fn run_op(
                                     .sum::<i32>();
                             }
                         }
-                        let v = requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
+                        let v = r.requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
                         y[(oy * so.w + ox) * so.c + o] = clamp(v, op.act_min, op.act_max);
                     }
                 }
@@ -117,7 +119,7 @@ fn run_op(
                         .zip(&w[o * k..(o + 1) * k])
                         .map(|(&a, &b)| a as i32 * b as i32)
                         .sum::<i32>();
-                let v = requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
+                let v = r.requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
                 y[o] = clamp(v, op.act_min, op.act_max);
             }
         }
@@ -139,7 +141,7 @@ fn run_op(
                             clamp(m as i64, op.act_min, op.act_max)
                         } else {
                             clamp(
-                                requantize(acc, op.multipliers[0], op.shifts[0]) as i64 + zo,
+                                r.requantize(acc, op.multipliers[0], op.shifts[0]) as i64 + zo,
                                 op.act_min,
                                 op.act_max,
                             )
@@ -149,23 +151,52 @@ fn run_op(
             }
         }
         OpKind::Add => {
-            let x1 = x1.unwrap_or(x);
+            let z1 = model.tensors[op.inputs[1]].qparams.zero_point;
+            let out = OutputQuant {
+                zero_point: zo as i32,
+                act_min: op.act_min,
+                act_max: op.act_max,
+                rounding: r,
+            };
+            add(op, (zi, z1), out, x, x1.unwrap_or(x), &mut y);
+        }
+    }
+    y
+}
+
+/// The residual add as the model's rounding writes it (qmodel): octet's add (two multipliers,
+/// one shift) for the single rounding, TFLite's (three pairs) for the double.
+fn add(
+    op: &crate::qmodel::QOp,
+    (z0, z1): (i32, i32),
+    out: OutputQuant,
+    x: &[i8],
+    x1: &[i8],
+    y: &mut [i8],
+) {
+    match out.rounding {
+        Rounding::Single => {
             let add = AddRequant {
-                z0: zi,
+                z0,
                 m0: op.multipliers[0],
-                z1: model.tensors[op.inputs[1]].qparams.zero_point,
+                z1,
                 m1: op.multipliers[1],
                 n: op.shifts[0],
-                out: OutputQuant {
-                    zero_point: zo as i32,
-                    act_min: op.act_min,
-                    act_max: op.act_max,
-                },
+                out,
             };
             for (y, (&a, &b)) in y.iter_mut().zip(x.iter().zip(x1)) {
                 *y = add.apply(a, b);
             }
         }
+        Rounding::Double => {
+            let pair = |i: usize| (op.multipliers[i], op.shifts[i]);
+            let add = TfliteAddParams {
+                zero_points: [z0, z1],
+                left_shift: crate::quantize::TFLITE_ADD_LEFT_SHIFT,
+                multipliers: [pair(0), pair(1), pair(2)],
+                out,
+            };
+            scalar::tflite_add(&add, x, x1, y);
+        }
     }
-    y
 }

@@ -41,21 +41,26 @@ pub use fold::{fold_batch_norm, fold_input_normalization, BatchNorm, BN_EPS};
 pub use graph::{FloatOp, Graph, OpKind, Shape3, TensorInfo};
 pub use int8::run_int8;
 pub use lower::{lower, Input};
-pub use plan::{op_scratch_bytes, plan, plan_model, ArenaPlan, Buffer, ALIGN};
+pub use plan::{plan, plan_model, plan_tensors, ArenaPlan, Buffer, ALIGN};
 pub use plot::{register_font, write_histograms};
 pub use progress::{summary, Phase, Phases, Progress, Quiet};
 pub use qmodel::{quantize_model, QModel, QOp, QTensor};
 pub use quantize::{
-    add_multipliers, multiplier_value, quantize_weight, quantize_weights, QParams,
-    QuantizedWeights, WeightScheme,
+    add_multipliers, multiplier_value, quantize_weight, quantize_weights, tflite_add_multipliers,
+    QParams, QuantizedWeights, WeightScheme, TFLITE_ADD_LEFT_SHIFT,
 };
 pub use reference::{argmax_rows, fake_quantize, Executor, FakeQuant};
 pub use report::{Ablation, AblationRow, LayerRow, Report};
 pub use speed::{speed_model, speed_model_normalized, CIFAR_MEAN, CIFAR_STD};
 pub use sqnr::sqnr_db;
-pub use write::write;
+pub use write::{encode, o8_model, write, O8Model, O8Op, O8Tensor};
 
 use serde::Serialize;
+
+/// The rounding an export records unless told otherwise: TensorFlow Lite's double rounding, so
+/// that the `.o8` and its `.tflite` give the same bytes in octet, stock TFLite Micro and CMSIS-NN
+/// (bench/NOTES_tflite.md says why).
+pub const DEFAULT_ROUNDING: octet_runtime::Rounding = octet_runtime::Rounding::Double;
 
 /// How to quantize.
 #[derive(Debug, Clone, Serialize)]
@@ -70,6 +75,17 @@ pub struct ExportOptions {
     pub sqnr_images: usize,
     /// Images per batch in the float executor.
     pub batch: usize,
+    /// How the model's requantizations round (recorded in the file).
+    #[serde(serialize_with = "rounding_name")]
+    pub rounding: octet_runtime::Rounding,
+}
+
+/// A rounding as reports spell it (`single`, `double`).
+fn rounding_name<S: serde::Serializer>(
+    r: &octet_runtime::Rounding,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(r.name())
 }
 
 impl Default for ExportOptions {
@@ -81,6 +97,7 @@ impl Default for ExportOptions {
             calibration_images: 1024,
             sqnr_images: 256,
             batch: 64,
+            rounding: DEFAULT_ROUNDING,
         }
     }
 }
@@ -263,8 +280,15 @@ pub fn runtime_logits_counted(
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let batch = batch.max(threads);
-    let mut arena =
-        vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&model, batch, threads)];
+    let mut arena = vec![
+        0u8;
+        octet_runtime::parallel::arena_bytes_parallel(
+            &model,
+            octet_runtime::Kernels::Auto,
+            batch,
+            threads
+        )
+    ];
     let mut out = Vec::with_capacity(pixels.len() / len * model.output_len());
     for chunk in pixels.chunks(batch * len) {
         let logits = octet_runtime::parallel::run_parallel(&model, chunk, &mut arena, threads)

@@ -1,8 +1,7 @@
-//! Arena planning: every activation tensor (and op scratch) gets an offset in one working arena.
-//! Greedy by size, largest first, each at the lowest offset that does not overlap a placed buffer
-//! whose lifetime overlaps its own (TFLite Micro's greedy planner).
-
-use crate::qmodel::{QModel, QOp};
+//! Arena planning: every activation tensor gets an offset in one working arena. Greedy by size,
+//! largest first, each at the lowest offset that does not overlap a placed buffer whose lifetime
+//! overlaps its own (TFLite Micro's greedy planner). Scratch is not planned here: each kernel
+//! set states its own when the model is prepared (runtime/FORMAT.md, "Arena").
 
 /// Offsets are aligned to this (SIMD loads; the arena itself starts 16-aligned in the runtime).
 pub const ALIGN: usize = 16;
@@ -58,83 +57,60 @@ pub fn plan(buffers: &[Buffer], align: usize) -> (Vec<usize>, usize) {
     (offsets, total)
 }
 
-/// Scratch bytes `op` needs in the arena for one image: the runtime's own figure
-/// (`octet_runtime::scratch_bytes`), so plan and kernels agree. The single place to change.
-pub fn op_scratch_bytes(op: &QOp, model: &QModel) -> usize {
-    let (kh, kw, stride, pad) = op.kind.window();
-    let x = model.tensors[op.inputs[0]].shape;
-    let y = model.tensors[op.output].shape;
-    let g = octet_runtime::OpGeometry {
-        kernel_h: kh as u32,
-        kernel_w: kw as u32,
-        stride: stride as u32,
-        pad: pad as u32,
-        c_in: x.c as u32,
-        h_in: x.h as u32,
-        w_in: x.w as u32,
-        c_out: y.c as u32,
-    };
-    octet_runtime::scratch_bytes(op.kind.code(), &g)
-}
-
-/// Where every tensor and scratch region of a model lives.
+/// Where every tensor of a model lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArenaPlan {
     pub tensor_offsets: Vec<usize>,
-    /// Per op; 0 when the op needs no scratch.
-    pub scratch_offsets: Vec<usize>,
-    pub scratch_bytes: Vec<usize>,
-    /// Exact end of the highest buffer: the header's arena_bytes.
+    /// Exact end of the highest tensor: the header's arena_bytes.
     pub arena_bytes: usize,
 }
 
-/// Lifetimes from the op order: a tensor lives from the op writing it (the input: op 0) to the
-/// last op reading it (the output: to the end); an op's output overlaps its inputs in time, so
-/// it never shares their bytes. Scratch lives during its op only.
-pub fn plan_model(model: &QModel) -> ArenaPlan {
-    let n_ops = model.ops.len();
-    let nt = model.tensors.len();
+/// Plans tensors of `sizes` bytes whose lifetimes come from `ops` (each op's input tensors and
+/// its output, in execution order): a tensor lives from the op writing it (the input: op 0) to
+/// the last op reading it (the output: to the end); an op's output overlaps its inputs in time,
+/// so it never shares their bytes. Tensors no op writes and that are not the input get no room.
+pub fn plan_tensors(
+    sizes: &[usize],
+    ops: &[(Vec<usize>, usize)],
+    input: usize,
+    output: usize,
+) -> ArenaPlan {
+    let n_ops = ops.len();
+    let nt = sizes.len();
     let mut first = vec![usize::MAX; nt];
     let mut last = vec![0usize; nt];
-    first[model.input] = 0;
-    for (i, op) in model.ops.iter().enumerate() {
-        first[op.output] = first[op.output].min(i);
-        last[op.output] = last[op.output].max(i);
-        for &t in &op.inputs {
+    first[input] = 0;
+    for (i, (inputs, out)) in ops.iter().enumerate() {
+        first[*out] = first[*out].min(i);
+        last[*out] = last[*out].max(i);
+        for &t in inputs {
             last[t] = last[t].max(i);
         }
     }
-    last[model.output] = n_ops;
-    let mut buffers: Vec<Buffer> = (0..nt)
+    last[output] = n_ops;
+    let buffers: Vec<Buffer> = (0..nt)
         .map(|t| Buffer {
-            size: if first[t] == usize::MAX {
-                0
-            } else {
-                model.tensors[t].shape.len()
-            },
+            size: if first[t] == usize::MAX { 0 } else { sizes[t] },
             first: first[t].min(n_ops),
             last: last[t],
         })
         .collect();
-    let scratch: Vec<usize> = model
-        .ops
-        .iter()
-        .map(|op| op_scratch_bytes(op, model))
-        .collect();
-    buffers.extend(scratch.iter().enumerate().map(|(i, &size)| Buffer {
-        size,
-        first: i,
-        last: i,
-    }));
     let (offsets, arena_bytes) = plan(&buffers, ALIGN);
     ArenaPlan {
-        tensor_offsets: offsets[..nt].to_vec(),
-        scratch_offsets: (0..n_ops)
-            .map(|i| if scratch[i] > 0 { offsets[nt + i] } else { 0 })
-            .collect(),
-        scratch_bytes: scratch,
+        tensor_offsets: offsets,
         arena_bytes,
     }
+}
+
+/// [`plan_tensors`] for a quantized model.
+pub fn plan_model(model: &crate::qmodel::QModel) -> ArenaPlan {
+    let sizes: Vec<usize> = model.tensors.iter().map(|t| t.shape.len()).collect();
+    let ops: Vec<(Vec<usize>, usize)> = model
+        .ops
+        .iter()
+        .map(|op| (op.inputs.clone(), op.output))
+        .collect();
+    plan_tensors(&sizes, &ops, model.input, model.output)
 }
 
 #[cfg(test)]

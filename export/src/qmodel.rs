@@ -4,10 +4,13 @@
 use serde::Serialize;
 
 use octet_runtime::format::MAX_ACCUMULATION;
-use octet_runtime::quantize_multiplier;
+use octet_runtime::{quantize_multiplier, Rounding};
 
 use crate::graph::{FloatOp, Graph, OpKind, Shape3};
-use crate::quantize::{add_multipliers, quantize_weights, QParams, QuantizedWeights, WeightScheme};
+use crate::quantize::{
+    add_multipliers, quantize_weights, tflite_add_multipliers, QParams, QuantizedWeights,
+    WeightScheme,
+};
 use crate::{ExportError, Result};
 
 /// An int8 activation tensor.
@@ -41,13 +44,14 @@ pub struct QOp {
     pub pad_values: Vec<i8>,
 }
 
-/// Tensors and ops of the int8 model, in execution order.
+/// Tensors and ops of the int8 model, in execution order, and how its requantizations round.
 #[derive(Debug, Clone)]
 pub struct QModel {
     pub tensors: Vec<QTensor>,
     pub ops: Vec<QOp>,
     pub input: usize,
     pub output: usize,
+    pub rounding: Rounding,
 }
 
 impl QModel {
@@ -75,13 +79,20 @@ impl QModel {
 }
 
 /// Quantizes `graph` given each tensor's activation parameters (`acts[graph.input]` is
-/// replaced by the fixed input parameters, max-pool outputs inherit their input's).
-pub fn quantize_model(graph: &Graph, acts: &[QParams], scheme: WeightScheme) -> Result<QModel> {
+/// replaced by the fixed input parameters, max-pool outputs inherit their input's), its
+/// requantizations to be rounded as `rounding` says (the residual adds follow it: octet's add
+/// for the single rounding, TensorFlow Lite's for the double).
+pub fn quantize_model(
+    graph: &Graph,
+    acts: &[QParams],
+    scheme: WeightScheme,
+    rounding: Rounding,
+) -> Result<QModel> {
     let qp = tensor_params(graph, acts)?;
     let ops = graph
         .ops
         .iter()
-        .map(|op| quantize_op(graph, op, &qp, scheme))
+        .map(|op| quantize_op(graph, op, &qp, scheme, rounding))
         .collect::<Result<Vec<_>>>()?;
     let tensors = graph
         .tensors
@@ -98,6 +109,7 @@ pub fn quantize_model(graph: &Graph, acts: &[QParams], scheme: WeightScheme) -> 
         ops,
         input: graph.input,
         output: graph.output,
+        rounding,
     })
 }
 
@@ -122,7 +134,13 @@ fn tensor_params(graph: &Graph, acts: &[QParams]) -> Result<Vec<QParams>> {
 }
 
 /// `op` with its integer constants, given every tensor's parameters `qp`.
-fn quantize_op(graph: &Graph, op: &FloatOp, qp: &[QParams], scheme: WeightScheme) -> Result<QOp> {
+fn quantize_op(
+    graph: &Graph,
+    op: &FloatOp,
+    qp: &[QParams],
+    scheme: WeightScheme,
+    rounding: Rounding,
+) -> Result<QOp> {
     let (sin, sout) = (qp[op.inputs[0]], qp[op.output]);
     let relu_min = if op.relu {
         sout.zero_point.max(-128)
@@ -157,18 +175,27 @@ fn quantize_op(graph: &Graph, op: &FloatOp, qp: &[QParams], scheme: WeightScheme
             q.act_min = -128;
         }
         OpKind::Add => {
-            let s1 = qp[op.inputs[1]].scale as f64;
-            let (m, n) =
-                add_multipliers(sin.scale as f64, s1, sout.scale as f64).ok_or_else(|| {
-                    ExportError::Multiplier {
-                        layer: op.name.clone(),
-                        value: sin.scale.max(qp[op.inputs[1]].scale) as f64 / sout.scale as f64,
-                    }
-                })?;
-            q.multipliers.extend(m);
-            q.shifts.push(n);
+            let s1 = qp[op.inputs[1]].scale;
+            let err = || ExportError::Multiplier {
+                layer: op.name.clone(),
+                value: sin.scale.max(s1) as f64 / sout.scale as f64,
+            };
+            match rounding {
+                Rounding::Single => {
+                    let (m, n) = add_multipliers(sin.scale as f64, s1 as f64, sout.scale as f64)
+                        .ok_or_else(err)?;
+                    q.multipliers.extend(m);
+                    q.shifts.push(n);
+                }
+                Rounding::Double => {
+                    let pairs =
+                        tflite_add_multipliers(sin.scale, s1, sout.scale).ok_or_else(err)?;
+                    q.multipliers.extend(pairs.map(|(m, _)| m));
+                    q.shifts.extend(pairs.map(|(_, s)| s));
+                }
+            }
             q.effective.push(sin.scale as f64 / sout.scale as f64);
-            q.effective.push(s1 / sout.scale as f64);
+            q.effective.push(s1 as f64 / sout.scale as f64);
         }
     }
     Ok(q)

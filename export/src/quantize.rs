@@ -2,6 +2,7 @@
 //! residual add's multipliers (FORMAT.md, "Requantization"). Per-channel multipliers are
 //! encoded by the runtime's `requant::quantize_multiplier`, the one definition.
 
+use octet_runtime::requant::quantize_multiplier_tflite;
 use octet_runtime::requant::valid_right_shift;
 use serde::{Deserialize, Serialize};
 
@@ -181,6 +182,24 @@ fn exponent(m: f64) -> Option<i32> {
     }
     let biased = ((m.to_bits() >> 52) & 0x7ff) as i32;
     (biased != 0).then_some(biased - 1022)
+}
+
+/// The left shift of TensorFlow Lite's int8 ADD (add_common.cc: 20 for int8 outputs).
+pub const TFLITE_ADD_LEFT_SHIFT: i32 = 20;
+
+/// TensorFlow Lite's ADD parameters from the f32 scales of its inputs and output, as TFLite
+/// Micro computes them when it prepares the op (add_common.cc): with t = 2·max(s0, s1) in
+/// double, the inputs' multipliers s_i / t and the output's t / (2^20 · s_out), each through
+/// TFLite's `QuantizeMultiplier` ([`quantize_multiplier_tflite`]). `[(M0, shift); 3]`: input 0,
+/// input 1, output; `None` when one is out of the runtime's range.
+pub fn tflite_add_multipliers(s0: f32, s1: f32, s_out: f32) -> Option<[(i32, i32); 3]> {
+    let twice_max = 2.0 * s0.max(s1) as f64;
+    let m0 = quantize_multiplier_tflite(s0 as f64 / twice_max)?;
+    let m1 = quantize_multiplier_tflite(s1 as f64 / twice_max)?;
+    let mo = quantize_multiplier_tflite(
+        twice_max / ((1i64 << TFLITE_ADD_LEFT_SHIFT) as f64 * s_out as f64),
+    )?;
+    Some([m0, m1, mo])
 }
 
 /// The residual add's integer parameters: `m_i = round(s_i/s_out · 2^n)` with n chosen so that

@@ -1,14 +1,93 @@
-//! The `.o8` writer: the model's values checked to fit their fields, laid out and encoded by
-//! the runtime's `format` module (runtime/FORMAT.md), which reads them back.
+//! The `.o8` writer: a model in the file's own terms ([`O8Model`]: tensors, ops in the
+//! runtime's layouts, input encoding, rounding), its values checked to fit their fields, laid out
+//! and encoded by the runtime's `format` module (runtime/FORMAT.md), which reads them back. The
+//! exporter fills it from its quantized model ([`o8_model`]), the TFLite importer from a
+//! `.tflite`.
 
 use octet_runtime::format::{
-    self, HeaderFields, OpFields, TensorFields, DATA_ALIGN, HEADER_LEN, I32_ALIGN, NO_TENSOR,
-    OP_LEN, TENSOR_LEN,
+    self, HeaderFields, InputEncoding, OpFields, TensorFields, Window, DATA_ALIGN, HEADER_LEN,
+    I32_ALIGN, NO_TENSOR, OP_LEN, TENSOR_LEN,
 };
+use octet_runtime::{OpKind as O8Kind, Rounding};
 
-use crate::plan::ArenaPlan;
-use crate::qmodel::{QModel, QOp, QTensor};
+use crate::graph::{OpKind, Shape3};
+use crate::plan::{plan_tensors, ArenaPlan};
+use crate::qmodel::{QModel, QOp};
 use crate::{ExportError, Result};
+
+/// An int8 activation tensor of the file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct O8Tensor {
+    /// (c, h, w), HWC in memory.
+    pub shape: Shape3,
+    pub scale: f32,
+    pub zero_point: i32,
+}
+
+/// An op of the file, its constants in the runtime's layouts (FORMAT.md, "Ops").
+#[derive(Debug, Clone, PartialEq)]
+pub struct O8Op {
+    pub kind: O8Kind,
+    /// One tensor id, two for the adds.
+    pub inputs: Vec<usize>,
+    pub output: usize,
+    pub window: Window,
+    pub act: (i32, i32),
+    pub weights: Vec<i8>,
+    pub bias: Vec<i32>,
+    pub multipliers: Vec<i32>,
+    pub shifts: Vec<i32>,
+    pub pad_values: Vec<i8>,
+    pub param: i32,
+}
+
+impl O8Op {
+    /// An op of `kind` from `inputs` to `output` with no window, clamp, constants or parameter.
+    pub fn new(kind: O8Kind, inputs: Vec<usize>, output: usize) -> Self {
+        O8Op {
+            kind,
+            inputs,
+            output,
+            window: Window::default(),
+            act: (-128, 127),
+            weights: Vec::new(),
+            bias: Vec::new(),
+            multipliers: Vec::new(),
+            shifts: Vec::new(),
+            pad_values: Vec::new(),
+            param: 0,
+        }
+    }
+}
+
+/// A whole `.o8` model before layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct O8Model {
+    pub tensors: Vec<O8Tensor>,
+    pub ops: Vec<O8Op>,
+    pub input: usize,
+    pub output: usize,
+    pub input_encoding: InputEncoding,
+    pub rounding: Rounding,
+}
+
+impl O8Model {
+    /// The arena plan of its tensors ([`plan_tensors`]).
+    pub fn plan(&self) -> ArenaPlan {
+        let sizes: Vec<usize> = self.tensors.iter().map(|t| t.shape.len()).collect();
+        let ops: Vec<(Vec<usize>, usize)> = self
+            .ops
+            .iter()
+            .map(|op| (op.inputs.clone(), op.output))
+            .collect();
+        plan_tensors(&sizes, &ops, self.input, self.output)
+    }
+
+    /// Planned and encoded: the file's bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        encode(self, &self.plan())
+    }
+}
 
 fn fit<T: TryFrom<usize>>(what: &str, v: usize, max: u64) -> Result<T> {
     T::try_from(v).map_err(|_| ExportError::TooLarge {
@@ -38,11 +117,11 @@ fn u8_of(what: &str, v: usize) -> Result<u8> {
     fit(what, v, u8::MAX as u64)
 }
 
-fn chw_of(what: &str, t: &QTensor) -> Result<(u16, u16, u16)> {
+fn chw_of(what: &str, s: Shape3) -> Result<(u16, u16, u16)> {
     Ok((
-        u16_of(&format!("{what}channels"), t.shape.c)?,
-        u16_of(&format!("{what}height"), t.shape.h)?,
-        u16_of(&format!("{what}width"), t.shape.w)?,
+        u16_of(&format!("{what}channels"), s.c)?,
+        u16_of(&format!("{what}height"), s.h)?,
+        u16_of(&format!("{what}width"), s.w)?,
     ))
 }
 
@@ -102,48 +181,42 @@ pub fn conv_weights_ohwi(w: &[i8], cout: usize, cin: usize, kh: usize, kw: usize
     t
 }
 
-fn tensor_fields(t: &QTensor, offset: usize) -> Result<TensorFields> {
+fn tensor_fields(t: &O8Tensor, offset: usize) -> Result<TensorFields> {
     Ok(TensorFields {
-        chw: chw_of("", t)?,
-        scale: t.qparams.scale,
-        zero_point: t.qparams.zero_point,
+        chw: chw_of("", t.shape)?,
+        scale: t.scale,
+        zero_point: t.zero_point,
         offset: u32_of("arena offset", offset)?,
         bytes: u32_of("tensor bytes", t.shape.len())?,
     })
 }
 
 /// `op`'s record; its constant arrays are appended to `data`.
-fn op_fields(model: &QModel, op: &QOp, scratch: usize, data: &mut Data) -> Result<OpFields> {
+fn op_fields(op: &O8Op, data: &mut Data) -> Result<OpFields> {
     let input0 = u16_of("tensor id", op.inputs[0])?;
     let input1 = match op.inputs.get(1) {
         Some(&t) => u16_of("tensor id", t)?,
         None => NO_TENSOR,
     };
-    let (kh, kw, stride, pad) = op.kind.window();
     Ok(OpFields {
         kind: op.kind.code(),
         input0,
         input1,
         output: u16_of("tensor id", op.output)?,
-        window: (
-            u8_of("kernel height", kh)?,
-            u8_of("kernel width", kw)?,
-            u8_of("stride", stride)?,
-            u8_of("padding", pad)?,
-        ),
-        act: (op.act_min, op.act_max),
-        weights: data.i8s(&runtime_weights(model, op))?,
+        window: op.window,
+        act: op.act,
+        weights: data.i8s(&op.weights)?,
         bias: data.i32s(&op.bias)?,
         multiplier: data.i32s(&op.multipliers)?,
         shift: data.i32s(&op.shifts)?,
         pad_values: data.i8s(&op.pad_values)?,
-        scratch: u32_of("scratch offset", scratch)?,
+        param: op.param,
     })
 }
 
 /// Serialises `model` with its arena `plan` into `.o8` bytes: header, tensor table, op table,
 /// then the data section at the next 16-byte boundary.
-pub fn write(model: &QModel, plan: &ArenaPlan) -> Result<Vec<u8>> {
+pub fn encode(model: &O8Model, plan: &ArenaPlan) -> Result<Vec<u8>> {
     let n_tensors = u16_of("tensor count", model.tensors.len())?;
     let tensors = model
         .tensors
@@ -155,27 +228,30 @@ pub fn write(model: &QModel, plan: &ArenaPlan) -> Result<Vec<u8>> {
     let ops = model
         .ops
         .iter()
-        .zip(&plan.scratch_offsets)
-        .map(|(op, &scratch)| op_fields(model, op, scratch, &mut data))
+        .map(|op| op_fields(op, &mut data))
         .collect::<Result<Vec<_>>>()?;
     let op_table = HEADER_LEN + tensors.len() * TENSOR_LEN;
     let data_offset = (op_table + ops.len() * OP_LEN).next_multiple_of(DATA_ALIGN);
     let file_len = data_offset + data.bytes.len();
-    let output = &model.tensors[model.output];
+    let (input, output) = (&model.tensors[model.input], &model.tensors[model.output]);
     let header = HeaderFields {
         file_len: u32_of("file length", file_len)?,
         arena_bytes: u32_of("arena bytes", plan.arena_bytes)?,
-        input_chw: chw_of("input ", &model.tensors[model.input])?,
+        input_chw: chw_of("input ", input.shape)?,
         input_tensor: u16_of("tensor id", model.input)?,
         output_tensor: u16_of("tensor id", model.output)?,
+        input_encoding: model.input_encoding.code(),
+        rounding: model.rounding.code(),
         n_tensors: n_tensors as u32,
         tensor_table: HEADER_LEN as u32,
         n_ops: u32_of("op count", ops.len())?,
         op_table: u32_of("op table offset", op_table)?,
         data_offset: u32_of("data offset", data_offset)?,
         data_len: u32_of("data length", data.bytes.len())?,
-        output_scale: output.qparams.scale,
-        output_zero_point: output.qparams.zero_point,
+        output_scale: output.scale,
+        output_zero_point: output.zero_point,
+        input_scale: input.scale,
+        input_zero_point: input.zero_point,
     };
     let mut out = vec![0u8; file_len];
     header.write_to(&mut out);
@@ -191,10 +267,90 @@ pub fn write(model: &QModel, plan: &ArenaPlan) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The exporter's quantized model in the file's terms: raw u8 pixels in, conv weights in the
+/// runtime's OHWI layout, each layer's window, and the residual add as the model's rounding
+/// asks (octet's add for the single rounding, TFLite's for the double).
+pub fn o8_model(model: &QModel) -> Result<O8Model> {
+    let tensors = model
+        .tensors
+        .iter()
+        .map(|t| O8Tensor {
+            shape: t.shape,
+            scale: t.qparams.scale,
+            zero_point: t.qparams.zero_point,
+        })
+        .collect();
+    let ops = model
+        .ops
+        .iter()
+        .map(|op| o8_op(model, op))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(O8Model {
+        tensors,
+        ops,
+        input: model.input,
+        output: model.output,
+        input_encoding: InputEncoding::PixelsU8Chw,
+        rounding: model.rounding,
+    })
+}
+
+/// One op of [`o8_model`].
+fn o8_op(model: &QModel, op: &QOp) -> Result<O8Op> {
+    let square = |k: usize, stride: usize, pad: usize| -> Result<Window> {
+        Ok(Window::square(
+            u8_of("kernel size", k)?,
+            u8_of("stride", stride)?,
+            u8_of("padding", pad)?,
+        ))
+    };
+    let (kind, window, param) = match op.kind {
+        OpKind::Conv2d {
+            kh,
+            kw,
+            stride,
+            pad,
+        } => {
+            let mut w = square(kh, stride, pad)?;
+            w.kernel_w = u8_of("kernel width", kw)?;
+            (O8Kind::Conv2d, w, 0)
+        }
+        OpKind::FullyConnected => (O8Kind::FullyConnected, Window::default(), 0),
+        OpKind::MaxPool { k, stride } => (O8Kind::MaxPool, square(k, stride, 0)?, 0),
+        OpKind::AvgPool { k, stride } => (O8Kind::AvgPool, square(k, stride, 0)?, 0),
+        OpKind::Add => match model.rounding {
+            Rounding::Single => (O8Kind::Add, Window::default(), 0),
+            Rounding::Double => (
+                O8Kind::TfliteAdd,
+                Window::default(),
+                crate::quantize::TFLITE_ADD_LEFT_SHIFT,
+            ),
+        },
+    };
+    Ok(O8Op {
+        kind,
+        inputs: op.inputs.clone(),
+        output: op.output,
+        window,
+        act: (op.act_min, op.act_max),
+        weights: runtime_weights(model, op),
+        bias: op.bias.clone(),
+        multipliers: op.multipliers.clone(),
+        shifts: op.shifts.clone(),
+        pad_values: op.pad_values.clone(),
+        param,
+    })
+}
+
+/// Serialises the exporter's `model` with its arena `plan` ([`o8_model`], then [`encode`]).
+pub fn write(model: &QModel, plan: &ArenaPlan) -> Result<Vec<u8>> {
+    encode(&o8_model(model)?, plan)
+}
+
 /// An op's int8 weights in the runtime's layout: conv `[C_out][kh][kw][C_in]`, fc `[N][K]`.
 pub(crate) fn runtime_weights(model: &QModel, op: &QOp) -> Vec<i8> {
     match (&op.weights, op.kind) {
-        (Some(w), crate::graph::OpKind::Conv2d { kh, kw, .. }) => conv_weights_ohwi(
+        (Some(w), OpKind::Conv2d { kh, kw, .. }) => conv_weights_ohwi(
             &w.q,
             w.scales.len(),
             model.tensors[op.inputs[0]].shape.c,

@@ -10,8 +10,7 @@
 //!
 //! `arm_count MODEL list` prints one line per conv/fc op: index, kind, multiply-adds, shape.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use octet_testkit as common;
 
 use std::hint::black_box;
 
@@ -67,18 +66,21 @@ impl Prepared<'_> {
 
 fn prepare<'a>(m: &Model<'a>, o: &OpInfo<'a>, rng: &mut common::Rng) -> Option<Prepared<'a>> {
     let (tin, tout) = (m.tensor(o.input0)?, m.tensor(o.output)?);
+    let r = m.rounding();
     let (conv, fc) = match o.kind {
-        OpKind::Conv2d => (Some(Model::conv_params(o, &tin, &tout)), None),
-        OpKind::FullyConnected => (None, Some(Model::fc_params(o, &tin, &tout))),
+        OpKind::Conv2d => (Some(Model::conv_params(o, &tin, &tout, r)), None),
+        OpKind::FullyConnected => (None, Some(Model::fc_params(o, &tin, &tout, r))),
         _ => return None,
     };
+    // The scratch the widest kernel set here states (NEON's conv fits in it).
+    let scratch = Kernels::Neon.scratch_bytes(&o.geometry(&tin, &tout));
     Some(Prepared {
         index: o.index,
         conv,
         fc,
         input: rng.bytes(tin.len()).into_iter().map(|b| b as i8).collect(),
         output: vec![0; tout.len()],
-        scratch: vec![0; o.scratch_bytes],
+        scratch: vec![0; scratch],
     })
 }
 
@@ -111,8 +113,8 @@ fn main() {
                     c.input.w,
                     c.kernel_h,
                     c.kernel_w,
-                    c.stride,
-                    c.pad,
+                    c.stride_h,
+                    c.pad_top,
                     c.output.c,
                     c.output.h,
                     c.output.w
@@ -150,7 +152,7 @@ fn main() {
         std::process::exit(1);
     }
     let pixels = rng.bytes(model.input_len());
-    let mut arena = vec![0u8; model.arena_bytes_for(1)];
+    let mut arena = vec![0u8; model.arena_bytes_for(k, 1)];
     for _ in 0..images {
         black_box(model.run_with(k, &pixels, &mut arena).expect("run"));
     }

@@ -11,95 +11,15 @@
 //! - `ops.txt`: one line per op, `index kind multiply-adds`.
 //!
 //! The test models' builder gives every buffer its own arena bytes; the models here are
-//! replanned as the exporter plans them (`export/src/plan.rs`: greedy by size, dead buffers
-//! reused), so their arena is the one a device needs.
+//! replanned as the exporter plans them (`Builder::replan`), so their arena is the one a device
+//! needs.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use octet_testkit as common;
 
 use std::io::Read;
 use std::path::Path;
 
 use octet_runtime::{align16, Kernels, Model, OpKind};
-
-/// Replans the arena like the exporter: each tensor lives from the op writing it (the input:
-/// op 0) to the last op reading it (the output: past the end), scratch during its op; largest
-/// first, each at the lowest 16-aligned offset clear of the buffers live at the same time.
-fn replan(b: &mut common::Builder) {
-    let n_ops = b.ops.len();
-    let nt = b.tensors.len();
-    let mut first = vec![usize::MAX; nt];
-    let mut last = vec![0usize; nt];
-    first[b.input_tensor as usize] = 0;
-    for (i, op) in b.ops.iter().enumerate() {
-        let out = op.out as usize;
-        first[out] = first[out].min(i);
-        last[out] = last[out].max(i);
-        for t in [op.in0, op.in1] {
-            if t != 0xFFFF {
-                last[t as usize] = last[t as usize].max(i);
-            }
-        }
-    }
-    let output = b.output_tensor.unwrap_or(b.ops[n_ops - 1].out) as usize;
-    last[output] = n_ops;
-    // (bytes, first op, last op): the tensors, then each op's scratch.
-    let mut bufs: Vec<(u32, usize, usize)> = b
-        .tensors
-        .iter()
-        .enumerate()
-        .map(|(t, s)| {
-            let size = if first[t] == usize::MAX {
-                0
-            } else {
-                s.c as u32 * s.h as u32 * s.w as u32
-            };
-            (size, first[t].min(n_ops), last[t])
-        })
-        .collect();
-    // Each op's scratch: the runtime's figure, as `Builder::push` reserved it.
-    for (i, op) in b.ops.iter().enumerate() {
-        bufs.push((b.scratch_of(op) as u32, i, i));
-    }
-    let mut order: Vec<usize> = (0..bufs.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(bufs[i].0), bufs[i].1, i));
-    let mut offsets = vec![0u32; bufs.len()];
-    let mut placed: Vec<usize> = Vec::new();
-    let mut total = 0;
-    for i in order {
-        let (size, f, l) = bufs[i];
-        if size == 0 {
-            continue;
-        }
-        let mut live: Vec<(u32, u32)> = placed
-            .iter()
-            .filter(|&&j| bufs[j].1 <= l && f <= bufs[j].2)
-            .map(|&j| (offsets[j], offsets[j] + bufs[j].0))
-            .collect();
-        live.sort_unstable();
-        let mut at = 0;
-        for (start, end) in live {
-            if at + size <= start {
-                break;
-            }
-            at = at.max(common::align16(end));
-        }
-        offsets[i] = at;
-        total = total.max(at + size);
-        placed.push(i);
-    }
-    for (t, s) in b.tensors.iter_mut().enumerate() {
-        s.offset = offsets[t];
-    }
-    for (i, op) in b.ops.iter_mut().enumerate() {
-        op.scratch = if bufs[nt + i].0 > 0 {
-            offsets[nt + i]
-        } else {
-            0
-        };
-    }
-    b.arena = total;
-}
 
 /// The first `n` test images of the bundled Fashion-MNIST subset, centred in 32×32.
 fn fashion_images(n: usize) -> Result<Vec<u8>, String> {
@@ -145,7 +65,7 @@ fn run() -> Result<(), String> {
         "lenet1" | "lenet3" => {
             let c = if args[1] == "lenet1" { 1 } else { 3 };
             let mut b = common::lenet_on(c, 16);
-            replan(&mut b);
+            b.replan();
             b.encode()
         }
         path => std::fs::read(path).map_err(|e| format!("{path}: {e}"))?,
@@ -157,7 +77,7 @@ fn run() -> Result<(), String> {
         common::Rng::new(3).bytes(n * model.input_len())
     };
 
-    let mut arena = vec![0u8; model.arena_bytes()];
+    let mut arena = vec![0u8; model.arena_bytes(Kernels::Auto)];
     let mut expected = Vec::with_capacity(n * model.output_len());
     for (i, img) in images.chunks_exact(model.input_len()).enumerate() {
         let scalar: Vec<i8> = model
@@ -182,7 +102,10 @@ fn run() -> Result<(), String> {
         let macs = match o.kind {
             OpKind::Conv2d => {
                 let c_in = model.tensor(o.input0).map(|t| t.c as u64).unwrap_or(0);
-                t(o.output) * o.kernel_h as u64 * o.kernel_w as u64 * c_in
+                t(o.output) * o.window.kernel_h as u64 * o.window.kernel_w as u64 * c_in
+            }
+            OpKind::DepthwiseConv2d => {
+                t(o.output) * o.window.kernel_h as u64 * o.window.kernel_w as u64
             }
             OpKind::FullyConnected => t(o.output) * t(o.input0),
             _ => 0,
@@ -201,11 +124,11 @@ fn run() -> Result<(), String> {
         std::fs::write(&p, data).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     println!(
-        "{}: {} model bytes, arena {} bytes ({} working + {} logits), {n} images, {} multiply-adds per image",
+        "{}: {} model bytes, arena with the host's kernels {} bytes ({} working + {} logits), {n} images, {} multiply-adds per image",
         dir.display(),
         bytes.len(),
-        model.arena_bytes(),
-        model.working_bytes(),
+        model.arena_bytes(Kernels::Auto),
+        model.working_bytes(Kernels::Auto),
         align16(model.output_len()),
         model.macs_per_image()
     );

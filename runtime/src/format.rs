@@ -7,14 +7,15 @@
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"OCTET8\r\n";
-/// Format version (2: the scratch rule with the pixels-in-lanes VNNI conv, FORMAT.md).
-pub const VERSION: u16 = 2;
+/// Format version (3: scratch stated by the kernels, not the file; the embedded op set; int8
+/// inputs; the rounding recorded; FORMAT.md).
+pub const VERSION: u16 = 3;
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 80;
 /// Tensor record length in bytes.
 pub const TENSOR_LEN: usize = 32;
 /// Op record length in bytes.
-pub const OP_LEN: usize = 64;
+pub const OP_LEN: usize = 80;
 /// Alignment of the data section (from the file start) and of i8 arrays in it.
 pub const DATA_ALIGN: usize = 16;
 /// Alignment of i32 arrays in the data section.
@@ -48,8 +49,75 @@ pub const OP_FULLY_CONNECTED: u8 = 2;
 pub const OP_MAX_POOL: u8 = 3;
 /// Op kind code: avg_pool.
 pub const OP_AVG_POOL: u8 = 4;
-/// Op kind code: add.
+/// Op kind code: add (octet's requantizing residual add).
 pub const OP_ADD: u8 = 5;
+/// Op kind code: depthwise_conv2d.
+pub const OP_DEPTHWISE_CONV2D: u8 = 6;
+/// Op kind code: tflite_avg_pool (TFLite's AVERAGE_POOL_2D: same quantization in and out).
+pub const OP_TFLITE_AVG_POOL: u8 = 7;
+/// Op kind code: softmax (TFLite's integer algorithm).
+pub const OP_SOFTMAX: u8 = 8;
+/// Op kind code: reshape (the same bytes under another shape).
+pub const OP_RESHAPE: u8 = 9;
+/// Op kind code: pad.
+pub const OP_PAD: u8 = 10;
+/// Op kind code: tflite_add (TFLite's ADD: three requantizations).
+pub const OP_TFLITE_ADD: u8 = 11;
+
+/// Input encoding: raw `u8` pixels, planar C×H×W as data sets store them, converted to the
+/// int8 input tensor as q = pixel − 128 (octet's exports).
+pub const INPUT_U8_CHW: u8 = 1;
+/// Input encoding: the int8 input tensor itself, H×W×C (TFLite's int8 input).
+pub const INPUT_I8_HWC: u8 = 2;
+/// Input encoding: `u8` values, H×W×C, converted as q = u − 128 (TFLite's uint8 input
+/// followed by the QUANTIZE that only moves the zero point by 128).
+pub const INPUT_U8_HWC: u8 = 3;
+
+/// What a caller passes for one input: the header's input encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputEncoding {
+    /// Raw `u8` pixels, planar C×H×W; q = pixel − 128 ([`INPUT_U8_CHW`]).
+    PixelsU8Chw,
+    /// The int8 tensor, H×W×C ([`INPUT_I8_HWC`]).
+    I8Hwc,
+    /// `u8` values, H×W×C; q = u − 128 ([`INPUT_U8_HWC`]).
+    U8Hwc,
+}
+
+impl InputEncoding {
+    /// The encoding of a header code.
+    pub const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            INPUT_U8_CHW => Some(InputEncoding::PixelsU8Chw),
+            INPUT_I8_HWC => Some(InputEncoding::I8Hwc),
+            INPUT_U8_HWC => Some(InputEncoding::U8Hwc),
+            _ => None,
+        }
+    }
+
+    /// The header code.
+    pub const fn code(self) -> u8 {
+        match self {
+            InputEncoding::PixelsU8Chw => INPUT_U8_CHW,
+            InputEncoding::I8Hwc => INPUT_I8_HWC,
+            InputEncoding::U8Hwc => INPUT_U8_HWC,
+        }
+    }
+
+    /// Short name (`u8-chw-pixels`, `i8-hwc`, `u8-hwc`), as reports spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            InputEncoding::PixelsU8Chw => "u8-chw-pixels",
+            InputEncoding::I8Hwc => "i8-hwc",
+            InputEncoding::U8Hwc => "u8-hwc",
+        }
+    }
+
+    /// Whether the input bytes are unsigned and the tensor is q = u − 128 (zero point −128).
+    pub const fn is_u8(self) -> bool {
+        !matches!(self, InputEncoding::I8Hwc)
+    }
+}
 
 /// Byte offsets of the header fields.
 pub mod header {
@@ -71,8 +139,10 @@ pub mod header {
     pub const INPUT_TENSOR: usize = 30;
     /// u16 output tensor id.
     pub const OUTPUT_TENSOR: usize = 32;
-    /// u16 reserved.
-    pub const RESERVED0: usize = 34;
+    /// u8 input encoding (`INPUT_*`).
+    pub const INPUT_ENCODING: usize = 34;
+    /// u8 rounding code (`Rounding::code`).
+    pub const ROUNDING: usize = 35;
     /// u32 tensor count.
     pub const N_TENSORS: usize = 36;
     /// u32 tensor table offset.
@@ -89,8 +159,12 @@ pub mod header {
     pub const OUTPUT_SCALE: usize = 60;
     /// i32 output zero point.
     pub const OUTPUT_ZERO_POINT: usize = 64;
-    /// `[u8; 12]` reserved.
-    pub const RESERVED1: usize = 68;
+    /// f32 input scale (informative; = the input tensor's).
+    pub const INPUT_SCALE: usize = 68;
+    /// i32 input zero point (= the input tensor's).
+    pub const INPUT_ZERO_POINT: usize = 72;
+    /// `[u8; 4]` reserved.
+    pub const RESERVED: usize = 76;
 }
 
 /// Byte offsets of the tensor record fields.
@@ -123,30 +197,123 @@ pub mod op {
     pub const INPUT1: usize = 4;
     /// u16 output.
     pub const OUTPUT: usize = 6;
-    /// u8 kernel_h.
-    pub const KERNEL_H: usize = 8;
-    /// u8 kernel_w.
-    pub const KERNEL_W: usize = 9;
-    /// u8 stride.
-    pub const STRIDE: usize = 10;
-    /// u8 pad.
-    pub const PAD: usize = 11;
+    /// `[u8; 10]` the window ([`super::Window::BYTES`]): kernel h, w; stride h, w; pad top,
+    /// left, bottom, right; dilation h, w.
+    pub const WINDOW: usize = 8;
+    /// u16 reserved.
+    pub const RESERVED1: usize = 18;
     /// i32 act_min.
-    pub const ACT_MIN: usize = 12;
+    pub const ACT_MIN: usize = 20;
     /// i32 act_max.
-    pub const ACT_MAX: usize = 16;
+    pub const ACT_MAX: usize = 24;
     /// u32, u32 weights offset, length.
-    pub const WEIGHTS: usize = 20;
+    pub const WEIGHTS: usize = 28;
     /// u32, u32 bias offset, length.
-    pub const BIAS: usize = 28;
+    pub const BIAS: usize = 36;
     /// u32, u32 multiplier offset, length.
-    pub const MULTIPLIER: usize = 36;
+    pub const MULTIPLIER: usize = 44;
     /// u32, u32 shift offset, length.
-    pub const SHIFT: usize = 44;
+    pub const SHIFT: usize = 52;
     /// u32, u32 pad values offset, length.
-    pub const PAD_VALUES: usize = 52;
-    /// u32 scratch arena offset.
-    pub const SCRATCH: usize = 60;
+    pub const PAD_VALUES: usize = 60;
+    /// i32 a parameter of the kind (softmax: diff_min; pad: the pad value; tflite_add: the
+    /// left shift), 0 for the others.
+    pub const PARAM: usize = 68;
+    /// `[u8; 8]` reserved.
+    pub const RESERVED2: usize = 72;
+}
+
+/// An op's window: kernel, stride, padding and dilation (FORMAT.md, "Windows"); all zero for
+/// ops without one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// Kernel height.
+    pub kernel_h: u8,
+    /// Kernel width.
+    pub kernel_w: u8,
+    /// Vertical stride.
+    pub stride_h: u8,
+    /// Horizontal stride.
+    pub stride_w: u8,
+    /// Rows of padding above the input.
+    pub pad_top: u8,
+    /// Columns of padding left of the input.
+    pub pad_left: u8,
+    /// Rows of padding below the input.
+    pub pad_bottom: u8,
+    /// Columns of padding right of the input.
+    pub pad_right: u8,
+    /// Vertical dilation.
+    pub dilation_h: u8,
+    /// Horizontal dilation.
+    pub dilation_w: u8,
+}
+
+impl Window {
+    /// Bytes in the op record.
+    pub const BYTES: usize = 10;
+
+    /// A k×k window with one stride, the same padding on every side and no dilation (octet's
+    /// own layers).
+    pub const fn square(k: u8, stride: u8, pad: u8) -> Window {
+        Window {
+            kernel_h: k,
+            kernel_w: k,
+            stride_h: stride,
+            stride_w: stride,
+            pad_top: pad,
+            pad_left: pad,
+            pad_bottom: pad,
+            pad_right: pad,
+            dilation_h: 1,
+            dilation_w: 1,
+        }
+    }
+
+    /// The record's bytes, in field order.
+    pub const fn to_bytes(self) -> [u8; Window::BYTES] {
+        [
+            self.kernel_h,
+            self.kernel_w,
+            self.stride_h,
+            self.stride_w,
+            self.pad_top,
+            self.pad_left,
+            self.pad_bottom,
+            self.pad_right,
+            self.dilation_h,
+            self.dilation_w,
+        ]
+    }
+
+    /// [`Window::to_bytes`] reversed.
+    pub const fn from_bytes(b: [u8; Window::BYTES]) -> Window {
+        Window {
+            kernel_h: b[0],
+            kernel_w: b[1],
+            stride_h: b[2],
+            stride_w: b[3],
+            pad_top: b[4],
+            pad_left: b[5],
+            pad_bottom: b[6],
+            pad_right: b[7],
+            dilation_h: b[8],
+            dilation_w: b[9],
+        }
+    }
+
+    /// Whether every field is zero (ops without a window).
+    pub const fn is_none(&self) -> bool {
+        let b = self.to_bytes();
+        let mut i = 0;
+        while i < Window::BYTES {
+            if b[i] != 0 {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
 }
 
 #[inline]
@@ -186,9 +353,12 @@ fn chw(b: &[u8], off: usize) -> (u16, u16, u16) {
     (le_u16(b, off), le_u16(b, off + 2), le_u16(b, off + 4))
 }
 
-/// Whether the u16 at `r0` and the bytes of `r1` (a record's reserved fields) are zero.
-fn reserved_zero(b: &[u8], r0: usize, r1: core::ops::Range<usize>) -> bool {
-    le_u16(b, r0) == 0 && b.get(r1).is_some_and(|r| r.iter().all(|&x| x == 0))
+/// Whether the bytes of every `(start, len)` field (a record's reserved fields) are zero.
+fn reserved_zero(b: &[u8], fields: &[(usize, usize)]) -> bool {
+    fields.iter().all(|&(at, len)| {
+        b.get(at..at + len)
+            .is_some_and(|r| r.iter().all(|&x| x == 0))
+    })
 }
 
 /// Little-endian u16 at `off` (0 when out of bounds).
@@ -229,6 +399,10 @@ pub struct HeaderFields {
     pub input_tensor: u16,
     /// Output tensor id.
     pub output_tensor: u16,
+    /// Input encoding (`INPUT_*`).
+    pub input_encoding: u8,
+    /// Rounding code ([`crate::requant::Rounding::code`]).
+    pub rounding: u8,
     /// Tensor count.
     pub n_tensors: u32,
     /// Tensor table offset.
@@ -245,6 +419,10 @@ pub struct HeaderFields {
     pub output_scale: f32,
     /// Output zero point.
     pub output_zero_point: i32,
+    /// Input scale (informative).
+    pub input_scale: f32,
+    /// Input zero point.
+    pub input_zero_point: i32,
 }
 
 /// (c, h, w) as three little-endian u16 at `off`.
@@ -268,6 +446,8 @@ impl HeaderFields {
         put_chw(h, header::INPUT_CHW, self.input_chw);
         put(h, header::INPUT_TENSOR, self.input_tensor.to_le_bytes());
         put(h, header::OUTPUT_TENSOR, self.output_tensor.to_le_bytes());
+        h[header::INPUT_ENCODING] = self.input_encoding;
+        h[header::ROUNDING] = self.rounding;
         put(h, header::N_TENSORS, self.n_tensors.to_le_bytes());
         put(h, header::TENSOR_TABLE, self.tensor_table.to_le_bytes());
         put(h, header::N_OPS, self.n_ops.to_le_bytes());
@@ -279,6 +459,12 @@ impl HeaderFields {
             h,
             header::OUTPUT_ZERO_POINT,
             self.output_zero_point.to_le_bytes(),
+        );
+        put(h, header::INPUT_SCALE, self.input_scale.to_le_bytes());
+        put(
+            h,
+            header::INPUT_ZERO_POINT,
+            self.input_zero_point.to_le_bytes(),
         );
     }
 }
@@ -317,6 +503,10 @@ impl<'a> Header<'a> {
         input_tensor: u16 @ header::INPUT_TENSOR;
         /// Output tensor id.
         output_tensor: u16 @ header::OUTPUT_TENSOR;
+        /// Input encoding (`INPUT_*`).
+        input_encoding: u8 @ header::INPUT_ENCODING;
+        /// Rounding code.
+        rounding: u8 @ header::ROUNDING;
         /// Tensor count.
         n_tensors: u32 @ header::N_TENSORS;
         /// Tensor table offset.
@@ -333,6 +523,10 @@ impl<'a> Header<'a> {
         output_scale: f32 @ header::OUTPUT_SCALE;
         /// Output zero point.
         output_zero_point: i32 @ header::OUTPUT_ZERO_POINT;
+        /// Input scale (informative).
+        input_scale: f32 @ header::INPUT_SCALE;
+        /// Input zero point.
+        input_zero_point: i32 @ header::INPUT_ZERO_POINT;
     }
     /// Input (c, h, w).
     pub fn input_chw(&self) -> (u16, u16, u16) {
@@ -340,7 +534,7 @@ impl<'a> Header<'a> {
     }
     /// Whether every reserved byte is zero.
     pub fn reserved_zero(&self) -> bool {
-        reserved_zero(self.0, header::RESERVED0, header::RESERVED1..HEADER_LEN)
+        reserved_zero(self.0, &[(header::RESERVED, HEADER_LEN - header::RESERVED)])
     }
     /// Every value [`HeaderFields::write_to`] writes.
     pub fn fields(&self) -> HeaderFields {
@@ -350,6 +544,8 @@ impl<'a> Header<'a> {
             input_chw: self.input_chw(),
             input_tensor: self.input_tensor(),
             output_tensor: self.output_tensor(),
+            input_encoding: self.input_encoding(),
+            rounding: self.rounding(),
             n_tensors: self.n_tensors(),
             tensor_table: self.tensor_table(),
             n_ops: self.n_ops(),
@@ -358,6 +554,8 @@ impl<'a> Header<'a> {
             data_len: self.data_len(),
             output_scale: self.output_scale(),
             output_zero_point: self.output_zero_point(),
+            input_scale: self.input_scale(),
+            input_zero_point: self.input_zero_point(),
         }
     }
 }
@@ -416,7 +614,13 @@ impl<'a> TensorRecord<'a> {
     }
     /// Whether every reserved byte is zero.
     pub fn reserved_zero(&self) -> bool {
-        reserved_zero(self.0, tensor::RESERVED0, tensor::RESERVED1..TENSOR_LEN)
+        reserved_zero(
+            self.0,
+            &[
+                (tensor::RESERVED0, 2),
+                (tensor::RESERVED1, TENSOR_LEN - tensor::RESERVED1),
+            ],
+        )
     }
     /// Every value [`TensorFields::write_to`] writes.
     pub fn fields(&self) -> TensorFields {
@@ -442,8 +646,8 @@ pub struct OpFields {
     pub input1: u16,
     /// Output tensor id.
     pub output: u16,
-    /// (kernel_h, kernel_w, stride, pad).
-    pub window: (u8, u8, u8, u8),
+    /// Kernel, stride, padding, dilation.
+    pub window: Window,
     /// Output clamp (act_min, act_max).
     pub act: (i32, i32),
     /// Weights.
@@ -456,12 +660,12 @@ pub struct OpFields {
     pub shift: (u32, u32),
     /// Pad values.
     pub pad_values: (u32, u32),
-    /// Scratch arena offset.
-    pub scratch: u32,
+    /// The kind's parameter ([`op::PARAM`]).
+    pub param: i32,
 }
 
 impl OpFields {
-    /// Writes the record into `rec[..OP_LEN]`, the reserved byte zero.
+    /// Writes the record into `rec[..OP_LEN]`, the reserved bytes zero.
     pub fn write_to(&self, rec: &mut [u8]) {
         let r = &mut rec[..OP_LEN];
         r.fill(0);
@@ -469,11 +673,7 @@ impl OpFields {
         put(r, op::INPUT0, self.input0.to_le_bytes());
         put(r, op::INPUT1, self.input1.to_le_bytes());
         put(r, op::OUTPUT, self.output.to_le_bytes());
-        let (kh, kw, stride, pad) = self.window;
-        r[op::KERNEL_H] = kh;
-        r[op::KERNEL_W] = kw;
-        r[op::STRIDE] = stride;
-        r[op::PAD] = pad;
+        put(r, op::WINDOW, self.window.to_bytes());
         put(r, op::ACT_MIN, self.act.0.to_le_bytes());
         put(r, op::ACT_MAX, self.act.1.to_le_bytes());
         for (at, (offset, len)) in [
@@ -486,7 +686,7 @@ impl OpFields {
             put(r, at, offset.to_le_bytes());
             put(r, at + 4, len.to_le_bytes());
         }
-        put(r, op::SCRATCH, self.scratch.to_le_bytes());
+        put(r, op::PARAM, self.param.to_le_bytes());
     }
 }
 
@@ -510,13 +710,23 @@ impl<'a> OpRecord<'a> {
         input1: u16 @ op::INPUT1;
         /// Output tensor id.
         output: u16 @ op::OUTPUT;
-        /// Scratch arena offset.
-        scratch: u32 @ op::SCRATCH;
+        /// The kind's parameter.
+        param: i32 @ op::PARAM;
     }
-    /// (kernel_h, kernel_w, stride, pad).
-    pub fn window(&self) -> (u8, u8, u8, u8) {
-        let b = bytes::<4>(self.0, op::KERNEL_H);
-        (b[0], b[1], b[2], b[3])
+    /// Kernel, stride, padding, dilation.
+    pub fn window(&self) -> Window {
+        Window::from_bytes(bytes(self.0, op::WINDOW))
+    }
+    /// Whether every reserved byte is zero.
+    pub fn reserved_zero(&self) -> bool {
+        reserved_zero(
+            self.0,
+            &[
+                (op::RESERVED, 1),
+                (op::RESERVED1, 2),
+                (op::RESERVED2, OP_LEN - op::RESERVED2),
+            ],
+        )
     }
     /// Output clamp (act_min, act_max).
     pub fn act(&self) -> (i32, i32) {
@@ -559,7 +769,7 @@ impl<'a> OpRecord<'a> {
             multiplier: self.multiplier(),
             shift: self.shift(),
             pad_values: self.pad_values(),
-            scratch: self.scratch(),
+            param: self.param(),
         }
     }
 }
@@ -578,6 +788,8 @@ mod tests {
             input_chw: (0x090a, 0x0b0c, 0x0d0e),
             input_tensor: 0x0f10,
             output_tensor: 0x1112,
+            input_encoding: INPUT_I8_HWC,
+            rounding: 2,
             n_tensors: 0x1314_1516,
             tensor_table: 0x1718_191a,
             n_ops: 0x1b1c_1d1e,
@@ -586,6 +798,8 @@ mod tests {
             data_len: 0x2728_292a,
             output_scale: 0.123_456_79,
             output_zero_point: -0x2b2c_2d2e,
+            input_scale: 0.5,
+            input_zero_point: -0x3132_3334,
         };
         let mut file = [0xAAu8; HEADER_LEN + 4];
         h.write_to(&mut file);
@@ -621,20 +835,20 @@ mod tests {
             input0: 0x0102,
             input1: 0x0304,
             output: 0x0506,
-            window: (7, 8, 9, 10),
+            window: Window::from_bytes([7, 8, 9, 10, 11, 12, 13, 14, 15, 16]),
             act: (-0x0b0c_0d0e, 0x0f10_1112),
             weights: (0x1314_1516, 0x1718_191a),
             bias: (0x1b1c_1d1e, 0x1f20_2122),
             multiplier: (0x2324_2526, 0x2728_292a),
             shift: (0x2b2c_2d2e, 0x2f30_3132),
             pad_values: (0x3334_3536, 0x3738_393a),
-            scratch: 0x3b3c_3d3e,
+            param: -0x3b3c_3d3e,
         };
         let mut rec = [0xAAu8; OP_LEN];
         o.write_to(&mut rec);
         let view = OpRecord::new(&rec).unwrap();
         assert_eq!(view.fields(), o);
-        assert_eq!(view.reserved(), 0);
+        assert!(view.reserved_zero());
     }
 
     /// The check value of the CRC catalogue, and crc32fast (zlib's CRC-32) on every length

@@ -30,6 +30,7 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod error;
+mod fixedpoint;
 pub mod format;
 mod interpreter;
 pub mod kernels;
@@ -39,9 +40,9 @@ pub mod parallel;
 pub mod requant;
 
 pub use error::RuntimeError;
-pub use kernels::{scratch_bytes, Kernels, OpGeometry};
+pub use kernels::{Kernels, OpGeometry};
 pub use model::{Model, OpInfo, OpKind, PreparedOp, TensorInfo};
-pub use requant::{quantize_multiplier, requantize};
+pub use requant::{quantize_multiplier, requantize, Rounding};
 
 /// `Result` with [`RuntimeError`].
 pub type Result<T> = core::result::Result<T, RuntimeError>;

@@ -1,7 +1,15 @@
-//! Requantization: the one definition every CPU and GPU kernel uses (FORMAT.md).
+//! Requantization: the one definition of each rounding every CPU and GPU kernel uses
+//! (FORMAT.md, "Requantization").
 //!
-//! `M0 ∈ [2^30, 2^31)` and `shift` represent m = M0 · 2^(shift − 31); with n = 31 − shift in
-//! [1, 62], `requant(acc) = (acc · M0 + 2^(n−1)) >> n` in i64 (one rounding, half up).
+//! `M0 ∈ [2^30, 2^31)` (or 0) and `shift` represent m = M0 · 2^(shift − 31). A model records
+//! which of two roundings its ops use ([`Rounding`]):
+//! - [`Rounding::Single`], octet's: with n = 31 − shift in [1, 62],
+//!   `(acc · M0 + 2^(n−1)) >> n` in i64 (one rounding, half up) — TensorFlow Lite's
+//!   `MultiplyByQuantizedMultiplier` built with `TFLITE_SINGLE_ROUNDING`;
+//! - [`Rounding::Double`], TensorFlow Lite's default (stock TFLite, TFLite Micro, CMSIS-NN):
+//!   gemmlowp's `SaturatingRoundingDoublingHighMul(acc · 2^max(shift, 0), M0)` (the left shift
+//!   wrapping in i32, as TFLite's compiled code does), then `RoundingDivideByPOT` by
+//!   max(−shift, 0) (half away from zero).
 
 /// Smallest valid M0 (2^30).
 pub const M0_MIN: i32 = 1 << 30;
@@ -10,9 +18,102 @@ pub const SHIFT_MIN: i32 = -31;
 /// Largest valid shift (n = 1).
 pub const SHIFT_MAX: i32 = 30;
 
-/// Whether (m0, shift) is a valid requantization pair.
+/// Whether (m0, shift) is a valid requantization pair: M0 in [2^30, 2^31), or 0 (TFLite's
+/// encoding of a multiplier below 2^−32: every output is the zero point), and shift in
+/// [−31, 30].
 pub const fn valid_multiplier(m0: i32, shift: i32) -> bool {
-    m0 >= M0_MIN && shift >= SHIFT_MIN && shift <= SHIFT_MAX
+    (m0 >= M0_MIN || m0 == 0) && shift >= SHIFT_MIN && shift <= SHIFT_MAX
+}
+
+/// The requantization rounding a model records (FORMAT.md header byte 35).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rounding {
+    /// octet's single rounding: `(acc · M0 + 2^(n−1)) >> n`, n = 31 − shift.
+    Single,
+    /// TensorFlow Lite's default double rounding (gemmlowp's high multiply, then a rounding
+    /// shift), what stock TFLite Micro and CMSIS-NN compute.
+    Double,
+}
+
+impl Rounding {
+    /// Both, octet's first.
+    pub const ALL: [Rounding; 2] = [Rounding::Single, Rounding::Double];
+
+    /// The header code: 1 single, 2 double (0 is not a rounding: a writer must choose).
+    pub const fn code(self) -> u8 {
+        match self {
+            Rounding::Single => 1,
+            Rounding::Double => 2,
+        }
+    }
+
+    /// The rounding of a header code.
+    pub const fn from_code(code: u8) -> Option<Rounding> {
+        match code {
+            1 => Some(Rounding::Single),
+            2 => Some(Rounding::Double),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name (`single`, `double`), as command lines and reports spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Rounding::Single => "single",
+            Rounding::Double => "double",
+        }
+    }
+
+    /// `acc · M0 · 2^(shift − 31)` rounded this way, saturated to i32.
+    #[inline(always)]
+    pub fn requantize(self, acc: i32, m0: i32, shift: i32) -> i32 {
+        match self {
+            Rounding::Single => requantize(acc, m0, shift),
+            Rounding::Double => requantize_double(acc, m0, shift),
+        }
+    }
+}
+
+/// gemmlowp's `SaturatingRoundingDoublingHighMul`: `(a · b + nudge) / 2^31` with C's
+/// truncating division, nudge 2^30 for a non-negative product and 1 − 2^30 otherwise, and
+/// `i32::MAX` for the one overflowing pair (both `i32::MIN`).
+#[inline(always)]
+pub fn saturating_rounding_doubling_high_mul(a: i32, b: i32) -> i32 {
+    if a == i32::MIN && b == i32::MIN {
+        return i32::MAX;
+    }
+    let ab = a as i64 * b as i64;
+    let nudge = if ab >= 0 {
+        1i64 << 30
+    } else {
+        1 - (1i64 << 30)
+    };
+    // |ab + nudge| < 2^62: the quotient fits in i32.
+    ((ab + nudge) / (1i64 << 31)) as i32
+}
+
+/// gemmlowp's `RoundingDivideByPOT`: `x / 2^exponent` rounded to nearest, ties away from
+/// zero, for exponent in [0, 31] (clamped there, so the function is total).
+#[inline(always)]
+pub fn rounding_divide_by_pot(x: i32, exponent: u32) -> i32 {
+    let e = exponent.min(31);
+    // For e = 31 the mask is 0x7FFF_FFFF, as C's (1 << 31) − 1 wraps to.
+    let mask = ((1i64 << e) - 1) as i32;
+    let remainder = x & mask;
+    let threshold = (mask >> 1) + (x < 0) as i32;
+    (x >> e) + (remainder > threshold) as i32
+}
+
+/// TensorFlow Lite's default `MultiplyByQuantizedMultiplier(acc, M0, shift)`:
+/// `RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(acc · 2^ls, M0), rs)` with
+/// ls = max(shift, 0), rs = max(−shift, 0); `acc · 2^ls` wraps in i32 as TFLite's does.
+/// A shift outside [−31, 30] is clamped there.
+#[inline(always)]
+pub fn requantize_double(acc: i32, m0: i32, shift: i32) -> i32 {
+    let shift = shift.clamp(SHIFT_MIN, SHIFT_MAX);
+    let (ls, rs) = (shift.max(0) as u32, (-shift).max(0) as u32);
+    let x = acc.wrapping_mul(1i32 << ls);
+    rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, m0), rs)
 }
 
 /// Whether `n` is a valid plain right shift (add op): in [1, 62].
@@ -42,7 +143,7 @@ pub fn requantize(acc: i32, m0: i32, shift: i32) -> i32 {
     v.clamp(i32::MIN as i64, i32::MAX as i64) as i32
 }
 
-/// Output quantization of an op: zero point and clamp.
+/// Output quantization of an op: zero point, clamp and the model's rounding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutputQuant {
     /// Output zero point.
@@ -51,14 +152,19 @@ pub struct OutputQuant {
     pub act_min: i32,
     /// Upper clamp (quantized).
     pub act_max: i32,
+    /// How the requantization rounds.
+    pub rounding: Rounding,
 }
 
 impl OutputQuant {
-    /// `clamp(requant(acc) + z_out, act_min, act_max)` as i8.
+    /// `clamp(requant(acc) + z_out, act_min, act_max)` as i8, rounded as `self.rounding` says.
     #[inline(always)]
     pub fn requantize(&self, acc: i32, m0: i32, shift: i32) -> i8 {
-        let v = rounding_shift(acc as i64 * m0 as i64, n_of(shift)) + self.zero_point as i64;
-        self.clamp64(v)
+        let v = match self.rounding {
+            Rounding::Single => rounding_shift(acc as i64 * m0 as i64, n_of(shift)),
+            Rounding::Double => requantize_double(acc, m0, shift) as i64,
+        };
+        self.clamp64(v + self.zero_point as i64)
     }
 
     /// Clamps to [act_min, act_max] (and to i8).
@@ -73,9 +179,13 @@ impl OutputQuant {
     /// the same value as `self.requantize(sum.wrapping_add(bias), m0, shift)`.
     #[inline(always)]
     pub fn finish(&self, sum: i32, c: &ChannelRequant) -> i8 {
-        let acc = sum.wrapping_add(c.bias) as i64;
-        let v = ((acc * c.m0 + c.round) >> c.n) + self.zero_point as i64;
-        self.clamp64(v)
+        let acc = sum.wrapping_add(c.bias);
+        let v = match self.rounding {
+            Rounding::Single => (acc as i64 * c.m0 + c.round) >> c.n,
+            // n = 31 − shift with the shift already clamped: the stored pair again.
+            Rounding::Double => requantize_double(acc, c.m0 as i32, 31 - c.n as i32) as i64,
+        };
+        self.clamp64(v + self.zero_point as i64)
     }
 }
 
@@ -135,6 +245,21 @@ impl AddRequant {
     }
 }
 
+/// TensorFlow Lite's `QuantizeMultiplier` (quantization_util.cc) for a multiplier `m ≥ 0`:
+/// [`quantize_multiplier`]'s pair, (0, 0) for 0 and for multipliers below its range (TFLite
+/// flushes a shift below −31 to a zero multiplier), `None` for m ≥ 2^30, negative or not
+/// finite (TFLite would saturate or fail there; no int8 model has such a multiplier).
+pub fn quantize_multiplier_tflite(m: f64) -> Option<(i32, i32)> {
+    if !(m.is_finite() && m >= 0.0) {
+        return None;
+    }
+    match quantize_multiplier(m) {
+        Some(pair) => Some(pair),
+        None if m < 1.0 => Some((0, 0)),
+        None => None,
+    }
+}
+
 /// Converts a real multiplier `m` to (M0, shift) with M0 ∈ [2^30, 2^31), m ≈ M0·2^(shift−31)
 /// (relative error ≤ 2^−31, M0 rounded half up), and n = 31 − shift in [1, 62], i.e.
 /// m ∈ [2^−32, 2^30). `None` for m outside that range, zero, negative or not finite.
@@ -173,6 +298,68 @@ mod tests {
         let num = acc as i128 * m0 as i128 + (1i128 << (n - 1));
         let q = num.div_euclid(1i128 << n); // floor
         q.clamp(i32::MIN as i128, i32::MAX as i128) as i32
+    }
+
+    /// gemmlowp's two steps written out in i128 from their definitions: the high multiply as
+    /// C's truncating division of the nudged product, the shift rounding half away from zero.
+    fn tflite_double(acc: i32, m0: i32, shift: i32) -> i32 {
+        let (ls, rs) = (shift.max(0), (-shift).max(0));
+        let x = (acc as i64 * (1i64 << ls)) as i32; // C's int32 multiply wraps
+        let ab = x as i128 * m0 as i128;
+        let nudge: i128 = if ab >= 0 { 1 << 30 } else { 1 - (1 << 30) };
+        let hi = (ab + nudge) / (1i128 << 31); // truncates toward zero, like C
+        let hi = if x == i32::MIN && m0 == i32::MIN {
+            i32::MAX as i128
+        } else {
+            hi
+        };
+        if rs == 0 {
+            return hi as i32;
+        }
+        let d = 1i128 << rs;
+        let q = hi.abs() / d;
+        let r = hi.abs() % d;
+        let mag = if 2 * r >= d { q + 1 } else { q };
+        (if hi < 0 { -mag } else { mag }) as i32
+    }
+
+    #[test]
+    fn double_rounding_known_values() {
+        // m = 0.25, acc = 1: 0.5 after the first step rounds up to 1, then 1/2 rounds up again.
+        assert_eq!(requantize_double(1, 1 << 30, -1), 1);
+        assert_eq!(requantize(1, 1 << 30, -1), 0);
+        // acc = −2: exact −0.5; single rounds half up to 0, TFLite away from zero to −1.
+        assert_eq!(requantize_double(-2, 1 << 30, -1), -1);
+        assert_eq!(requantize(-2, 1 << 30, -1), 0);
+        // A typical conv multiplier: 8 of the accumulators 0..2999 differ (NOTES_tflite.md).
+        let differ = (0..3000)
+            .filter(|&a| {
+                requantize(a, 1_518_500_250, -8) != requantize_double(a, 1_518_500_250, -8)
+            })
+            .count();
+        assert_eq!(differ, 8);
+        assert_eq!(requantize_double(181, 1_518_500_250, -8), 1);
+        assert_eq!(
+            saturating_rounding_doubling_high_mul(i32::MIN, i32::MIN),
+            i32::MAX
+        );
+        assert_eq!(rounding_divide_by_pot(-5, 1), -3);
+        assert_eq!(rounding_divide_by_pot(5, 1), 3);
+        assert_eq!(rounding_divide_by_pot(i32::MIN, 31), -1);
+        assert_eq!(rounding_divide_by_pot(1 << 30, 31), 1);
+        assert_eq!(rounding_divide_by_pot((1 << 30) - 1, 31), 0);
+        // A zero multiplier gives zero in both.
+        for r in Rounding::ALL {
+            assert_eq!(r.requantize(123_456, 0, -5), 0);
+        }
+        assert_eq!(quantize_multiplier_tflite(0.0), Some((0, 0)));
+        assert_eq!(quantize_multiplier_tflite(1e-12), Some((0, 0)));
+        assert_eq!(quantize_multiplier_tflite(0.5), Some((1 << 30, 0)));
+        assert_eq!(quantize_multiplier_tflite(2f64.powi(31)), None);
+        assert_eq!(Rounding::from_code(0), None);
+        for r in Rounding::ALL {
+            assert_eq!(Rounding::from_code(r.code()), Some(r));
+        }
     }
 
     #[test]
@@ -225,9 +412,30 @@ mod tests {
         }
 
         #[test]
+        fn double_matches_gemmlowp(acc in any::<i32>(), m0 in (1i32 << 30)..=i32::MAX, shift in -31i32..=30) {
+            prop_assert_eq!(requantize_double(acc, m0, shift), tflite_double(acc, m0, shift));
+        }
+
+        #[test]
+        fn double_small_acc(acc in -70_000i32..70_000, m0 in prop_oneof![Just(0), (1i32 << 30)..=i32::MAX], shift in -31i32..=0) {
+            prop_assert_eq!(requantize_double(acc, m0, shift), tflite_double(acc, m0, shift));
+        }
+
+        /// `finish` over decoded constants is `requantize` of the sum, in both roundings.
+        #[test]
+        fn finish_is_requantize(sum in -(1i32 << 24)..(1 << 24), bias in -(1i32 << 24)..(1 << 24),
+                                m0 in prop_oneof![Just(0), (1i32 << 30)..=i32::MAX], shift in -31i32..=30,
+                                zp in -128i32..=127, double in any::<bool>()) {
+            let rounding = if double { Rounding::Double } else { Rounding::Single };
+            let out = OutputQuant { zero_point: zp, act_min: -128, act_max: 127, rounding };
+            let c = ChannelRequant::new(bias, m0, shift);
+            prop_assert_eq!(out.finish(sum, &c), out.requantize(sum.wrapping_add(bias), m0, shift));
+        }
+
+        #[test]
         fn add_matches_i128(q0 in any::<i8>(), q1 in any::<i8>(), z0 in -128i32..=127, z1 in -128i32..=127,
                             m0 in 0i32..=i32::MAX, m1 in 0i32..=i32::MAX, n in 1i32..=62, zo in -128i32..=127) {
-            let p = AddRequant { z0, m0, z1, m1, n, out: OutputQuant { zero_point: zo, act_min: -128, act_max: 127 } };
+            let p = AddRequant { z0, m0, z1, m1, n, out: OutputQuant { zero_point: zo, act_min: -128, act_max: 127, rounding: Rounding::Single } };
             let t = (q0 as i128 - z0 as i128) * m0 as i128 + (q1 as i128 - z1 as i128) * m1 as i128;
             let v = (t + (1i128 << (n - 1))).div_euclid(1i128 << n) + zo as i128;
             prop_assert_eq!(p.apply(q0, q1) as i128, v.clamp(-128, 127));

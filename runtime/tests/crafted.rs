@@ -9,7 +9,7 @@
 //! off x86-64, where CI runs this under QEMU).
 #![cfg(feature = "std")]
 
-mod common;
+use octet_testkit as common;
 mod guard;
 mod mutate_o8;
 
@@ -50,23 +50,34 @@ fn exercise(bytes: &[u8], t: &mut Tally, macs_bound: u64) -> Result<(), String> 
         }
         Ok(m) => m,
     };
-    // The arena is exact: the end of the highest tensor or scratch region, with no gap larger
-    // than alignment (so it is bounded by what the model's own tensors describe).
+    // The activation arena is exact: the end of the highest tensor, with no gap larger than
+    // alignment (so it is bounded by what the model's own tensors describe); the working area
+    // adds exactly the kernels' scratch.
     let (mut end, mut packed) = (0usize, 0usize);
-    for r in m
-        .tensors()
-        .map(|t| t.range())
-        .chain(m.ops().map(|o| o.scratch_range()))
-        .filter(|r| !r.is_empty())
-    {
+    for r in m.tensors().map(|t| t.range()).filter(|r| !r.is_empty()) {
         end = end.max(r.end);
         packed += r.len().next_multiple_of(16);
     }
-    if m.working_bytes() != end || m.working_bytes() > packed {
+    if m.activation_bytes() != end || m.activation_bytes() > packed {
         return Err(format!(
-            "accepted arena {} (regions end at {end}, packed {packed})",
-            m.working_bytes()
+            "accepted arena {} (tensors end at {end}, packed {packed})",
+            m.activation_bytes()
         ));
+    }
+    for k in Kernels::ALL {
+        let scratch = m.scratch_bytes(k);
+        let want = if scratch == 0 {
+            end
+        } else {
+            end.next_multiple_of(16) + scratch
+        };
+        if m.working_bytes(k) != want {
+            return Err(format!(
+                "working area {} for {}",
+                m.working_bytes(k),
+                k.name()
+            ));
+        }
     }
     let n = m.input_len();
     if m.macs_per_image() > macs_bound || n > 1 << 20 {
@@ -82,7 +93,7 @@ fn exercise(bytes: &[u8], t: &mut Tally, macs_bound: u64) -> Result<(), String> 
         (3, Kernels::Scalar, &[(1, 1), (3, 2), (1, 2)])
     };
     let pixels: Vec<u8> = (0..images * n).map(|i| (i * 37 % 251) as u8).collect();
-    let mut reference = vec![0u8; m.arena_bytes_for(1)];
+    let mut reference = vec![0u8; m.arena_bytes_for(reference_kernels, 1)];
     let want: Vec<i8> = (0..images)
         .flat_map(|i| {
             m.run_with(
@@ -99,7 +110,7 @@ fn exercise(bytes: &[u8], t: &mut Tally, macs_bound: u64) -> Result<(), String> 
     }
     let mut ran = false;
     for &(batch, threads) in runs {
-        let needed = arena_bytes_parallel(&m, batch, threads);
+        let needed = arena_bytes_parallel(&m, Kernels::Auto, batch, threads);
         if needed > RUN_ARENA_BOUND {
             continue;
         }

@@ -7,7 +7,7 @@
 //! `profile_resnet18` is also the GPU benchmark of the kernels (`--nocapture` for its tables).
 #![cfg(feature = "cuda")]
 
-mod common;
+use octet_testkit as common;
 
 use common::{hand_model, lenet, resnet18, small_resnet, Builder, OpSpec, Rng};
 use octet_runtime::cuda::{compile_ptx, CudaError, CudaModel, FC_WARP_MAX_BATCH, KERNEL_NAMES};

@@ -1,7 +1,7 @@
 //! `run` performs no heap allocation: a counting global allocator sees no change. Only the
 //! test's own thread counts: the test harness's threads allocate when the machine is busy.
 
-mod common;
+use octet_testkit as common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -2,25 +2,28 @@
 //! scalar reference.
 #![cfg(feature = "std")]
 
-mod common;
+use octet_testkit as common;
 
 use octet_runtime::parallel::{
     arena_bytes_parallel, arena_bytes_split, run_parallel, run_split_with,
 };
 use octet_runtime::{Kernels, Model, RuntimeError};
 
-/// The three test models (LeNet, a small ResNet, one with small late layers), seeds from `seed`.
-fn models(seed: u64) -> [Vec<u8>; 3] {
+/// The test models (LeNet, a small ResNet, one with small late layers, the embedded op set in
+/// both roundings), seeds from `seed`.
+fn models(seed: u64) -> [Vec<u8>; 5] {
     [
         common::lenet(seed).encode(),
         common::small_resnet(seed + 1).encode(),
         common::small_late_resnet(seed + 2).encode(),
+        common::embedded_net(1, seed + 3).encode(),
+        common::embedded_net(2, seed + 4).encode(),
     ]
 }
 
 /// The single-threaded scalar reference's logits.
 fn scalar(m: &Model, pixels: &[u8], batch: usize) -> Vec<i8> {
-    let mut arena = vec![0u8; m.arena_bytes_for(batch)];
+    let mut arena = vec![0u8; m.arena_bytes_for(Kernels::Scalar, batch)];
     m.run_with(Kernels::Scalar, pixels, &mut arena)
         .unwrap()
         .to_vec()
@@ -33,16 +36,16 @@ fn parallel_equals_single_threaded() {
         for batch in [1usize, 2, 5, 7, 19] {
             let pixels = common::Rng::new(batch as u64).bytes(batch * m.input_len());
             let single = scalar(&m, &pixels, batch);
-            let mut a1 = vec![0u8; m.arena_bytes_for(batch)];
+            let mut a1 = vec![0u8; m.arena_bytes_for(Kernels::Auto, batch)];
             assert_eq!(m.run(&pixels, &mut a1).unwrap(), &single[..]);
             for threads in [1usize, 2, 3, 8] {
-                let mut a = vec![0u8; arena_bytes_parallel(&m, batch, threads)];
+                let mut a = vec![0u8; arena_bytes_parallel(&m, Kernels::Auto, batch, threads)];
                 let par = run_parallel(&m, &pixels, &mut a, threads).unwrap();
                 assert_eq!(par, &single[..], "batch {batch} threads {threads}");
             }
         }
         let pixels = vec![0u8; 4 * m.input_len()];
-        let mut a = vec![0u8; arena_bytes_parallel(&m, 4, 2) - 1];
+        let mut a = vec![0u8; arena_bytes_parallel(&m, Kernels::Auto, 4, 2) - 1];
         assert!(matches!(
             run_parallel(&m, &pixels, &mut a, 2),
             Err(RuntimeError::ArenaTooSmall { .. })
@@ -65,14 +68,14 @@ fn split_equals_single_threaded() {
             let single = scalar(&m, &pixels, batch);
             for k in Kernels::available() {
                 for threads in [1usize, 2, 3, 5] {
-                    let mut a = vec![0x5au8; arena_bytes_split(&m, batch, threads)];
+                    let mut a = vec![0x5au8; arena_bytes_split(&m, k, batch, threads)];
                     let par = run_split_with(&m, k, &pixels, &mut a, threads).unwrap();
                     assert_eq!(par, &single[..], "{k:?} batch {batch} threads {threads}");
                 }
             }
         }
         let pixels = vec![0u8; m.input_len()];
-        let mut a = vec![0u8; arena_bytes_split(&m, 1, 2) - 1];
+        let mut a = vec![0u8; arena_bytes_split(&m, Kernels::Auto, 1, 2) - 1];
         assert!(matches!(
             run_split_with(&m, Kernels::Auto, &pixels, &mut a, 2),
             Err(RuntimeError::ArenaTooSmall { .. })

@@ -1,7 +1,7 @@
 //! Timing smoke tests (ignored by default): `cargo test --release -p octet-runtime --test perf
 //! -- --ignored --nocapture`.
 
-mod common;
+use octet_testkit as common;
 
 use std::time::Instant;
 
@@ -9,7 +9,7 @@ use octet_runtime::{Kernels, Model};
 
 fn time_it(model: &Model, k: Kernels, pixels: &[u8], reps: usize) -> f64 {
     let batch = pixels.len() / model.input_len();
-    let mut arena = vec![0u8; model.arena_bytes_for(batch)];
+    let mut arena = vec![0u8; model.arena_bytes_for(k, batch)];
     model.run_with(k, pixels, &mut arena).unwrap();
     let t = Instant::now();
     for _ in 0..reps {
@@ -28,7 +28,7 @@ fn resnet18_batch64_throughput() {
     let m = Model::parse(&bytes).unwrap();
     let pixels = common::Rng::new(2).bytes(64 * m.input_len());
     for threads in [1usize, 2] {
-        let mut arena = vec![0u8; arena_bytes_parallel(&m, 64, threads)];
+        let mut arena = vec![0u8; arena_bytes_parallel(&m, Kernels::Auto, 64, threads)];
         run_parallel(&m, &pixels, &mut arena, threads).unwrap();
         let mut best = f64::MAX;
         for _ in 0..10 {
@@ -50,7 +50,7 @@ fn lenet_batch1_latency() {
     let m = Model::parse(&bytes).unwrap();
     let pixels = common::Rng::new(2).bytes(m.input_len());
     for k in [Kernels::Avx512Vnni, Kernels::Avx2, Kernels::Scalar] {
-        if m.run_with(k, &pixels, &mut vec![0; m.arena_bytes()])
+        if m.run_with(k, &pixels, &mut vec![0; m.arena_bytes(k)])
             .is_err()
         {
             continue;
@@ -119,9 +119,9 @@ fn profile_resnet18_ops() {
     let pixels = common::Rng::new(2).bytes(batch * m.input_len());
     // ONE_AREA=1: one working area, so images run one by one (as a batch of 1 does).
     let mut arena = if std::env::var("ONE_AREA").is_ok() {
-        vec![0u8; m.arena_bytes_for(batch)]
+        vec![0u8; m.arena_bytes_for(kernels, batch)]
     } else {
-        vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&m, batch, 1)]
+        vec![0u8; octet_runtime::parallel::arena_bytes_parallel(&m, kernels, batch, 1)]
     };
     // Per op, the fastest of several runs: the machine may be shared.
     let mut times = vec![f64::MAX; m.num_ops()];
@@ -140,6 +140,9 @@ fn profile_resnet18_ops() {
             octet_runtime::OpKind::Conv2d | octet_runtime::OpKind::FullyConnected => {
                 (tout.len() * op.weights.len() / tout.shape().c) as f64
             }
+            octet_runtime::OpKind::DepthwiseConv2d => {
+                (tout.len() * op.window.kernel_h as usize * op.window.kernel_w as usize) as f64
+            }
             _ => 0.0,
         };
         let t = times[j] / batch as f64;
@@ -151,8 +154,8 @@ fn profile_resnet18_ops() {
             op.kind.name(),
             chw(&tin),
             chw(&tout),
-            op.kernel_h,
-            op.stride,
+            op.window.kernel_h,
+            op.window.stride_h,
             t * 1e6,
             macs / t / 1e9
         );
@@ -175,19 +178,21 @@ fn model_from_env() -> Vec<u8> {
     )
 }
 
-/// Arena sizes of ResNet-18 (CIFAR): `… --ignored --nocapture arena_sizes`.
+/// Arena sizes of ResNet-18 (CIFAR) per kernel set: `… --ignored --nocapture arena_sizes`.
 #[test]
 #[ignore]
 fn arena_sizes() {
     let bytes = model_from_env();
     let m = Model::parse(&bytes).unwrap();
-    println!("working {} KiB", m.working_bytes() >> 10);
-    for o in m.ops() {
-        if o.scratch_bytes > 0 {
-            print!("{} ", o.scratch_bytes >> 10);
-        }
+    println!("activations {} KiB", m.activation_bytes() >> 10);
+    for k in Kernels::ALL {
+        println!(
+            "{}: working {} KiB, scratch {} KiB",
+            k.name(),
+            m.working_bytes(k) >> 10,
+            m.scratch_bytes(k) >> 10
+        );
     }
-    println!();
 }
 
 /// KERNELS: a kernel set's name as `octet run --kernels` takes it (`scalar`, `avx2`,
@@ -220,13 +225,13 @@ fn split_latency() {
     };
     let kernels = kernels_from_env();
     println!("kernels: {}", kernels.resolved_name().unwrap());
-    let mut arena = vec![0u8; m.arena_bytes()];
+    let mut arena = vec![0u8; m.arena_bytes(kernels)];
     let one = best(&mut || {
         std::hint::black_box(m.run_with(kernels, &pixels, &mut arena).unwrap());
     });
     println!("run, 1 thread: {:.3} ms", one * 1e3);
     for threads in [1usize, 2] {
-        let mut arena = vec![0u8; arena_bytes_split(&m, 1, threads)];
+        let mut arena = vec![0u8; arena_bytes_split(&m, kernels, 1, threads)];
         let t = best(&mut || {
             std::hint::black_box(
                 run_split_with(&m, kernels, &pixels, &mut arena, threads).unwrap(),

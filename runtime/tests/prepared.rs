@@ -2,14 +2,14 @@
 //! runs every path to the same bytes as the unprepared one (each op prepared as it runs) and the
 //! scalar reference: image by image, in groups, timed, on threads, split between threads.
 
-mod common;
+use octet_testkit as common;
 
 use octet_runtime::{Kernels, Model, PreparedOp, RuntimeError};
 
 /// The logits of the unprepared model with the scalar kernels, one image at a time.
 fn reference(m: &Model, pixels: &[u8]) -> Vec<i8> {
     let batch = pixels.len() / m.input_len();
-    let mut a = vec![0u8; m.arena_bytes_for(batch)];
+    let mut a = vec![0u8; m.arena_bytes_for(Kernels::Scalar, batch)];
     m.run_with(Kernels::Scalar, pixels, &mut a)
         .unwrap()
         .to_vec()
@@ -22,6 +22,8 @@ fn models() -> Vec<Vec<u8>> {
         common::small_resnet(9).encode(),
         common::small_late_resnet(10).encode(),
         common::hand_model().encode(),
+        common::embedded_net(1, 11).encode(),
+        common::embedded_net(2, 12).encode(),
     ]
 }
 
@@ -36,13 +38,14 @@ fn prepared_runs_the_same_bytes() {
             let pixels = common::Rng::new(batch as u64).bytes(batch * m.input_len());
             let reference = reference(&m, &pixels);
             // One working area (image by image), and room for groups of images.
-            let extra = [0, 7 * m.working_bytes()];
-            for (k, extra) in Kernels::available().flat_map(|k| extra.map(|e| (k, e))) {
-                let mut a = vec![0x5au8; m.arena_bytes_for(batch) + extra];
-                let got = p.run_with(k, &pixels, &mut a).unwrap();
-                assert_eq!(got, &reference[..], "{k:?} batch {batch} extra {extra}");
-                let mut times = vec![0.0; m.num_ops()];
-                p.run_timed(k, &pixels, &mut a, &mut times, || 0.0).unwrap();
+            for k in Kernels::available() {
+                for extra in [0, 7 * m.working_bytes(k)] {
+                    let mut a = vec![0x5au8; m.arena_bytes_for(k, batch) + extra];
+                    let got = p.run_with(k, &pixels, &mut a).unwrap();
+                    assert_eq!(got, &reference[..], "{k:?} batch {batch} extra {extra}");
+                    let mut times = vec![0.0; m.num_ops()];
+                    p.run_timed(k, &pixels, &mut a, &mut times, || 0.0).unwrap();
+                }
             }
         }
     }
@@ -62,11 +65,11 @@ fn prepared_runs_the_same_bytes_on_threads() {
             let pixels = common::Rng::new(20 + batch as u64).bytes(batch * m.input_len());
             let reference = reference(&m, &pixels);
             for threads in [2usize, 3] {
-                let mut a = vec![0u8; arena_bytes_parallel(&p, batch, threads)];
+                let mut a = vec![0u8; arena_bytes_parallel(&p, Kernels::Auto, batch, threads)];
                 let got = run_parallel(&p, &pixels, &mut a, threads).unwrap();
                 assert_eq!(got, &reference[..], "batch {batch} threads {threads}");
                 for k in Kernels::available() {
-                    let mut a = vec![0x5au8; arena_bytes_split(&p, batch, threads)];
+                    let mut a = vec![0x5au8; arena_bytes_split(&p, k, batch, threads)];
                     let got = run_split_with(&p, k, &pixels, &mut a, threads).unwrap();
                     assert_eq!(got, &reference[..], "{k:?} batch {batch} threads {threads}");
                 }
@@ -96,5 +99,7 @@ fn prepare_checks_the_table() {
             .collect::<Vec<_>>()
     };
     assert_eq!(kinds(&p), kinds(&m));
-    assert_eq!(p.arena_bytes(), m.arena_bytes());
+    for k in Kernels::ALL {
+        assert_eq!(p.arena_bytes(k), m.arena_bytes(k));
+    }
 }

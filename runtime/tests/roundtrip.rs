@@ -1,15 +1,16 @@
-//! Parse/run round trips, hand-computed outputs, AVX2 == scalar, and every rejection path.
+//! Parse/run round trips, hand-computed outputs, every kernel set == scalar (in both roundings,
+//! on the embedded op set too), and every rejection path.
 
-mod common;
+use octet_testkit as common;
 
-use common::{fix_crc, hand_model, lenet, small_resnet, Builder, OpSpec, Rng};
+use common::{embedded_net, fix_crc, hand_model, lenet, small_resnet, Builder, OpSpec, Rng};
 use octet_runtime::{Kernels, Model, OpKind, RuntimeError};
 use proptest::prelude::*;
 
 fn run_all(bytes: &[u8], kernels: Kernels, pixels: &[u8]) -> Result<Vec<i8>, RuntimeError> {
     let m = Model::parse(bytes)?;
     let batch = pixels.len() / m.input_len().max(1);
-    let mut arena = vec![0xA5u8; m.arena_bytes_for(batch.max(1))];
+    let mut arena = vec![0xA5u8; m.arena_bytes_for(kernels, batch.max(1))];
     m.run_with(kernels, pixels, &mut arena).map(|o| o.to_vec())
 }
 
@@ -21,7 +22,7 @@ fn hand_computed_model() {
     assert_eq!(m.output_len(), 2);
     assert_eq!(m.output_scale(), 0.5);
     assert_eq!(m.num_ops(), 2);
-    let mut arena = vec![0u8; m.arena_bytes()];
+    let mut arena = vec![0u8; m.arena_bytes(Kernels::Auto)];
     // q = [−128, 0, 127, 2], Σ = 1. conv: (1 + 5·5)/4 = 6.5 → 7 everywhere.
     // fc: 4·7 = 28; (10 + 7 − 7)/2 = 5.
     let out = m
@@ -53,14 +54,25 @@ fn lenet_round_trip_and_inspect() {
         ]
     );
     let conv = m.op(0).unwrap();
-    assert_eq!(
-        (conv.kernel_h, conv.kernel_w, conv.stride, conv.pad),
-        (5, 5, 1, 0)
-    );
+    assert_eq!(conv.window, octet_runtime::format::Window::square(5, 1, 0));
     assert_eq!(conv.weights.len(), 6 * 25);
     assert_eq!(conv.multipliers.len(), 6);
     assert!(conv.multipliers.iter().all(|m0| m0 >= 1 << 30));
-    assert!(conv.scratch_bytes > 0);
+    // Scratch is the kernels': none for the reference, the x86 sets' patch rows for the rest.
+    let (tin, tout) = (
+        m.tensor(conv.input0).unwrap(),
+        m.tensor(conv.output).unwrap(),
+    );
+    assert_eq!(
+        Kernels::Scalar.scratch_bytes(&conv.geometry(&tin, &tout)),
+        0
+    );
+    assert!(Kernels::Avx2.scratch_bytes(&conv.geometry(&tin, &tout)) > 0);
+    assert_eq!(m.working_bytes(Kernels::Scalar), m.activation_bytes());
+    assert_eq!(
+        m.working_bytes(Kernels::Avx2),
+        octet_runtime::align16(m.activation_bytes()) + m.scratch_bytes(Kernels::Avx2)
+    );
     assert_eq!(m.tensors().count(), 8);
     assert_eq!(m.tensor(0).unwrap().zero_point, -128);
 
@@ -95,21 +107,79 @@ fn resnet_round_trip() {
     }
 }
 
+/// The embedded op set (asymmetric SAME padding, strides, dilation, depthwise with a depth
+/// multiplier, TFLite's add and average pool, padded max pool, pad, reshape, softmax) on an int8
+/// input, in both roundings: every kernel set gives the scalar reference's bytes, and the two
+/// roundings differ somewhere (the model records which one it uses).
+#[test]
+fn embedded_op_set_round_trip() {
+    for rounding in [1u8, 2] {
+        let bytes = embedded_net(rounding, 21).encode();
+        let m = Model::parse(&bytes).unwrap();
+        assert_eq!(
+            m.input_encoding(),
+            octet_runtime::format::InputEncoding::I8Hwc
+        );
+        assert_eq!((m.input_scale(), m.input_zero_point()), (0.05, 7));
+        assert_eq!(m.output_scale(), 1.0 / 256.0);
+        let kinds: Vec<OpKind> = m.ops().map(|o| o.kind).collect();
+        for kind in [
+            OpKind::DepthwiseConv2d,
+            OpKind::TfliteAdd,
+            OpKind::TfliteAvgPool,
+            OpKind::Pad,
+            OpKind::Reshape,
+            OpKind::Softmax,
+        ] {
+            assert!(kinds.contains(&kind), "{kind:?}");
+        }
+        let inputs = Rng::new(4).bytes(16 * m.input_len());
+        let scalar = run_all(&bytes, Kernels::Scalar, &inputs).unwrap();
+        assert!(scalar.iter().any(|&v| v != scalar[0]));
+        for k in Kernels::available() {
+            assert_eq!(run_all(&bytes, k, &inputs).unwrap(), scalar, "{k:?}");
+        }
+    }
+}
+
+/// The rounding the header records is the one every kernel set applies: the hand model's conv
+/// at a tie below zero (acc = −26, m = 1/4: −6.5) rounds to −6 singly (half up) and to −7 doubly
+/// (TFLite's second step rounds half away from zero); the fc sums four of them.
+#[test]
+fn the_recorded_rounding_is_applied() {
+    // q = pixel − 128 = [−13, −13, −13, −12]: Σ = −51, plus five pad taps of 5.
+    let pixels = [115u8, 115, 115, 116];
+    for (rounding, want) in [(1u8, -24i8), (2, -28)] {
+        let mut b = hand_model();
+        b.rounding = rounding;
+        let bytes = b.encode();
+        for k in Kernels::available() {
+            let out = run_all(&bytes, k, &pixels).unwrap();
+            // fc row 0: 4 outputs of the conv; row 1 (m = 1/2): (10 + 0)/2 = 5 for any conv.
+            assert_eq!(out[0], want, "{k:?} rounding {rounding}");
+            assert_eq!(out[1], 5, "{k:?} rounding {rounding}");
+        }
+        let m = Model::parse(&bytes).unwrap();
+        assert_eq!(m.rounding().code(), rounding);
+    }
+}
+
 #[test]
 fn run_errors() {
     let bytes = lenet(2).encode();
     let m = Model::parse(&bytes).unwrap();
     let pixels = vec![0u8; 2048];
-    let mut small = vec![0u8; m.arena_bytes_for(2) - 1];
+    let auto = Kernels::Auto;
+    let mut small = vec![0u8; m.arena_bytes_for(auto, 2) - 1];
     let small_len = small.len();
     assert_eq!(
         m.run(&pixels, &mut small),
         Err(RuntimeError::ArenaTooSmall {
-            needed: m.arena_bytes_for(2),
+            needed: m.arena_bytes_for(auto, 2),
             len: small_len
         })
     );
-    let mut arena = vec![0u8; m.arena_bytes_for(2)];
+    let mut arena = vec![0u8; m.arena_bytes_for(auto, 2)];
     assert_eq!(
         m.run(&pixels[..1000], &mut arena),
         Err(RuntimeError::InputLength {
@@ -125,7 +195,7 @@ fn run_errors() {
         })
     );
     assert!(m.run(&pixels, &mut arena).is_ok());
-    assert_eq!(m.arena_bytes_for(2), 32 + m.working_bytes());
+    assert_eq!(m.arena_bytes_for(auto, 2), 32 + m.working_bytes(auto));
 }
 
 fn err(bytes: &[u8]) -> RuntimeError {
@@ -151,11 +221,22 @@ fn header_errors() {
     f[0] = b'X';
     assert_eq!(err(&f), RuntimeError::BadMagic);
     let mut f = good.clone();
-    // Version 1 (the scratch rule before the pixels-in-lanes conv) is refused.
-    f[8] = 1;
-    assert_eq!(err(&f), RuntimeError::UnsupportedVersion(1));
-    f[8] = 3;
-    assert_eq!(err(&f), RuntimeError::UnsupportedVersion(3));
+    // Version 2 (scratch in the file) is refused, as is a later one.
+    f[8] = 2;
+    assert_eq!(err(&f), RuntimeError::UnsupportedVersion(2));
+    f[8] = 4;
+    assert_eq!(err(&f), RuntimeError::UnsupportedVersion(4));
+    // No rounding, an unknown one, an unknown input encoding.
+    for (at, v, what) in [
+        (35, 0, "rounding"),
+        (35, 3, "rounding"),
+        (34, 9, "input encoding"),
+    ] {
+        let mut f = good.clone();
+        f[at] = v;
+        fix_crc(&mut f);
+        assert_eq!(err(&f), RuntimeError::BadHeader { what });
+    }
     let mut f = good.clone();
     *f.last_mut().unwrap() ^= 1;
     assert!(matches!(err(&f), RuntimeError::CrcMismatch { .. }));
@@ -187,7 +268,7 @@ fn arena_bytes_must_be_exact() {
     let b = lenet(4);
     let good = b.encode();
     assert_eq!(
-        Model::parse(&good).unwrap().working_bytes(),
+        Model::parse(&good).unwrap().working_bytes(Kernels::Scalar),
         b.arena as usize
     );
     for arena in [u32::MAX, b.arena + 1, b.arena + 16, b.arena - 1] {
@@ -215,7 +296,7 @@ fn arena_bytes_must_be_exact() {
     assert_eq!(
         err(&f),
         RuntimeError::BadHeader {
-            what: "arena_bytes (larger than all tensors and scratch side by side: unused gaps)"
+            what: "arena_bytes (larger than all tensors side by side: unused gaps)"
         }
     );
 }
@@ -227,7 +308,7 @@ fn tensor_field(f: &mut [u8], t: usize, off: usize, v: &[u8]) {
 }
 
 fn op_field(f: &mut [u8], n_t: usize, op: usize, off: usize, v: &[u8]) {
-    let at = 80 + 32 * n_t + 64 * op + off;
+    let at = 80 + 32 * n_t + 80 * op + off;
     f[at..at + v.len()].copy_from_slice(v);
     fix_crc(f);
 }
@@ -239,7 +320,7 @@ fn tensor_and_op_errors() {
     let n_t = b.tensors.len();
     let good = b.encode();
     let tensor = |t: usize, off: usize, v: &[u8]| (80 + 32 * t + off, v.to_vec());
-    let op = |o: usize, off: usize, v: &[u8]| (80 + 32 * n_t + 64 * o + off, v.to_vec());
+    let op = |o: usize, off: usize, v: &[u8]| (80 + 32 * n_t + 80 * o + off, v.to_vec());
     // (what, the fields rewritten, the error)
     let cases = [
         (
@@ -276,7 +357,7 @@ fn tensor_and_op_errors() {
         ),
         (
             "weights offset out of the data section",
-            vec![op(0, 20, &0x0100_0000u32.to_le_bytes())],
+            vec![op(0, 28, &0x0100_0000u32.to_le_bytes())],
             OutOfBounds {
                 what: "weights",
                 index: 0,
@@ -284,7 +365,7 @@ fn tensor_and_op_errors() {
         ),
         (
             "misaligned weights",
-            vec![op(0, 20, &1u32.to_le_bytes())],
+            vec![op(0, 28, &1u32.to_le_bytes())],
             BadParam {
                 op: 0,
                 what: "weights",
@@ -300,7 +381,7 @@ fn tensor_and_op_errors() {
         ),
         (
             "unknown kind",
-            vec![op(1, 0, &[9])],
+            vec![op(1, 0, &[12])],
             BadParam {
                 op: 1,
                 what: "kind",
@@ -308,18 +389,34 @@ fn tensor_and_op_errors() {
         ),
         (
             "activation range",
-            vec![op(0, 12, &200i32.to_le_bytes())],
+            vec![op(0, 20, &200i32.to_le_bytes())],
             BadParam {
                 op: 0,
                 what: "activation range",
             },
         ),
         (
-            "scratch out of the arena",
-            vec![op(0, 60, &b.arena.to_le_bytes())],
-            OutOfBounds {
-                what: "scratch",
-                index: 0,
+            "a parameter on a kind without one",
+            vec![op(0, 68, &5i32.to_le_bytes())],
+            BadParam {
+                op: 0,
+                what: "parameter (0 for this kind)",
+            },
+        ),
+        (
+            "reserved bytes of an op",
+            vec![op(0, 75, &[1])],
+            BadParam {
+                op: 0,
+                what: "reserved",
+            },
+        ),
+        (
+            "a dilation of 0",
+            vec![op(0, 16, &[0])],
+            BadParam {
+                op: 0,
+                what: "window",
             },
         ),
     ];
@@ -416,13 +513,6 @@ fn liveness_violation_rejected() {
         err(&b.encode()),
         RuntimeError::Aliasing { op: 2, .. }
     ));
-    // Scratch overlapping a live tensor.
-    let mut b = small_resnet(8);
-    b.ops[1].scratch = b.tensors[b.ops[0].out as usize].offset;
-    assert!(matches!(
-        err(&b.encode()),
-        RuntimeError::Aliasing { op: 1, .. }
-    ));
     // Reading a tensor before it is written.
     let mut b = small_resnet(8);
     b.ops.swap(1, 2);
@@ -441,7 +531,7 @@ fn arena_reuse_is_accepted() {
     let m = Model::parse(&bytes).unwrap();
     let mut rng = Rng::new(1);
     let pixels = rng.bytes(3 * 1024);
-    let mut arena = vec![0u8; m.arena_bytes_for(3)];
+    let mut arena = vec![0u8; m.arena_bytes_for(Kernels::Auto, 3)];
     let reused = m.run(&pixels, &mut arena).unwrap().to_vec();
     assert_eq!(
         reused,
@@ -455,6 +545,7 @@ fn arbitrary_mutations_never_panic() {
         hand_model().encode(),
         lenet(11).encode(),
         small_resnet(12).encode(),
+        embedded_net(2, 13).encode(),
     ];
     let mut rng = Rng::new(99);
     let mut accepted = 0;
@@ -465,7 +556,7 @@ fn arbitrary_mutations_never_panic() {
             let limit = if i % 4 == 0 {
                 f.len()
             } else {
-                (80 + 32 * 40 + 64 * 12).min(f.len())
+                (80 + 32 * 40 + 80 * 12).min(f.len())
             };
             let at = rng.range(0, limit as i64 - 1) as usize;
             match i % 3 {
@@ -486,7 +577,7 @@ fn arbitrary_mutations_never_panic() {
             fix_crc(&mut f);
             if let Ok(m) = Model::parse(&f) {
                 accepted += 1;
-                let mut arena = vec![0u8; m.arena_bytes()];
+                let mut arena = vec![0u8; m.arena_bytes(Kernels::Auto)];
                 let pixels = vec![77u8; m.input_len()];
                 let a = m
                     .run_with(Kernels::Scalar, &pixels, &mut arena)
@@ -521,7 +612,7 @@ proptest! {
     fn random_bytes_never_panic(mut bytes in prop::collection::vec(any::<u8>(), 0..600), magic in any::<bool>()) {
         if magic && bytes.len() >= 16 {
             bytes[..8].copy_from_slice(b"OCTET8\r\n");
-            bytes[8..12].copy_from_slice(&[1, 0, 80, 0]);
+            bytes[8..12].copy_from_slice(&[3, 0, 80, 0]);
             fix_crc(&mut bytes);
         }
         prop_assert!(Model::parse(&bytes).is_err());

@@ -118,7 +118,7 @@ pub fn run_o8_with(
         .batch_of(pixels.len())
         .map_err(|e| anyhow::anyhow!("input: {e}"))?;
     anyhow::ensure!(threads >= 1, "the thread count must be at least 1");
-    let mut arena = arena_for(&model, batch, threads)?;
+    let mut arena = arena_for(&model, kernels, batch, threads)?;
     let logits =
         octet_runtime::parallel::run_parallel_with(&model, kernels, pixels, &mut arena, threads)
             .map_err(|e| anyhow::anyhow!("runtime: {e}"))?;
@@ -130,15 +130,16 @@ pub fn run_o8_with(
 /// Never an abort, whatever the model's (validated, but possibly large) arena size.
 pub fn arena_for(
     model: &octet_runtime::Model,
+    kernels: octet_runtime::Kernels,
     batch: usize,
     threads: usize,
 ) -> anyhow::Result<Vec<u8>> {
-    let needed = octet_runtime::parallel::arena_bytes_parallel(model, batch, threads);
+    let needed = octet_runtime::parallel::arena_bytes_parallel(model, kernels, batch, threads);
     let why = || {
         format!(
             "the model needs {needed} bytes of arena for {batch} image(s) on {threads} \
              thread(s) ({} bytes per image in flight, up to {} images per thread)",
-            model.working_bytes(),
+            model.working_bytes(kernels),
             octet_runtime::kernels::GROUP_IMAGES
         )
     };

@@ -6,6 +6,10 @@ use clap::Args;
 pub struct InspectArgs {
     /// A checkpoint (.safetensors, or a PyTorch .pth) or an int8 model (.o8).
     file: PathBuf,
+    /// Kernel set whose scratch the arena figure includes (an .o8: the arena is exact for the
+    /// set that runs it; any set can be named, e.g. cortex-m-dsp to size a firmware's arena).
+    #[arg(long, value_enum, default_value_t = octet_runtime::Kernels::Auto)]
+    kernels: octet_runtime::Kernels,
     /// Everything as pretty-printed JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
@@ -105,36 +109,61 @@ fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
         let inp = tensor(op.input0)?;
         let mults = range(&mut op.multipliers.iter());
         let shifts = range(&mut op.shifts.iter());
+        let w = op.window;
+        let scratch = a.kernels.scratch_bytes(&op.geometry(&inp, &out));
         ops.push(serde_json::json!({
-            "index": op.index, "kind": format!("{:?}", op.kind),
+            "index": op.index, "kind": op.kind.name(),
             "input": [inp.c, inp.h, inp.w], "input1": op.input1, "output": [out.c, out.h, out.w],
-            "kernel": [op.kernel_h, op.kernel_w], "stride": op.stride, "pad": op.pad,
+            "kernel": [w.kernel_h, w.kernel_w], "stride": [w.stride_h, w.stride_w],
+            "pad": [w.pad_top, w.pad_left, w.pad_bottom, w.pad_right],
+            "dilation": [w.dilation_h, w.dilation_w],
             "in_scale": inp.scale, "in_zero_point": inp.zero_point,
             "out_scale": out.scale, "out_zero_point": out.zero_point,
             "clamp": [op.act_min, op.act_max], "weights": op.weights.len(),
             "multiplier_range": mults, "shift_range": shifts,
-            "arena_offset": out.offset, "scratch_bytes": op.scratch_bytes,
+            "arena_offset": out.offset, "scratch_bytes": scratch,
         }));
     }
     let (c, h, w) = m.input_shape();
+    let kernels = a.kernels.resolved_kernels();
+    let arena = m.arena_bytes(kernels);
     if a.json {
-        let v = serde_json::json!({"file": a.file, "bytes": bytes.len(), "arena_bytes": m.arena_bytes(),
-            "input": [c, h, w], "outputs": m.output_len(), "output_scale": m.output_scale(),
-            "output_zero_point": m.output_zero_point(), "ops": ops});
+        let v = serde_json::json!({"file": a.file, "bytes": bytes.len(), "kernels": kernels.name(),
+            "arena_bytes": arena, "activation_bytes": m.activation_bytes(),
+            "scratch_bytes": m.scratch_bytes(kernels), "rounding": m.rounding().name(),
+            "input": [c, h, w], "input_encoding": m.input_encoding().name(),
+            "input_scale": m.input_scale(), "input_zero_point": m.input_zero_point(),
+            "outputs": m.output_len(), "output_scale": m.output_scale(),
+            "output_zero_point": m.output_zero_point(), "macs": m.macs_per_image(), "ops": ops});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let input = match m.input_encoding() {
+        octet_runtime::format::InputEncoding::PixelsU8Chw => {
+            format!("{c}×{h}×{w} u8 pixels (planar)")
+        }
+        e => format!(
+            "{h}×{w}×{c} {} (scale {:.6}, zero point {})",
+            if e.is_u8() { "u8" } else { "int8" },
+            m.input_scale(),
+            m.input_zero_point()
+        ),
+    };
     println!(
-        "{}: int8 model, {} bytes, arena {} bytes for one image; input {c}×{h}×{w} u8 pixels, {} outputs (scale {:.6}, zero point {})",
-        a.file.display(), bytes.len(), m.arena_bytes(), m.output_len(), m.output_scale(), m.output_zero_point()
+        "{}: int8 model, {} ops, {} bytes, {} rounding; input {input}; {} outputs (scale {:.6}, zero point {}); {} multiply-adds",
+        a.file.display(), m.num_ops(), bytes.len(), m.rounding().name(), m.output_len(),
+        m.output_scale(), m.output_zero_point(), m.macs_per_image()
     );
     println!(
-        "footprint: {} bytes of flash for the model (read in place) and {} bytes of RAM for the arena, plus the firmware's code and stack (bench/mcu.sh measures both)",
+        "footprint with the {} kernels: {} bytes of flash for the model (read in place), {arena} bytes of RAM for the arena ({} of activations, {} of scratch, {} for the output), plus the firmware's code and stack (bench/mcu.sh measures both)",
+        kernels.name(),
         bytes.len(),
-        m.arena_bytes()
+        m.activation_bytes(),
+        m.scratch_bytes(kernels),
+        arena - m.working_bytes(kernels),
     );
     println!(
-        "{:>3} {:<15} {:>13} {:>13} {:>6} {:>22} {:>22} {:>9} {:>25}",
+        "{:>3} {:<17} {:>13} {:>13} {:>9} {:>22} {:>22} {:>9} {:>25}",
         "#",
         "op",
         "input",
@@ -154,13 +183,21 @@ fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
             (Some(mr), Some(sr)) => format!("{}..{} / {}..{}", mr[0], mr[1], sr[0], sr[1]),
             _ => "-".into(),
         };
+        let w = op.window;
+        let window = if w.is_none() {
+            "-".to_string()
+        } else if w.kernel_h == 0 {
+            format!("pad {}/{}", w.pad_top, w.pad_bottom)
+        } else {
+            format!("{}/{}/{}", w.kernel_h, w.stride_h, w.pad_top)
+        };
         println!(
-            "{:>3} {:<15} {:>13} {:>13} {:>6} {:>22} {:>22} {:>9} {:>25}",
+            "{:>3} {:<17} {:>13} {:>13} {:>9} {:>22} {:>22} {:>9} {:>25}",
             op.index,
-            format!("{:?}", op.kind),
+            op.kind.name(),
             format!("{}×{}×{}", i.c, i.h, i.w),
             format!("{}×{}×{}", o.c, o.h, o.w),
-            format!("{}/{}/{}", op.kernel_h, op.stride, op.pad),
+            window,
             format!("{:.5} / {}", i.scale, i.zero_point),
             format!("{:.5} / {}", o.scale, o.zero_point),
             op.weights.len(),

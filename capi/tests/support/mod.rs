@@ -2,8 +2,7 @@
 //! runtime/tests/common, which is independent of the runtime's reader).
 #![allow(dead_code)]
 
-#[path = "../../../runtime/tests/common/mod.rs"]
-pub mod common;
+pub use octet_testkit as common;
 
 /// LeNet over `channels`×32×32 pixels (conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2,
 /// fc 400→120→84→10, ReLU folded into the clamps) with random weights from `seed`.

@@ -63,13 +63,28 @@ pub fn lower(model: &Model) -> Result<(Graph, MultiplierCheck)> {
         zero_points: model.tensors().map(|t| t.zero_point).collect(),
         check: MultiplierCheck::default(),
     };
+    if model.input_encoding() != octet_runtime::format::InputEncoding::PixelsU8Chw {
+        return Err(unsupported(format!(
+            "the model's input is {} (an imported model): convert writes octet's exports, whose \
+             input is raw u8 pixels",
+            model.input_encoding().name()
+        )));
+    }
     l.input()?;
     for op in model.ops() {
         match op.kind {
             OpKind::Conv2d | OpKind::FullyConnected => l.weighted(&op)?,
             OpKind::MaxPool => l.max_pool(&op)?,
             OpKind::AvgPool => l.avg_pool(&op)?,
-            OpKind::Add => l.add(&op)?,
+            OpKind::Add | OpKind::TfliteAdd => l.add(&op)?,
+            other => {
+                return Err(unsupported(format!(
+                    "op {} is {}: convert writes the ops of octet's exports (conv2d, \
+                     fully_connected, max_pool, avg_pool, add, tflite_add)",
+                    op.index,
+                    other.name()
+                )))
+            }
         }
     }
     let out = l.id(model.output_tensor())?;
@@ -175,8 +190,8 @@ impl Lowering<'_, '_> {
         let w_shape = match op.kind {
             OpKind::Conv2d => vec![
                 cout as i32,
-                op.kernel_h as i32,
-                op.kernel_w as i32,
+                op.window.kernel_h as i32,
+                op.window.kernel_w as i32,
                 tin.c as i32,
             ],
             _ => vec![cout as i32, per as i32],
@@ -197,7 +212,7 @@ impl Lowering<'_, '_> {
         }
         let (x, padding) = self.padded(op, &tin, z_in, x)?;
         let y = self.output(op, nhwc(&tout))?;
-        let stride = op.stride as i32;
+        let stride = uniform(op)?.1 as i32;
         let options = Options::Conv {
             padding,
             stride,
@@ -240,15 +255,14 @@ impl Lowering<'_, '_> {
         z_in: i32,
         x: i32,
     ) -> Result<(i32, Padding)> {
-        let pad = op.pad as usize;
+        let (k, s, pad) = uniform(op)?;
         if pad == 0 {
             return Ok((x, Padding::VALID));
         }
         if op.pad_values.iter().any(|&v| v as i32 != z_in) {
-            return Ok((self.bordered(op, tin, z_in, x), Padding::VALID));
+            return Ok((self.bordered(op, tin, z_in, x)?, Padding::VALID));
         }
-        let (k, s) = (op.kernel_h as usize, op.stride as usize);
-        if op.kernel_w as usize == k
+        if op.window.kernel_w as usize == k
             && same_places_like(tin.h as usize, k, s, pad)
             && same_places_like(tin.w as usize, k, s, pad)
         {
@@ -275,8 +289,9 @@ impl Lowering<'_, '_> {
 
     /// `x` framed by `op`'s pad values, each channel its own: CONCATENATION of constant columns,
     /// then rows (TFLite's PAD fills every channel with the one zero point).
-    fn bordered(&mut self, op: &OpInfo, tin: &TensorInfo, z_in: i32, x: i32) -> i32 {
-        let (p, h, w, c) = (op.pad as i32, tin.h as i32, tin.w as i32, tin.c as i32);
+    fn bordered(&mut self, op: &OpInfo, tin: &TensorInfo, z_in: i32, x: i32) -> Result<i32> {
+        let p = uniform(op)?.2 as i32;
+        let (h, w, c) = (tin.h as i32, tin.w as i32, tin.c as i32);
         let name = format!("{}_{}/border", op.kind.name(), op.index);
         let quant = Some(Quant::per_tensor(tin.scale, z_in));
         let fill = |pixels: i32| -> Vec<u8> {
@@ -313,7 +328,7 @@ impl Lowering<'_, '_> {
             vec![cap, rows, cap],
             vec![y],
         );
-        y
+        Ok(y)
     }
 
     fn max_pool(&mut self, op: &OpInfo) -> Result<()> {
@@ -321,9 +336,10 @@ impl Lowering<'_, '_> {
         let act = fused_activation(op, tout.zero_point)?;
         let x = self.id(op.input0)?;
         let y = self.output(op, nhwc(&tout))?;
+        let (_, stride, _) = uniform(op)?;
         let options = Options::MaxPool {
-            kernel: (op.kernel_h as i32, op.kernel_w as i32),
-            stride: op.stride as i32,
+            kernel: (op.window.kernel_h as i32, op.window.kernel_w as i32),
+            stride: stride as i32,
             act,
         };
         self.g.op(options, vec![x], vec![y]);
@@ -337,7 +353,8 @@ impl Lowering<'_, '_> {
         let pair = (op.multipliers.get(0), op.shifts.get(0));
         let s_w = self.weight_scale(op, 0, (tin.scale, tout.scale), pair);
         let c = tin.c as usize;
-        let (kh, kw) = (op.kernel_h as usize, op.kernel_w as usize);
+        let (kh, kw) = (op.window.kernel_h as usize, op.window.kernel_w as usize);
+        let (_, stride, _) = uniform(op)?;
         let name = format!("{}_{}", op.kind.name(), op.index);
         let w = self.g.constant(
             format!("{name}/weights"),
@@ -356,7 +373,7 @@ impl Lowering<'_, '_> {
         let x = self.id(op.input0)?;
         let y = self.output(op, nhwc(&tout))?;
         let options = Options::Depthwise {
-            stride: op.stride as i32,
+            stride: stride as i32,
             act,
         };
         self.g.op(options, vec![x, w, b], vec![y]);
@@ -372,9 +389,28 @@ impl Lowering<'_, '_> {
         let (x0, x1) = (self.id(op.input0)?, self.id(in1)?);
         let y = self.output(op, nhwc(&tout))?;
         self.g.op(Options::Add { act }, vec![x0, x1], vec![y]);
-        self.check.adds += 1;
+        // TFLite's add derives its parameters from the scales as the .o8's tflite_add did;
+        // octet's own add computes its own (see the report).
+        if op.kind == OpKind::Add {
+            self.check.adds += 1;
+        }
         Ok(())
     }
+}
+
+/// Op `op`'s window as octet's exports write it: (kernel height, stride, padding), one stride,
+/// the same padding on every side, no dilation; an error for any other.
+fn uniform(op: &OpInfo) -> Result<(usize, usize, usize)> {
+    let w = &op.window;
+    let same_pad = w.pad_top == w.pad_left && w.pad_top == w.pad_bottom && w.pad_top == w.pad_right;
+    if w.stride_h != w.stride_w || !same_pad || w.dilation_h != 1 || w.dilation_w != 1 {
+        return Err(unsupported(format!(
+            "op {} ({}) has a window octet's exports do not write ({w:?})",
+            op.index,
+            op.kind.name()
+        )));
+    }
+    Ok((w.kernel_h as usize, w.stride_h as usize, w.pad_top as usize))
 }
 
 /// `[1, h, w, c]`.
@@ -416,10 +452,13 @@ fn input_zero_point(model: &Model, input: &TensorInfo) -> i32 {
         .filter(|op| op.input0 == input.id || op.input1 == Some(input.id))
         .collect();
     // A conv without pad values pads with z itself.
-    let mut values = readers.iter().filter(|op| op.pad > 0).flat_map(|op| {
-        let own = op.pad_values.iter().map(|&v| v as i32);
-        own.chain(op.pad_values.is_empty().then_some(z))
-    });
+    let mut values = readers
+        .iter()
+        .filter(|op| op.window.pad_top > 0)
+        .flat_map(|op| {
+            let own = op.pad_values.iter().map(|&v| v as i32);
+            own.chain(op.pad_values.is_empty().then_some(z))
+        });
     let Some(first) = values.next() else { return z };
     let weighted = |op: &OpInfo| matches!(op.kind, OpKind::Conv2d | OpKind::FullyConnected);
     if values.all(|v| v == first) && readers.iter().all(weighted) {

@@ -107,14 +107,16 @@ pub struct Parsed {
 /// Parses and checks a `.o8` file against FORMAT.md, byte by byte; panics on any violation.
 pub fn check_o8(b: &[u8]) -> Parsed {
     assert_eq!(&b[0..8], b"OCTET8\r\n");
-    assert_eq!(u16_at(b, 8), 2);
+    assert_eq!(u16_at(b, 8), 3);
     assert_eq!(u16_at(b, 10), 80);
     assert_eq!(u32_at(b, 16), b.len());
     assert_eq!(u32_at(b, 12) as u32, octet_runtime::format::crc32(&b[16..]));
     let arena = u32_at(b, 20);
     let input = (u16_at(b, 24), u16_at(b, 26), u16_at(b, 28));
     let (in_id, out_id) = (u16_at(b, 30), u16_at(b, 32));
-    assert_eq!(u16_at(b, 34), 0);
+    // Raw u8 pixels in; a rounding recorded.
+    assert_eq!(b[34], 1);
+    assert!([1, 2].contains(&b[35]));
     let nt = u32_at(b, 36);
     assert_eq!(u32_at(b, 40), 80);
     let no = u32_at(b, 44);
@@ -122,10 +124,10 @@ pub fn check_o8(b: &[u8]) -> Parsed {
     assert_eq!(op_off, 80 + 32 * nt);
     let data_off = u32_at(b, 52);
     assert_eq!(data_off % 16, 0);
-    assert!(data_off >= op_off + 64 * no && data_off < op_off + 64 * no + 16);
+    assert!(data_off >= op_off + 80 * no && data_off < op_off + 80 * no + 16);
     let data_len = u32_at(b, 56);
     assert_eq!(data_off + data_len, b.len());
-    assert!(b[68..80].iter().all(|&x| x == 0));
+    assert!(b[76..80].iter().all(|&x| x == 0));
     let mut tensors = Vec::new();
     for i in 0..nt {
         let r = &b[80 + 32 * i..80 + 32 * (i + 1)];
@@ -146,31 +148,48 @@ pub fn check_o8(b: &[u8]) -> Parsed {
     );
     assert_eq!(tensors[in_id].3, 1.0 / 255.0);
     assert_eq!(tensors[in_id].4, -128);
+    assert_eq!(
+        (f32_at(b, 68), i32_at(b, 72)),
+        (tensors[in_id].3, tensors[in_id].4)
+    );
     assert_eq!(f32_at(b, 60), tensors[out_id].3);
     assert_eq!(i32_at(b, 64), tensors[out_id].4);
     let data = &b[data_off..];
     let mut kinds = Vec::new();
     let mut last_out = usize::MAX;
     for i in 0..no {
-        let r = &b[op_off + 64 * i..op_off + 64 * (i + 1)];
+        let r = &b[op_off + 80 * i..op_off + 80 * (i + 1)];
         let kind = r[0];
         kinds.push(kind);
-        assert!((1..=5).contains(&kind));
+        // octet's exports: conv, fc, max pool, avg pool, and the add (octet's, or TFLite's
+        // for the double rounding).
+        assert!((1..=5).contains(&kind) || kind == 11);
+        let add = kind == 5 || kind == 11;
         let (i0, i1, o) = (u16_at(r, 2), u16_at(r, 4), u16_at(r, 6));
         assert!(i0 < nt && o < nt);
-        if kind == 5 {
+        if add {
             assert!(i1 < nt);
         } else {
             assert_eq!(i1, 0xFFFF);
         }
-        let (kh, kw, stride, pad) = (r[8] as usize, r[9] as usize, r[10] as usize, r[11] as usize);
-        let (amin, amax) = (i32_at(r, 12), i32_at(r, 16));
+        // The window: square, one stride, the same padding on every side, no dilation.
+        let w = &r[8..18];
+        let (kh, kw, stride, pad) = (w[0] as usize, w[1] as usize, w[2] as usize, w[4] as usize);
+        if w.iter().any(|&x| x != 0) {
+            assert_eq!(
+                (w[3], w[5], w[6], w[7], w[8], w[9]),
+                (w[2], w[4], w[4], w[4], 1, 1)
+            );
+        }
+        assert!(r[1] == 0 && r[18..20] == [0, 0] && r[72..80].iter().all(|&x| x == 0));
+        assert_eq!(i32_at(r, 68), if kind == 11 { 20 } else { 0 });
+        let (amin, amax) = (i32_at(r, 20), i32_at(r, 24));
         assert!(-128 <= amin && amin <= amax && amax <= 127);
-        let arr = |j: usize| (u32_at(r, 20 + 8 * j), u32_at(r, 24 + 8 * j));
+        let arr = |j: usize| (u32_at(r, 28 + 8 * j), u32_at(r, 32 + 8 * j));
         let (ti, to) = (tensors[i0], tensors[o]);
         let (cin, cout) = (ti.0, to.0);
         // Output must not alias the inputs.
-        for t in [i0, if kind == 5 { i1 } else { i0 }] {
+        for t in [i0, if add { i1 } else { i0 }] {
             let a = tensors[t];
             assert!(
                 a.5 + a.6 <= to.5 || to.5 + to.6 <= a.5,
@@ -208,9 +227,13 @@ pub fn check_o8(b: &[u8]) -> Parsed {
                     [0, 0, 4, 4, 0]
                 }
             }
-            _ => {
+            5 => {
                 assert_eq!((ti.0, ti.1, ti.2), (to.0, to.1, to.2));
                 [0, 0, 8, 4, 0]
+            }
+            _ => {
+                assert_eq!((ti.0, ti.1, ti.2), (to.0, to.1, to.2));
+                [0, 0, 12, 12, 0]
             }
         };
         for (j, want) in expect.into_iter().enumerate() {
@@ -239,7 +262,7 @@ pub fn check_o8(b: &[u8]) -> Parsed {
         } else {
             for k in 0..mlen / 4 {
                 let (m0, shift) = (i32_at(data, moff + 4 * k), i32_at(data, soff + 4 * k));
-                assert!(m0 >= 1 << 30, "op {i}: M0 {m0}");
+                assert!(m0 >= 1 << 30 || m0 == 0, "op {i}: M0 {m0}");
                 assert!((1..=62).contains(&(31 - shift)), "op {i}: shift {shift}");
             }
         }

@@ -27,11 +27,11 @@ pub fn parses_or_is_refused(data: &[u8]) {
         return;
     };
     let n = model.input_len();
-    if n > 1 << 20 || model.arena_bytes() > 64 << 20 {
+    if n > 1 << 20 || model.arena_bytes(Kernels::Auto) > 64 << 20 {
         return;
     }
     let pixels: Vec<u8> = data.iter().copied().cycle().take(n).collect();
-    let mut arena = vec![0u8; model.arena_bytes()];
+    let mut arena = vec![0u8; model.arena_bytes(Kernels::Auto)];
     let a = model
         .run_with(Kernels::Scalar, &pixels, &mut arena)
         .expect("a model that parses runs")

@@ -19,7 +19,9 @@ impl Model<'_> {
             return (0..self.num_ops() as u32).any(|j| {
                 self.with_op(j, |p| {
                     Ok(matches!(&p.params,
-                        OpParams::Conv2d(c) if kernels::lanes_supported(&c.geometry())))
+                        OpParams::Conv2d(c) if c.is_uniform()
+                            && c.out.rounding == kernels::Rounding::Single
+                            && kernels::lanes_supported(&c.geometry())))
                 })
                 .unwrap_or(false)
             });
@@ -43,8 +45,13 @@ impl Model<'_> {
             let OpParams::Conv2d(c) = &p.params else {
                 return Ok(false);
             };
-            // A conv the few-channel kernel covers runs image by image (it needs no group).
-            if !kernels::lanes_supported(&c.geometry()) || kernels::vnni::narrow_preferred(c) {
+            // A conv the few-channel kernel covers runs image by image (it needs no group), as
+            // does one the lanes kernel does not cover (window, rounding).
+            if !c.is_uniform()
+                || c.out.rounding != kernels::Rounding::Single
+                || !kernels::lanes_supported(&c.geometry())
+                || kernels::vnni::narrow_preferred(c)
+            {
                 return Ok(false);
             }
             let layout = p.layout_error();
@@ -55,11 +62,10 @@ impl Model<'_> {
                     scratch: &mut [],
                 });
             let mut n = 0;
-            for (slot, w) in imgs
-                .iter_mut()
-                .zip(work.chunks_exact_mut(self.working_bytes()))
-            {
-                let carved = Carved::new(w, p.output.range(), p.scratch.range()).ok_or(layout)?;
+            let wb = self.work_bytes(k);
+            let scratch = self.scratch_range(wb);
+            for (slot, w) in imgs.iter_mut().zip(work.chunks_exact_mut(wb)) {
+                let carved = Carved::new(w, p.output.range(), scratch.clone()).ok_or(layout)?;
                 let input = crate::as_i8(carved.input(p.input.range()).ok_or(layout)?);
                 let Carved { out, scratch, .. } = carved;
                 *slot = kernels::vnni::ConvImage {

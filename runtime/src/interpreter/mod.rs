@@ -15,7 +15,10 @@ use carve::Carved;
 #[cfg(feature = "std")]
 pub(crate) use split::{Share, SharedArea, ThreadPart};
 
-use crate::kernels::{self, scalar, Kernels, Resolved, GROUP_IMAGES};
+use core::ops::Range;
+
+use crate::format::InputEncoding;
+use crate::kernels::{self, Kernels, Resolved, GROUP_IMAGES};
 use crate::model::{OpParams, PreparedOp};
 use crate::{as_i8, as_i8_mut, Model, Result, RuntimeError};
 
@@ -37,11 +40,12 @@ const LAYOUT: RuntimeError = RuntimeError::BadParam {
 };
 
 impl<'a> Model<'a> {
-    /// Runs the model on `pixels` (a batch of u8 images, planar C×H×W each) with the fastest
-    /// kernels; returns `batch · output_len()` logits at the start of `arena`, which must hold
-    /// at least `arena_bytes_for(batch)` bytes; room for more working areas (up to
-    /// `GROUP_IMAGES`) runs the images in groups, op by op (faster, the same bytes). No
-    /// allocation.
+    /// Runs the model on `pixels` (a batch of inputs in the model's input encoding, one after
+    /// another: u8 images planar C×H×W for octet's exports, the int8 tensors for imported
+    /// models) with the fastest kernels; returns `batch · output_len()` outputs at the start of
+    /// `arena`, which must hold at least `arena_bytes_for(Kernels::Auto, batch)` bytes; room
+    /// for more working areas (up to `GROUP_IMAGES`) runs the inputs in groups, op by op
+    /// (faster, the same bytes). No allocation.
     pub fn run<'b>(&self, pixels: &[u8], arena: &'b mut [u8]) -> Result<&'b [i8]> {
         self.run_with(Kernels::Auto, pixels, arena)
     }
@@ -56,11 +60,11 @@ impl<'a> Model<'a> {
         let (k, batch) = self.start(kernels, pixels, arena)?;
         let n_out = batch * self.output_len();
         let (outs, work) = arena.split_at_mut(self.logits_bytes(batch));
-        let areas = self.working_areas(work.len(), batch);
+        let areas = self.working_areas(k, work.len(), batch);
         self.run_images(
             k,
             pixels,
-            &mut work[..areas * self.working_bytes()],
+            &mut work[..areas * self.work_bytes(k)],
             &mut outs[..n_out],
         )?;
         let outs: &'b [u8] = outs;
@@ -69,17 +73,27 @@ impl<'a> Model<'a> {
 
     /// The kernels resolved and the batch of a single-threaded run, or the error for
     /// unavailable kernels, a pixel count that is not a whole number of images, or an arena
-    /// smaller than `arena_bytes_for(batch)`.
+    /// smaller than `arena_bytes_for(kernels, batch)`.
     fn start(&self, kernels: Kernels, pixels: &[u8], arena: &[u8]) -> Result<(Resolved, usize)> {
         let k = kernels.resolve()?;
         let batch = self.batch_of(pixels.len())?;
-        check_arena(arena, self.arena_bytes_for(batch))?;
+        check_arena(arena, self.arena_bytes_for(k.kernels(), batch))?;
         Ok((k, batch))
     }
 
+    /// One working area's bytes with the resolved set `k` (`Model::working_bytes`).
+    pub(crate) fn work_bytes(&self, k: Resolved) -> usize {
+        self.working_bytes(k.kernels())
+    }
+
+    /// The scratch of a working area of `len` bytes: what follows the activations.
+    pub(crate) fn scratch_range(&self, len: usize) -> Range<usize> {
+        self.scratch_offset().min(len)..len
+    }
+
     /// Working areas that fit `len` bytes, at least 1 and at most `min(batch, GROUP_IMAGES)`.
-    pub(crate) fn working_areas(&self, len: usize, batch: usize) -> usize {
-        let fit = len.checked_div(self.working_bytes()).unwrap_or(usize::MAX);
+    pub(crate) fn working_areas(&self, k: Resolved, len: usize, batch: usize) -> usize {
+        let fit = len.checked_div(self.work_bytes(k)).unwrap_or(usize::MAX);
         fit.min(batch).clamp(1, GROUP_IMAGES)
     }
 
@@ -93,7 +107,7 @@ impl<'a> Model<'a> {
         work: &mut [u8],
         outs: &mut [u8],
     ) -> Result<()> {
-        let (n_in, n_out, wb) = (self.input_len(), self.output_len(), self.working_bytes());
+        let (n_in, n_out, wb) = (self.input_len(), self.output_len(), self.work_bytes(k));
         let areas = work
             .len()
             .checked_div(wb)
@@ -117,12 +131,12 @@ impl<'a> Model<'a> {
 
     /// Runs the images of `imgs` (at most one per working area of `work`) op by op.
     fn run_group(&self, k: Resolved, imgs: &[u8], work: &mut [u8], outs: &mut [u8]) -> Result<()> {
-        let work = self.load_group(imgs, work)?;
+        let work = self.load_group(k, imgs, work)?;
         for j in 0..self.num_ops() as u32 {
             self.exec_areas(k, j, work)?;
         }
         for (w, out) in work
-            .chunks_exact(self.working_bytes())
+            .chunks_exact(self.work_bytes(k))
             .zip(outs.chunks_exact_mut(self.output_len()))
         {
             out.copy_from_slice(self.output_of(w)?);
@@ -131,8 +145,8 @@ impl<'a> Model<'a> {
     }
 
     /// Loads the images of `imgs` into the first working areas of `work`; returns those areas.
-    fn load_group<'w>(&self, imgs: &[u8], work: &'w mut [u8]) -> Result<&'w mut [u8]> {
-        let (n_in, wb) = (self.input_len(), self.working_bytes());
+    fn load_group<'w>(&self, k: Resolved, imgs: &[u8], work: &'w mut [u8]) -> Result<&'w mut [u8]> {
+        let (n_in, wb) = (self.input_len(), self.work_bytes(k));
         let work = &mut work[..imgs.len() / n_in * wb];
         for (img, w) in imgs.chunks_exact(n_in).zip(work.chunks_exact_mut(wb)) {
             self.load_input(img, w)?;
@@ -149,21 +163,39 @@ impl<'a> Model<'a> {
             if self.exec_group(k, p, work, back)? {
                 return Ok(());
             }
-            let areas = work.chunks_exact_mut(self.working_bytes());
+            let wb = self.work_bytes(k);
+            let scratch = self.scratch_range(wb);
+            let areas = work.chunks_exact_mut(wb);
             if back {
-                areas.rev().try_for_each(|w| exec(k, p, w))
+                areas.rev().try_for_each(|w| exec(k, p, w, scratch.clone()))
             } else {
-                areas.into_iter().try_for_each(|w| exec(k, p, w))
+                areas
+                    .into_iter()
+                    .try_for_each(|w| exec(k, p, w, scratch.clone()))
             }
         })
     }
 
-    /// Converts one image's planar u8 pixels into the input tensor (HWC, q = pixel − 128).
+    /// Converts one input into the input tensor as the model's input encoding says: planar u8
+    /// pixels into HWC with q = pixel − 128, HWC u8 with q = u − 128, or the int8 tensor as is.
     pub(crate) fn load_input(&self, img: &[u8], work: &mut [u8]) -> Result<()> {
         let tin = self.tensor(self.input_tensor()).ok_or(LAYOUT)?;
         let dst = work.get_mut(tin.range()).ok_or(LAYOUT)?;
         let (c, h, w) = self.input_shape();
         let hw = h * w;
+        match self.input_encoding() {
+            InputEncoding::I8Hwc => {
+                dst.copy_from_slice(img.get(..dst.len()).ok_or(LAYOUT)?);
+                return Ok(());
+            }
+            InputEncoding::U8Hwc => {
+                for (d, &p) in dst.iter_mut().zip(img) {
+                    *d = p ^ 0x80;
+                }
+                return Ok(());
+            }
+            InputEncoding::PixelsU8Chw => {}
+        }
         if c == 1 {
             for (d, &p) in dst.iter_mut().zip(img) {
                 *d = p ^ 0x80;
@@ -194,8 +226,9 @@ impl<'a> Model<'a> {
 
     fn run_one(&self, k: Resolved, img: &[u8], work: &mut [u8], out: &mut [u8]) -> Result<()> {
         self.load_input(img, work)?;
+        let scratch = self.scratch_range(work.len());
         for j in 0..self.num_ops() as u32 {
-            self.with_op(j, |p| exec(k, p, work))?;
+            self.with_op(j, |p| exec(k, p, work, scratch.clone()))?;
         }
         out.copy_from_slice(self.output_of(work)?);
         Ok(())
@@ -214,10 +247,10 @@ impl<'a> Model<'a> {
     ) -> Result<()> {
         let (k, batch) = self.start(kernels, pixels, arena)?;
         let work = &mut arena[self.logits_bytes(batch)..];
-        let areas = self.working_areas(work.len(), batch);
-        let work = &mut work[..areas * self.working_bytes()];
+        let areas = self.working_areas(k, work.len(), batch);
+        let work = &mut work[..areas * self.work_bytes(k)];
         for imgs in pixels.chunks(areas * self.input_len()) {
-            let work = self.load_group(imgs, work)?;
+            let work = self.load_group(k, imgs, work)?;
             for j in 0..self.num_ops() as u32 {
                 let t = clock();
                 self.exec_areas(k, j, work)?;
@@ -230,14 +263,17 @@ impl<'a> Model<'a> {
     }
 }
 
-/// Runs prepared op `p` with kernels `k` on one working area: carves its output and scratch
-/// out of `work` and dispatches to the op's kernel.
-fn exec(k: Resolved, p: &PreparedOp, work: &mut [u8]) -> Result<()> {
+/// Runs prepared op `p` with kernels `k` on one working area: carves its output and the
+/// scratch (`scratch`, the area past the activations) out of `work` and dispatches to the op's
+/// kernel.
+fn exec(k: Resolved, p: &PreparedOp, work: &mut [u8], scratch: Range<usize>) -> Result<()> {
     let layout = p.layout_error();
-    let carved = Carved::new(work, p.output.range(), p.scratch.range()).ok_or(layout)?;
+    let carved = Carved::new(work, p.output.range(), scratch).ok_or(layout)?;
     let x = as_i8(carved.input(p.input.range()).ok_or(layout)?);
     let x1 = match p.params {
-        OpParams::Add(..) => as_i8(carved.input(p.input1.range()).ok_or(layout)?),
+        OpParams::Add(..) | OpParams::TfliteAdd(..) => {
+            as_i8(carved.input(p.input1.range()).ok_or(layout)?)
+        }
         _ => &[],
     };
     let Carved {
@@ -248,8 +284,14 @@ fn exec(k: Resolved, p: &PreparedOp, work: &mut [u8]) -> Result<()> {
         OpParams::Conv2d(c) => kernels::conv2d(k, c, x, y, scratch),
         OpParams::FullyConnected(f) => kernels::fully_connected(k, f, x, y),
         OpParams::MaxPool(pool) => kernels::max_pool(k, pool, x, y),
-        OpParams::AvgPool(pool) => scalar::avg_pool(pool, x, y),
-        OpParams::Add(add, _) => scalar::add(add, x, x1, y),
+        OpParams::AvgPool(pool) => kernels::avg_pool(k, pool, x, y),
+        OpParams::Add(add, _) => kernels::add(k, add, x, x1, y),
+        OpParams::DepthwiseConv2d(d) => kernels::depthwise_conv2d(k, d, x, y),
+        OpParams::TfliteAvgPool(pool) => kernels::tflite_avg_pool(k, pool, x, y),
+        OpParams::Softmax(s) => kernels::softmax(k, s, x, y),
+        OpParams::Reshape => kernels::reshape(k, x, y),
+        OpParams::Pad(pad) => kernels::pad(k, pad, x, y),
+        OpParams::TfliteAdd(add) => kernels::tflite_add(k, add, x, x1, y),
     }
     Ok(())
 }

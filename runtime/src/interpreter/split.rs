@@ -2,10 +2,10 @@
 //! `parallel::run_split_with`): every op split into parts, one per thread, over the one shared
 //! working area: a conv by bands of output rows or by groups of output channels, a fully
 //! connected op by outputs, an add by elements (or, right after its conv, by that conv's
-//! split); pooling runs whole on one thread.
+//! split); every other op runs whole on one thread.
 
 use super::{exec, Carved};
-use crate::kernels::{self, scalar, AddRequant, ConvParams, FcParams, Resolved, Shape};
+use crate::kernels::{self, AddRequant, ConvParams, FcParams, Resolved, Shape};
 use crate::model::{OpParams, Place, PreparedOp};
 use crate::{as_i8, as_i8_mut, Model, Result};
 
@@ -77,6 +77,9 @@ pub(crate) struct ThreadPart {
     pub(crate) area: SharedArea,
     /// This thread's share.
     pub(crate) share: Share,
+    /// Where the scratch starts in a working area (the shared one and each thread's own): what
+    /// follows the activations, to the area's end.
+    pub(crate) scratch_start: usize,
 }
 
 impl Model<'_> {
@@ -105,7 +108,8 @@ impl Model<'_> {
             }
             match &p.params {
                 OpParams::Conv2d(c) => {
-                    let split = conv_split(t.k, c, p.scratch.range().len(), t.share.parts);
+                    let scratch = own.len().saturating_sub(t.scratch_start);
+                    let split = conv_split(t.k, c, scratch, t.share.parts);
                     match split {
                         ConvSplit::Rows => t.conv_rows(p, c, own),
                         ConvSplit::Channels => t.conv_channels(p, c, own),
@@ -115,7 +119,7 @@ impl Model<'_> {
                 }
                 OpParams::FullyConnected(f) => t.fully_connected(p, f),
                 OpParams::Add(add, shape) => t.add(p, add, *shape, after_conv),
-                OpParams::MaxPool(_) | OpParams::AvgPool(_) => t.whole(p)?,
+                _ => t.whole(p)?,
             }
             Ok(None)
         })
@@ -190,7 +194,18 @@ impl ThreadPart {
         if share.part != 0 {
             return Ok(());
         }
-        exec(k, p, core::slice::from_raw_parts_mut(area.ptr, area.len))
+        let scratch = self.scratch_start.min(area.len)..area.len;
+        exec(
+            k,
+            p,
+            core::slice::from_raw_parts_mut(area.ptr, area.len),
+            scratch,
+        )
+    }
+
+    /// The scratch of this thread's own working area `own`.
+    fn own_scratch(self, own: &[u8]) -> core::ops::Range<usize> {
+        self.scratch_start.min(own.len())..own.len()
     }
 
     /// This part's band of output rows of conv `p`, written in place (its scratch in `own`).
@@ -202,8 +217,8 @@ impl ThreadPart {
         let x = area.tensor(p.input);
         let (r0, r1) = share.of(c.output.h, 1);
         let row = c.output.w * c.output.c;
-        let carved =
-            Carved::new(own, p.output.range(), p.scratch.range()).ok_or(p.layout_error())?;
+        let scratch = self.own_scratch(own);
+        let carved = Carved::new(own, p.output.range(), scratch).ok_or(p.layout_error())?;
         let out = core::slice::from_raw_parts_mut(area.at(p.output).add(r0 * row), (r1 - r0) * row);
         if r0 < r1 && !kernels::conv2d_rows(k, c, x, out, carved.scratch, r0..r1) {
             return Err(p.layout_error());
@@ -225,8 +240,8 @@ impl ThreadPart {
         }
         let sub = c.channels(c0, c1);
         let npix = c.output.h * c.output.w;
-        let carved =
-            Carved::new(own, p.output.range(), p.scratch.range()).ok_or(p.layout_error())?;
+        let scratch = self.own_scratch(own);
+        let carved = Carved::new(own, p.output.range(), scratch).ok_or(p.layout_error())?;
         let Carved { out, scratch, .. } = carved;
         let tmp = as_i8_mut(&mut out[..npix * (c1 - c0)]);
         kernels::conv2d(k, &sub, x, tmp, scratch);
@@ -261,14 +276,14 @@ impl ThreadPart {
         shape: Shape,
         after_conv: Option<ConvSplit>,
     ) {
-        let (area, share) = (self.area, self.share);
+        let (k, area, share) = (self.k, self.area, self.share);
         let (y, x0, x1) = (area.at(p.output), area.at(p.input), area.at(p.input1));
         let elements = |e0: usize, e1: usize| {
             let n = e1 - e0;
             let out = core::slice::from_raw_parts_mut(y.add(e0), n);
             let a = core::slice::from_raw_parts(x0.add(e0), n);
             let b = core::slice::from_raw_parts(x1.add(e0), n);
-            scalar::add(add, a, b, out);
+            kernels::add(k, add, a, b, out);
         };
         let (c, row, len) = (shape.c, shape.w * shape.c, shape.len());
         match after_conv {

@@ -5,12 +5,14 @@
 
 use core::ops::Range;
 
-use crate::kernels::{ConvImage, ConvParams, FcParams, I32Array, OutputQuant, PoolParams, Shape};
+use crate::kernels::{
+    ConvImage, ConvParams, FcParams, I32Array, OutputQuant, Placement, PoolParams, Rounding, Shape,
+};
 
 /// A fast conv kernel under test: (params, input, output, scratch).
 pub type ConvKernel<'f> = dyn FnMut(&ConvParams, &[i8], &mut [i8], &mut [u8]) + 'f;
 
-pub use super::test_rng::Rng;
+pub use octet_testkit::Rng;
 
 /// A convolution of `case`'s shape with values drawn from its seed ([`ConvData::random`]),
 /// run by the scalar reference and by `fast`: the bytes must be equal. Shapes no conv has
@@ -23,7 +25,7 @@ pub fn conv_matches_scalar(case: &ConvCase, fast: &mut ConvKernel) {
     let mut want = vec![0i8; p.output.len()];
     let mut got = vec![0x55i8; p.output.len()];
     crate::kernels::scalar::conv2d(&p, &d.input, &mut want);
-    let mut scratch = vec![0xAAu8; crate::scratch_bytes(1, &p.geometry())];
+    let mut scratch = vec![0xAAu8; crate::kernels::conv_scratch_bytes(&p.geometry())];
     fast(&p, &d.input, &mut got, &mut scratch);
     assert_eq!(want, got);
 }
@@ -40,7 +42,7 @@ pub struct LayerData {
 
 impl LayerData {
     /// Values every kernel covers: weights in [−127, 127], biases, multipliers, shifts n in
-    /// [33, 49], a clamp within i8.
+    /// [33, 49], a clamp within i8, the single rounding.
     pub fn typical(rng: &mut Rng, n: usize, k: usize) -> Self {
         LayerData {
             weights: rng.i8s(n * k, -127, 127),
@@ -51,17 +53,27 @@ impl LayerData {
                 zero_point: -5,
                 act_min: -5,
                 act_max: 127,
+                rounding: Rounding::Single,
             },
         }
     }
 
-    /// [`LayerData::typical`], then every fourth case every valid shift, and any output zero
-    /// point with the clamp from it (ReLU) or any other.
+    /// [`LayerData::typical`], then every fourth case every valid shift, every eighth a zero
+    /// multiplier in the first channel, any output zero point with the clamp from it (ReLU) or
+    /// any other, and either rounding.
     pub fn random(rng: &mut Rng, n: usize, k: usize) -> Self {
         let mut l = Self::typical(rng, n, k);
         if rng.next().is_multiple_of(4) {
             l.shift = rng.i32s(n, -31, 30);
         }
+        if rng.next().is_multiple_of(8) {
+            l.mult[..4].fill(0);
+        }
+        let rounding = if rng.next().is_multiple_of(2) {
+            Rounding::Single
+        } else {
+            Rounding::Double
+        };
         let zo = rng.range(-128, 127) as i32;
         let (lo, hi) = if rng.next().is_multiple_of(2) {
             (zo, 127)
@@ -72,6 +84,7 @@ impl LayerData {
             zero_point: zo,
             act_min: lo,
             act_max: hi,
+            rounding,
         };
         l
     }
@@ -145,8 +158,12 @@ impl ConvData {
             },
             kernel_h: c.kh,
             kernel_w: c.kw,
-            stride: c.stride,
-            pad: c.pad,
+            stride_h: c.stride,
+            stride_w: c.stride,
+            pad_top: c.pad,
+            pad_left: c.pad,
+            dilation_h: 1,
+            dilation_w: 1,
             weights: &l.weights,
             bias: I32Array::new(&l.bias),
             multiplier: I32Array::new(&l.mult),
@@ -456,12 +473,13 @@ pub fn wrapping_layer(weights: Vec<i8>) -> LayerData {
     }
 }
 
-/// Output zero point `zero_point`, no clamp but i8's.
+/// Output zero point `zero_point`, no clamp but i8's, the single rounding.
 pub const fn full_range(zero_point: i32) -> OutputQuant {
     OutputQuant {
         zero_point,
         act_min: -128,
         act_max: 127,
+        rounding: Rounding::Single,
     }
 }
 
@@ -522,9 +540,11 @@ impl PoolCase {
                 h: (h - kh) / stride + 1,
                 w: (w - kw) / stride + 1,
             },
-            kernel_h: kh,
-            kernel_w: kw,
-            stride,
+            window: Placement {
+                kernel_h: kh,
+                kernel_w: kw,
+                ..Placement::square(kh, stride, 0)
+            },
             input_zero_point: 0,
             multiplier: 0,
             shift: 0,
@@ -532,6 +552,7 @@ impl PoolCase {
                 zero_point: 0,
                 act_min: self.lo,
                 act_max: self.hi,
+                rounding: Rounding::Single,
             },
         }
     }

@@ -5,11 +5,11 @@
 use core::ops::Range;
 
 use super::Model;
-use crate::format::{self, OpRecord, DATA_ALIGN, I32_ALIGN, NO_TENSOR};
-use crate::kernels::{self, I32Array, OpGeometry, Shape};
+use crate::format::{self, Window, DATA_ALIGN, I32_ALIGN, NO_TENSOR};
+use crate::kernels::{I32Array, OpGeometry, Shape};
 use crate::{as_i8, Result, RuntimeError};
 
-/// Op kinds of format version 1.
+/// Op kinds of format version 3 (FORMAT.md, "Ops").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpKind {
     /// 2-D convolution (code 1).
@@ -18,13 +18,40 @@ pub enum OpKind {
     FullyConnected,
     /// Max pooling (code 3).
     MaxPool,
-    /// Average pooling (code 4).
+    /// octet's requantizing average pooling (code 4).
     AvgPool,
-    /// Requantizing residual add (code 5).
+    /// octet's requantizing residual add (code 5).
     Add,
+    /// Depthwise 2-D convolution (code 6).
+    DepthwiseConv2d,
+    /// TensorFlow Lite's AVERAGE_POOL_2D (code 7).
+    TfliteAvgPool,
+    /// TensorFlow Lite's integer softmax (code 8).
+    Softmax,
+    /// The same bytes under another shape (code 9).
+    Reshape,
+    /// Padding with a constant (code 10).
+    Pad,
+    /// TensorFlow Lite's ADD (code 11).
+    TfliteAdd,
 }
 
 impl OpKind {
+    /// Every kind, by code.
+    pub const ALL: [OpKind; 11] = [
+        OpKind::Conv2d,
+        OpKind::FullyConnected,
+        OpKind::MaxPool,
+        OpKind::AvgPool,
+        OpKind::Add,
+        OpKind::DepthwiseConv2d,
+        OpKind::TfliteAvgPool,
+        OpKind::Softmax,
+        OpKind::Reshape,
+        OpKind::Pad,
+        OpKind::TfliteAdd,
+    ];
+
     /// The kind for a code.
     pub const fn from_code(code: u8) -> Option<Self> {
         Some(match code {
@@ -33,6 +60,12 @@ impl OpKind {
             format::OP_MAX_POOL => OpKind::MaxPool,
             format::OP_AVG_POOL => OpKind::AvgPool,
             format::OP_ADD => OpKind::Add,
+            format::OP_DEPTHWISE_CONV2D => OpKind::DepthwiseConv2d,
+            format::OP_TFLITE_AVG_POOL => OpKind::TfliteAvgPool,
+            format::OP_SOFTMAX => OpKind::Softmax,
+            format::OP_RESHAPE => OpKind::Reshape,
+            format::OP_PAD => OpKind::Pad,
+            format::OP_TFLITE_ADD => OpKind::TfliteAdd,
             _ => return None,
         })
     }
@@ -44,9 +77,16 @@ impl OpKind {
             OpKind::MaxPool => format::OP_MAX_POOL,
             OpKind::AvgPool => format::OP_AVG_POOL,
             OpKind::Add => format::OP_ADD,
+            OpKind::DepthwiseConv2d => format::OP_DEPTHWISE_CONV2D,
+            OpKind::TfliteAvgPool => format::OP_TFLITE_AVG_POOL,
+            OpKind::Softmax => format::OP_SOFTMAX,
+            OpKind::Reshape => format::OP_RESHAPE,
+            OpKind::Pad => format::OP_PAD,
+            OpKind::TfliteAdd => format::OP_TFLITE_ADD,
         }
     }
-    /// Lower-case name (`conv2d`, `fully_connected`, `max_pool`, `avg_pool`, `add`).
+    /// Lower-case name (`conv2d`, `fully_connected`, `max_pool`, `avg_pool`, `add`,
+    /// `depthwise_conv2d`, `tflite_avg_pool`, `softmax`, `reshape`, `pad`, `tflite_add`).
     pub const fn name(self) -> &'static str {
         match self {
             OpKind::Conv2d => "conv2d",
@@ -54,7 +94,17 @@ impl OpKind {
             OpKind::MaxPool => "max_pool",
             OpKind::AvgPool => "avg_pool",
             OpKind::Add => "add",
+            OpKind::DepthwiseConv2d => "depthwise_conv2d",
+            OpKind::TfliteAvgPool => "tflite_avg_pool",
+            OpKind::Softmax => "softmax",
+            OpKind::Reshape => "reshape",
+            OpKind::Pad => "pad",
+            OpKind::TfliteAdd => "tflite_add",
         }
+    }
+    /// Whether the op reads two tensors (add, tflite_add).
+    pub const fn binary(self) -> bool {
+        matches!(self, OpKind::Add | OpKind::TfliteAdd)
     }
 }
 
@@ -115,14 +165,8 @@ pub struct OpInfo<'a> {
     pub input1: Option<u16>,
     /// Output tensor id.
     pub output: u16,
-    /// Kernel height (conv, pools).
-    pub kernel_h: u8,
-    /// Kernel width.
-    pub kernel_w: u8,
-    /// Stride.
-    pub stride: u8,
-    /// Padding (conv).
-    pub pad: u8,
+    /// Kernel, stride, padding and dilation (convs, pools; pad: its padding).
+    pub window: Window,
     /// Output clamp, lower.
     pub act_min: i32,
     /// Output clamp, upper.
@@ -137,25 +181,43 @@ pub struct OpInfo<'a> {
     pub shifts: I32Array<'a>,
     /// Pad value per input channel (conv; empty: the input zero point).
     pub pad_values: &'a [i8],
-    /// Scratch arena offset.
-    pub scratch_offset: u32,
-    /// Scratch bytes the op uses ([`crate::scratch_bytes`]).
-    pub scratch_bytes: usize,
+    /// The kind's parameter (softmax: diff_min; pad: the pad value; tflite_add: the left
+    /// shift; 0 otherwise).
+    pub param: i32,
 }
 
 impl OpInfo<'_> {
-    /// `[scratch_offset, scratch_offset + scratch_bytes)`, empty when none.
-    pub const fn scratch_range(&self) -> Range<usize> {
-        if self.scratch_bytes == 0 {
-            0..0
-        } else {
-            self.scratch_offset as usize..self.scratch_offset as usize + self.scratch_bytes
+    /// The op's geometry for the scratch rules ([`crate::Kernels::scratch_bytes`]), given its
+    /// input and output tensors.
+    pub fn geometry(&self, input: &TensorInfo, output: &TensorInfo) -> OpGeometry {
+        let w = &self.window;
+        let p = crate::kernels::Placement {
+            kernel_h: w.kernel_h.into(),
+            kernel_w: w.kernel_w.into(),
+            stride_h: w.stride_h.into(),
+            stride_w: w.stride_w.into(),
+            pad_top: w.pad_top.into(),
+            pad_left: w.pad_left.into(),
+            dilation_h: w.dilation_h.into(),
+            dilation_w: w.dilation_w.into(),
+        };
+        OpGeometry {
+            kind: self.kind.code(),
+            uniform: p.is_uniform(input.shape(), output.shape()),
+            kernel_h: w.kernel_h.into(),
+            kernel_w: w.kernel_w.into(),
+            stride: w.stride_h.into(),
+            pad: w.pad_top.into(),
+            c_in: input.c.into(),
+            h_in: input.h.into(),
+            w_in: input.w.into(),
+            c_out: output.c.into(),
         }
     }
 }
 
-/// An op record decoded, with its input 0 and output tensors (which its decoding reads for the
-/// scratch size): what validation and preparation start from.
+/// An op record decoded, with its input 0 and output tensors: what validation and preparation
+/// start from.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Decoded<'a> {
     pub(super) op: OpInfo<'a>,
@@ -206,7 +268,7 @@ impl<'a> Model<'a> {
             .ok_or(RuntimeError::OutOfBounds { what: "op", index })?;
         let kind =
             OpKind::from_code(rec.kind()).ok_or(RuntimeError::BadParam { op, what: "kind" })?;
-        if rec.reserved() != 0 {
+        if !rec.reserved_zero() {
             return Err(RuntimeError::BadParam {
                 op,
                 what: "reserved",
@@ -233,7 +295,6 @@ impl<'a> Model<'a> {
         let multipliers = array(rec.multiplier(), I32_ALIGN, 4, "multiplier")?;
         let shifts = array(rec.shift(), I32_ALIGN, 4, "shift")?;
         let pad_values = array(rec.pad_values(), DATA_ALIGN, 1, "pad values")?;
-        let (kernel_h, kernel_w, stride, pad) = rec.window();
         let (act_min, act_max) = rec.act();
         let input0 = rec.input0();
         let in1 = rec.input1();
@@ -248,10 +309,7 @@ impl<'a> Model<'a> {
                 input0,
                 input1: (in1 != NO_TENSOR).then_some(in1),
                 output: rec.output(),
-                kernel_h,
-                kernel_w,
-                stride,
-                pad,
+                window: rec.window(),
                 act_min,
                 act_max,
                 weights: as_i8(weights),
@@ -259,11 +317,7 @@ impl<'a> Model<'a> {
                 multipliers: I32Array::new(multipliers),
                 shifts: I32Array::new(shifts),
                 pad_values: as_i8(pad_values),
-                scratch_offset: rec.scratch(),
-                scratch_bytes: kernels::scratch_bytes(
-                    kind.code(),
-                    &geometry(&rec, &input, &output),
-                ),
+                param: rec.param(),
             },
             input,
             output,
@@ -281,21 +335,5 @@ impl<'a> Model<'a> {
             what,
             index: id as u32,
         })
-    }
-}
-
-/// The geometry [`crate::scratch_bytes`] takes: op `rec`'s window from `input` to `output`
-/// (lossless widenings).
-fn geometry(rec: &OpRecord, input: &TensorInfo, output: &TensorInfo) -> OpGeometry {
-    let (kh, kw, stride, pad) = rec.window();
-    OpGeometry {
-        kernel_h: kh.into(),
-        kernel_w: kw.into(),
-        stride: stride.into(),
-        pad: pad.into(),
-        c_in: input.c.into(),
-        h_in: input.h.into(),
-        w_in: input.w.into(),
-        c_out: output.c.into(),
     }
 }

@@ -17,11 +17,16 @@ pub(crate) use prepare::Place;
 pub use prepare::PreparedOp;
 
 use crate::format::{
-    self, Header, OpRecord, TensorRecord, CRC_START, DATA_ALIGN, HEADER_LEN, MAGIC, NO_TENSOR,
-    OP_LEN, TENSOR_LEN, VERSION,
+    self, Header, InputEncoding, OpRecord, TensorRecord, CRC_START, DATA_ALIGN, HEADER_LEN, MAGIC,
+    NO_TENSOR, OP_LEN, TENSOR_LEN, VERSION,
 };
-use crate::kernels::Shape;
+use crate::kernels::{Kernels, Shape};
+use crate::requant::Rounding;
 use crate::{align16, Result, RuntimeError};
+
+/// The concrete kernel sets (every [`Kernels`] but `Auto`), in [`Kernels::ALL`] order: the
+/// entries of [`Model`]'s scratch table.
+const SETS: usize = Kernels::ALL.len() - 1;
 
 /// A parsed and validated `.o8` model, borrowing the file's bytes (and, once
 /// [`Model::prepare`]d, a table of its ops' kernel parameters). Small and `Copy`: a few words
@@ -33,8 +38,14 @@ pub struct Model<'a> {
     data: &'a [u8],
     n_tensors: u32,
     n_ops: u32,
+    /// The activation arena the file plans (header `arena_bytes`).
     arena_bytes: usize,
+    /// Per concrete kernel set, the largest scratch any op needs ([`Kernels::scratch_bytes`]),
+    /// computed once by `parse`.
+    scratch: [u32; SETS],
     input: Shape,
+    input_encoding: InputEncoding,
+    rounding: Rounding,
     input_tensor: u16,
     output_tensor: u16,
     out_len: usize,
@@ -55,37 +66,7 @@ impl<'a> Model<'a> {
             needed: HEADER_LEN as u64,
             len: len as u64,
         })?;
-        if h.magic() != MAGIC {
-            return Err(RuntimeError::BadMagic);
-        }
-        if h.version() != VERSION {
-            return Err(RuntimeError::UnsupportedVersion(h.version()));
-        }
-        if h.header_len() as usize != HEADER_LEN {
-            return Err(RuntimeError::BadHeader {
-                what: "header length",
-            });
-        }
-        let file_len = h.file_len() as usize;
-        if file_len > len {
-            return Err(RuntimeError::Truncated {
-                needed: file_len as u64,
-                len: len as u64,
-            });
-        }
-        if file_len < len {
-            return Err(RuntimeError::BadHeader { what: "file_len" });
-        }
-        let computed = format::crc32(&bytes[CRC_START..]);
-        if computed != h.crc() {
-            return Err(RuntimeError::CrcMismatch {
-                stored: h.crc(),
-                computed,
-            });
-        }
-        if !h.reserved_zero() {
-            return Err(RuntimeError::BadHeader { what: "reserved" });
-        }
+        let (input_encoding, rounding) = check_envelope(bytes, &h)?;
 
         // Tables and data section.
         let n_tensors = h.n_tensors();
@@ -149,6 +130,9 @@ impl<'a> Model<'a> {
             n_tensors,
             n_ops,
             arena_bytes: h.arena_bytes() as usize,
+            scratch: [0; SETS],
+            input_encoding,
+            rounding,
             input: Shape {
                 c: c as usize,
                 h: hh as usize,
@@ -186,20 +170,57 @@ impl<'a> Model<'a> {
         self.macs
     }
 
-    /// Working arena for one image (header `arena_bytes`, scratch included).
-    pub fn working_bytes(&self) -> usize {
+    /// The activation arena the file plans for one input (header `arena_bytes`): every
+    /// tensor, no scratch.
+    pub fn activation_bytes(&self) -> usize {
         self.arena_bytes
     }
 
-    /// Arena `run` needs for one image: `align16(out_len) + working bytes`.
-    pub fn arena_bytes(&self) -> usize {
-        self.arena_bytes_for(1)
+    /// Where the scratch starts in a working area: after the activations, 16-aligned.
+    pub(crate) fn scratch_offset(&self) -> usize {
+        align16(self.arena_bytes)
     }
 
-    /// Arena `run` needs for `batch` images: `align16(batch·out_len) + working bytes`
-    /// (saturating).
-    pub fn arena_bytes_for(&self, batch: usize) -> usize {
-        self.logits_bytes(batch).saturating_add(self.arena_bytes)
+    /// The largest scratch any op needs with `kernels` (`Auto`: the set it resolves to here).
+    pub fn scratch_bytes(&self, kernels: Kernels) -> usize {
+        let set = kernels.resolved_kernels();
+        Kernels::ALL
+            .iter()
+            .position(|&k| k == set)
+            .and_then(|i| self.scratch.get(i))
+            .map_or(0, |&b| b as usize)
+    }
+
+    /// Working area for one input with `kernels`: the activations, then (16-aligned) the
+    /// largest scratch of any op for that set, exact (FORMAT.md, "Arena").
+    pub fn working_bytes(&self, kernels: Kernels) -> usize {
+        match self.scratch_bytes(kernels) {
+            0 => self.arena_bytes,
+            s => self.scratch_offset() + s,
+        }
+    }
+
+    /// Arena `run_with(kernels, …)` needs for one input: `align16(out_len)` for the output,
+    /// then the working area; exact, so firmware can size a static arena at build time.
+    pub fn arena_bytes(&self, kernels: Kernels) -> usize {
+        self.arena_bytes_for(kernels, 1)
+    }
+
+    /// Arena `run_with(kernels, …)` needs for `batch` inputs: `align16(batch·out_len)` plus
+    /// one working area (saturating).
+    pub fn arena_bytes_for(&self, kernels: Kernels, batch: usize) -> usize {
+        self.logits_bytes(batch)
+            .saturating_add(self.working_bytes(kernels))
+    }
+
+    /// How the model's requantizations round.
+    pub fn rounding(&self) -> Rounding {
+        self.rounding
+    }
+
+    /// What a caller passes for one input.
+    pub fn input_encoding(&self) -> InputEncoding {
+        self.input_encoding
     }
 
     /// Bytes the logits of `batch` images take at the start of an arena:
@@ -208,12 +229,23 @@ impl<'a> Model<'a> {
         align16(batch.saturating_mul(self.out_len).min(usize::MAX - 16))
     }
 
-    /// Input (c, h, w) of the raw pixels.
+    /// Input (c, h, w): the raw pixels' planes, or the int8 (or u8) tensor's channels, height
+    /// and width ([`Model::input_encoding`]).
     pub fn input_shape(&self) -> (usize, usize, usize) {
         (self.input.c, self.input.h, self.input.w)
     }
 
-    /// Bytes per image: c·h·w.
+    /// Input scale (real = scale · (q − zero point) of the int8 input tensor).
+    pub fn input_scale(&self) -> f32 {
+        self.tensor(self.input_tensor).map_or(0.0, |t| t.scale)
+    }
+
+    /// Input zero point (of the int8 input tensor; −128 for u8 inputs).
+    pub fn input_zero_point(&self) -> i32 {
+        self.tensor(self.input_tensor).map_or(0, |t| t.zero_point)
+    }
+
+    /// Bytes per input: c·h·w.
     pub fn input_len(&self) -> usize {
         self.input.len()
     }
@@ -264,4 +296,53 @@ impl<'a> Model<'a> {
         }
         Ok(pixels / n)
     }
+}
+
+/// The header's input encoding and rounding, or the error naming the unknown one.
+fn header_codes(h: &Header) -> Result<(InputEncoding, Rounding)> {
+    let encoding = InputEncoding::from_code(h.input_encoding()).ok_or(RuntimeError::BadHeader {
+        what: "input encoding",
+    })?;
+    let rounding =
+        Rounding::from_code(h.rounding()).ok_or(RuntimeError::BadHeader { what: "rounding" })?;
+    Ok((encoding, rounding))
+}
+
+/// The checks of the file as a whole, before its tables: magic, version, the header's codes,
+/// header length, file length, CRC, reserved bytes. Returns the input encoding and rounding.
+fn check_envelope(bytes: &[u8], h: &Header) -> Result<(InputEncoding, Rounding)> {
+    if h.magic() != MAGIC {
+        return Err(RuntimeError::BadMagic);
+    }
+    if h.version() != VERSION {
+        return Err(RuntimeError::UnsupportedVersion(h.version()));
+    }
+    let codes = header_codes(h)?;
+    if h.header_len() as usize != HEADER_LEN {
+        return Err(RuntimeError::BadHeader {
+            what: "header length",
+        });
+    }
+    let len = bytes.len();
+    let file_len = h.file_len() as usize;
+    if file_len > len {
+        return Err(RuntimeError::Truncated {
+            needed: file_len as u64,
+            len: len as u64,
+        });
+    }
+    if file_len < len {
+        return Err(RuntimeError::BadHeader { what: "file_len" });
+    }
+    let computed = format::crc32(&bytes[CRC_START..]);
+    if computed != h.crc() {
+        return Err(RuntimeError::CrcMismatch {
+            stored: h.crc(),
+            computed,
+        });
+    }
+    if !h.reserved_zero() {
+        return Err(RuntimeError::BadHeader { what: "reserved" });
+    }
+    Ok(codes)
 }

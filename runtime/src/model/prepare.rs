@@ -18,12 +18,16 @@ use core::ops::Range;
 use super::inspect::Decoded;
 use super::{Model, OpInfo, OpKind, TensorInfo};
 use crate::format::NO_TENSOR;
-use crate::kernels::{AddRequant, ConvParams, FcParams, OutputQuant, PoolParams, Shape};
+use crate::kernels::{
+    AddRequant, ConvParams, DepthwiseParams, FcParams, OutputQuant, PadParams, Placement,
+    PoolParams, Shape, SoftmaxParams, TfliteAddParams,
+};
+use crate::requant::Rounding;
 use crate::{Result, RuntimeError};
 
-/// One op ready to run: its kernel's parameters and where its tensors and scratch lie in the
-/// working arena. Built by [`Model::prepare`]; [`PreparedOp::EMPTY`] (or `Default`) fills a
-/// table before that.
+/// One op ready to run: its kernel's parameters and where its tensors lie in the working arena
+/// (its scratch, if the kernel set states one, follows the activations: `Model::working_bytes`).
+/// Built by [`Model::prepare`]; [`PreparedOp::EMPTY`] (or `Default`) fills a table before that.
 #[derive(Clone, Copy, Debug)]
 pub struct PreparedOp<'a> {
     /// Index in the op table (for errors).
@@ -33,8 +37,6 @@ pub struct PreparedOp<'a> {
     /// Input 1 (add), else [`Place::NONE`].
     pub(crate) input1: Place,
     pub(crate) output: Place,
-    /// Scratch (id `NO_TENSOR`), empty when the op uses none.
-    pub(crate) scratch: Place,
 }
 
 /// An op's kernel parameters, by kind.
@@ -50,6 +52,12 @@ pub(crate) enum OpParams<'a> {
         AddRequant,
         #[cfg_attr(not(feature = "std"), allow(dead_code))] Shape,
     ),
+    DepthwiseConv2d(DepthwiseParams<'a>),
+    TfliteAvgPool(PoolParams),
+    Softmax(SoftmaxParams),
+    Reshape,
+    Pad(PadParams),
+    TfliteAdd(TfliteAddParams),
 }
 
 /// A tensor's id and byte range in the working arena.
@@ -93,9 +101,7 @@ impl<'a> PreparedOp<'a> {
             params: OpParams::MaxPool(PoolParams {
                 input: none,
                 output: none,
-                kernel_h: 0,
-                kernel_w: 0,
-                stride: 0,
+                window: Placement::square(0, 0, 0),
                 input_zero_point: 0,
                 multiplier: 0,
                 shift: 0,
@@ -103,12 +109,12 @@ impl<'a> PreparedOp<'a> {
                     zero_point: 0,
                     act_min: 0,
                     act_max: 0,
+                    rounding: Rounding::Single,
                 },
             }),
             input: Place::NONE,
             input1: Place::NONE,
             output: Place::NONE,
-            scratch: Place::NONE,
         }
     };
 
@@ -189,56 +195,112 @@ impl<'a> Model<'a> {
             Some(t) => Some(self.tensor_id(t)?),
             None => None,
         };
-        let scratch = o.scratch_range();
+        let r = self.rounding;
         // Built in place (see `Model::decode`).
         Ok(PreparedOp {
             index: j,
             params: match o.kind {
-                OpKind::Conv2d => OpParams::Conv2d(Self::conv_params(o, tin, tout)),
-                OpKind::FullyConnected => OpParams::FullyConnected(Self::fc_params(o, tin, tout)),
-                OpKind::MaxPool => OpParams::MaxPool(pool_params(o, tin, tout)),
-                OpKind::AvgPool => OpParams::AvgPool(pool_params(o, tin, tout)),
-                OpKind::Add => {
+                OpKind::Conv2d => OpParams::Conv2d(Self::conv_params(o, tin, tout, r)),
+                OpKind::FullyConnected => {
+                    OpParams::FullyConnected(Self::fc_params(o, tin, tout, r))
+                }
+                OpKind::MaxPool => OpParams::MaxPool(pool_params(o, tin, tout, r)),
+                OpKind::AvgPool => OpParams::AvgPool(pool_params(o, tin, tout, r)),
+                OpKind::TfliteAvgPool => OpParams::TfliteAvgPool(pool_params(o, tin, tout, r)),
+                OpKind::Add | OpKind::TfliteAdd => {
                     let t1 = input1.as_ref().ok_or(RuntimeError::BadParam {
                         op: j,
                         what: "input 1",
                     })?;
-                    OpParams::Add(Self::add_params(o, tin, t1, tout), tout.shape())
+                    if o.kind == OpKind::Add {
+                        OpParams::Add(Self::add_params(o, tin, t1, tout), tout.shape())
+                    } else {
+                        OpParams::TfliteAdd(tflite_add_params(o, tin, t1, tout, r))
+                    }
                 }
+                OpKind::DepthwiseConv2d => {
+                    OpParams::DepthwiseConv2d(Self::depthwise_params(o, tin, tout, r))
+                }
+                OpKind::Softmax => OpParams::Softmax(SoftmaxParams {
+                    depth: tin.c as usize,
+                    input_multiplier: o.multipliers.get(0),
+                    input_left_shift: o.shifts.get(0),
+                    diff_min: o.param,
+                    rounding: r,
+                }),
+                OpKind::Reshape => OpParams::Reshape,
+                OpKind::Pad => OpParams::Pad(PadParams {
+                    input: tin.shape(),
+                    output: tout.shape(),
+                    pad_top: o.window.pad_top as usize,
+                    pad_left: o.window.pad_left as usize,
+                    value: o.param.clamp(-128, 127) as i8,
+                }),
             },
             input: Place::of(tin),
             input1: input1.as_ref().map_or(Place::NONE, Place::of),
             output: Place::of(tout),
-            scratch: Place {
-                id: NO_TENSOR,
-                start: scratch.start,
-                end: scratch.end,
-            },
         })
     }
 
-    /// The conv parameters of op `o` (input `tin`, output `tout`): what its kernel takes, for
-    /// the interpreter and for tools that run one op's kernel alone.
-    pub fn conv_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> ConvParams<'o> {
+    /// The conv parameters of op `o` (input `tin`, output `tout`, the model's rounding `r`):
+    /// what its kernel takes, for the interpreter and for tools that run one op's kernel alone.
+    pub fn conv_params<'o>(
+        o: &OpInfo<'o>,
+        tin: &TensorInfo,
+        tout: &TensorInfo,
+        r: Rounding,
+    ) -> ConvParams<'o> {
+        let g = placement(o);
         ConvParams {
             input: tin.shape(),
             output: tout.shape(),
-            kernel_h: o.kernel_h as usize,
-            kernel_w: o.kernel_w as usize,
-            stride: o.stride as usize,
-            pad: o.pad as usize,
+            kernel_h: g.kernel_h,
+            kernel_w: g.kernel_w,
+            stride_h: g.stride_h,
+            stride_w: g.stride_w,
+            pad_top: g.pad_top,
+            pad_left: g.pad_left,
+            dilation_h: g.dilation_h,
+            dilation_w: g.dilation_w,
             weights: o.weights,
             bias: o.bias,
             multiplier: o.multipliers,
             shift: o.shifts,
             pad_values: o.pad_values,
             input_zero_point: tin.zero_point,
-            out: output_quant(o, tout),
+            out: output_quant(o, tout, r),
+        }
+    }
+
+    /// The depthwise conv parameters of op `o` (see [`Model::conv_params`]).
+    pub fn depthwise_params<'o>(
+        o: &OpInfo<'o>,
+        tin: &TensorInfo,
+        tout: &TensorInfo,
+        r: Rounding,
+    ) -> DepthwiseParams<'o> {
+        DepthwiseParams {
+            input: tin.shape(),
+            output: tout.shape(),
+            window: placement(o),
+            depth_multiplier: (tout.c / tin.c.max(1)) as usize,
+            weights: o.weights,
+            bias: o.bias,
+            multiplier: o.multipliers,
+            shift: o.shifts,
+            input_zero_point: tin.zero_point,
+            out: output_quant(o, tout, r),
         }
     }
 
     /// The fully_connected parameters of op `o` (see [`Model::conv_params`]).
-    pub fn fc_params<'o>(o: &OpInfo<'o>, tin: &TensorInfo, tout: &TensorInfo) -> FcParams<'o> {
+    pub fn fc_params<'o>(
+        o: &OpInfo<'o>,
+        tin: &TensorInfo,
+        tout: &TensorInfo,
+        r: Rounding,
+    ) -> FcParams<'o> {
         FcParams {
             k: tin.len(),
             n: tout.len(),
@@ -246,11 +308,12 @@ impl<'a> Model<'a> {
             bias: o.bias,
             multiplier: o.multipliers,
             shift: o.shifts,
-            out: output_quant(o, tout),
+            out: output_quant(o, tout, r),
         }
     }
 
-    /// The add parameters of op `o` over inputs `t0`, `t1` (see [`Model::conv_params`]).
+    /// The add parameters of op `o` over inputs `t0`, `t1` (see [`Model::conv_params`]): octet's
+    /// add has its own arithmetic, whatever the model's rounding.
     pub fn add_params(
         o: &OpInfo,
         t0: &TensorInfo,
@@ -263,34 +326,63 @@ impl<'a> Model<'a> {
             z1: t1.zero_point,
             m1: o.multipliers.get(1),
             n: o.shifts.get(0),
-            out: output_quant(o, tout),
+            out: output_quant(o, tout, Rounding::Single),
         }
     }
 }
 
-/// The pooling parameters of op `o`: a conv's window, input and output stage
-/// ([`Model::conv_params`], the one conversion of a record's window to kernel units) with the
-/// pool's multiplier and shift (max pool ignores them).
-fn pool_params(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> PoolParams {
-    let c = Model::conv_params(o, tin, tout);
-    PoolParams {
-        input: c.input,
-        output: c.output,
-        kernel_h: c.kernel_h,
-        kernel_w: c.kernel_w,
-        stride: c.stride,
-        input_zero_point: c.input_zero_point,
-        multiplier: o.multipliers.get(0),
-        shift: o.shifts.get(0),
-        out: c.out,
+/// Op `o`'s window in kernel units.
+fn placement(o: &OpInfo) -> Placement {
+    let w = &o.window;
+    Placement {
+        kernel_h: w.kernel_h as usize,
+        kernel_w: w.kernel_w as usize,
+        stride_h: w.stride_h as usize,
+        stride_w: w.stride_w as usize,
+        pad_top: w.pad_top as usize,
+        pad_left: w.pad_left as usize,
+        dilation_h: w.dilation_h as usize,
+        dilation_w: w.dilation_w as usize,
     }
 }
 
-/// Op `o`'s output zero point and clamp.
-fn output_quant(o: &OpInfo, tout: &TensorInfo) -> OutputQuant {
+/// The pooling parameters of op `o`: its window, input and output stage with the pool's
+/// multiplier and shift (max pool and TFLite's average pool ignore them).
+fn pool_params(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo, r: Rounding) -> PoolParams {
+    PoolParams {
+        input: tin.shape(),
+        output: tout.shape(),
+        window: placement(o),
+        input_zero_point: tin.zero_point,
+        multiplier: o.multipliers.get(0),
+        shift: o.shifts.get(0),
+        out: output_quant(o, tout, r),
+    }
+}
+
+/// The tflite_add parameters of op `o` over inputs `t0`, `t1`.
+fn tflite_add_params(
+    o: &OpInfo,
+    t0: &TensorInfo,
+    t1: &TensorInfo,
+    tout: &TensorInfo,
+    r: Rounding,
+) -> TfliteAddParams {
+    let pair = |i| (o.multipliers.get(i), o.shifts.get(i));
+    TfliteAddParams {
+        zero_points: [t0.zero_point, t1.zero_point],
+        left_shift: o.param,
+        multipliers: [pair(0), pair(1), pair(2)],
+        out: output_quant(o, tout, r),
+    }
+}
+
+/// Op `o`'s output zero point, clamp and rounding.
+fn output_quant(o: &OpInfo, tout: &TensorInfo, rounding: Rounding) -> OutputQuant {
     OutputQuant {
         zero_point: tout.zero_point,
         act_min: o.act_min,
         act_max: o.act_max,
+        rounding,
     }
 }

@@ -5,18 +5,25 @@
 use core::ops::Range;
 
 use super::inspect::Decoded;
-use super::{Model, OpInfo, OpKind, TensorInfo};
-use crate::format::{Header, MAX_ACCUMULATION};
-use crate::kernels::Shape;
+use super::{Model, OpInfo, OpKind, TensorInfo, SETS};
+use crate::format::{Header, Window, MAX_ACCUMULATION};
+use crate::kernels::{Kernels, Shape};
 use crate::requant::{valid_multiplier, valid_right_shift, M0_MIN};
 use crate::{Result, RuntimeError};
+
+/// Largest softmax row: its sum of exponentials (each at most 2^19 in Q12.19) stays in i32.
+pub const SOFTMAX_MAX_DEPTH: usize = 4095;
+
+/// Largest tflite_add left shift: (q − z)·2^shift stays in i32 for |q − z| ≤ 255.
+pub const TFLITE_ADD_MAX_SHIFT: i32 = 23;
 
 fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
     !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
 }
 
 impl<'a> Model<'a> {
-    /// The checks after the header's (see the module doc), and the multiply-adds per image.
+    /// The checks after the header's (see the module doc), the multiply-adds per input and the
+    /// scratch each kernel set needs.
     pub(super) fn validate(mut self, h: &Header) -> Result<Model<'a>> {
         for id in 0..self.n_tensors {
             self.validate_tensor(id as u16)?;
@@ -28,10 +35,17 @@ impl<'a> Model<'a> {
                 what: "input shape",
             });
         }
-        if input.zero_point != -128 {
+        if self.input_encoding.is_u8() && input.zero_point != -128 {
             return Err(RuntimeError::BadTensor {
                 index: input.id as u32,
-                what: "input zero point",
+                what: "input zero point (−128 for a u8 input)",
+            });
+        }
+        if input.scale.to_bits() != h.input_scale().to_bits()
+            || input.zero_point != h.input_zero_point()
+        {
+            return Err(RuntimeError::BadHeader {
+                what: "input scale or zero point",
             });
         }
         let output = self.tensor_or(self.output_tensor, "output tensor")?;
@@ -46,9 +60,21 @@ impl<'a> Model<'a> {
             });
         }
         self.out_len = output.len();
+        let mut scratch = [0u32; SETS];
         for j in 0..self.n_ops {
-            self.validate_op(&self.decode(j)?)?;
+            let d = self.decode(j)?;
+            self.validate_op(&d)?;
+            let g = d.op.geometry(&d.input, &d.output);
+            for (s, k) in scratch.iter_mut().zip(Kernels::ALL) {
+                let need =
+                    u32::try_from(k.scratch_bytes(&g)).map_err(|_| RuntimeError::OutOfBounds {
+                        what: "scratch (over 4 GiB)",
+                        index: j,
+                    })?;
+                *s = (*s).max(need);
+            }
         }
+        self.scratch = scratch;
         let last = self.decode(self.n_ops - 1)?.op;
         if last.output != self.output_tensor {
             return Err(RuntimeError::BadHeader {
@@ -59,10 +85,18 @@ impl<'a> Model<'a> {
         self.check_arena_exact()?;
         self.macs = self
             .ops()
-            .filter(|o| matches!(o.kind, OpKind::Conv2d | OpKind::FullyConnected))
             .filter_map(|o| {
                 let t = self.tensor(o.output)?;
-                Some((t.len() * o.weights.len() / (t.c as usize).max(1)) as u64)
+                let per_output = match o.kind {
+                    OpKind::Conv2d | OpKind::FullyConnected => {
+                        o.weights.len() / (t.c as usize).max(1)
+                    }
+                    OpKind::DepthwiseConv2d => {
+                        o.window.kernel_h as usize * o.window.kernel_w as usize
+                    }
+                    _ => return None,
+                };
+                Some((t.len() * per_output) as u64)
             })
             .sum();
         Ok(self)
@@ -102,16 +136,16 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// Op `d.op`'s tensors, window, activation range, constants (per kind) and scratch.
+    /// Op `d.op`'s tensors, window, activation range and constants (per kind).
     fn validate_op(&self, d: &Decoded<'a>) -> Result<()> {
         let (o, tin, tout) = (&d.op, &d.input, &d.output);
         let op = o.index;
         let param = |what| Err(RuntimeError::BadParam { op, what });
-        let tin1 = match (o.kind, o.input1) {
-            (OpKind::Add, Some(t)) => Some(self.tensor_id(t)?),
-            (OpKind::Add, None) => return param("input 1"),
-            (_, Some(_)) => return param("input 1"),
-            (_, None) => None,
+        let tin1 = match (o.kind.binary(), o.input1) {
+            (true, Some(t)) => Some(self.tensor_id(t)?),
+            (true, None) => return param("input 1"),
+            (false, Some(_)) => return param("input 1"),
+            (false, None) => None,
         };
         if o.output == o.input0 || Some(o.output) == o.input1 {
             return Err(RuntimeError::Aliasing {
@@ -122,53 +156,76 @@ impl<'a> Model<'a> {
         if !(-128 <= o.act_min && o.act_min <= o.act_max && o.act_max <= 127) {
             return param("activation range");
         }
-        match o.kind {
-            OpKind::Conv2d => self.validate_conv(o, tin.shape(), tout.shape())?,
-            OpKind::FullyConnected => self.validate_fc(o, tin.shape(), tout.shape())?,
-            OpKind::MaxPool | OpKind::AvgPool => validate_pool(o, tin, tout)?,
-            OpKind::Add => validate_add(o, tin.shape(), tin1.map(|t| t.shape()), tout.shape())?,
+        if o.param != 0 && !matches!(o.kind, OpKind::Softmax | OpKind::Pad | OpKind::TfliteAdd) {
+            return param("parameter (0 for this kind)");
         }
-        if o.scratch_bytes == 0 {
-            if o.scratch_offset != 0 {
-                return param("scratch offset");
+        let (si, so) = (tin.shape(), tout.shape());
+        match o.kind {
+            OpKind::Conv2d => {
+                check_window(o, si, so, WindowUse::Conv)?;
+                let k = o.window.kernel_h as usize * o.window.kernel_w as usize * si.c;
+                self.check_dense(o, so.c, k, si.c)
             }
-        } else if o.scratch_offset as u64 + o.scratch_bytes as u64 > self.arena_bytes as u64 {
-            return Err(RuntimeError::OutOfBounds {
-                what: "scratch",
-                index: op,
-            });
+            OpKind::DepthwiseConv2d => self.validate_depthwise(o, si, so),
+            OpKind::FullyConnected => {
+                if !o.window.is_none() {
+                    return param("window");
+                }
+                if so.h != 1 || so.w != 1 {
+                    return Err(RuntimeError::BadShape { op });
+                }
+                self.check_dense(o, so.c, si.len(), 0)
+            }
+            OpKind::MaxPool | OpKind::AvgPool | OpKind::TfliteAvgPool => {
+                validate_pool(o, tin, tout)
+            }
+            OpKind::Add => validate_add(o, si, tin1.map(|t| t.shape()), so),
+            OpKind::TfliteAdd => validate_tflite_add(o, si, tin1.map(|t| t.shape()), so),
+            OpKind::Softmax => validate_softmax(o, tin, tout),
+            OpKind::Reshape => validate_reshape(o, tin, tout),
+            OpKind::Pad => validate_pad(o, tin, tout),
+        }
+    }
+
+    /// A depthwise conv: its window, C_out a multiple of C_in, and per output channel its
+    /// constants and the accumulator bound over its kh·kw taps.
+    fn validate_depthwise(&self, o: &OpInfo<'a>, si: Shape, so: Shape) -> Result<()> {
+        let op = o.index;
+        let param = |what| Err(RuntimeError::BadParam { op, what });
+        check_window(o, si, so, WindowUse::Conv)?;
+        if so.c == 0 || !so.c.is_multiple_of(si.c) {
+            return Err(RuntimeError::BadShape { op });
+        }
+        let taps = o.window.kernel_h as usize * o.window.kernel_w as usize;
+        if o.weights.len() != taps * so.c {
+            return param("weights length");
+        }
+        if o.bias.len() != so.c {
+            return param("bias length");
+        }
+        if o.multipliers.len() != so.c || o.shifts.len() != so.c {
+            return param("multiplier/shift length");
+        }
+        if !o.pad_values.is_empty() {
+            return param("pad values (a depthwise conv pads with its input zero point)");
+        }
+        for c in 0..so.c {
+            if !valid_multiplier(o.multipliers.get(c), o.shifts.get(c)) {
+                return param("multiplier/shift range");
+            }
+            let mut sum_abs = 0u64;
+            for t in 0..taps {
+                let w = o.weights[t * so.c + c];
+                if w == i8::MIN {
+                    return param("weight -128");
+                }
+                sum_abs += w.unsigned_abs() as u64;
+            }
+            if (o.bias.get(c) as i64).unsigned_abs() + 128 * sum_abs > i32::MAX as u64 {
+                return Err(RuntimeError::AccumulatorOverflow { op, k: taps as u32 });
+            }
         }
         Ok(())
-    }
-
-    /// A conv: its window fits the padded input and gives the output's size; its constants
-    /// and pad values ([`Model::check_dense`]).
-    fn validate_conv(&self, o: &OpInfo<'a>, si: Shape, so: Shape) -> Result<()> {
-        let op = o.index;
-        let (kh, kw, s, pad) = window(o);
-        if kh == 0 || kw == 0 || s == 0 {
-            return Err(RuntimeError::BadParam { op, what: "window" });
-        }
-        if si.h + 2 * pad < kh || si.w + 2 * pad < kw {
-            return Err(RuntimeError::BadShape { op });
-        }
-        if so.h != (si.h + 2 * pad - kh) / s + 1 || so.w != (si.w + 2 * pad - kw) / s + 1 {
-            return Err(RuntimeError::BadShape { op });
-        }
-        self.check_dense(o, so.c, kh * kw * si.c, si.c)
-    }
-
-    /// A fully connected op: no window, a 1×1 output; its constants, K = the whole input, and
-    /// no pad values ([`Model::check_dense`]).
-    fn validate_fc(&self, o: &OpInfo<'a>, si: Shape, so: Shape) -> Result<()> {
-        let op = o.index;
-        if !no_window(o) {
-            return Err(RuntimeError::BadParam { op, what: "window" });
-        }
-        if so.h != 1 || so.w != 1 {
-            return Err(RuntimeError::BadShape { op });
-        }
-        self.check_dense(o, so.c, si.len(), 0)
     }
 
     /// conv / fc constants (`n` outputs of `k` multiply-adds): K within the accumulation
@@ -211,15 +268,10 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// Scratch range of op `j` (validated ops only).
-    fn regions(&self, j: u32) -> Result<(u16, Range<usize>, Range<usize>)> {
-        let d = self.decode(j)?;
-        Ok((d.op.output, d.output.range(), d.op.scratch_range()))
-    }
-
     /// Data flow and memory: every op reads tensors already written (the input or an earlier
     /// op's output), each tensor is written at most once (never the input), and no op's output
-    /// or scratch overlaps a tensor that is live across it (its own inputs included).
+    /// overlaps a tensor that is live across it (its own inputs included). Scratch is not in
+    /// the file: it follows the activations (`Model::working_bytes`).
     fn check_data_flow(&self) -> Result<()> {
         for t in 0..self.n_tensors {
             let t16 = t as u16;
@@ -249,26 +301,13 @@ impl<'a> Model<'a> {
             if t16 == self.output_tensor {
                 last = Some(self.n_ops - 1);
             }
-            let Some(def) = def else {
+            let (Some(def), Some(last)) = (def, last) else {
                 continue;
             };
             let tr = self.tensor(t16).map(|i| i.range()).unwrap_or(0..0);
-            // An op's scratch never overlaps its own output, even one nothing reads.
-            if def > 0 {
-                let (_, _, scratch) = self.regions(def - 1)?;
-                if overlaps(&scratch, &tr) {
-                    return Err(RuntimeError::Aliasing {
-                        op: def - 1,
-                        tensor: t,
-                    });
-                }
-            }
-            let Some(last) = last else {
-                continue;
-            };
             for j in def..=last {
-                let (out_id, out, scratch) = self.regions(j)?;
-                if (out_id != t16 && overlaps(&out, &tr)) || overlaps(&scratch, &tr) {
+                let d = self.decode(j)?;
+                if d.op.output != t16 && overlaps(&d.output.range(), &tr) {
                     return Err(RuntimeError::Aliasing { op: j, tensor: t });
                 }
             }
@@ -276,87 +315,138 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// The header's arena_bytes is exact (FORMAT.md, Arena): the end of the highest tensor or
-    /// scratch region, and no more than all those regions side by side, each rounded up to 16
-    /// bytes (what the planner can produce: no unused gap beyond alignment). So a file cannot
-    /// ask its reader for more memory than its own tensors and scratch describe.
+    /// The header's arena_bytes is exact (FORMAT.md, Arena): the end of the highest tensor,
+    /// and no more than all tensors side by side, each rounded up to 16 bytes (what the
+    /// planner can produce: no unused gap beyond alignment). So a file cannot ask its reader
+    /// for more memory than its own tensors describe.
     fn check_arena_exact(&self) -> Result<()> {
         let (mut end, mut packed) = (0u64, 0u64);
-        let mut region = |r: Range<usize>| {
-            if !r.is_empty() {
-                end = end.max(r.end as u64);
-                packed += (r.len() as u64).next_multiple_of(16);
-            }
-        };
         for t in self.tensors() {
-            region(t.range());
-        }
-        for o in self.ops() {
-            region(o.scratch_range());
+            let r = t.range();
+            end = end.max(r.end as u64);
+            packed += (r.len() as u64).next_multiple_of(16);
         }
         let arena = self.arena_bytes as u64;
         if arena != end {
             return Err(RuntimeError::BadHeader {
-                what: "arena_bytes (must equal the end of the highest tensor or scratch region)",
+                what: "arena_bytes (must equal the end of the highest tensor)",
             });
         }
         if arena > packed {
             return Err(RuntimeError::BadHeader {
-                what: "arena_bytes (larger than all tensors and scratch side by side: unused gaps)",
+                what: "arena_bytes (larger than all tensors side by side: unused gaps)",
             });
         }
         Ok(())
     }
 }
 
-/// The window of op `o` as `usize`s: (kernel_h, kernel_w, stride, pad).
-fn window(o: &OpInfo) -> (usize, usize, usize, usize) {
-    (
-        o.kernel_h as usize,
-        o.kernel_w as usize,
-        o.stride as usize,
-        o.pad as usize,
-    )
+/// What an op's window is for: which of its fields may be set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WindowUse {
+    /// Convolutions: any padding and dilation.
+    Conv,
+    /// Pools: no dilation, and every window keeps at least one tap inside the input.
+    Pool,
 }
 
-/// Whether op `o` has no window (fully connected, add: all four fields 0).
-fn no_window(o: &OpInfo) -> bool {
-    o.kernel_h == 0 && o.kernel_w == 0 && o.stride == 0 && o.pad == 0
+/// The window of a conv or pool: kernel, strides and dilations ≥ 1, and the output size the
+/// formula gives, `(in + pad_before + pad_after − ((k − 1)·dilation + 1)) / stride + 1` on
+/// both axes (FORMAT.md, "Windows"); for pools no dilation and no window wholly in padding.
+fn check_window(o: &OpInfo, si: Shape, so: Shape, use_: WindowUse) -> Result<()> {
+    let op = o.index;
+    let w: &Window = &o.window;
+    let bad = || Err(RuntimeError::BadParam { op, what: "window" });
+    if w.kernel_h == 0 || w.kernel_w == 0 || w.stride_h == 0 || w.stride_w == 0 {
+        return bad();
+    }
+    if w.dilation_h == 0 || w.dilation_w == 0 {
+        return bad();
+    }
+    if use_ == WindowUse::Pool && (w.dilation_h != 1 || w.dilation_w != 1) {
+        return bad();
+    }
+    let axis = |len: usize, out: usize, k: u8, s: u8, d: u8, before: u8, after: u8| {
+        let eff = (k as usize - 1) * d as usize + 1;
+        let padded = len + before as usize + after as usize;
+        if padded < eff || out != (padded - eff) / s as usize + 1 {
+            return false;
+        }
+        // A pool's windows each keep a tap inside: the first starts before the input's end
+        // and the last starts before it too.
+        use_ == WindowUse::Conv
+            || ((before as usize) < eff && (out - 1) * (s as usize) < len + before as usize)
+    };
+    let h = axis(
+        si.h,
+        so.h,
+        w.kernel_h,
+        w.stride_h,
+        w.dilation_h,
+        w.pad_top,
+        w.pad_bottom,
+    );
+    let wd = axis(
+        si.w,
+        so.w,
+        w.kernel_w,
+        w.stride_w,
+        w.dilation_w,
+        w.pad_left,
+        w.pad_right,
+    );
+    if !(h && wd) {
+        return Err(RuntimeError::BadShape { op });
+    }
+    Ok(())
 }
 
-/// A pooling op: its window (no padding) gives the output's size, channels kept, no weights;
-/// max pool keeps the input's quantization, avg pool has one valid multiplier and shift.
+/// Whether the two tensors share one quantization (scale bits and zero point).
+fn same_quant(a: &TensorInfo, b: &TensorInfo) -> bool {
+    a.scale.to_bits() == b.scale.to_bits() && a.zero_point == b.zero_point
+}
+
+/// Whether op `o` has no constant arrays.
+fn no_constants(o: &OpInfo) -> bool {
+    o.weights.is_empty()
+        && o.bias.is_empty()
+        && o.multipliers.is_empty()
+        && o.shifts.is_empty()
+        && o.pad_values.is_empty()
+}
+
+/// A pooling op: its window gives the output's size, channels kept, no weights; max pool and
+/// TFLite's average pool keep the input's quantization and have no constants; octet's avg
+/// pool has no padding and one valid multiplier and shift.
 fn validate_pool(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> Result<()> {
     let op = o.index;
     let param = |what| Err(RuntimeError::BadParam { op, what });
     let (si, so) = (tin.shape(), tout.shape());
-    let (kh, kw, s, pad) = window(o);
-    if kh == 0 || kw == 0 || s == 0 || pad != 0 {
-        return param("window");
-    }
-    if si.c != so.c || si.h < kh || si.w < kw {
-        return Err(RuntimeError::BadShape { op });
-    }
-    if so.h != (si.h - kh) / s + 1 || so.w != (si.w - kw) / s + 1 {
+    check_window(o, si, so, WindowUse::Pool)?;
+    if si.c != so.c {
         return Err(RuntimeError::BadShape { op });
     }
     if !o.weights.is_empty() || !o.bias.is_empty() || !o.pad_values.is_empty() {
         return param("constants");
     }
-    if o.kind == OpKind::MaxPool {
-        if !o.multipliers.is_empty() || !o.shifts.is_empty() {
-            return param("constants");
+    if o.kind == OpKind::AvgPool {
+        let w = &o.window;
+        if w.pad_top != 0 || w.pad_left != 0 || w.pad_bottom != 0 || w.pad_right != 0 {
+            return param("window (avg_pool has no padding)");
         }
-        if tin.scale.to_bits() != tout.scale.to_bits() || tin.zero_point != tout.zero_point {
-            return param("output quantization (must equal the input's)");
-        }
-    } else {
         if o.multipliers.len() != 1 || o.shifts.len() != 1 {
             return param("multiplier/shift length");
         }
         if !valid_multiplier(o.multipliers.get(0), o.shifts.get(0)) {
             return param("multiplier/shift range");
         }
+        return Ok(());
+    }
+    if !no_constants(o) {
+        return param("constants");
+    }
+    if !same_quant(tin, tout) {
+        return param("output quantization (must equal the input's)");
     }
     Ok(())
 }
@@ -366,7 +456,7 @@ fn validate_pool(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> Result<()> 
 fn validate_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<()> {
     let op = o.index;
     let param = |what| Err(RuntimeError::BadParam { op, what });
-    if !no_window(o) {
+    if !o.window.is_none() {
         return param("window");
     }
     if si != so || si1 != Some(so) {
@@ -384,6 +474,113 @@ fn validate_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<
     }
     if !valid_right_shift(o.shifts.get(0)) {
         return param("shift range");
+    }
+    Ok(())
+}
+
+/// TFLite's add: no window, both inputs of the output's shape, three valid (M0, shift) pairs
+/// and a left shift in [0, 23].
+fn validate_tflite_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<()> {
+    let op = o.index;
+    let param = |what| Err(RuntimeError::BadParam { op, what });
+    if !o.window.is_none() {
+        return param("window");
+    }
+    if si != so || si1 != Some(so) {
+        return Err(RuntimeError::BadShape { op });
+    }
+    if !o.weights.is_empty() || !o.bias.is_empty() || !o.pad_values.is_empty() {
+        return param("constants");
+    }
+    if o.multipliers.len() != 3 || o.shifts.len() != 3 {
+        return param("multiplier/shift length");
+    }
+    if (0..3).any(|i| !valid_multiplier(o.multipliers.get(i), o.shifts.get(i))) {
+        return param("multiplier/shift range");
+    }
+    if !(0..=TFLITE_ADD_MAX_SHIFT).contains(&o.param) {
+        return param("left shift");
+    }
+    Ok(())
+}
+
+/// softmax: no window, the input's shape, output scale 1/256 and zero point −128, no clamp,
+/// rows of at most [`SOFTMAX_MAX_DEPTH`] channels, one normalized multiplier with a left shift
+/// in [0, 30], diff_min ≤ 0.
+fn validate_softmax(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> Result<()> {
+    let op = o.index;
+    let param = |what| Err(RuntimeError::BadParam { op, what });
+    if !o.window.is_none() {
+        return param("window");
+    }
+    if tin.shape() != tout.shape() || tin.c as usize > SOFTMAX_MAX_DEPTH {
+        return Err(RuntimeError::BadShape { op });
+    }
+    if tout.scale.to_bits() != (1.0f32 / 256.0).to_bits() || tout.zero_point != -128 {
+        return param("output quantization (softmax writes scale 1/256, zero point -128)");
+    }
+    if (o.act_min, o.act_max) != (-128, 127) {
+        return param("activation range (softmax has no clamp)");
+    }
+    if !o.weights.is_empty() || !o.bias.is_empty() || !o.pad_values.is_empty() {
+        return param("constants");
+    }
+    if o.multipliers.len() != 1 || o.shifts.len() != 1 {
+        return param("multiplier/shift length");
+    }
+    if o.multipliers.get(0) < M0_MIN || !(0..=30).contains(&o.shifts.get(0)) {
+        return param("multiplier/shift range");
+    }
+    if o.param > 0 {
+        return param("diff_min");
+    }
+    Ok(())
+}
+
+/// reshape: no window or constants, the input's bytes and quantization, no clamp.
+fn validate_reshape(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> Result<()> {
+    let op = o.index;
+    let param = |what| Err(RuntimeError::BadParam { op, what });
+    if !o.window.is_none() || !no_constants(o) {
+        return param("window or constants");
+    }
+    if tin.len() != tout.len() {
+        return Err(RuntimeError::BadShape { op });
+    }
+    if !same_quant(tin, tout) {
+        return param("output quantization (must equal the input's)");
+    }
+    if (o.act_min, o.act_max) != (-128, 127) {
+        return param("activation range (reshape has no clamp)");
+    }
+    Ok(())
+}
+
+/// pad: only the padding fields of the window, the output the input plus its padding (same
+/// channels), the input's quantization, a pad value in int8, no constants, no clamp.
+fn validate_pad(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> Result<()> {
+    let op = o.index;
+    let param = |what| Err(RuntimeError::BadParam { op, what });
+    let w = &o.window;
+    let unused = w.kernel_h | w.kernel_w | w.stride_h | w.stride_w | w.dilation_h | w.dilation_w;
+    if unused != 0 || !no_constants(o) {
+        return param("window or constants");
+    }
+    let (si, so) = (tin.shape(), tout.shape());
+    if so.c != si.c
+        || so.h != si.h + w.pad_top as usize + w.pad_bottom as usize
+        || so.w != si.w + w.pad_left as usize + w.pad_right as usize
+    {
+        return Err(RuntimeError::BadShape { op });
+    }
+    if !same_quant(tin, tout) {
+        return param("output quantization (must equal the input's)");
+    }
+    if !(-128..=127).contains(&o.param) {
+        return param("pad value");
+    }
+    if (o.act_min, o.act_max) != (-128, 127) {
+        return param("activation range (pad has no clamp)");
     }
     Ok(())
 }

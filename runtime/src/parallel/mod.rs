@@ -19,19 +19,25 @@ use crate::interpreter::{check_arena, Share, SharedArea, ThreadPart};
 use crate::kernels::{Kernels, Resolved, GROUP_IMAGES};
 use crate::{as_i8, Model, Result, RuntimeError};
 
-/// Arena [`run_parallel`] needs: `align16(batch·out_len) + t · g · working_bytes` with
+/// Arena [`run_parallel_with`] needs with `kernels`: `align16(batch·out_len) + t · g ·
+/// working_bytes(kernels)` with
 /// `t = min(threads, batch)` threads and `g = min(GROUP_IMAGES, ⌈batch / t⌉)` working areas
 /// per thread (each thread runs its images in groups of `g`, op by op) (saturating); or, when
 /// the batch is smaller than `threads` and the model large enough to split each image
 /// ([`SPLIT_MIN_MACS`]), [`arena_bytes_split`].
-pub fn arena_bytes_parallel(model: &Model, batch: usize, threads: usize) -> usize {
+pub fn arena_bytes_parallel(
+    model: &Model,
+    kernels: Kernels,
+    batch: usize,
+    threads: usize,
+) -> usize {
     if splits(model, batch, threads) {
-        return arena_bytes_split(model, batch, threads);
+        return arena_bytes_split(model, kernels, batch, threads);
     }
     let t = threads.clamp(1, batch.max(1));
     model.logits_bytes(batch).saturating_add(
         t.saturating_mul(areas(batch, t))
-            .saturating_mul(model.working_bytes()),
+            .saturating_mul(model.working_bytes(kernels)),
     )
 }
 
@@ -82,14 +88,14 @@ fn splits(model: &Model, batch: usize, threads: usize) -> bool {
     threads > 1 && batch < threads && model.macs_per_image() >= SPLIT_MIN_MACS
 }
 
-/// Arena [`run_split_with`] needs: `align16(batch·out_len) + (1 + t)·working_bytes`, t =
-/// min(threads, 64): the shared working area and one per thread (its scratch and the
-/// channels it computes) (saturating).
-pub fn arena_bytes_split(model: &Model, batch: usize, threads: usize) -> usize {
+/// Arena [`run_split_with`] needs with `kernels`: `align16(batch·out_len) + (1 + t)·
+/// working_bytes(kernels)`, t = min(threads, 64): the shared working area and one per thread
+/// (its scratch and the channels it computes) (saturating).
+pub fn arena_bytes_split(model: &Model, kernels: Kernels, batch: usize, threads: usize) -> usize {
     let t = threads.clamp(1, MAX_THREADS);
     model
         .logits_bytes(batch)
-        .saturating_add((t + 1).saturating_mul(model.working_bytes()))
+        .saturating_add((t + 1).saturating_mul(model.working_bytes(kernels)))
 }
 
 /// Threads `run_parallel` starts at most.
@@ -139,7 +145,7 @@ pub fn run_parallel_with<'b>(
     if splits(model, batch, threads) {
         return run_split_with(model, kernels, pixels, arena, threads);
     }
-    let needed = arena_bytes_parallel(model, batch, threads);
+    let needed = arena_bytes_parallel(model, kernels, batch, threads);
     let (outs, works) = split_arena(model, arena, batch, needed)?;
     let (n_in, n_out) = (model.input_len(), model.output_len());
     if batch == 0 {
@@ -151,7 +157,7 @@ pub fn run_parallel_with<'b>(
     let per = areas(batch, t0);
     let chunks = batch.div_ceil(per);
     let t = t0.min(chunks).min(MAX_THREADS);
-    let work_len = per * model.working_bytes();
+    let work_len = per * model.working_bytes(kernels);
     let next = AtomicUsize::new(0);
     let out_ptr = SharedPtr(outs.as_mut_ptr());
     let worker = |_: usize, work: &mut [u8]| -> Result<()> {
@@ -185,10 +191,15 @@ pub fn run_split_with<'b>(
     threads: usize,
 ) -> Result<&'b [i8]> {
     let (k, batch) = checked(model, kernels, pixels, threads)?;
-    let needed = arena_bytes_split(model, batch, threads);
+    let needed = arena_bytes_split(model, kernels, batch, threads);
     let (outs, works) = split_arena(model, arena, batch, needed)?;
     let t = threads.min(MAX_THREADS);
-    let (n_in, n_out, wb) = (model.input_len(), model.output_len(), model.working_bytes());
+    let (n_in, n_out, wb) = (
+        model.input_len(),
+        model.output_len(),
+        model.working_bytes(kernels),
+    );
+    let scratch_start = model.scratch_offset();
     let (shared, owns) = works.split_at_mut(wb);
     let shared = SharedPtr(shared.as_mut_ptr());
     let logits = SharedPtr(outs.as_mut_ptr());
@@ -219,6 +230,7 @@ pub fn run_split_with<'b>(
                         len: wb,
                     },
                     share: Share { part, parts: t },
+                    scratch_start,
                 };
                 // SAFETY: between two barriers the threads run distinct parts of op j.
                 let r = unsafe { model.exec_part(j, this, own, after_conv) };

@@ -9,7 +9,9 @@ use octet_runtime::format::{header, op, tensor, HEADER_LEN, OP_LEN, TENSOR_LEN};
 /// The header through its file_len field: what a mutant keeps at least.
 const FILE_LEN_END: usize = header::FILE_LEN + 4;
 
-use crate::common::{fix_crc, hand_model, lenet, small_late_resnet, small_resnet, Rng};
+use crate::common::{
+    embedded_net, fix_crc, hand_model, lenet, small_late_resnet, small_resnet, Rng,
+};
 
 /// Header fields: (offset, width in bytes, name), at the offsets `format` defines.
 const HEADER: &[(usize, usize, &str)] = &[
@@ -22,7 +24,8 @@ const HEADER: &[(usize, usize, &str)] = &[
     (header::INPUT_CHW + 4, 2, "input w"),
     (header::INPUT_TENSOR, 2, "input tensor"),
     (header::OUTPUT_TENSOR, 2, "output tensor"),
-    (header::RESERVED0, 2, "reserved"),
+    (header::INPUT_ENCODING, 1, "input encoding"),
+    (header::ROUNDING, 1, "rounding"),
     (header::N_TENSORS, 4, "n_tensors"),
     (header::TENSOR_TABLE, 4, "tensor table offset"),
     (header::N_OPS, 4, "n_ops"),
@@ -31,7 +34,9 @@ const HEADER: &[(usize, usize, &str)] = &[
     (header::DATA_LEN, 4, "data length"),
     (header::OUTPUT_SCALE, 4, "output scale"),
     (header::OUTPUT_ZERO_POINT, 4, "output zero point"),
-    (header::RESERVED1, 4, "reserved"),
+    (header::INPUT_SCALE, 4, "input scale"),
+    (header::INPUT_ZERO_POINT, 4, "input zero point"),
+    (header::RESERVED, 4, "reserved"),
 ];
 
 /// Tensor record fields.
@@ -54,10 +59,17 @@ const OP: &[(usize, usize, &str)] = &[
     (op::INPUT0, 2, "input 0"),
     (op::INPUT1, 2, "input 1"),
     (op::OUTPUT, 2, "output"),
-    (op::KERNEL_H, 1, "kernel h"),
-    (op::KERNEL_W, 1, "kernel w"),
-    (op::STRIDE, 1, "stride"),
-    (op::PAD, 1, "pad"),
+    (op::WINDOW, 1, "kernel h"),
+    (op::WINDOW + 1, 1, "kernel w"),
+    (op::WINDOW + 2, 1, "stride h"),
+    (op::WINDOW + 3, 1, "stride w"),
+    (op::WINDOW + 4, 1, "pad top"),
+    (op::WINDOW + 5, 1, "pad left"),
+    (op::WINDOW + 6, 1, "pad bottom"),
+    (op::WINDOW + 7, 1, "pad right"),
+    (op::WINDOW + 8, 1, "dilation h"),
+    (op::WINDOW + 9, 1, "dilation w"),
+    (op::RESERVED1, 2, "reserved"),
     (op::ACT_MIN, 4, "act_min"),
     (op::ACT_MAX, 4, "act_max"),
     (op::WEIGHTS, 4, "weights offset"),
@@ -70,16 +82,20 @@ const OP: &[(usize, usize, &str)] = &[
     (op::SHIFT + 4, 4, "shift length"),
     (op::PAD_VALUES, 4, "pad values offset"),
     (op::PAD_VALUES + 4, 4, "pad values length"),
-    (op::SCRATCH, 4, "scratch offset"),
+    (op::PARAM, 4, "parameter"),
+    (op::RESERVED2, 4, "reserved"),
 ];
 
-/// The valid models mutants start from: (name, bytes). All take 1×32×32 or 3×H×W pixels.
+/// The valid models mutants start from: (name, bytes): octet's own (raw u8 pixels in) and the
+/// embedded op set on an int8 input in both roundings.
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         ("hand", hand_model().encode()),
         ("lenet", lenet(21).encode()),
         ("small_resnet", small_resnet(22).encode()),
         ("small_late_resnet", small_late_resnet(23).encode()),
+        ("embedded_single", embedded_net(1, 24).encode()),
+        ("embedded_double", embedded_net(2, 25).encode()),
     ]
 }
 

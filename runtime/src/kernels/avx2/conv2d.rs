@@ -26,7 +26,8 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
     let kp = crate::align16(k);
     let cout = p.output.c;
     let npix = p.output.h * p.output.w;
-    if scratch.len() < P * kp * 2
+    if !p.is_uniform()
+        || scratch.len() < P * kp * 2
         || input.len() < p.input.len()
         || output.len() < npix * cout
         || p.weights.len() < cout * k

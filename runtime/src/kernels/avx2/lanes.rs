@@ -47,18 +47,20 @@ struct Epi {
     n_hi: i32,
 }
 
-/// Whether [`conv2d_lanes_avx2`] covers this conv (given enough scratch): a consistent
-/// geometry, every channel's shift n in [33, 54] and a clamp within i8.
+/// Whether [`conv2d_lanes_avx2`] covers this conv (given enough scratch): a uniform window, the
+/// single rounding, every channel's shift n in [33, 54] and a clamp within i8.
 pub fn lanes_covered(p: &ConvParams) -> bool {
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-    p.input.c >= 1
+    let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
+    p.is_uniform()
+        && p.out.rounding == crate::requant::Rounding::Single
+        && p.input.c >= 1
         && p.output.c >= 1
-        && p.stride >= 1
+        && p.stride() >= 1
         && hp >= p.kernel_h
         && wp >= p.kernel_w
         && p.kernel_h * p.kernel_w >= 1
-        && p.output.h == (hp - p.kernel_h) / p.stride + 1
-        && p.output.w == (wp - p.kernel_w) / p.stride + 1
+        && p.output.h == (hp - p.kernel_h) / p.stride() + 1
+        && p.output.w == (wp - p.kernel_w) / p.stride() + 1
         && p.out.act_min.max(-128) <= p.out.act_max.min(127)
         && (0..p.output.c).all(|c| (33..=54).contains(&(31 - p.shift.get(c).clamp(-31, 30))))
 }
@@ -66,7 +68,7 @@ pub fn lanes_covered(p: &ConvParams) -> bool {
 /// Quads per kernel row in the few-channel mode, when it applies (fewer quads than one per tap
 /// and plane, and the 4 pixels' windows within 16 bytes).
 fn narrow_quads(p: &ConvParams) -> Option<usize> {
-    let (cin, s) = (p.input.c, p.stride);
+    let (cin, s) = (p.input.c, p.stride());
     let g = (p.kernel_w * cin).div_ceil(4);
     let planes = cin.div_ceil(4);
     (s * cin <= 4 && g < p.kernel_w * planes && p.kernel_h * g <= MAX_TAPS).then_some(g)
@@ -76,7 +78,7 @@ fn narrow_quads(p: &ConvParams) -> Option<usize> {
 pub fn lanes_scratch(p: &ConvParams) -> usize {
     match narrow_quads(p) {
         Some(g) => {
-            let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+            let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
             64 + hp * wp * p.input.c
                 + SLACK
                 + p.output.c * (p.kernel_h * g * 4 + core::mem::size_of::<Epi>())
@@ -173,18 +175,18 @@ impl<'p> Job<'p> {
     unsafe fn new(p: &'p ConvParams<'p>, im: ConvImage, rows: &Range<usize>) -> Self {
         let (input, output, scratch) = (im.input, im.output, im.scratch);
         let g = QuadPlanes::new(&p.geometry());
-        let (cin, cout, s) = (p.input.c, p.output.c, p.stride);
+        let (cin, cout, s) = (p.input.c, p.output.c, p.stride());
         let (kh, kw, wo) = (p.kernel_h, p.kernel_w, p.output.w);
         // Padded input rows the band reads: from its first window to its last.
-        let in_rows = rows.start * s..((rows.end - 1) * s + kh).min(p.input.h + 2 * p.pad);
+        let in_rows = rows.start * s..((rows.end - 1) * s + kh).min(p.input.h + 2 * p.pad());
         let t = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
         let narrow = narrow_quads(p);
         // Few-channel mode: the padded input (HWC) and the weight quads; else T.
-        let rowb = (p.input.w + 2 * p.pad) * cin;
+        let rowb = (p.input.w + 2 * p.pad()) * cin;
         let (data_len, wq) = match narrow {
             Some(gq) => {
                 pad_input(p, input, t, in_rows);
-                let len = (p.input.h + 2 * p.pad) * rowb + SLACK;
+                let len = (p.input.h + 2 * p.pad()) * rowb + SLACK;
                 let wq = t.add(len) as *mut i32;
                 weight_quads(p, gq, wq);
                 (len + cout * kh * gq * 4, wq as *const i32)
@@ -240,8 +242,8 @@ impl<'p> Job<'p> {
     #[inline(always)]
     unsafe fn run<const VNNI: bool>(&self, rows: Range<usize>) {
         let (p, narrow) = (self.p, self.narrow.is_some());
-        let (cin, cout, s, wo) = (p.input.c, p.output.c, p.stride, p.output.w);
-        let rowb = (p.input.w + 2 * p.pad) * cin;
+        let (cin, cout, s, wo) = (p.input.c, p.output.c, p.stride(), p.output.w);
+        let rowb = (p.input.w + 2 * p.pad()) * cin;
         let mut next = (rows.start, 0usize);
         let mut take = || -> Option<Run> {
             let (oy, x0) = next;
@@ -493,7 +495,7 @@ impl Job<'_> {
 /// Writes padded rows `rows` of `T` (see the module doc): planes of quads, padded, columns by
 /// stride phase; the slack after it zeroed.
 unsafe fn build_t(p: &ConvParams, g: &QuadPlanes, input: &[i8], t: *mut u8, rows: Range<usize>) {
-    let (cin, s, pad) = (p.input.c, p.stride, p.pad);
+    let (cin, s, pad) = (p.input.c, p.stride(), p.pad());
     let wp = p.input.w + 2 * pad;
     for j in 0..g.planes {
         let quad = |c: usize| if c < cin { p.pad_value(c) as u8 } else { 0 };
@@ -531,7 +533,7 @@ unsafe fn build_t(p: &ConvParams, g: &QuadPlanes, input: &[i8], t: *mut u8, rows
 /// filled with the pad values; the slack after it zeroed (read only into dropped lanes and zero
 /// weight bytes).
 unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usize>) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
     let (hp, wp) = (h + 2 * pad, w + 2 * pad);
     let row = wp * cin;
     for yp in rows {

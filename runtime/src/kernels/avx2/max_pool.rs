@@ -20,11 +20,12 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     let (c, w) = (p.input.c, p.input.w);
     let (ho, wo) = (p.output.h, p.output.w);
     let n = w * c;
-    if n + 8 > ROW
+    if !p.is_unpadded_uniform()
+        || n + 8 > ROW
         || input.len() < p.input.len()
         || output.len() < p.output.len()
-        || (ho > 0 && (ho - 1) * p.stride + p.kernel_h > p.input.h)
-        || (wo > 0 && (wo - 1) * p.stride + p.kernel_w > w)
+        || (ho > 0 && (ho - 1) * p.window.stride_h + p.window.kernel_h > p.input.h)
+        || (wo > 0 && (wo - 1) * p.window.stride_h + p.window.kernel_w > w)
     {
         return scalar::max_pool(p, input, output);
     }
@@ -38,9 +39,9 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     let v = core::slice::from_raw_parts_mut(vb.as_mut_ptr() as *mut i8, n);
     let m = core::slice::from_raw_parts_mut(mb.as_mut_ptr() as *mut i8, n + 8);
     for oy in 0..ho {
-        let y0 = oy * p.stride;
+        let y0 = oy * p.window.stride_h;
         v.copy_from_slice(&input[y0 * n..][..n]);
-        for ky in 1..p.kernel_h {
+        for ky in 1..p.window.kernel_h {
             let r = &input[(y0 + ky) * n..][..n];
             let mut i = 0;
             while i + 32 <= n {
@@ -55,9 +56,9 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
         }
         // Over the window's columns, for every start column at once: m[i] = max over kx of
         // v[i + kx·C].
-        let span = (w - p.kernel_w + 1) * c;
+        let span = (w - p.window.kernel_w + 1) * c;
         m[..span].copy_from_slice(&v[..span]);
-        for kx in 1..p.kernel_w {
+        for kx in 1..p.window.kernel_w {
             let off = kx * c;
             let mut i = 0;
             while i + 32 <= span {
@@ -88,13 +89,13 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
             *b = p.out.clamp64(*b as i64);
         }
         let out = &mut output[oy * wo * c..][..wo * c];
-        if p.stride == 1 {
+        if p.window.stride_h == 1 {
             out.copy_from_slice(&m[..wo * c]);
         } else if (4..=8).contains(&c) {
             // 8 bytes per pixel, each store's spill-over (at most 4 bytes: C ≥ 4) rewritten by
             // the next pixel's, within the row; the last pixel exactly. The loads stay within
             // m's n + 8 bytes.
-            let step = p.stride * c;
+            let step = p.window.stride_h * c;
             for ox in 0..wo - 1 {
                 let v = (m.as_ptr().add(ox * step) as *const u64).read_unaligned();
                 (out.as_mut_ptr().add(ox * c) as *mut u64).write_unaligned(v);
@@ -103,7 +104,7 @@ pub unsafe fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
             out[last..].copy_from_slice(&m[(wo - 1) * step..][..c]);
         } else {
             for (ox, o) in out.chunks_exact_mut(c).enumerate() {
-                o.copy_from_slice(&m[ox * p.stride * c..][..c]);
+                o.copy_from_slice(&m[ox * p.window.stride_h * c..][..c]);
             }
         }
     }

@@ -38,6 +38,10 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
     if p.output.is_empty() {
         return;
     }
+    // The epilogue (`Requant2`) is the single rounding's; the bands a uniform window's.
+    if !p.is_uniform() || p.out.rounding != crate::requant::Rounding::Single {
+        return scalar::conv2d(p, input, output);
+    }
     let plan = match plan(p, scratch.len()) {
         Some(plan)
             if input.len() >= p.input.len()
@@ -69,7 +73,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         kh: p.kernel_h,
         rw: (p.kernel_w * p.input.c).div_ceil(2),
         row: plan.row,
-        step: 2 * p.stride * p.input.c,
+        step: 2 * p.stride() * p.input.c,
     };
     let e = Epilogue::new(&p.out);
     for (oy, out) in output
@@ -84,10 +88,10 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
             let np = (wo - x0).min(plan.block);
             // Band row ky (kernel row ky's input row) and the block's first pixel there.
             let (view, first): (&[i8], usize) = if plan.ring {
-                (&band[oy * p.stride % g.kh * g.row..], x0)
+                (&band[oy * p.stride() % g.kh * g.row..], x0)
             } else {
                 for (ky, dst) in band.chunks_exact_mut(g.row).enumerate() {
-                    fill_row(p, input, oy * p.stride + ky, x0 * p.stride, dst);
+                    fill_row(p, input, oy * p.stride() + ky, x0 * p.stride(), dst);
                 }
                 (band, 0)
             };
@@ -139,7 +143,7 @@ struct Plan {
 /// where not even a one-pixel strip fits, which `scratch_bytes` never gives (it holds at least
 /// 64·K bytes; the one-pixel strip about 10·K).
 fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
-    let (kh, kw, cin, s) = (p.kernel_h, p.kernel_w, p.input.c, p.stride);
+    let (kh, kw, cin, s) = (p.kernel_h, p.kernel_w, p.input.c, p.stride());
     let wo = p.output.w;
     let pair = kh.saturating_mul((kw * cin).div_ceil(2)).saturating_mul(8);
     if pair == 0 || s == 0 {
@@ -151,7 +155,7 @@ fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
         band.saturating_add(9)
             .saturating_add(px.div_ceil(2).saturating_add(wp).saturating_mul(pair))
     };
-    let row = (p.input.w + 2 * p.pad)
+    let row = (p.input.w + 2 * p.pad())
         .saturating_mul(cin)
         .saturating_mul(2);
     let ring = kh.saturating_mul(2).saturating_mul(row);
@@ -303,7 +307,7 @@ fn dot2x2(mut a: [i32; 4], x: &[u64], w: &[u64]) -> [i32; 4] {
 /// so each is written at row t mod kh and again kh rows further; only the rows output row
 /// oy − 1 did not read are widened.
 fn advance_ring(p: &ConvParams, input: &[i8], oy: usize, band: &mut [i8], row: usize) {
-    let (kh, s) = (p.kernel_h, p.stride);
+    let (kh, s) = (p.kernel_h, p.stride());
     let first = if oy == 0 {
         0
     } else {
@@ -321,7 +325,7 @@ fn advance_ring(p: &ConvParams, input: &[i8], oy: usize, band: &mut [i8], row: u
 /// column `c0` on, widened into `dst` (as many columns as it holds): pad values in the padding,
 /// the input's values between.
 fn fill_row(p: &ConvParams, input: &[i8], t: usize, c0: usize, dst: &mut [i8]) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
     let iy = t.wrapping_sub(pad);
     if iy >= h {
         return fill_pad(p, dst);
@@ -406,20 +410,24 @@ mod tests {
     use crate::kernels::test_util::{
         conv_matches_scalar, conv_suite, wrapping_layer, ConvCase, ConvData,
     };
-    use crate::kernels::{I32Array, OutputQuant, Shape};
-    use crate::scratch_bytes;
+    use crate::kernels::{I32Array, Shape};
+
+    /// The scratch the Cortex-M set states for a conv.
+    fn scratch_bytes(p: &ConvParams) -> usize {
+        crate::Kernels::CortexM.scratch_bytes(&p.geometry())
+    }
     use proptest::prelude::*;
 
     /// Scratch lengths that select each plan: the op's own (`scratch_bytes`), a ring with one
     /// weight pair, strips of a few pixels, the one-pixel strip (the least `plan` takes).
     fn lengths(p: &ConvParams) -> [usize; 4] {
-        let least = (1..=scratch_bytes(1, &p.geometry()))
+        let least = (1..=scratch_bytes(p))
             .find(|&n| plan(p, n).is_some())
             .unwrap();
-        let row = (p.input.w + 2 * p.pad) * p.input.c * 2;
+        let row = (p.input.w + 2 * p.pad()) * p.input.c * 2;
         let pair = plan(p, least).unwrap().pair;
         let ring = 2 * p.kernel_h * row + 9 + (p.output.w.min(PIXEL_BLOCK).div_ceil(2) + 1) * pair;
-        [scratch_bytes(1, &p.geometry()), ring, 2 * least, least]
+        [scratch_bytes(p), ring, 2 * least, least]
     }
 
     /// Every plan, each against the scalar reference. Never declines: the op's scratch always
@@ -482,7 +490,7 @@ mod tests {
         let mut want = vec![0i8; 16 * cout];
         scalar::conv2d(&p, input, &mut want);
         let mut got = vec![0i8; 16 * cout];
-        let mut scratch = vec![0u8; scratch_bytes(1, &p.geometry())];
+        let mut scratch = vec![0u8; scratch_bytes(&p)];
         conv2d(&p, input, &mut got, &mut scratch);
         assert_eq!(want, got);
     }
@@ -506,17 +514,21 @@ mod tests {
                 output,
                 kernel_h: kh,
                 kernel_w: kw,
-                stride,
-                pad,
+                stride_h: stride,
+                stride_w: stride,
+                pad_top: pad,
+                pad_left: pad,
+                dilation_h: 1,
+                dilation_w: 1,
                 weights: &[],
                 bias: I32Array::new(&[]),
                 multiplier: I32Array::new(&[]),
                 shift: I32Array::new(&[]),
                 pad_values: &[],
                 input_zero_point: 0,
-                out: OutputQuant { zero_point: 0, act_min: -128, act_max: 127 },
+                out: crate::kernels::test_util::full_range(0),
             };
-            let plan = plan(&p, scratch_bytes(1, &p.geometry()));
+            let plan = plan(&p, scratch_bytes(&p));
             prop_assert!(plan.is_some());
             prop_assert!(plan.unwrap().block >= 1);
         }

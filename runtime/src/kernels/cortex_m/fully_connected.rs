@@ -13,7 +13,12 @@ const ROWS: usize = 4;
 /// Same bytes as [`scalar::fully_connected`].
 pub fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
     let (k, n) = (p.k, p.n);
-    if input.len() < k || output.len() < n || p.weights.len() < n * k {
+    // The epilogue is the single rounding's.
+    if input.len() < k
+        || output.len() < n
+        || p.weights.len() < n * k
+        || p.out.rounding != crate::requant::Rounding::Single
+    {
         return scalar::fully_connected(p, input, output);
     }
     let x = &input[..k];

@@ -8,10 +8,11 @@ use crate::kernels::{scalar, PoolParams};
 /// twice). Fewer than 4 channels, or windows past the input, run the scalar kernel.
 pub fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     let (c, h, w) = (p.input.c, p.input.h, p.input.w);
-    let (ho, wo, s) = (p.output.h, p.output.w, p.stride);
-    let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let (ho, wo, s) = (p.output.h, p.output.w, p.window.stride_h);
+    let (kh, kw) = (p.window.kernel_h, p.window.kernel_w);
     let inside = |n: usize, k: usize, len: usize| n == 0 || (n - 1) * s + k <= len;
     if c < 4
+        || !p.is_unpadded_uniform()
         || input.len() < p.input.len()
         || output.len() < ho * wo * c
         || !inside(ho, kh, h)

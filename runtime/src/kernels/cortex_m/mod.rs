@@ -429,7 +429,7 @@ mod tests {
             acc in any::<i32>(), m0 in any::<i32>(), shift in -40i32..40,
             zp in any::<i32>(), lo in -300i32..300, hi in -300i32..300,
         ) {
-            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi };
+            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi, rounding: crate::requant::Rounding::Single };
             let e = Epilogue::new(&out);
             let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
             prop_assert_eq!(Requant::new(m0, shift).apply(acc, &e), want);
@@ -443,7 +443,7 @@ mod tests {
             m1 in any::<i32>(), s0 in -31i32..=-2, s1 in -40i32..=-2,
             zp in -33_000i32..33_000, lo in -300i32..300, hi in -300i32..300,
         ) {
-            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi };
+            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi, rounding: crate::requant::Rounding::Single };
             let e = Epilogue::new(&out);
             let q = [Requant::new(m0, s0), Requant::new(m1, s1)];
             match Requant2::new(q, &e) {
@@ -467,7 +467,7 @@ mod tests {
             acc in -(1i32 << 24)..(1 << 24), m0 in (1i32 << 30)..=i32::MAX, shift in -31i32..=30,
             zp in -128i32..=127,
         ) {
-            let out = OutputQuant { zero_point: zp, act_min: zp, act_max: 127 };
+            let out = OutputQuant { zero_point: zp, act_min: zp, act_max: 127, rounding: crate::requant::Rounding::Single };
             let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
             prop_assert_eq!(Requant::new(m0, shift).apply(acc, &Epilogue::new(&out)), want);
         }

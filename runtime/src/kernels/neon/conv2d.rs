@@ -45,6 +45,10 @@ pub unsafe fn conv2d_dot(p: &ConvParams, input: &[i8], output: &mut [i8], scratc
 #[inline(always)]
 unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
     let (input, output, scratch) = (im.input, im.output, im.scratch);
+    // The epilogue is the single rounding's; the patch walk a uniform window's.
+    if !p.is_uniform() || p.out.rounding != crate::requant::Rounding::Single {
+        return scalar::conv2d(p, input, output);
+    }
     // Few input channels: pixels in lanes, kernel rows in quads (`narrow`), when it fits.
     // SAFETY: the caller's target features (NEON, dotprod when DOT).
     if unsafe { super::narrow::conv::<DOT>(p, ConvImage::new(input, output, scratch)) } {
@@ -136,7 +140,7 @@ unsafe fn group<const DOT: bool, const NC: usize>(
 #[inline(always)]
 fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: &mut [i8]) {
     let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
-    let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride, p.pad as isize);
+    let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride(), p.pad() as isize);
     let wo = p.output.w;
     let (oy, ox) = (pi / wo, pi % wo);
     let run = kw * cin;

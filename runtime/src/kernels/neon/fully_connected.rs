@@ -28,6 +28,10 @@ pub unsafe fn fully_connected_dot(p: &FcParams, input: &[i8], output: &mut [i8])
 
 #[inline(always)]
 unsafe fn fc<const DOT: bool>(p: &FcParams, input: &[i8], output: &mut [i8]) {
+    // The epilogue is the single rounding's.
+    if p.out.rounding != crate::requant::Rounding::Single {
+        return scalar::fully_connected(p, input, output);
+    }
     let (k, n) = (p.k, p.n);
     if input.len() < k || output.len() < n || p.weights.len() < n * k {
         return scalar::fully_connected(p, input, output);

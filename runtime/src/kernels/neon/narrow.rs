@@ -37,9 +37,11 @@ const SLACK: usize = 32;
 /// Whether [`conv`] covers this conv (given enough scratch): 1 to 3 input channels, the
 /// windows of 4 pixels' quads within 32 bytes (stride·C_in ≤ 9), a consistent output shape.
 pub(super) fn supported(p: &ConvParams) -> bool {
-    let (cin, s) = (p.input.c, p.stride);
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-    (1..=3).contains(&cin)
+    let (cin, s) = (p.input.c, p.stride());
+    let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
+    p.is_uniform()
+        && p.out.rounding == crate::requant::Rounding::Single
+        && (1..=3).contains(&cin)
         && s >= 1
         && s * cin <= 9
         && p.kernel_h >= 1
@@ -55,7 +57,7 @@ pub(super) fn supported(p: &ConvParams) -> bool {
 /// and per panel row (one vector's quads).
 fn regions(p: &ConvParams) -> (usize, usize, usize) {
     let cin = p.input.c;
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     let taps = p.kernel_h * (p.kernel_w * cin).div_ceil(4);
     let img_len = (hp * wp * cin + SLACK).next_multiple_of(16);
     (img_len, taps * p.output.c * 4, taps * 16)
@@ -85,9 +87,9 @@ pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> boo
         return false;
     }
     let (input, output, scratch) = (im.input, im.output, im.scratch);
-    let (cin, s, kh, kw) = (p.input.c, p.stride, p.kernel_h, p.kernel_w);
+    let (cin, s, kh, kw) = (p.input.c, p.stride(), p.kernel_h, p.kernel_w);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let wp = p.input.w + 2 * p.pad;
+    let wp = p.input.w + 2 * p.pad();
     let (run, k) = (kw * cin, p.k());
     let g = run.div_ceil(4);
     let taps = kh * g;
@@ -446,7 +448,7 @@ fn transpose<const NC: usize>(ch: &[int32x4_t; NC]) -> [int32x4_t; 4] {
 /// bytes at the start of `img`; the slack after it zeroed (read only into dropped lanes or
 /// against zero weights).
 fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
     let wp = w + 2 * pad;
     let hp = h + 2 * pad;
     let pv: [i8; 3] = core::array::from_fn(|c| p.pad_value(c));

@@ -2,20 +2,8 @@
 
 use crate::kernels::AddRequant;
 
-/// `out[i] = p.apply(a[i], b[i])` (see [`AddRequant::apply`]). Runs the AVX-512 version
-/// (the same bytes) when the CPU has it, else [`add_reference`].
+/// `out[i] = p.apply(a[i], b[i])` (see [`AddRequant::apply`]).
 pub fn add(p: &AddRequant, a: &[i8], b: &[i8], output: &mut [i8]) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::kernels::Kernels::vnni_available() && crate::kernels::vnni::add_supported(p) {
-        // SAFETY: vnni_available() implies AVX-512 F, BW and VL; add_supported(p) holds.
-        unsafe { crate::kernels::vnni::add(p, a, b, output) };
-        return;
-    }
-    add_reference(p, a, b, output)
-}
-
-/// The plain loop: `out[i] = p.apply(a[i], b[i])`.
-pub fn add_reference(p: &AddRequant, a: &[i8], b: &[i8], output: &mut [i8]) {
     for ((o, &x), &y) in output.iter_mut().zip(a).zip(b) {
         *o = p.apply(x, y);
     }
@@ -39,6 +27,7 @@ mod tests {
                 zero_point: 1,
                 act_min: 0,
                 act_max: 127,
+                rounding: crate::requant::Rounding::Single,
             },
         };
         let mut out = [0i8; 3];

@@ -2,20 +2,21 @@
 
 use crate::kernels::PoolParams;
 
-/// `acc = Σ (q − z_in)` over each window (no padding); `out = clamp(requant(acc) + z_out)`
-/// with the multiplier representing s_in / (s_out·kh·kw).
+/// `acc = Σ (q − z_in)` over each window (no padding: validation refuses it);
+/// `out = clamp(requant(acc) + z_out)` with the multiplier representing s_in / (s_out·kh·kw).
 pub fn avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     let (c, w) = (p.input.c, p.input.w);
     let (ho, wo) = (p.output.h, p.output.w);
+    let g = &p.window;
     for oy in 0..ho {
         for ox in 0..wo {
             let out = &mut output[(oy * wo + ox) * c..][..c];
             for (ci, o) in out.iter_mut().enumerate() {
                 let mut acc = 0i32;
-                for ky in 0..p.kernel_h {
-                    for kx in 0..p.kernel_w {
-                        let iy = oy * p.stride + ky;
-                        let ix = ox * p.stride + kx;
+                for ky in 0..g.kernel_h {
+                    for kx in 0..g.kernel_w {
+                        let iy = oy * g.stride_h + ky;
+                        let ix = ox * g.stride_w + kx;
                         acc += input[(iy * w + ix) * c + ci] as i32 - p.input_zero_point;
                     }
                 }

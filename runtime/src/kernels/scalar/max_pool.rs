@@ -2,18 +2,20 @@
 
 use crate::kernels::PoolParams;
 
-/// Maximum over each kh×kw window (no padding), then the clamp.
+/// Maximum over each kh×kw window's taps inside the input (padding is skipped, as TFLite's
+/// MAX_POOL_2D does), then the clamp.
 pub fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
-    let (c, w) = (p.input.c, p.input.w);
+    let (c, h, w) = (p.input.c, p.input.h, p.input.w);
     let (ho, wo) = (p.output.h, p.output.w);
+    let g = &p.window;
     for oy in 0..ho {
+        let rows = PoolParams::taps(oy, g.stride_h, g.pad_top, g.kernel_h, h);
         for ox in 0..wo {
+            let cols = PoolParams::taps(ox, g.stride_w, g.pad_left, g.kernel_w, w);
             let out = &mut output[(oy * wo + ox) * c..][..c];
             out.fill(i8::MIN);
-            for ky in 0..p.kernel_h {
-                for kx in 0..p.kernel_w {
-                    let iy = oy * p.stride + ky;
-                    let ix = ox * p.stride + kx;
+            for iy in rows.clone() {
+                for ix in cols.clone() {
                     let xi = &input[(iy * w + ix) * c..][..c];
                     for (o, &x) in out.iter_mut().zip(xi) {
                         *o = (*o).max(x);
@@ -30,7 +32,8 @@ pub fn max_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::PoolCase;
+    use crate::kernels::test_util::{full_range, PoolCase};
+    use crate::kernels::{Placement, Shape};
 
     #[test]
     fn two_by_two() {
@@ -39,5 +42,24 @@ mod tests {
         let mut out = [0i8; 2];
         max_pool(&PoolCase::square(2, 2, 2, 2).params(), &input, &mut out);
         assert_eq!(out, [7, -5]);
+    }
+
+    /// SAME padding: the windows at the edges take the maximum of their taps inside the input.
+    #[test]
+    fn padded_windows_skip_the_padding() {
+        // 1 channel 3×3, values −9..−1, 2×2 windows, stride 2, pad bottom/right 1: out 2×2.
+        let input: Vec<i8> = (-9..0).collect();
+        let p = PoolParams {
+            input: Shape { c: 1, h: 3, w: 3 },
+            output: Shape { c: 1, h: 2, w: 2 },
+            window: Placement::square(2, 2, 0),
+            input_zero_point: 0,
+            multiplier: 0,
+            shift: 0,
+            out: full_range(0),
+        };
+        let mut out = [0i8; 4];
+        max_pool(&p, &input, &mut out);
+        assert_eq!(out, [-5, -4, -2, -1]);
     }
 }

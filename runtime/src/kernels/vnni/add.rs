@@ -139,7 +139,7 @@ mod tests {
         let b = rng.i8s(len, -128, 127);
         let mut want = vec![0i8; len];
         let mut got = vec![0x55i8; len];
-        scalar::add_reference(p, &a, &b, &mut want);
+        scalar::add(p, &a, &b, &mut want);
         // SAFETY: AVX-512 checked above.
         unsafe { add(p, &a, &b, &mut got) };
         prop_assert_eq!(want, got);
@@ -164,6 +164,7 @@ mod tests {
                     zero_point: zo,
                     act_min: lo,
                     act_max: hi,
+                    rounding: crate::requant::Rounding::Single,
                 },
             })
     }

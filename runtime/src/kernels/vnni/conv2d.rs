@@ -50,7 +50,12 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
     // Whole micro-blocks of R rows: the last block of a chunk may read rows past the packed
     // ones (stale scratch bytes), whose results are dropped.
     let chunk = (scratch.len() / kp.max(1)).min(VNNI_PIXEL_BLOCK) & !(R - 1);
-    if chunk == 0 || cout < C {
+    // Its epilogue is the single rounding's; the AVX2 conv's is `OutputQuant::finish`.
+    if chunk == 0
+        || cout < C
+        || !p.is_uniform()
+        || p.out.rounding != crate::requant::Rounding::Single
+    {
         return crate::kernels::avx2::conv2d(p, input, output, scratch);
     }
     if k == 0
@@ -361,7 +366,7 @@ mod tests {
             let (p, input) = (d.params(), &d.input);
             let (ho, kk) = (p.output.h, p.k());
             let mut got = vec![0i8; cout * ho * ho];
-            let mut scratch = vec![0u8; crate::scratch_bytes(1, &p.geometry())];
+            let mut scratch = vec![0u8; crate::kernels::conv_scratch_bytes(&p.geometry())];
             let iters = 200;
             let t = std::time::Instant::now();
             for _ in 0..iters {

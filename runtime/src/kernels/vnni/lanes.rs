@@ -102,7 +102,7 @@ pub unsafe fn conv2d_lanes_batch(p: &ConvParams, images: &mut [ConvImage]) -> bo
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) -> bool {
     let g = p.geometry();
-    let s = p.stride;
+    let s = p.stride();
     let all_rows = rows == (0..p.output.h);
     if !covers(p)
         || images.is_empty()
@@ -151,7 +151,7 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
     let total = if all_rows { npix * ptrs.len() } else { px_hi };
     // 1×1 without padding over whole blocks of 16 quads: the panel straight from the input.
     let pointwise =
-        p.kernel_h == 1 && p.kernel_w == 1 && p.pad == 0 && p.input.c.is_multiple_of(64);
+        p.kernel_h == 1 && p.kernel_w == 1 && p.pad() == 0 && p.input.c.is_multiple_of(64);
     // T of image i lives in slot i % slots (the T regions of the first images' scratch):
     // enough slots for the images one pass spans, few enough to stay in cache.
     let slots = ((PASS - 1) / npix + 2).min(ptrs.len());
@@ -207,13 +207,15 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
     true
 }
 
-/// Whether the kernel covers conv `p` (given buffers of the sizes it checks): the lanes
-/// geometry ([`lanes_supported`]), a consistent output shape, every shift within the epilogue's
-/// range ([`epi_supported`]).
+/// Whether the kernel covers conv `p` (given buffers of the sizes it checks): a uniform window,
+/// the single rounding, the lanes geometry ([`lanes_supported`]), every shift within the
+/// epilogue's range ([`epi_supported`]).
 pub fn covers(p: &ConvParams) -> bool {
-    let s = p.stride;
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-    lanes_supported(&p.geometry())
+    let s = p.stride();
+    let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
+    p.is_uniform()
+        && p.out.rounding == crate::requant::Rounding::Single
+        && lanes_supported(&p.geometry())
         && s > 0
         && hp >= p.kernel_h
         && wp >= p.kernel_w
@@ -350,7 +352,7 @@ fn pad_quad(p: &ConvParams, j: usize) -> u32 {
 /// the pad quads.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range<usize>) {
-    let (cin, h, w, pad, s) = (p.input.c, p.input.h, p.input.w, p.pad, p.stride);
+    let (cin, h, w, pad, s) = (p.input.c, p.input.h, p.input.w, p.pad(), p.stride());
     let hp = h + 2 * pad;
     // Padded input rows read: from the band's first window to its last.
     let (yp0, yp1) = (rows.start * s, ((rows.end - 1) * s + p.kernel_h).min(hp));
@@ -571,7 +573,7 @@ unsafe fn build_panel(p: &ConvParams, g: &Geo, pass: &Pass, panel: *mut u8) {
         npx,
         nv,
     } = *pass;
-    let (wo, s) = (p.output.w, p.stride);
+    let (wo, s) = (p.output.w, p.stride());
     let npix = p.output.h * wo;
     let (kh, kw) = (p.kernel_h, p.kernel_w);
     if (wo == 4 || wo == 8) && npix.is_multiple_of(V) && pix0.is_multiple_of(V) {
@@ -646,7 +648,7 @@ unsafe fn build_panel_pointwise(p: &ConvParams, pass: &Pass, panel: *mut u8) {
         nv,
         ..
     } = *pass;
-    let (cin, w, wo, s) = (p.input.c, p.input.w, p.output.w, p.stride);
+    let (cin, w, wo, s) = (p.input.c, p.input.w, p.output.w, p.stride());
     let npix = p.output.h * wo;
     let flip = _mm512_set1_epi8(-128);
     for v in 0..nv {
@@ -692,7 +694,7 @@ unsafe fn groups<const NV: usize, const CH: usize>(
             p.kernel_h * p.kernel_w,
             g.planes,
             g.plane,
-            (p.kernel_w, p.stride, g.row, g.wq * 4),
+            (p.kernel_w, p.stride(), g.row, g.wq * 4),
         ),
         None => Quads::<NV>::new(
             core::array::from_fn(|v| panel.add(v * 64) as *const u8),
@@ -1091,13 +1093,17 @@ mod tests {
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    /// Declines only outside the lanes geometry or for a shift beyond the i64 epilogue's range
-    /// (n > 54). Whole, and in bands of rows.
+    /// Declines only outside the lanes geometry, for a shift beyond the i64 epilogue's range
+    /// (n > 54) or for the double rounding. Whole, and in bands of rows.
     fn check(c: &ConvCase) {
         if !Kernels::vnni_available() {
             return;
         }
-        let declines = |p: &ConvParams, _| !lanes_supported(&p.geometry()) || !epi_supported(p);
+        let declines = |p: &ConvParams, _| {
+            !lanes_supported(&p.geometry())
+                || !epi_supported(p)
+                || p.out.rounding != crate::requant::Rounding::Single
+        };
         // SAFETY: AVX-512 VNNI checked above.
         check_conv_rows(
             c,
@@ -1119,7 +1125,7 @@ mod tests {
         };
         let inputs: Vec<Vec<i8>> = (0..n).map(|_| d.another_input()).collect();
         let p = d.params();
-        let sb = crate::scratch_bytes(1, &p.geometry());
+        let sb = crate::kernels::conv_scratch_bytes(&p.geometry());
         let mut outs = vec![vec![0x55i8; p.output.len()]; n];
         let mut scr = vec![vec![0xAAu8; sb]; n];
         let mut imgs = images(&inputs, &mut outs, &mut scr);
@@ -1231,7 +1237,7 @@ mod timing {
         let inputs: Vec<Vec<i8>> = (0..n).map(|_| d.another_input()).collect();
         let p = d.params();
         let (ho, kk) = (p.output.h, p.k());
-        let sb = crate::scratch_bytes(1, &p.geometry());
+        let sb = crate::kernels::conv_scratch_bytes(&p.geometry());
         let mut outs = vec![vec![0i8; cout * ho * ho]; n];
         let mut scr = vec![vec![0u8; sb]; n];
         let iters = std::env::var("ITERS").map_or(200, |x| x.parse().unwrap());

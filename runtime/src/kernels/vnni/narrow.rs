@@ -33,12 +33,14 @@ const fn quads(p: &ConvParams) -> usize {
 
 /// Whether [`conv2d_narrow`] covers this conv (given enough scratch): C_in ≤ 8, a kernel row
 /// in at most 8 quads, the 16 pixels' windows within 128 bytes, the epilogue's range
-/// (`epi_supported`), and AVX-512 VBMI.
+/// (`epi_supported`), a uniform window, the single rounding, and AVX-512 VBMI.
 pub fn narrow_supported(p: &ConvParams) -> bool {
-    let (cin, s) = (p.input.c, p.stride);
+    let (cin, s) = (p.input.c, p.stride());
     let g = quads(p);
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
-    (1..=8).contains(&cin)
+    let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
+    p.is_uniform()
+        && p.out.rounding == crate::requant::Rounding::Single
+        && (1..=8).contains(&cin)
         && s >= 1
         && (1..=MAX_G).contains(&g)
         && (V - 1) * s * cin + 4 * g <= 128
@@ -56,7 +58,7 @@ pub fn narrow_supported(p: &ConvParams) -> bool {
 /// Scratch regions: the padded image (+ SLACK, to a multiple of 64), the weight quads, the
 /// constants, the output tile.
 fn regions(p: &ConvParams) -> [usize; 4] {
-    let (hp, wp) = (p.input.h + 2 * p.pad, p.input.w + 2 * p.pad);
+    let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     let cout = p.output.c;
     [
         (hp * wp * p.input.c + SLACK).next_multiple_of(64),
@@ -91,9 +93,9 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
         return false;
     }
     let (input, output, scratch) = (im.input, im.output, im.scratch);
-    let (cin, s, kh) = (p.input.c, p.stride, p.kernel_h);
+    let (cin, s, kh) = (p.input.c, p.stride(), p.kernel_h);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let wp = p.input.w + 2 * p.pad;
+    let wp = p.input.w + 2 * p.pad();
     let g = quads(p);
     let row = wp * cin;
     let taps = kh * g;
@@ -270,7 +272,7 @@ unsafe fn store_hwc(tile: *const u8, hwc: &[__m512i; 2], dst: *mut i8, cout: usi
 /// pad values; the `SLACK` bytes after it zeroed (read only by lanes that are dropped).
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad);
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
     let (hp, wp) = (h + 2 * pad, w + 2 * pad);
     let row = wp * cin;
     let pv: [u8; 8] = core::array::from_fn(|c| (p.pad_value(c.min(cin - 1)) as u8) ^ 0x80);

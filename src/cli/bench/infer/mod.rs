@@ -142,7 +142,8 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
         for &b in &a.cpu_batch_sizes {
             let px = pixels(b, 7);
-            let mut arena = crate::cli::common::arena_for(&model, b, threads)?;
+            let mut arena =
+                crate::cli::common::arena_for(&model, octet_runtime::Kernels::Auto, b, threads)?;
             let s = median(2, iters(b).min(50), || {
                 run_parallel(&model, &px, &mut arena, threads)?;
                 Ok(())

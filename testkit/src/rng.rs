@@ -1,17 +1,17 @@
-//! The xorshift64* stream the tests draw their data from: the kernels' tests (`test_util`) and,
-//! through `#[path]`, the integration tests' model writer (`tests/common`) and the trainer's
-//! checkpoint mutations. No crate paths here, so that every suite can include it.
+//! The xorshift64* stream the tests draw their data from: the kernels' tests (`test_util`), the
+//! models of [`crate::models`] and every suite that wants reproducible bytes.
 
 /// xorshift64* stream for test data.
 #[derive(Clone, Debug)]
 pub struct Rng(pub u64);
 
-#[allow(dead_code)] // Each includer uses its part.
 impl Rng {
     /// A stream from any seed (0 included), scrambled so that close seeds differ at once.
     pub fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
     }
+    /// The next value. (Not `Iterator::next`: the stream never ends, and every suite calls it.)
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;

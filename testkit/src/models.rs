@@ -1,14 +1,15 @@
-//! Test-only `.o8` writer following FORMAT.md, independent of the runtime's reader.
-#![allow(dead_code)]
+//! A test-only `.o8` writer following runtime/FORMAT.md byte offset by byte offset,
+//! independent of the runtime's reader (and of the exporter's writer), and the models the tests
+//! run: LeNet, ResNets, and a depthwise-separable network with every op of the embedded set.
 
 use octet_runtime::format::{
-    NO_TENSOR, OP_ADD, OP_AVG_POOL, OP_CONV2D, OP_FULLY_CONNECTED, OP_MAX_POOL,
+    INPUT_I8_HWC, INPUT_U8_CHW, NO_TENSOR, OP_ADD, OP_AVG_POOL, OP_CONV2D, OP_DEPTHWISE_CONV2D,
+    OP_FULLY_CONNECTED, OP_MAX_POOL, OP_PAD, OP_RESHAPE, OP_SOFTMAX, OP_TFLITE_ADD,
+    OP_TFLITE_AVG_POOL,
 };
 use octet_runtime::quantize_multiplier;
 
-#[path = "../../src/kernels/test_rng.rs"]
-mod rng;
-pub use rng::Rng;
+use crate::Rng;
 
 #[derive(Clone, Debug)]
 pub struct TensorSpec {
@@ -20,18 +21,16 @@ pub struct TensorSpec {
     pub offset: u32,
 }
 
-/// An op record; `Default` is an op of kind 0 with no second input, no clamp (the full int8
-/// range) and no arrays, for the fields an op kind does not use.
+/// An op record; `Default` is an op of kind 0 with no second input, no window, no clamp (the
+/// full int8 range), no arrays and parameter 0, for the fields an op kind does not use.
 #[derive(Clone, Debug)]
 pub struct OpSpec {
     pub kind: u8,
     pub in0: u16,
     pub in1: u16,
     pub out: u16,
-    pub kh: u8,
-    pub kw: u8,
-    pub stride: u8,
-    pub pad: u8,
+    /// kernel h, w; stride h, w; pad top, left, bottom, right; dilation h, w.
+    pub window: [u8; 10],
     pub act_min: i32,
     pub act_max: i32,
     pub weights: Vec<i8>,
@@ -39,7 +38,7 @@ pub struct OpSpec {
     pub mult: Vec<i32>,
     pub shift: Vec<i32>,
     pub pad_values: Vec<i8>,
-    pub scratch: u32,
+    pub param: i32,
 }
 
 impl Default for OpSpec {
@@ -49,10 +48,7 @@ impl Default for OpSpec {
             in0: 0,
             in1: NO_TENSOR,
             out: 0,
-            kh: 0,
-            kw: 0,
-            stride: 0,
-            pad: 0,
+            window: [0; 10],
             act_min: -128,
             act_max: 127,
             weights: Vec::new(),
@@ -60,9 +56,21 @@ impl Default for OpSpec {
             mult: Vec::new(),
             shift: Vec::new(),
             pad_values: Vec::new(),
-            scratch: 0,
+            param: 0,
         }
     }
+}
+
+/// A k×k window with one stride and the same padding on every side, no dilation.
+pub const fn square(k: u8, stride: u8, pad: u8) -> [u8; 10] {
+    [k, k, stride, stride, pad, pad, pad, pad, 1, 1]
+}
+
+/// Output size along an axis of `n` values for kernel `k` (dilation `d`), stride `s` and
+/// padding `before` + `after` (FORMAT.md, "Windows").
+pub const fn out_size(n: u16, k: u8, s: u8, d: u8, before: u8, after: u8) -> u16 {
+    let eff = (k as u16 - 1) * d as u16 + 1;
+    (n + before as u16 + after as u16 - eff) / s as u16 + 1
 }
 
 /// A conv's or fc's constant arrays: weights, bias and per-channel multipliers and shifts.
@@ -106,6 +114,10 @@ pub struct Builder {
     pub rng: Rng,
     pub input_tensor: u16,
     pub output_tensor: Option<u16>,
+    /// Header input encoding (`INPUT_*`).
+    pub input_encoding: u8,
+    /// Header rounding code (1 single, 2 double).
+    pub rounding: u8,
 }
 
 pub fn align16(n: u32) -> u32 {
@@ -113,7 +125,7 @@ pub fn align16(n: u32) -> u32 {
 }
 
 impl Builder {
-    /// A model whose input tensor (id 0) holds c×h×w pixels.
+    /// A model whose input tensor (id 0) holds c×h×w pixels (raw u8, planar), single rounding.
     pub fn new(c: u16, h: u16, w: u16, seed: u64) -> Self {
         let mut b = Builder {
             input: (c, h, w),
@@ -123,8 +135,21 @@ impl Builder {
             rng: Rng::new(seed),
             input_tensor: 0,
             output_tensor: None,
+            input_encoding: INPUT_U8_CHW,
+            rounding: 1,
         };
         b.tensor_q(c, h, w, 1.0 / 255.0, -128);
+        b
+    }
+
+    /// A model whose input tensor (id 0) is an int8 h×w×c tensor of `scale` and zero point
+    /// `zp` (a TFLite model's input), double rounding.
+    pub fn new_int8(c: u16, h: u16, w: u16, scale: f32, zp: i32, seed: u64) -> Self {
+        let mut b = Builder::new(c, h, w, seed);
+        b.tensors[0].scale = scale;
+        b.tensors[0].zp = zp;
+        b.input_encoding = INPUT_I8_HWC;
+        b.rounding = 2;
         b
     }
 
@@ -159,28 +184,8 @@ impl Builder {
         (s.c, s.h, s.w)
     }
 
-    /// The scratch bytes op `op` needs (the runtime's rule).
-    pub fn scratch_of(&self, op: &OpSpec) -> usize {
-        let x = &self.tensors[op.in0 as usize];
-        let g = octet_runtime::OpGeometry {
-            kernel_h: op.kh as u32,
-            kernel_w: op.kw as u32,
-            stride: op.stride as u32,
-            pad: op.pad as u32,
-            c_in: x.c as u32,
-            h_in: x.h as u32,
-            w_in: x.w as u32,
-            c_out: self.tensors[op.out as usize].c as u32,
-        };
-        octet_runtime::scratch_bytes(op.kind, &g)
-    }
-
-    /// Pushes an op, reserving its scratch (at a fresh arena offset) when it needs one.
-    pub fn push(&mut self, mut op: OpSpec) -> u16 {
-        let need = self.scratch_of(&op);
-        if need > 0 {
-            op.scratch = self.alloc(need as u32);
-        }
+    /// Pushes an op; returns its output tensor.
+    pub fn push(&mut self, op: OpSpec) -> u16 {
         let out = op.out;
         self.ops.push(op);
         out
@@ -240,12 +245,196 @@ impl Builder {
             Vec::new()
         };
         self.push(OpSpec {
-            kh: k,
-            kw: k,
-            stride,
-            pad,
+            window: square(k, stride, pad),
             pad_values,
             ..self.dense_op(OP_CONV2D, x, out, relu, dense)
+        })
+    }
+
+    /// A conv with any window: kernel (kh, kw), strides, pads (top, left, bottom, right),
+    /// dilations; padded taps read the input zero point.
+    pub fn conv_window(&mut self, x: u16, cout: u16, window: [u8; 10], relu: bool) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let [kh, kw, sh, sw, pt, pl, pb, pr, dh, dw] = window;
+        let out = self.tensor(
+            cout,
+            out_size(h, kh, sh, dh, pt, pb),
+            out_size(w, kw, sw, dw, pl, pr),
+        );
+        let kk = kh as usize * kw as usize * c as usize;
+        let dense = self.dense_params(cout as usize, kk);
+        self.push(OpSpec {
+            window,
+            ..self.dense_op(OP_CONV2D, x, out, relu, dense)
+        })
+    }
+
+    /// A depthwise conv with depth multiplier `dm` and any window; ReLU6-like clamps when
+    /// `relu` (the clamp from the zero point to a random top).
+    pub fn depthwise(&mut self, x: u16, dm: u16, window: [u8; 10], relu: bool) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let [kh, kw, sh, sw, pt, pl, pb, pr, dh, dw] = window;
+        let cout = c * dm;
+        let out = self.tensor(
+            cout,
+            out_size(h, kh, sh, dh, pt, pb),
+            out_size(w, kw, sw, dw, pl, pr),
+        );
+        let taps = kh as usize * kw as usize;
+        // Dense draws [cout][taps]; the file holds [taps][cout].
+        let d = self.dense_params(cout as usize, taps);
+        let mut weights = vec![0i8; taps * cout as usize];
+        for (oc, row) in d.weights.chunks_exact(taps).enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                weights[t * cout as usize + oc] = v;
+            }
+        }
+        let (act_min, act_max) = if relu {
+            let z = self.tensors[out as usize].zp.max(-128);
+            (z, self.rng.range(z as i64, 127) as i32)
+        } else {
+            (-128, 127)
+        };
+        self.push(OpSpec {
+            kind: OP_DEPTHWISE_CONV2D,
+            in0: x,
+            out,
+            window,
+            act_min,
+            act_max,
+            weights,
+            bias: d.bias,
+            mult: d.mult,
+            shift: d.shift,
+            ..OpSpec::default()
+        })
+    }
+
+    /// TFLite's average pool with any window (no dilation); the output keeps the input's
+    /// quantization.
+    pub fn tflite_avg_pool(&mut self, x: u16, window: [u8; 10]) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let [kh, kw, sh, sw, pt, pl, pb, pr, ..] = window;
+        let (scale, zp) = (self.tensors[x as usize].scale, self.tensors[x as usize].zp);
+        let out = self.tensor_q(
+            c,
+            out_size(h, kh, sh, 1, pt, pb),
+            out_size(w, kw, sw, 1, pl, pr),
+            scale,
+            zp,
+        );
+        self.push(OpSpec {
+            kind: OP_TFLITE_AVG_POOL,
+            in0: x,
+            out,
+            window,
+            ..OpSpec::default()
+        })
+    }
+
+    /// A max pool with any window (no dilation).
+    pub fn max_pool_window(&mut self, x: u16, window: [u8; 10]) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let [kh, kw, sh, sw, pt, pl, pb, pr, ..] = window;
+        let (scale, zp) = (self.tensors[x as usize].scale, self.tensors[x as usize].zp);
+        let out = self.tensor_q(
+            c,
+            out_size(h, kh, sh, 1, pt, pb),
+            out_size(w, kw, sw, 1, pl, pr),
+            scale,
+            zp,
+        );
+        self.push(OpSpec {
+            kind: OP_MAX_POOL,
+            in0: x,
+            out,
+            window,
+            ..OpSpec::default()
+        })
+    }
+
+    /// TFLite's softmax over the channels of `x` (input scale, β = 1), output scale 1/256 and
+    /// zero point −128.
+    pub fn softmax(&mut self, x: u16) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let s = self.tensors[x as usize].scale as f64;
+        let (m, left_shift) = quantize_multiplier(s * 2f64.powi(26)).unwrap();
+        let radius = (31.0 * 2f64.powi(26) / 2f64.powi(left_shift)).floor() as i32;
+        let out = self.tensor_q(c, h, w, 1.0 / 256.0, -128);
+        self.push(OpSpec {
+            kind: OP_SOFTMAX,
+            in0: x,
+            out,
+            mult: vec![m],
+            shift: vec![left_shift],
+            param: -radius,
+            ..OpSpec::default()
+        })
+    }
+
+    /// `x`'s bytes as a c×h×w tensor.
+    pub fn reshape(&mut self, x: u16, c: u16, h: u16, w: u16) -> u16 {
+        let (scale, zp) = (self.tensors[x as usize].scale, self.tensors[x as usize].zp);
+        let out = self.tensor_q(c, h, w, scale, zp);
+        self.push(OpSpec {
+            kind: OP_RESHAPE,
+            in0: x,
+            out,
+            ..OpSpec::default()
+        })
+    }
+
+    /// `x` padded by (top, left, bottom, right) with `value`.
+    pub fn pad(&mut self, x: u16, pads: [u8; 4], value: i8) -> u16 {
+        let (c, h, w) = self.shape(x);
+        let (scale, zp) = (self.tensors[x as usize].scale, self.tensors[x as usize].zp);
+        let [t, l, b, r] = pads;
+        let out = self.tensor_q(
+            c,
+            h + t as u16 + b as u16,
+            w + l as u16 + r as u16,
+            scale,
+            zp,
+        );
+        self.push(OpSpec {
+            kind: OP_PAD,
+            in0: x,
+            out,
+            window: [0, 0, 0, 0, t, l, b, r, 0, 0],
+            param: value as i32,
+            ..OpSpec::default()
+        })
+    }
+
+    /// TFLite's add of `a` and `b` (its three multipliers from the scales, left shift 20).
+    pub fn tflite_add(&mut self, a: u16, b: u16, relu: bool) -> u16 {
+        let (c, h, w) = self.shape(a);
+        assert_eq!(self.shape(b), (c, h, w));
+        let out = self.tensor(c, h, w);
+        let (s0, s1) = (
+            self.tensors[a as usize].scale,
+            self.tensors[b as usize].scale,
+        );
+        let so = self.tensors[out as usize].scale;
+        let twice = 2.0 * s0.max(s1) as f64;
+        let pair = |m: f64| quantize_multiplier(m).unwrap();
+        let pairs = [
+            pair(s0 as f64 / twice),
+            pair(s1 as f64 / twice),
+            pair(twice / ((1 << 20) as f64 * so as f64)),
+        ];
+        let (act_min, act_max) = self.clamp(out, relu);
+        self.push(OpSpec {
+            kind: OP_TFLITE_ADD,
+            in0: a,
+            in1: b,
+            out,
+            act_min,
+            act_max,
+            mult: pairs.iter().map(|p| p.0).collect(),
+            shift: pairs.iter().map(|p| p.1).collect(),
+            param: 20,
+            ..OpSpec::default()
         })
     }
 
@@ -271,9 +460,7 @@ impl Builder {
             kind: OP_MAX_POOL,
             in0: x,
             out,
-            kh: k,
-            kw: k,
-            stride,
+            window: square(k, stride, 0),
             ..OpSpec::default()
         })
     }
@@ -292,9 +479,7 @@ impl Builder {
             kind: OP_AVG_POOL,
             in0: x,
             out,
-            kh: k,
-            kw: k,
-            stride,
+            window: square(k, stride, 0),
             mult: vec![m0],
             shift: vec![s],
             ..OpSpec::default()
@@ -346,12 +531,82 @@ impl Builder {
         self.add(shortcut, y, true)
     }
 
+    /// Replans the arena as the exporter plans it (`export/src/plan.rs`; the builder gives every
+    /// tensor its own bytes): each tensor lives from the op writing it (the input: op 0) to the
+    /// last op reading it (the output: past the end); largest first, each at the lowest
+    /// 16-aligned offset clear of the tensors live at the same time.
+    pub fn replan(&mut self) {
+        let b = self;
+        let n_ops = b.ops.len();
+        let nt = b.tensors.len();
+        let mut first = vec![usize::MAX; nt];
+        let mut last = vec![0usize; nt];
+        first[b.input_tensor as usize] = 0;
+        for (i, op) in b.ops.iter().enumerate() {
+            let out = op.out as usize;
+            first[out] = first[out].min(i);
+            last[out] = last[out].max(i);
+            for t in [op.in0, op.in1] {
+                if t != 0xFFFF {
+                    last[t as usize] = last[t as usize].max(i);
+                }
+            }
+        }
+        let output = b.output_tensor.unwrap_or(b.ops[n_ops - 1].out) as usize;
+        last[output] = n_ops;
+        // (bytes, first op, last op) of each tensor.
+        let bufs: Vec<(u32, usize, usize)> = b
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(t, s)| {
+                let size = if first[t] == usize::MAX {
+                    0
+                } else {
+                    s.c as u32 * s.h as u32 * s.w as u32
+                };
+                (size, first[t].min(n_ops), last[t])
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..bufs.len()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(bufs[i].0), bufs[i].1, i));
+        let mut offsets = vec![0u32; bufs.len()];
+        let mut placed: Vec<usize> = Vec::new();
+        let mut total = 0;
+        for i in order {
+            let (size, f, l) = bufs[i];
+            if size == 0 {
+                continue;
+            }
+            let mut live: Vec<(u32, u32)> = placed
+                .iter()
+                .filter(|&&j| bufs[j].1 <= l && f <= bufs[j].2)
+                .map(|&j| (offsets[j], offsets[j] + bufs[j].0))
+                .collect();
+            live.sort_unstable();
+            let mut at = 0;
+            for (start, end) in live {
+                if at + size <= start {
+                    break;
+                }
+                at = at.max(align16(end));
+            }
+            offsets[i] = at;
+            total = total.max(at + size);
+            placed.push(i);
+        }
+        for (t, s) in b.tensors.iter_mut().enumerate() {
+            s.offset = offsets[t];
+        }
+        b.arena = total;
+    }
+
     /// Encodes the model (output = the last op's output unless set).
     pub fn encode(&self) -> Vec<u8> {
         let n_t = self.tensors.len() as u32;
         let n_o = self.ops.len() as u32;
         let op_off = 80 + 32 * n_t;
-        let data_off = align16(op_off + 64 * n_o);
+        let data_off = align16(op_off + 80 * n_o);
         let mut data: Vec<u8> = Vec::new();
         let mut put = |bytes: &[u8], align: usize| -> (u32, u32) {
             if bytes.is_empty() {
@@ -368,14 +623,14 @@ impl Builder {
         let i8b = |v: &[i8]| -> Vec<u8> { v.iter().map(|&x| x as u8).collect() };
         let mut ops = Vec::new();
         for op in &self.ops {
-            let mut r = vec![0u8; 64];
+            let mut r = vec![0u8; 80];
             r[0] = op.kind;
             r[2..4].copy_from_slice(&op.in0.to_le_bytes());
             r[4..6].copy_from_slice(&op.in1.to_le_bytes());
             r[6..8].copy_from_slice(&op.out.to_le_bytes());
-            r[8..12].copy_from_slice(&[op.kh, op.kw, op.stride, op.pad]);
-            r[12..16].copy_from_slice(&op.act_min.to_le_bytes());
-            r[16..20].copy_from_slice(&op.act_max.to_le_bytes());
+            r[8..18].copy_from_slice(&op.window);
+            r[20..24].copy_from_slice(&op.act_min.to_le_bytes());
+            r[24..28].copy_from_slice(&op.act_max.to_le_bytes());
             let arrays = [
                 put(&i8b(&op.weights), 16),
                 put(&i32b(&op.bias), 4),
@@ -384,16 +639,17 @@ impl Builder {
                 put(&i8b(&op.pad_values), 16),
             ];
             for (i, (off, len)) in arrays.iter().enumerate() {
-                r[20 + 8 * i..24 + 8 * i].copy_from_slice(&off.to_le_bytes());
-                r[24 + 8 * i..28 + 8 * i].copy_from_slice(&len.to_le_bytes());
+                r[28 + 8 * i..32 + 8 * i].copy_from_slice(&off.to_le_bytes());
+                r[32 + 8 * i..36 + 8 * i].copy_from_slice(&len.to_le_bytes());
             }
-            r[60..64].copy_from_slice(&op.scratch.to_le_bytes());
+            r[68..72].copy_from_slice(&op.param.to_le_bytes());
             ops.extend_from_slice(&r);
         }
         let out_t = self
             .output_tensor
             .unwrap_or_else(|| self.ops.last().unwrap().out);
         let out_spec = &self.tensors[out_t as usize];
+        let in_spec = &self.tensors[self.input_tensor as usize];
         let file_len = data_off + data.len() as u32;
         let mut f = vec![0u8; 80];
         f[0..8].copy_from_slice(b"OCTET8\r\n");
@@ -406,6 +662,8 @@ impl Builder {
         f[28..30].copy_from_slice(&self.input.2.to_le_bytes());
         f[30..32].copy_from_slice(&self.input_tensor.to_le_bytes());
         f[32..34].copy_from_slice(&out_t.to_le_bytes());
+        f[34] = self.input_encoding;
+        f[35] = self.rounding;
         f[36..40].copy_from_slice(&n_t.to_le_bytes());
         f[40..44].copy_from_slice(&80u32.to_le_bytes());
         f[44..48].copy_from_slice(&n_o.to_le_bytes());
@@ -414,6 +672,8 @@ impl Builder {
         f[56..60].copy_from_slice(&(data.len() as u32).to_le_bytes());
         f[60..64].copy_from_slice(&out_spec.scale.to_le_bytes());
         f[64..68].copy_from_slice(&out_spec.zp.to_le_bytes());
+        f[68..72].copy_from_slice(&in_spec.scale.to_le_bytes());
+        f[72..76].copy_from_slice(&in_spec.zp.to_le_bytes());
         for t in &self.tensors {
             let mut r = vec![0u8; 32];
             r[0..2].copy_from_slice(&t.c.to_le_bytes());
@@ -432,6 +692,19 @@ impl Builder {
         fix_crc(&mut f);
         f
     }
+}
+
+/// TFLite's ADD multipliers for input scales `s0`, `s1` and output scale `so`, written out here
+/// from TFLite Micro's add_common.cc (independently of the exporter's): t = 2·max(s0, s1); s0/t,
+/// s1/t and t/(2^20·so), each as (M0, shift).
+pub fn tflite_add_pairs(s0: f32, s1: f32, so: f32) -> [(i32, i32); 3] {
+    let twice = 2.0 * s0.max(s1) as f64;
+    let pair = |m: f64| quantize_multiplier(m).unwrap();
+    [
+        pair(s0 as f64 / twice),
+        pair(s1 as f64 / twice),
+        pair(twice / ((1 << 20) as f64 * so as f64)),
+    ]
 }
 
 /// Recomputes the header CRC.
@@ -489,10 +762,7 @@ pub fn hand_model() -> Builder {
     // conv 3×3 of ones, pad 1 with pad value 5, m = 1/4 (M0 2^30, shift −1).
     b.push(OpSpec {
         out: t1,
-        kh: 3,
-        kw: 3,
-        stride: 1,
-        pad: 1,
+        window: square(3, 1, 1),
         pad_values: vec![5],
         ..OpSpec::dense(
             OP_CONV2D,
@@ -529,5 +799,29 @@ pub fn resnet18(seed: u64) -> Builder {
     }
     let p = b.avg_pool(x, 4, 4);
     b.fc(p, 10, false);
+    b
+}
+
+/// A depthwise-separable network with every op of the embedded set, the way TFLite models hold
+/// them (int8 input, double rounding): a stride-2 conv with TFLite's asymmetric SAME padding, a
+/// depthwise conv (ReLU6-like clamp), a depth multiplier of 2 with dilation, a pointwise conv, a
+/// TFLite add, a padded max pool, pad, TFLite's average pool, reshape, fully connected and
+/// softmax. `rounding`: 1 single, 2 double.
+pub fn embedded_net(rounding: u8, seed: u64) -> Builder {
+    let mut b = Builder::new_int8(2, 13, 10, 0.05, 7, seed);
+    b.rounding = rounding;
+    // 13×10 → SAME with stride 2 and a 4×3 kernel: pads (1, 1, 2, 1) → 7×5.
+    let x = b.conv_window(0, 8, [4, 3, 2, 2, 1, 1, 2, 1, 1, 1], true);
+    let y = b.depthwise(x, 1, square(3, 1, 1), true);
+    let y = b.conv(y, 8, 1, 1, 0, true);
+    let x = b.tflite_add(x, y, false);
+    let x = b.depthwise(x, 2, [3, 3, 1, 1, 2, 2, 2, 2, 2, 2], true);
+    let x = b.max_pool_window(x, [2, 2, 2, 2, 0, 0, 1, 1, 1, 1]);
+    let x = b.pad(x, [1, 0, 0, 1], 3);
+    let (c, h, w) = b.shape(x);
+    let x = b.tflite_avg_pool(x, [h as u8, w as u8, 1, 1, 0, 0, 0, 0, 1, 1]);
+    let x = b.reshape(x, c, 1, 1);
+    let x = b.fc(x, 12, false);
+    b.softmax(x);
     b
 }

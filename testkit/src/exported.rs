@@ -1,18 +1,18 @@
-//! `.o8` models for the TFLite tests, built with the runtime tests' writer
-//! (`runtime/tests/common`): a LeNet like the demo's and a small model with every op kind, both
-//! over 1×32×32 pixels (Fashion-MNIST's shape), both as the exporter makes them in what TFLite
-//! can express: multipliers derived from f32 scales by TFLite's formula, the first conv padding
-//! with one value for its channel, the others with their input's zero point.
-#![allow(dead_code)]
+//! `.o8` models for the TFLite tests, built with [`crate::models`]' writer: a LeNet like the
+//! demo's and a small model with every op kind of octet's exports, both over 1×32×32 pixels
+//! (Fashion-MNIST's shape), both as the exporter makes them in what TFLite can express:
+//! multipliers derived from f32 scales by TFLite's formula, the first conv padding with one
+//! value for its channel, the others with their input's zero point, the rounding TFLite's
+//! (double) and the residual adds TFLite's.
 
-use super::common::{Builder, OpSpec};
-use octet_runtime::format::{OP_AVG_POOL, OP_CONV2D, OP_FULLY_CONNECTED};
+use crate::models::{Builder, OpSpec};
+use octet_runtime::format::{OP_ADD, OP_AVG_POOL, OP_CONV2D, OP_FULLY_CONNECTED, OP_TFLITE_ADD};
 use octet_runtime::quantize_multiplier;
 
 /// LeNet as the demo trains it (conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2,
 /// fc 400→120→84→10), random weights from `seed`.
 pub fn lenet(seed: u64) -> Vec<u8> {
-    let mut b = super::common::lenet(seed);
+    let mut b = crate::models::lenet(seed);
     as_exported(&mut b);
     b.encode()
 }
@@ -45,13 +45,25 @@ pub fn framed(seed: u64) -> Vec<u8> {
     b.encode()
 }
 
-/// Rewrites `b`'s multipliers as the exporter computes them, `quantize_multiplier(s_in·s_w /
-/// s_out)` over f32 scales (the writer draws them at random), and its pad values as the
-/// exporter writes them (the first conv: one value, the others: none).
+/// Rewrites `b` as the exporter writes it by default: the double rounding, its multipliers as
+/// the exporter computes them, `quantize_multiplier(s_in·s_w / s_out)` over f32 scales (the
+/// writer draws them at random), its adds as TFLite's (the multipliers TFLite derives from the
+/// scales), and its pad values (the first conv: one value, the others: none).
 pub fn as_exported(b: &mut Builder) {
     let scales: Vec<f32> = b.tensors.iter().map(|t| t.scale).collect();
     let input = b.input_tensor;
+    b.rounding = 2;
     for i in 0..b.ops.len() {
+        if b.ops[i].kind == OP_ADD {
+            let op = &b.ops[i];
+            let s = |t: u16| scales[t as usize];
+            let pairs = crate::models::tflite_add_pairs(s(op.in0), s(op.in1), s(op.out));
+            let op = &mut b.ops[i];
+            op.kind = OP_TFLITE_ADD;
+            op.mult = pairs.iter().map(|p| p.0).collect();
+            op.shift = pairs.iter().map(|p| p.1).collect();
+            op.param = 20;
+        }
         let pad_value = b.rng.range(-128, 127) as i8;
         let op: &mut OpSpec = &mut b.ops[i];
         let (s_in, s_out) = (scales[op.in0 as usize], scales[op.out as usize]);
@@ -65,7 +77,7 @@ pub fn as_exported(b: &mut Builder) {
                 op.shift[c] = shift;
             }
         }
-        op.pad_values = if op.kind == OP_CONV2D && op.pad > 0 && op.in0 == input {
+        op.pad_values = if op.kind == OP_CONV2D && op.window[4] > 0 && op.in0 == input {
             let c = b.input.0 as usize;
             vec![pad_value; c]
         } else {

@@ -1,0 +1,219 @@
+//! Each op with the chosen kernels: the one place that maps an op and a [`Resolved`] set to a
+//! kernel (a kernel set without a kernel of its own for an op runs the scalar reference).
+//!
+//! Every kernel gives the reference's bytes for any op of its kind: what it does not cover
+//! itself (a window other than the uniform one, `Placement::is_uniform`; the double rounding in
+//! an epilogue written for the single one) it declines or hands to a kernel that does.
+
+#[cfg(octet_arm_dsp)]
+use super::cortex_m;
+#[cfg(target_arch = "aarch64")]
+use super::neon;
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, vnni, ConvImage, VNNI_MIN_COUT, VNNI_MIN_K};
+use super::{
+    scalar, AddRequant, ConvParams, DepthwiseParams, FcParams, PadParams, PoolParams, Resolved,
+    SoftmaxParams, TfliteAddParams,
+};
+
+/// conv2d with the chosen kernels.
+pub(crate) fn conv2d(
+    k: Resolved,
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    let all = 0..p.output.h;
+    match k {
+        Resolved::Scalar => scalar::conv2d(p, input, output),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
+        Resolved::Avx2 => unsafe {
+            if !avx2::conv2d_lanes_avx2(p, ConvImage::new(input, output, scratch), all) {
+                avx2::conv2d(p, input, output, scratch)
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
+        Resolved::AvxVnni => unsafe {
+            if !avx2::conv2d_lanes_vnni(p, ConvImage::new(input, output, scratch), all) {
+                avx2::conv2d(p, input, output, scratch)
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
+        Resolved::Vnni => unsafe {
+            if (vnni::narrow_preferred(p)
+                && vnni::conv2d_narrow(p, ConvImage::new(input, output, scratch)))
+                || vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), all)
+            {
+                // Covered by the few-channel or the pixels-in-lanes kernel.
+            } else if p.k() >= VNNI_MIN_K && p.output.c >= VNNI_MIN_COUT {
+                vnni::conv2d(p, input, output, scratch)
+            } else {
+                avx2::conv2d(p, input, output, scratch)
+            }
+        },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::Neon is only produced when NEON is available.
+        Resolved::Neon => unsafe { neon::conv2d(p, input, output, scratch) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::NeonDot is only produced when NEON and dotprod are available.
+        Resolved::NeonDot => unsafe { neon::conv2d_dot(p, input, output, scratch) },
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::conv2d(p, input, output, scratch),
+    }
+    let _ = scratch;
+}
+
+/// Whether [`conv2d_rows`] covers conv `p` with the chosen kernels and `scratch` bytes: the
+/// pixels-in-lanes convs (VNNI, AVX2, AVX-VNNI); elsewhere threads split a conv by output
+/// channels instead.
+#[cfg(feature = "std")]
+pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -> bool {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Vnni => {
+            // The scratch rule sizes every op the lanes geometry covers for this kernel.
+            !vnni::narrow_preferred(p)
+                && vnni::lanes_covers(p)
+                && scratch >= super::conv_scratch_bytes(&p.geometry())
+        }
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Avx2 | Resolved::AvxVnni => {
+            avx2::lanes_covered(p) && scratch >= avx2::lanes_scratch(p)
+        }
+        _ => {
+            let _ = (p, scratch);
+            false
+        }
+    }
+}
+
+/// Output rows `rows` of conv `p` into `output` (those rows, HWC), for threads sharing an
+/// image, where [`conv2d_rows_covered`] holds; `false` (nothing written) where the kernel
+/// declines.
+#[cfg(feature = "std")]
+pub(crate) fn conv2d_rows(
+    k: Resolved,
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: core::ops::Range<usize>,
+) -> bool {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
+        Resolved::Vnni => unsafe {
+            vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), rows)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
+        Resolved::Avx2 => unsafe {
+            avx2::conv2d_lanes_avx2(p, ConvImage::new(input, output, scratch), rows)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
+        Resolved::AvxVnni => unsafe {
+            avx2::conv2d_lanes_vnni(p, ConvImage::new(input, output, scratch), rows)
+        },
+        _ => {
+            let _ = (p, input, output, scratch, rows);
+            false
+        }
+    }
+}
+
+/// max_pool with the chosen kernels.
+pub(crate) fn max_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
+            avx2::max_pool(p, input, output)
+        },
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::max_pool(p, input, output),
+        _ => scalar::max_pool(p, input, output),
+    }
+}
+
+/// fully_connected with the chosen kernels.
+pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &mut [i8]) {
+    match k {
+        Resolved::Scalar => scalar::fully_connected(p, input, output),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::AvxVnni => unsafe { avx2::fully_connected(p, input, output) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available.
+        Resolved::Vnni => unsafe { vnni::fully_connected(p, input, output) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::Neon is only produced when NEON is available.
+        Resolved::Neon => unsafe { neon::fully_connected(p, input, output) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::NeonDot is only produced when NEON and dotprod are available.
+        Resolved::NeonDot => unsafe { neon::fully_connected_dot(p, input, output) },
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::fully_connected(p, input, output),
+    }
+}
+
+/// avg_pool (octet's requantizing mean) with the chosen kernels: the scalar reference in every
+/// set.
+pub(crate) fn avg_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
+    let _ = k;
+    scalar::avg_pool(p, input, output)
+}
+
+/// add (octet's residual add) with the chosen kernels: AVX-512 where the set is AVX-512 VNNI and
+/// the parameters fit its lanes, else the scalar reference.
+pub(crate) fn add(k: Resolved, p: &AddRequant, a: &[i8], b: &[i8], output: &mut [i8]) {
+    #[cfg(target_arch = "x86_64")]
+    if k == Resolved::Vnni && vnni::add_supported(p) {
+        // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available;
+        // add_supported(p) holds.
+        return unsafe { vnni::add(p, a, b, output) };
+    }
+    let _ = k;
+    scalar::add(p, a, b, output)
+}
+
+/// depthwise_conv2d with the chosen kernels: the scalar reference in every set.
+pub(crate) fn depthwise_conv2d(k: Resolved, p: &DepthwiseParams, input: &[i8], output: &mut [i8]) {
+    let _ = k;
+    scalar::depthwise_conv2d(p, input, output)
+}
+
+/// tflite_avg_pool with the chosen kernels: the scalar reference in every set.
+pub(crate) fn tflite_avg_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
+    let _ = k;
+    scalar::tflite_avg_pool(p, input, output)
+}
+
+/// softmax with the chosen kernels: the scalar reference in every set.
+pub(crate) fn softmax(k: Resolved, p: &SoftmaxParams, input: &[i8], output: &mut [i8]) {
+    let _ = k;
+    scalar::softmax(p, input, output)
+}
+
+/// pad with the chosen kernels: the scalar reference in every set.
+pub(crate) fn pad(k: Resolved, p: &PadParams, input: &[i8], output: &mut [i8]) {
+    let _ = k;
+    scalar::pad(p, input, output)
+}
+
+/// reshape (a copy of the bytes) with the chosen kernels.
+pub(crate) fn reshape(k: Resolved, input: &[i8], output: &mut [i8]) {
+    let _ = k;
+    scalar::reshape(input, output)
+}
+
+/// tflite_add with the chosen kernels: the scalar reference in every set.
+pub(crate) fn tflite_add(k: Resolved, p: &TfliteAddParams, a: &[i8], b: &[i8], output: &mut [i8]) {
+    let _ = k;
+    scalar::tflite_add(p, a, b, output)
+}

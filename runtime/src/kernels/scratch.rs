@@ -1,0 +1,193 @@
+//! Scratch: the working memory each kernel set states for an op when the model is prepared
+//! (TensorFlow Lite Micro's `RequestScratchBufferInArena`), and the layouts the x86 convs
+//! carve it into.
+//!
+//! The file holds no scratch: [`Kernels::scratch_bytes`] states each set's need for an op, and
+//! a working area is the activation arena the file plans followed by the largest scratch of
+//! any op for the chosen set (`Model::working_bytes`), live only during its op.
+
+use super::Kernels;
+use crate::format::OP_CONV2D;
+
+/// With VNNI kernels, convs with K = kh·kw·C_in below this (or fewer than
+/// [`VNNI_MIN_COUT`] output channels) run the AVX2 kernel. The VNNI kernel's vectorized
+/// requantization makes it the faster one even for small K (3×3 over 3 channels, 1×1).
+pub const VNNI_MIN_K: usize = 1;
+
+/// Output channels the VNNI conv needs (its micro-kernel's channel group).
+pub const VNNI_MIN_COUT: usize = 6;
+
+/// Output pixels a conv processes per pass (rows of the packed patch in scratch).
+pub const CONV_PIXEL_BLOCK: usize = 4;
+
+/// Output pixels whose u8 patches the VNNI conv packs at once (rows of `align64(K)` bytes).
+pub const VNNI_PIXEL_BLOCK: usize = 64;
+
+/// What the scratch rules need to know about an op: its kind, its window (stride and pad are
+/// those of a uniform window, `uniform`) and its input and output shapes (zero where they do
+/// not apply).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpGeometry {
+    /// Op kind code (`format::OP_*`).
+    pub kind: u8,
+    /// Whether the window is uniform (`Placement::is_uniform`).
+    pub uniform: bool,
+    /// Kernel height.
+    pub kernel_h: u32,
+    /// Kernel width.
+    pub kernel_w: u32,
+    /// Stride.
+    pub stride: u32,
+    /// Padding.
+    pub pad: u32,
+    /// Input channels.
+    pub c_in: u32,
+    /// Input height.
+    pub h_in: u32,
+    /// Input width.
+    pub w_in: u32,
+    /// Output channels.
+    pub c_out: u32,
+}
+
+/// Images a batch runs together, op by op, each in its own working area (the VNNI conv covers
+/// them in one call; see `Model::arena_bytes_for`).
+pub const GROUP_IMAGES: usize = 8;
+
+/// Output pixels the scratch rule sizes a pass of the pixels-in-lanes VNNI conv
+/// ([`vnni::conv2d_lanes`]) for: 4 vectors of 16 pixels. The kernel's passes take 3 vectors
+/// (48 pixels); the rule keeps its room for 64 so that `scratch_bytes`, and with it the
+/// exported files, stay as they are.
+pub const LANES_PIXEL_BLOCK: usize = 64;
+
+/// Bytes per output channel of the lanes conv's requantization table.
+pub const LANES_EPI_BYTES: usize = 32;
+
+/// Scratch regions of the pixels-in-lanes VNNI conv, in bytes from a 64-aligned base:
+/// `(t, panel, tile, epi)` sizes. `t`: the input as u8 quads of channels, padded, one plane per
+/// quad, columns split by stride phase; `panel`: one pass's patch quads, 16 pixels per vector;
+/// `tile`: one pass's outputs, channel-major; `epi`: per-channel requantization constants.
+pub const fn lanes_regions(g: &OpGeometry) -> (usize, usize, usize, usize) {
+    let q = QuadPlanes::new(g);
+    let (t, planes) = (align64(q.bytes()), q.planes);
+    let (kh, kw) = (g.kernel_h as usize, g.kernel_w as usize);
+    // A pass may take pixels of several images: room for a whole block whatever the size.
+    let block = LANES_PIXEL_BLOCK;
+    let kq = kh.saturating_mul(kw).saturating_mul(planes);
+    let panel = block.saturating_mul(4).saturating_mul(kq);
+    let cout = g.c_out as usize;
+    let tile = cout.saturating_mul(LANES_PIXEL_BLOCK);
+    let epi = cout.saturating_mul(LANES_EPI_BYTES);
+    (t, panel, tile, epi)
+}
+
+/// The pixels-in-lanes convs' copy of the input (`T`, x86): one plane per quad of input
+/// channels, each padded pixel a quad of 4 bytes, padded rows, and each row's columns split by
+/// stride phase (all even columns, then all odd ones, for stride 2), so that the quads of
+/// consecutive output pixels at any tap are consecutive.
+#[derive(Clone, Copy, Debug)]
+// Elsewhere than on x86 only its size (`lanes_regions`, the scratch rule) is used.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) struct QuadPlanes {
+    /// Quads of input channels (planes).
+    pub planes: usize,
+    /// Columns per stride phase.
+    pub wq: usize,
+    /// Bytes per padded row (all phases).
+    pub row: usize,
+    /// Bytes per plane.
+    pub plane: usize,
+}
+
+impl QuadPlanes {
+    /// The layout of a conv's input (saturating: geometries come from files).
+    pub const fn new(g: &OpGeometry) -> Self {
+        let s = if g.stride == 0 { 1 } else { g.stride as usize };
+        let hp = g.h_in as usize + 2 * g.pad as usize;
+        let wp = g.w_in as usize + 2 * g.pad as usize;
+        let wq = wp.div_ceil(s);
+        let row = (s * wq).saturating_mul(4);
+        QuadPlanes {
+            planes: (g.c_in as usize).div_ceil(4),
+            wq,
+            row,
+            plane: hp.saturating_mul(row),
+        }
+    }
+
+    /// Bytes of all planes.
+    pub const fn bytes(&self) -> usize {
+        self.planes.saturating_mul(self.plane)
+    }
+
+    /// Byte offset of padded pixel (yp, xp) in plane 0, at stride `s`; for a tap (ky, kx) the
+    /// offset from an output pixel's base.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn at(&self, s: usize, yp: usize, xp: usize) -> usize {
+        yp * self.row + (xp % s) * self.wq * 4 + (xp / s) * 4
+    }
+}
+
+/// Whether the pixels-in-lanes VNNI conv covers a conv of this geometry (quads of input channels
+/// that tile each tap, output channels in groups of 8).
+pub const fn lanes_supported(g: &OpGeometry) -> bool {
+    (g.c_in.is_multiple_of(4) || g.c_in < 4)
+        && g.c_in > 0
+        && g.c_out.is_multiple_of(8)
+        && g.c_out > 0
+}
+
+const fn align64(n: usize) -> usize {
+    n.saturating_add(63) & !63
+}
+
+/// The scratch of a uniform conv2d with the x86 kernel sets (their patch and lane layouts):
+/// the larger of `CONV_PIXEL_BLOCK · align16(K) · 2` (AVX2: im2col rows widened to i16),
+/// `VNNI_PIXEL_BLOCK · align64(K)` (VNNI: u8 im2col rows), K = kernel_h·kernel_w·c_in, and,
+/// when [`lanes_supported`], `64 + t + panel + tile + epi` from [`lanes_regions`] (the
+/// pixels-in-lanes VNNI conv). The NEON and Cortex-M convs fit themselves into it too (they
+/// take what they are given: see `neon::conv2d`, `cortex_m::conv2d`).
+pub const fn conv_scratch_bytes(g: &OpGeometry) -> usize {
+    match g.kind {
+        OP_CONV2D if g.uniform => {
+            let k = (g.kernel_h as usize)
+                .saturating_mul(g.kernel_w as usize)
+                .saturating_mul(g.c_in as usize);
+            let avx2 = (CONV_PIXEL_BLOCK * 2).saturating_mul(k.saturating_add(15) & !15);
+            let vnni = VNNI_PIXEL_BLOCK.saturating_mul(align64(k));
+            let mut need = if avx2 > vnni { avx2 } else { vnni };
+            if lanes_supported(g) {
+                let (t, panel, tile, epi) = lanes_regions(g);
+                let lanes = 64usize
+                    .saturating_add(t)
+                    .saturating_add(panel)
+                    .saturating_add(tile)
+                    .saturating_add(epi);
+                if lanes > need {
+                    need = lanes;
+                }
+            }
+            need
+        }
+        _ => 0,
+    }
+}
+
+impl Kernels {
+    /// The scratch bytes this kernel set needs for an op of geometry `g` (TensorFlow Lite
+    /// Micro's `RequestScratchBufferInArena`, stated when the model is prepared): 0 for the
+    /// scalar reference and for every op but a uniform conv2d, which the other sets run in
+    /// [`conv_scratch_bytes`]. `Auto` states the need of the set it resolves to on this CPU;
+    /// the other sets state theirs on any CPU (a firmware's arena is sized on the host).
+    pub fn scratch_bytes(self, g: &OpGeometry) -> usize {
+        let set = match self {
+            Kernels::Auto => self.resolved_kernels(),
+            k => k,
+        };
+        match set {
+            Kernels::Scalar => 0,
+            _ => conv_scratch_bytes(g),
+        }
+    }
+}
