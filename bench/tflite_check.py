@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""Runs a .tflite with TensorFlow Lite Micro and TensorFlow Lite and compares every int8 logit
-byte with octet's runtime (`octet run MODEL.o8 --logits FILE`).
+"""Runs a .tflite with TensorFlow Lite Micro and TensorFlow Lite and compares every int8 output
+byte with octet's runtime (`octet run MODEL --logits FILE`).
 
     python3 bench/tflite_check.py model.tflite --o8 model.o8 --images 500 --jobs 2
     python3 bench/tflite_check.py model.tflite --octet-logits logits.bin --images 500
+    python3 bench/tflite_check.py kws_ref_model.tflite --random 1000 --seed 1 --interpreters tflm
 
-Images: the Fashion-MNIST test split (IDX, gzip) of --data, each 28x28 image centred in a zeroed
-32x32 one as octet's loader does (trainer/src/data/idx.rs), raw u8 pixels in file order: the
-.tflite takes them as they are (its uint8 input and QUANTIZE make q = pixel - 128, as octet).
+octet runs the .o8 given with --o8, or else the .tflite itself (`octet run` imports it).
+
+Inputs: with --random N, N seeded random tensors of the model's input type and shape (int8 or
+uint8, uniform over the type's range), passed to octet as raw bytes (`octet run --inputs`);
+otherwise the Fashion-MNIST test split (IDX, gzip) of --data, each 28x28 image centred in a
+zeroed 32x32 one as octet's loader does (trainer/src/data/idx.rs), raw u8 pixels in file order:
+the .tflite takes them as they are (its uint8 input and QUANTIZE make q = pixel - 128, as
+octet).
 
 Interpreters (--interpreters, comma-separated): tflm (TFLite Micro's reference kernels, pip
 package tflite-micro), tflite (ai-edge-litert, its default optimized kernels), tflite-ref
@@ -52,15 +58,40 @@ def load_fashion_mnist_test(data_dir, n):
     return out
 
 
-def octet_logits(octet, o8, data_dir, n):
-    """`octet run O8 --logits` over the first n test images, as an int8 array."""
+def octet_logits(octet, model, data_dir, n, inputs=None):
+    """`octet run MODEL --logits` over the first n test images, or over `inputs` (raw tensors,
+    `--inputs`), as an int8 array."""
     import numpy as np
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "logits.bin")
-        cmd = [octet, "run", o8, "--data", "fashion-mnist:" + data_dir, "--images", str(n), "--logits", path]
+        cmd = [octet, "run", model, "--logits", path]
+        if inputs is None:
+            cmd += ["--data", "fashion-mnist:" + data_dir, "--images", str(n)]
+        else:
+            raw = os.path.join(tmp, "inputs.bin")
+            inputs.tofile(raw)
+            cmd += ["--inputs", raw]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return np.fromfile(path, dtype=np.int8)
+
+
+def input_details(model):
+    """The model's input shape and numpy dtype (TFLite Micro's view of it)."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    d = runtime.Interpreter.from_bytes(model, arena_size=64 << 20).get_input_details(0)
+    return tuple(int(v) for v in d["shape"]), d["dtype"]
+
+
+def random_inputs(model, n, seed):
+    """n seeded random tensors of the model's input shape and type, uniform over the type."""
+    import numpy as np
+
+    shape, dtype = input_details(model)
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    return rng.integers(info.min, info.max + 1, size=(n, *shape[1:]), dtype=np.int64).astype(dtype)
 
 
 # One interpreter per worker process, made by `_init` and used by `_run_chunk`.
@@ -103,7 +134,7 @@ def _run_chunk(images):
     import numpy as np
 
     run = _WORKER["run"]
-    return np.stack([run(img.reshape(1, PADDED, PADDED, 1)) for img in images])
+    return np.stack([run(img.reshape(1, *img.shape)) for img in images])
 
 
 def run_interpreter(kind, model, images, jobs):
@@ -149,13 +180,16 @@ def versions():
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("tflite", help="the .tflite model (octet convert MODEL.o8)")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--o8", help="the .o8 model: octet's logits come from `octet run --logits`")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--o8", help="the .o8 model octet runs (default: the .tflite itself, imported)")
     src.add_argument("--octet-logits", help="octet's logits, already written by `octet run --logits`")
     p.add_argument("--octet", default="target/release/octet", help="the octet binary (default: %(default)s)")
     p.add_argument("--data", default="data/fashion-mnist-subset",
                    help="Fashion-MNIST IDX directory (default: %(default)s)")
     p.add_argument("--images", type=int, default=0, help="first N test images (0: all; default: %(default)s)")
+    p.add_argument("--random", type=int, default=0, metavar="N",
+                   help="N seeded random input tensors instead of images")
+    p.add_argument("--seed", type=int, default=1, help="the random inputs' seed (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes per interpreter (default: the cores, %(default)s)")
     p.add_argument("--interpreters", default=",".join(INTERPRETERS),
@@ -167,16 +201,16 @@ def parse_args():
     bad = [k for k in a.interpreters if k not in INTERPRETERS]
     if bad or not a.interpreters:
         p.error(f"--interpreters: unknown {bad}; choose from {', '.join(INTERPRETERS)}")
-    if a.images < 0 or a.jobs < 1:
-        p.error("--images must be >= 0 and --jobs >= 1")
+    if a.images < 0 or a.jobs < 1 or a.random < 0:
+        p.error("--images and --random must be >= 0 and --jobs >= 1")
     return a
 
 
 def require_packages(kinds):
     """Exits with MISSING_PACKAGE and one line naming the package when one cannot be imported."""
     needed = {"numpy": "numpy"}
-    if "tflm" in kinds:
-        needed["tflite_micro.python.tflite_micro.runtime"] = "tflite-micro"
+    # TFLite Micro also reads the model's input type for --random.
+    needed["tflite_micro.python.tflite_micro.runtime"] = "tflite-micro"
     if any(k.startswith("tflite") and k != "tflm" for k in kinds):
         needed["ai_edge_litert.interpreter"] = "ai-edge-litert"
     for module, pkg in needed.items():
@@ -192,18 +226,26 @@ def main():
     require_packages(a.interpreters)
     with open(a.tflite, "rb") as f:
         model = f.read()
-    images = load_fashion_mnist_test(a.data, a.images)
-    n = len(images)
     import numpy as np
 
-    if a.o8:
-        ours = octet_logits(a.octet, a.o8, a.data, n)
+    if a.random:
+        images = random_inputs(model, a.random, a.seed)
+        raw = images
     else:
+        images = load_fashion_mnist_test(a.data, a.images)[..., None]
+        raw = None
+    n = len(images)
+    if a.octet_logits:
         ours = np.fromfile(a.octet_logits, dtype=np.int8)
+    else:
+        ours = octet_logits(a.octet, a.o8 or a.tflite, a.data, n, raw)
     if ours.size % n:
         sys.exit(f"octet wrote {ours.size} logits, not a whole number per image for {n} images")
     ours = ours.reshape(n, -1)
-    report = {"tflite": a.tflite, "o8": a.o8, "images": n, "classes": ours.shape[1],
+    inputs = (f"{n} random {images.dtype} tensors of shape {list(images.shape[1:])}, seed {a.seed}"
+              if a.random else f"the first {n} Fashion-MNIST test images of {a.data}")
+    report = {"tflite": a.tflite, "o8": a.o8, "images": n, "inputs": inputs,
+              "classes": ours.shape[1], "distinct_octet_outputs": int(len(np.unique(ours))),
               "jobs": a.jobs, "versions": versions(), "interpreters": {}}
     for kind in a.interpreters:
         theirs, secs = run_interpreter(kind, model, images, a.jobs)

@@ -46,8 +46,8 @@ pub use plot::{register_font, write_histograms};
 pub use progress::{summary, Phase, Phases, Progress, Quiet};
 pub use qmodel::{quantize_model, QModel, QOp, QTensor};
 pub use quantize::{
-    add_multipliers, multiplier_value, quantize_weight, quantize_weights, tflite_add_multipliers,
-    QParams, QuantizedWeights, WeightScheme, TFLITE_ADD_LEFT_SHIFT,
+    add_multipliers, multiplier_value, quantize_weight, quantize_weights, softmax_params,
+    tflite_add_multipliers, QParams, QuantizedWeights, WeightScheme, TFLITE_ADD_LEFT_SHIFT,
 };
 pub use reference::{argmax_rows, fake_quantize, Executor, FakeQuant};
 pub use report::{Ablation, AblationRow, LayerRow, Report};

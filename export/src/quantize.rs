@@ -4,6 +4,7 @@
 
 use octet_runtime::requant::quantize_multiplier_tflite;
 use octet_runtime::requant::valid_right_shift;
+use octet_runtime::Rounding;
 use serde::{Deserialize, Serialize};
 
 /// How weights get their scales.
@@ -200,6 +201,26 @@ pub fn tflite_add_multipliers(s0: f32, s1: f32, s_out: f32) -> Option<[(i32, i32
         twice_max / ((1i64 << TFLITE_ADD_LEFT_SHIFT) as f64 * s_out as f64),
     )?;
     Some([m0, m1, mo])
+}
+
+/// TensorFlow Lite's int8 softmax parameters for β `beta` and input scale `s_in`, as TFLite
+/// Micro computes them (softmax_common.cc): `PreprocessSoftmaxScaling(β, s_in, 5)` — the
+/// multiplier of min(β·s_in·2^26, 2^31 − 1 (2^30 − 1 when built for the single rounding)) with
+/// its left shift — and diff_min = −`CalculateInputRadius(5, shift)` = −floor(31·2^26 / 2^shift).
+/// `(M0, left shift, diff_min)`; `None` when the multiplier is not above 1 or its shift above 30.
+pub fn softmax_params(beta: f32, s_in: f32, rounding: Rounding) -> Option<(i32, i32, i32)> {
+    let max_real = match rounding {
+        Rounding::Single => (1i64 << 30) as f64 - 1.0,
+        Rounding::Double => (1i64 << 31) as f64 - 1.0,
+    };
+    let m = (beta as f64 * s_in as f64 * (1i64 << 26) as f64).min(max_real);
+    // NaN (a NaN scale or β) is not above 1 either.
+    if m.partial_cmp(&1.0) != Some(std::cmp::Ordering::Greater) {
+        return None;
+    }
+    let (m0, shift) = quantize_multiplier_tflite(m).filter(|&(_, s)| s >= 0)?;
+    let radius = (31.0 * (1i64 << 26) as f64 / (1i64 << shift) as f64).floor();
+    Some((m0, shift, -(radius as i32)))
 }
 
 /// The residual add's integer parameters: `m_i = round(s_i/s_out · 2^n)` with n chosen so that

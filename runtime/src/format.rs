@@ -113,7 +113,7 @@ impl InputEncoding {
         }
     }
 
-    /// Whether the input bytes are unsigned and the tensor is q = u − 128 (zero point −128).
+    /// Whether the input bytes are unsigned, the tensor q = u − 128.
     pub const fn is_u8(self) -> bool {
         !matches!(self, InputEncoding::I8Hwc)
     }

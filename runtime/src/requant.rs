@@ -74,6 +74,26 @@ impl Rounding {
     }
 }
 
+/// `--rounding`: `double` (TFLite's default) and `single` (octet's), each with a line of help.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for Rounding {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Rounding::Double, Rounding::Single]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self {
+            Rounding::Double => {
+                "TensorFlow Lite's default (stock TFLite, TFLite Micro, CMSIS-NN): the same bytes"
+            }
+            Rounding::Single => {
+                "octet's single rounding (TFLite built with TFLITE_SINGLE_ROUNDING)"
+            }
+        };
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
+}
+
 /// gemmlowp's `SaturatingRoundingDoublingHighMul`: `(a · b + nudge) / 2^31` with C's
 /// truncating division, nudge 2^30 for a non-negative product and 1 − 2^30 otherwise, and
 /// `i32::MAX` for the one overflowing pair (both `i32::MIN`).

@@ -42,6 +42,11 @@ pub struct ExportArgs {
     /// Zero point 0 for activations instead of a fitted one.
     #[arg(long)]
     symmetric_activations: bool,
+    /// The requantization rounding the model records: TFLite's double rounding, so that the
+    /// .o8 and its .tflite give the same bytes in octet, stock TFLite Micro and CMSIS-NN; or
+    /// octet's single rounding (the bytes of exports before format 3).
+    #[arg(long, value_enum, default_value_t = octet_export::DEFAULT_ROUNDING)]
+    rounding: octet_runtime::Rounding,
     /// Training images to calibrate on (a seeded random sample).
     #[arg(long, default_value_t = 1024, value_parser = at_least_one)]
     calibration_images: usize,
@@ -155,6 +160,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
         weights: a.weights,
         symmetric_activations: a.symmetric_activations,
         calibration_images: n_cal,
+        rounding: a.rounding,
         ..ExportOptions::default()
     };
     phases.say(&format!(

@@ -4,7 +4,8 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// A checkpoint (.safetensors, or a PyTorch .pth) or an int8 model (.o8).
+    /// A checkpoint (.safetensors, or a PyTorch .pth) or an int8 model (.o8, or a .tflite:
+    /// imported as `octet import` would, and shown as the .o8 it becomes).
     file: PathBuf,
     /// Kernel set whose scratch the arena figure includes (an .o8: the arena is exact for the
     /// set that runs it; any set can be named, e.g. cortex-m-dsp to size a firmware's arena).
@@ -17,11 +18,17 @@ pub struct InspectArgs {
 
 pub fn run(a: InspectArgs) -> anyhow::Result<()> {
     let bytes = super::common::read(&a.file)?;
+    let tflite_named = a.file.extension().is_some_and(|e| e == "tflite");
+    if octet_export::tflite::import::is_tflite(&bytes) || tflite_named {
+        drop(bytes);
+        let (o8, ops) = super::import::model_bytes(&a.file)?;
+        return inspect_o8(&a, &o8, ops.as_deref());
+    }
     // An .o8 by its magic, by a prefix of it (a truncated file) or by its name.
     let magic = &octet_runtime::format::MAGIC;
     let o8_named = a.file.extension().is_some_and(|e| e == "o8");
     if bytes.starts_with(magic) || (!bytes.is_empty() && magic.starts_with(&bytes)) || o8_named {
-        return inspect_o8(&a, &bytes);
+        return inspect_o8(&a, &bytes, None);
     }
     drop(bytes);
     let ck = octet_trainer::checkpoint::load(&a.file)?;
@@ -90,8 +97,13 @@ pub fn run(a: InspectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Layers, shapes, scales, zero points, multipliers, arena and file size of an `.o8` model.
-fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
+/// Layers, shapes, scales, zero points, multipliers, arena and file size of an `.o8` model
+/// (`imported`: what each op of the `.tflite` it came from became).
+fn inspect_o8(
+    a: &InspectArgs,
+    bytes: &[u8],
+    imported: Option<&[octet_export::tflite::import::ImportedOp]>,
+) -> anyhow::Result<()> {
     let m = octet_runtime::Model::parse(bytes)
         .map_err(|e| anyhow::anyhow!("{}: invalid .o8 model: {e}", a.file.display()))?;
     let tensor = |id: u16| {
@@ -134,7 +146,8 @@ fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
             "input": [c, h, w], "input_encoding": m.input_encoding().name(),
             "input_scale": m.input_scale(), "input_zero_point": m.input_zero_point(),
             "outputs": m.output_len(), "output_scale": m.output_scale(),
-            "output_zero_point": m.output_zero_point(), "macs": m.macs_per_image(), "ops": ops});
+            "output_zero_point": m.output_zero_point(), "macs": m.macs_per_image(), "ops": ops,
+            "imported_from_tflite": imported});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -154,6 +167,17 @@ fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
         a.file.display(), m.num_ops(), bytes.len(), m.rounding().name(), m.output_len(),
         m.output_scale(), m.output_zero_point(), m.macs_per_image()
     );
+    if let Some(ops) = imported {
+        let list: Vec<String> = ops
+            .iter()
+            .map(|o| format!("{} {} → {}", o.index, o.tflite, o.octet))
+            .collect();
+        println!(
+            "imported from TFLite ({} ops): {}",
+            ops.len(),
+            list.join(", ")
+        );
+    }
     println!(
         "footprint with the {} kernels: {} bytes of flash for the model (read in place), {arena} bytes of RAM for the arena ({} of activations, {} of scratch, {} for the output), plus the firmware's code and stack (bench/mcu.sh measures both)",
         kernels.name(),
@@ -162,6 +186,15 @@ fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
         m.scratch_bytes(kernels),
         arena - m.working_bytes(kernels),
     );
+    print_ops(&m, &ops)
+}
+
+/// The op table of [`inspect_o8`]'s text: shapes, window, quantization, weights, multipliers.
+fn print_ops(m: &octet_runtime::Model, ops: &[serde_json::Value]) -> anyhow::Result<()> {
+    let tensor = |id: u16| {
+        m.tensor(id)
+            .ok_or_else(|| anyhow::anyhow!("tensor {id} out of range"))
+    };
     println!(
         "{:>3} {:<17} {:>13} {:>13} {:>9} {:>22} {:>22} {:>9} {:>25}",
         "#",
@@ -174,7 +207,7 @@ fn inspect_o8(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
         "weights",
         "M0 range / shift range"
     );
-    for (op, j) in m.ops().zip(&ops) {
+    for (op, j) in m.ops().zip(ops) {
         let (i, o) = (tensor(op.input0)?, tensor(op.output)?);
         let ms = match (
             j["multiplier_range"].as_array(),

@@ -7,6 +7,7 @@ mod eval;
 mod export;
 #[cfg(test)]
 mod help_tests;
+mod import;
 mod inspect;
 mod launch;
 mod plot;
@@ -66,6 +67,11 @@ enum Command {
     Run(run::RunArgs),
     /// Convert an int8 .o8 model to a .tflite of the same model (TFLite, TFLite Micro).
     Convert(convert::ConvertArgs),
+    /// Import an int8 .tflite (e.g. the MLPerf Tiny models) as an .o8 of the same arithmetic.
+    ///
+    /// The .o8 gives TensorFlow Lite Micro's bytes (with the default --rounding double). `run`,
+    /// `inspect` and `bench` also take a .tflite directly (imported in memory).
+    Import(import::ImportArgs),
     /// Show what a checkpoint or an .o8 model holds.
     Inspect(inspect::InspectArgs),
     /// The main job on the bundled data: train LeNet, export it to int8, compare.
@@ -85,6 +91,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Export(a) => export::run(a),
         Command::Run(a) => run::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::Import(a) => import::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(b) => bench::run(b),

@@ -1,5 +1,6 @@
 //! `.o8` → `.tflite`: the same quantized model as a TensorFlow Lite flatbuffer, for TFLite and
-//! TFLite Micro (int8 tensors, per-channel weight scales, int32 biases, raw `u8` pixels in).
+//! TFLite Micro (int8 tensors, per-channel weight scales, int32 biases, raw `u8` pixels in); and
+//! back, `.tflite` → `.o8` ([`import`]).
 //!
 //! One concern per file: `lower` maps the `.o8`'s ops to TFLite's (how each piece of octet's
 //! arithmetic is expressed), `scales` chooses the float scales from which TFLite derives the
@@ -9,6 +10,7 @@
 
 mod encode;
 mod graph;
+pub mod import;
 mod lower;
 mod scales;
 

@@ -6,7 +6,7 @@ use core::ops::Range;
 
 use super::inspect::Decoded;
 use super::{Model, OpInfo, OpKind, TensorInfo, SETS};
-use crate::format::{Header, Window, MAX_ACCUMULATION};
+use crate::format::{Header, InputEncoding, Window, MAX_ACCUMULATION};
 use crate::kernels::{Kernels, Shape};
 use crate::requant::{valid_multiplier, valid_right_shift, M0_MIN};
 use crate::{Result, RuntimeError};
@@ -35,10 +35,12 @@ impl<'a> Model<'a> {
                 what: "input shape",
             });
         }
-        if self.input_encoding.is_u8() && input.zero_point != -128 {
+        // octet's raw pixels are real = pixel/255: q = pixel − 128 at zero point −128. (A u8
+        // H×W×C input is q = u − 128 at any zero point: its uint8 zero point is this + 128.)
+        if self.input_encoding == InputEncoding::PixelsU8Chw && input.zero_point != -128 {
             return Err(RuntimeError::BadTensor {
                 index: input.id as u32,
-                what: "input zero point (−128 for a u8 input)",
+                what: "input zero point (−128 for raw pixels)",
             });
         }
         if input.scale.to_bits() != h.input_scale().to_bits()
