@@ -42,32 +42,6 @@ for arg in "$@"; do
 done
 
 env=$(env | grep -E '^(DATA|IMAGES|JOBS|INTERPRETERS|[A-Z0-9_]+_(IMAGES|INTERPRETERS))=' | sort | tr '\n' ' ')
-python3 - "$out" "$env$0 $*" "${parts[@]}" <<'PY'
-import json, os, platform, subprocess, sys
-out, command, parts = sys.argv[1], sys.argv[2], sys.argv[3:]
-models = {}
-for p in parts:
-    name, path = p.split("=", 1)
-    models[name] = json.load(open(path))
-commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-first = next(iter(models.values()))
-result = {
-    "what": "int8 logits of octet's runtime vs TFLite Micro and TFLite on the same model (.o8 -> .tflite by octet convert)",
-    "machine": {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform()},
-    "commit": commit,
-    "command": command,
-    "versions": first["versions"],
-    "models": models,
-}
-tmp = out + ".tmp"
-with open(tmp, "w") as f:
-    json.dump(result, f, indent=2)
-    f.write("\n")
-    f.flush()
-    os.fsync(f.fileno())
-os.replace(tmp, out)
-for name, m in models.items():
-    for kind, r in m["interpreters"].items():
-        print(f"{name} {kind}: {r['differing_bytes']} differing bytes in {r['differing_images']} of {r['images']} images, max |diff| {r['max_abs_difference']}, {r['images_per_s']} images/s")
-PY
+python3 bench/tflite_report.py "$out" \
+  "int8 logits of octet's runtime vs TFLite Micro and TFLite on the same model (.o8 -> .tflite by octet convert)" \
+  "$env$0 $*" "${parts[@]}"

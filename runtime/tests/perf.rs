@@ -60,12 +60,10 @@ fn lenet_batch1_latency() {
     }
 }
 
-/// Writes the fuzz seed corpus (run once by hand).
+/// Writes the fuzz seed corpus of both `.o8` targets (run by hand when the format changes).
 #[test]
 #[ignore]
 fn write_fuzz_corpus() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/parse");
-    std::fs::create_dir_all(dir).unwrap();
     let mut small = common::Builder::new(2, 6, 6, 4);
     let x = small.conv(0, 3, 3, 1, 1, true);
     let x = small.max_pool(x, 2, 2);
@@ -78,11 +76,16 @@ fn write_fuzz_corpus() {
         ("lenet.o8", common::lenet(1)),
         ("small_resnet.o8", common::small_resnet(2)),
         ("all_ops.o8", small),
+        ("embedded.o8", common::embedded_net(2, 3)),
     ] {
         let bytes = b.encode();
         assert!(bytes.len() < 64 * 1024, "{name}: {}", bytes.len());
         Model::parse(&bytes).unwrap();
-        std::fs::write(format!("{dir}/{name}"), bytes).unwrap();
+        for target in ["parse", "parse_fixed"] {
+            let dir = format!("{}/fuzz/corpus/{target}", env!("CARGO_MANIFEST_DIR"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(format!("{dir}/{name}"), &bytes).unwrap();
+        }
     }
 }
 

@@ -41,9 +41,14 @@ fn gpu_or_none() -> Forms<Option<DeviceSpec>> {
 
 #[derive(Args)]
 pub struct InferBench {
-    /// Models to time, comma-separated (3×32×32 inputs, random weights).
-    #[arg(long, value_enum, ignore_case = true, default_values_t = [ModelKind::ResNet18, ModelKind::LeNet], value_delimiter = ',')]
-    models: Vec<ModelKind>,
+    /// Models to time, comma-separated (3×32×32 inputs, random weights) [default: resnet18,lenet;
+    /// none when --files is given].
+    #[arg(long, value_enum, ignore_case = true, value_delimiter = ',')]
+    models: Option<Vec<ModelKind>>,
+    /// Int8 model files to time, comma-separated: .o8, or .tflite (imported as `octet import`
+    /// does), on seeded random inputs of each model's input (int8 rows only).
+    #[arg(long, value_delimiter = ',')]
+    files: Vec<PathBuf>,
     /// Batch sizes of the GPU rows (1 is the latency row).
     #[arg(long, default_value = "1,256,1024,4096", value_delimiter = ',', value_parser = at_least_one)]
     batch_sizes: Vec<usize>,
@@ -133,7 +138,15 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = Vec::new();
-    for &kind in &a.models {
+    for f in &a.files {
+        file_rows(&a, f, threads, gpu.is_some(), &mut rows)?;
+    }
+    let default_models = if a.files.is_empty() {
+        vec![ModelKind::ResNet18, ModelKind::LeNet]
+    } else {
+        Vec::new()
+    };
+    for &kind in a.models.as_ref().unwrap_or(&default_models) {
         let (net, bytes) = models(kind)?;
         let model = Model::parse(&bytes)?;
         let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
@@ -191,6 +204,51 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
     write_atomic(&a.out.join("report.md"), md.as_bytes())?;
     plot(&rows, &peer, &a.out)?;
     println!("{md}");
+    Ok(())
+}
+
+/// The int8 rows of a model file (`--files`): the CPU runtime on all cores at each
+/// `--cpu-batch-sizes`, and the CUDA path at each `--batch-sizes` where a GPU is given (a model
+/// the CUDA path refuses gets a line saying why, no row).
+fn file_rows(
+    a: &InferBench,
+    path: &std::path::Path,
+    threads: usize,
+    gpu: bool,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    let (bytes, _) = crate::cli::import::model_bytes(path)?;
+    let model = Model::parse(&bytes).with_context(|| format!("{}", path.display()))?;
+    let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
+    let model = model.prepare(&mut table)?;
+    let name = path
+        .file_stem()
+        .map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into());
+    let inputs = |n: usize| -> Vec<u8> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        (0..n * model.input_len()).map(|_| rng.random()).collect()
+    };
+    let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
+    for &b in &a.cpu_batch_sizes {
+        let px = inputs(b);
+        let mut arena =
+            crate::cli::common::arena_for(&model, octet_runtime::Kernels::Auto, b, threads)?;
+        let s = median(2, iters(b).min(50), || {
+            run_parallel(&model, &px, &mut arena, threads)?;
+            Ok(())
+        })?;
+        rows.push(row(&name, "int8-cpu", b, s, None));
+    }
+    if !gpu {
+        return Ok(());
+    }
+    #[cfg(feature = "cuda")]
+    for &b in &a.batch_sizes {
+        if let Err(e) = cuda_int8(&model, &name, b, &inputs(b), iters(b), rows) {
+            eprintln!("{name}: no CUDA rows: {e}");
+            break;
+        }
+    }
     Ok(())
 }
 
