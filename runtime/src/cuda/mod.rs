@@ -239,6 +239,7 @@ impl CudaModel {
     /// then runs the dp4a kernel): for tests and benchmarks of both paths. No effect below sm_80.
     pub fn set_tensor_cores(&mut self, on: bool) {
         self.tensor_cores = on && !self.kernels.mma.is_empty();
+        self.drop_graphs();
     }
 
     /// Test hook: every conv/fc that the tensor cores take runs with the tile kernel `name` (a
@@ -248,6 +249,7 @@ impl CudaModel {
     #[doc(hidden)]
     pub fn force_mma_tile(&mut self, name: Option<&str>) -> bool {
         self.forced_tile = name.and_then(|n| self.kernels.mma.iter().position(|t| t.0.name == n));
+        self.drop_graphs();
         name.is_none() || self.forced_tile.is_some()
     }
 
@@ -256,6 +258,7 @@ impl CudaModel {
     #[doc(hidden)]
     pub fn set_fused_adds(&mut self, on: bool) {
         self.fuse_adds = on;
+        self.drop_graphs();
     }
 
     /// Runs `pixels` like [`CudaModel::run`] and times every step on the device with events:
