@@ -26,27 +26,31 @@ __device__ __forceinline__ int wsub(int a, int b) { return (int)((unsigned)a - (
 __device__ __forceinline__ int wshl(int a, int s) { return (int)((unsigned)a << s); }
 
 // gemmlowp's SaturatingRoundingDoublingHighMul (requant.rs): (a·b + nudge) / 2^31 with C's
-// truncating division, nudge 2^30 for a non-negative product, 1 − 2^30 otherwise.
+// truncating division, nudge 2^30 for a non-negative product, 1 − 2^30 otherwise; i32::MAX for
+// a = b = i32::MIN. For a negative v = a·b + 1 − 2^30, trunc(v / 2^31) = floor((v + 2^31 − 1)
+// / 2^31), so both cases are floor((a·b + 2^30) / 2^31): one shift, no division or select.
+__device__ __forceinline__ int rdhm_nosat(int a, int b) {
+    return (int)(((i64)a * b + (1LL << 30)) >> 31);
+}
+
 __device__ __forceinline__ int sat_rdhm(int a, int b) {
-    if (a == I32_MIN && b == I32_MIN) return I32_MAX;
-    const i64 ab = (i64)a * b;
-    const i64 nudge = ab >= 0 ? (1LL << 30) : 1 - (1LL << 30);
-    return (int)((ab + nudge) / (1LL << 31));
+    return a == I32_MIN && b == I32_MIN ? I32_MAX : rdhm_nosat(a, b);
 }
 
 // gemmlowp's RoundingDivideByPOT for e in [0, 31]: to nearest, ties away from zero.
 __device__ __forceinline__ int rdiv_pot(int x, int e) {
-    const int mask = (int)((1LL << e) - 1);
+    const int mask = (int)((1u << e) - 1u);
     const int threshold = (mask >> 1) + (x < 0 ? 1 : 0);
     return (x >> e) + ((x & mask) > threshold ? 1 : 0);
 }
 
 // acc · M0 · 2^(shift − 31) with n = 31 − shift, in the model's rounding; single: not yet
-// saturated (64-bit), as the CPU's epilogue computes it before the clamp.
+// saturated (64-bit), as the CPU's epilogue computes it before the clamp. M0 is a valid
+// multiplier (0 or in [2^30, 2^31)), never i32::MIN: the high multiply cannot saturate.
 __device__ __forceinline__ i64 requant(int acc, int m0, int n) {
 #if OCTET_ROUNDING == 2
     const int shift = 31 - n;
-    return rdiv_pot(sat_rdhm(wshl(acc, max(shift, 0)), m0), max(-shift, 0));
+    return rdiv_pot(rdhm_nosat(wshl(acc, max(shift, 0)), m0), max(-shift, 0));
 #else
     return ((i64)acc * m0 + (1LL << (n - 1))) >> n;
 #endif
