@@ -1,7 +1,11 @@
-//! The GPU path (feature `cuda`): `CudaModel::run` gives the same bytes as `Model::run` for
-//! every test model, batch size and random conv / fc shape, through every conv kernel (the
-//! automatic pick, the dp4a fallback, each tensor-core tile); typed errors. The tests that
-//! need a GPU are ignored by default; a machine with one runs them with
+//! The GPU path (feature `cuda`): `CudaModel::run` gives the same bytes as `Model::run` (the
+//! scalar reference; the fastest CPU set for ResNet-18, whose bytes the CPU suites check
+//! against it) for every test model, batch size, both roundings, every op kind of format v3
+//! (the embedded net: int8 input, depthwise, TFLite's add and average pool, padded max pool,
+//! pad, reshape, softmax), the u8 HWC input, and random conv / fc / depthwise / pool shapes and
+//! windows, through every conv kernel (the automatic pick, the dp4a fallback, each tensor-core
+//! tile); typed errors. The tests that need a GPU are ignored by default; a machine with one
+//! runs them with
 //! `cargo test --release -p octet-runtime --features cuda -- --include-ignored`, and without
 //! one they fail saying so. The NVRTC test needs only NVRTC and always runs.
 //! `profile_resnet18` is also the GPU benchmark of the kernels (`--nocapture` for its tables).
@@ -9,15 +13,24 @@
 
 use octet_testkit as common;
 
-use common::{hand_model, lenet, resnet18, small_resnet, Builder, OpSpec, Rng};
+use common::{
+    embedded_net, hand_model, lenet, lenet_on, out_size, resnet18, small_resnet, Builder, OpSpec,
+    Rng,
+};
 use octet_runtime::cuda::{compile_ptx, CudaError, CudaModel, FC_WARP_MAX_BATCH, KERNEL_NAMES};
-use octet_runtime::Model;
+use octet_runtime::format::INPUT_U8_HWC;
+use octet_runtime::{Kernels, Model, Rounding};
 use proptest::prelude::*;
 use std::time::Instant;
 
-/// The CPU reference: `Model::run` over the batch, split across threads (each chunk is its
-/// own `Model::run` call; images are independent, so the bytes are those of one call).
+/// The CPU reference: the scalar kernels' `Model::run_with` over the batch.
 fn cpu(model: &Model, pixels: &[u8]) -> Vec<i8> {
+    cpu_with(Kernels::Scalar, model, pixels)
+}
+
+/// `Model::run_with(kernels)` over the batch, split across threads (each chunk is its own
+/// call; images are independent, so the bytes are those of one call).
+fn cpu_with(kernels: Kernels, model: &Model, pixels: &[u8]) -> Vec<i8> {
     let n_in = model.input_len();
     let batch = pixels.len() / n_in;
     let threads = std::thread::available_parallelism()
@@ -34,8 +47,8 @@ fn cpu(model: &Model, pixels: &[u8]) -> Vec<i8> {
         {
             s.spawn(move || {
                 let b = px.len() / n_in;
-                let mut arena = vec![0u8; model.arena_bytes_for(b)];
-                o.copy_from_slice(model.run(px, &mut arena).unwrap());
+                let mut arena = vec![0u8; model.arena_bytes_for(kernels, b)];
+                o.copy_from_slice(model.run_with(kernels, px, &mut arena).unwrap());
             });
         }
     });
@@ -107,13 +120,20 @@ fn all_paths(g: &mut CudaModel, pixels: &[u8], want: &[i8]) -> Result<(), String
     Ok(())
 }
 
+/// The model in `bytes` on the GPU against the scalar reference, batch by batch.
 fn check_batches(name: &str, bytes: &[u8], batches: &[usize], seed: u64) {
+    check_batches_with(Kernels::Scalar, name, bytes, batches, seed);
+}
+
+/// The model in `bytes` on the GPU against the CPU's `kernels`, batch by batch: `run`,
+/// `run_into`, the dp4a fallback with the pinned staging copy.
+fn check_batches_with(kernels: Kernels, name: &str, bytes: &[u8], batches: &[usize], seed: u64) {
     let max = *batches.iter().max().unwrap();
     let (model, mut g) = parse_and_upload(bytes, max);
     let mut rng = Rng::new(seed);
     for &b in batches {
         let pixels = rng.bytes(b * model.input_len());
-        let want = cpu(&model, &pixels);
+        let want = cpu_with(kernels, &model, &pixels);
         let got = g.run(&pixels).unwrap().to_vec();
         assert_eq!(got.len(), want.len(), "{name} batch {b}");
         if got != want {
@@ -176,50 +196,68 @@ fn dense_constants(seed: u64, n: u16, k: usize) -> OpSpec {
     fc.ops.pop().expect("the fc just pushed")
 }
 
-/// One conv layer to test (any kh × kw, stride, pad, channels), optionally followed by an fc.
+/// One conv layer to test (any window: kh × kw, two strides, four paddings, dilations), with
+/// its channels, optionally followed by an fc, in either rounding.
 #[derive(Clone, Copy, Debug)]
 struct ConvCase {
     /// Input channels, height, width.
     input: (u16, u16, u16),
     cout: u16,
-    /// Kernel height and width.
-    kernel: (u8, u8),
-    stride: u8,
-    pad: u8,
+    /// kernel h, w; stride h, w; pad top, left, bottom, right; dilation h, w.
+    window: [u8; 10],
     /// Random pad values per input channel (else the input zero point pads).
     pad_values: bool,
     relu: bool,
     /// Outputs of an fc after the conv.
     fc: Option<u16>,
+    /// The model's rounding code (1 single, 2 double).
+    rounding: u8,
+    /// Every third output channel's M0 is 0 (TFLite's encoding of a tiny multiplier).
+    zero_m0: bool,
 }
 
 impl ConvCase {
-    /// A conv of `cout` channels with a `kernel` window, `(stride, pad)`, over `input`; no
-    /// pad values, ReLU or fc.
+    /// A conv of `cout` channels with a `kernel` window, `(stride, pad)` on every side, over
+    /// `input`; no dilation, pad values, ReLU or fc; single rounding.
     fn new(input: (u16, u16, u16), cout: u16, kernel: (u8, u8), (stride, pad): (u8, u8)) -> Self {
+        let (kh, kw) = kernel;
         ConvCase {
             input,
             cout,
-            kernel,
-            stride,
-            pad,
+            window: [kh, kw, stride, stride, pad, pad, pad, pad, 1, 1],
             pad_values: false,
             relu: false,
             fc: None,
+            rounding: 1,
+            zero_m0: false,
         }
+    }
+
+    /// The output (h, w), or `None` when the dilated kernel exceeds the padded input.
+    fn out(&self) -> Option<(u16, u16)> {
+        let (_, h, w) = self.input;
+        let [kh, kw, sh, sw, pt, pl, pb, pr, dh, dw] = self.window;
+        window_fits(self.input, self.window).then(|| {
+            (
+                out_size(h, kh, sh, dh, pt, pb),
+                out_size(w, kw, sw, dw, pl, pr),
+            )
+        })
     }
 
     /// The model: input, the conv, the fc if any; random constants from `seed`.
     fn model(&self, seed: u64) -> Builder {
         let (cin, h, w) = self.input;
-        let (kh, kw) = self.kernel;
-        let (stride, pad) = (self.stride, self.pad);
+        let (ho, wo) = self.out().expect("the kernel fits the padded input");
+        let [kh, kw, ..] = self.window;
         let mut b = Builder::new(cin, h, w, seed);
-        let ho = (h + 2 * pad as u16 - kh as u16) / stride as u16 + 1;
-        let wo = (w + 2 * pad as u16 - kw as u16) / stride as u16 + 1;
+        b.rounding = self.rounding;
         let out = b.tensor(self.cout, ho, wo);
         let k = kh as usize * kw as usize * cin as usize;
-        let constants = dense_constants(b.rng.next(), self.cout, k);
+        let mut constants = dense_constants(b.rng.next(), self.cout, k);
+        if self.zero_m0 {
+            constants.mult.iter_mut().step_by(3).for_each(|m| *m = 0);
+        }
         let pad_values = if self.pad_values {
             (0..cin).map(|_| b.rng.range(-128, 127) as i8).collect()
         } else {
@@ -235,14 +273,10 @@ impl ConvCase {
             kind: 1,
             in0: 0,
             out,
-            kh,
-            kw,
-            stride,
-            pad,
+            window: self.window,
             act_min,
             act_max,
             pad_values,
-            scratch: 0,
             ..constants
         });
         if let Some(n) = self.fc {
@@ -254,14 +288,16 @@ impl ConvCase {
 
 #[test]
 fn nvrtc_compiles_every_kernel() {
-    for arch in [
+    let archs = [
         "compute_75",
         "compute_80",
         "compute_86",
         "compute_89",
         "compute_90",
-    ] {
-        let ptx = compile_ptx(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    ];
+    for (arch, rounding) in archs.iter().flat_map(|a| Rounding::ALL.map(|r| (a, r))) {
+        let ptx =
+            compile_ptx(arch, rounding).unwrap_or_else(|e| panic!("{arch} {rounding:?}: {e}"));
         for name in KERNEL_NAMES {
             assert!(
                 ptx.contains(&format!(".entry {name}(")),
@@ -271,6 +307,9 @@ fn nvrtc_compiles_every_kernel() {
         // The conv and fc kernels use the int8 dot product instruction.
         assert!(ptx.contains("dp4a.s32.s32"), "{arch}: no dp4a in the PTX");
     }
+    // The rounding is compiled in: the two roundings give different code.
+    let [single, double] = Rounding::ALL.map(|r| compile_ptx("compute_90", r).unwrap());
+    assert_ne!(single, double);
 }
 
 #[test]
@@ -326,8 +365,68 @@ fn small_resnet_matches_cpu() {
 #[test]
 #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn resnet18_matches_cpu() {
-    // 256 images: the automatic pick uses every direct tile size somewhere.
-    check_batches("resnet18", &resnet18(4).encode(), &[1, 3, 64, 256], 4);
+    // 256 images: the automatic pick uses every direct tile size somewhere. Against the
+    // fastest CPU set (the scalar reference would take minutes here).
+    let bytes = resnet18(4).encode();
+    check_batches_with(Kernels::Auto, "resnet18", &bytes, &[1, 3, 64, 256], 4);
+}
+
+/// The embedded net (format v3's op set as TFLite models hold it: int8 input, a conv with
+/// TFLite's asymmetric SAME padding and two strides, depthwise convs with a depth multiplier
+/// and dilation, TFLite's add, a padded max pool, pad, TFLite's average pool, reshape, fc,
+/// softmax) in both roundings: the scalar reference's bytes.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
+fn embedded_net_matches_cpu() {
+    for rounding in [1, 2] {
+        for seed in [1, 2] {
+            let name = format!("embedded_net({rounding}, {seed})");
+            let bytes = embedded_net(rounding, seed).encode();
+            check_batches(&name, &bytes, &[1, 3, 64, 1000], seed);
+        }
+    }
+}
+
+/// octet's models in TensorFlow Lite's double rounding (every conv/fc epilogue, avg_pool, the
+/// residual add fused after a conv): the scalar reference's bytes, through every conv path.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
+fn double_rounding_models_match_cpu() {
+    let models = [
+        ("hand", hand_model()),
+        ("lenet", lenet(13)),
+        ("small_resnet", small_resnet(14)),
+        ("odd", odd_model(15)),
+    ];
+    for (name, mut b) in models {
+        b.rounding = 2;
+        check_batches(
+            &format!("{name} double"),
+            &b.encode(),
+            &[1, 3, 64, 1000],
+            16,
+        );
+        every_path_matches_cpu(&b, 19, 17).unwrap_or_else(|e| panic!("{name} double: {e}"));
+    }
+    let mut r = resnet18(18);
+    r.rounding = 2;
+    let bytes = r.encode();
+    check_batches("resnet18 double", &bytes, &[1, 5], 18);
+    every_path_matches_cpu(&r, 9, 19).unwrap_or_else(|e| panic!("resnet18 double: {e}"));
+    // The automatic pick's large-batch tiles, against the fastest CPU set.
+    check_batches_with(Kernels::Auto, "resnet18 double", &bytes, &[256], 20);
+}
+
+/// Inputs already HWC as u8 values (TFLite's uint8 input, q = u − 128), both roundings.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
+fn u8_hwc_input_matches_cpu() {
+    for rounding in [1, 2] {
+        let mut b = lenet_on(3, 21);
+        (b.rounding, b.input_encoding) = (rounding, INPUT_U8_HWC);
+        let name = format!("lenet u8-hwc r{rounding}");
+        check_batches(&name, &b.encode(), &[1, 3, 64, 1000], 21);
+    }
 }
 
 /// ResNet-18's conv shapes (C_in 64…512, 3×3 and strided 1×1) through every path, with M
@@ -446,27 +545,68 @@ fn typed_errors() {
 }
 
 /// Random conv cases: C_in from `cin`, H and W up to `hw`, C_out up to `cout`, kernel sides up
-/// to `k`, stride up to 3, padding up to 2, with and without pad values, ReLU and an fc after.
+/// to `k`; windows uniform (stride up to 3, the same padding up to 2 on every side) or not (two
+/// strides, four paddings, dilation up to 2); with and without pad values, ReLU, zero
+/// multipliers and an fc after; either rounding.
 fn conv_cases(
     cin: impl Strategy<Value = u16>,
     hw: u16,
     cout: u16,
     k: u8,
 ) -> impl Strategy<Value = ConvCase> {
-    let shape = (cin, 1..=hw, 1..=hw, 1..=cout, 1..=k, 1..=k);
-    let options = (1u8..=3, 0u8..=2, any::<bool>(), any::<bool>());
-    (shape, options, prop::option::of(1u16..=20))
+    let shape = (cin, 1..=hw, 1..=hw, 1..=cout);
+    let uniform = (1..=k, 1..=k, 1u8..=3, 0u8..=2)
+        .prop_map(|(kh, kw, s, p)| [kh, kw, s, s, p, p, p, p, 1, 1]);
+    let general = (
+        (1..=k, 1..=k),
+        (1u8..=3, 1u8..=3),
+        [0u8..=2, 0u8..=2, 0u8..=2, 0u8..=2],
+        (1u8..=2, 1u8..=2),
+    )
+        .prop_map(|((kh, kw), (sh, sw), [pt, pl, pb, pr], (dh, dw))| {
+            [kh, kw, sh, sw, pt, pl, pb, pr, dh, dw]
+        });
+    let window = prop_oneof![uniform, general];
+    let options = (any::<bool>(), any::<bool>(), 1u8..=2, any::<bool>());
+    (shape, window, options, prop::option::of(1u16..=20))
         .prop_map(
-            |((cin, h, w, cout, kh, kw), (stride, pad, pad_values, relu), fc)| ConvCase {
+            |((cin, h, w, cout), window, (pad_values, relu, rounding, zero_m0), fc)| ConvCase {
+                window,
                 pad_values,
                 relu,
                 fc,
-                ..ConvCase::new((cin, h, w), cout, (kh, kw), (stride, pad))
+                rounding,
+                zero_m0,
+                ..ConvCase::new((cin, h, w), cout, (1, 1), (1, 0))
             },
         )
-        .prop_filter("the kernel fits the padded input", |c| {
-            let pad = 2 * c.pad as u16;
-            c.input.1 + pad >= c.kernel.0 as u16 && c.input.2 + pad >= c.kernel.1 as u16
+        .prop_filter("the kernel fits the padded input", |c| c.out().is_some())
+}
+
+/// A random window for a depthwise conv or a pool over an `h × w` input: kernel up to 3,
+/// strides up to 2, paddings below the kernel (so no pool window lies in the padding alone),
+/// dilation up to 2 (`dilated`).
+fn small_window(dilated: bool) -> impl Strategy<Value = [u8; 10]> {
+    let d = if dilated { 2u8 } else { 1 };
+    (
+        (1u8..=3, 1u8..=3),
+        (1u8..=2, 1u8..=2),
+        [0u8..=2, 0u8..=2, 0u8..=2, 0u8..=2],
+        (1..=d, 1..=d),
+    )
+        .prop_map(|((kh, kw), (sh, sw), [pt, pl, pb, pr], (dh, dw))| {
+            [
+                kh,
+                kw,
+                sh,
+                sw,
+                pt.min(kh - 1),
+                pl.min(kw - 1),
+                pb.min(kh - 1),
+                pr.min(kw - 1),
+                dh,
+                dw,
+            ]
         })
 }
 
@@ -495,15 +635,18 @@ proptest! {
     }
 
     /// A residual block: the add after the second conv is fused into that conv's epilogue on
-    /// the tensor-core path (C_out % 16 == 0), with the conv's output as either add input.
+    /// the tensor-core path (C_out % 16 == 0), with the conv's output as either add input;
+    /// either rounding (the conv side's epilogue).
     #[test]
     #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn random_residual_block_matches_cpu(
         seed in any::<u64>(), c16 in 1u16..=4, h in 1u16..=12, w in 1u16..=12,
         conv_first in any::<bool>(), relu in any::<bool>(), batch in 1usize..=24,
+        rounding in 1u8..=2,
     ) {
         let c = 16 * c16;
         let mut b = Builder::new(c, h, w, seed);
+        b.rounding = rounding;
         let x = b.conv(0, c, 3, 1, 1, true);
         let y = b.conv(x, c, 3, 1, 1, false);
         let z = if conv_first { b.add(y, x, relu) } else { b.add(x, y, relu) };
@@ -515,12 +658,54 @@ proptest! {
     #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
     fn random_fc_matches_cpu(
         seed in any::<u64>(), k in 1u16..=300, n in 1u16..=70, relu in any::<bool>(),
-        batch in 1usize..=20,
+        batch in 1usize..=20, rounding in 1u8..=2,
     ) {
         let mut b = Builder::new(k, 1, 1, seed);
+        b.rounding = rounding;
         b.fc(0, n, relu);
         every_path_matches_cpu(&b, batch, seed ^ 0xAAAA).map_err(TestCaseError::fail)?;
     }
+
+    /// The embedded op set on random shapes and windows, either rounding, u8 or int8 input:
+    /// two depthwise convs (depth multiplier, strides, paddings, dilation) into TFLite's add, a
+    /// padded max pool and TFLite's average pool over the same window into another, pad,
+    /// reshape, softmax.
+    #[test]
+    #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
+    fn random_embedded_layers_match_cpu(
+        seed in any::<u64>(), c in 1u16..=12, h in 1u16..=10, w in 1u16..=10, dm in 1u16..=3,
+        dw_window in small_window(true), pool_window in small_window(false),
+        pads in [0u8..=2, 0u8..=2, 0u8..=2, 0u8..=2], value in any::<i8>(),
+        rounding in 1u8..=2, int8 in any::<bool>(), batch in 1usize..=20,
+    ) {
+        let mut b = if int8 {
+            Builder::new_int8(c, h, w, 0.05, 3, seed)
+        } else {
+            Builder::new(c, h, w, seed)
+        };
+        b.rounding = rounding;
+        prop_assume!(window_fits(b.shape(0), dw_window));
+        let x = b.depthwise(0, dm, dw_window, true);
+        let y = b.depthwise(0, dm, dw_window, false);
+        let x = b.tflite_add(x, y, false);
+        prop_assume!(window_fits(b.shape(x), pool_window));
+        let p = b.max_pool_window(x, pool_window);
+        let q = b.tflite_avg_pool(x, pool_window);
+        let x = b.tflite_add(p, q, true);
+        let x = b.pad(x, pads, value);
+        let (c, h, w) = b.shape(x);
+        let x = b.reshape(x, c * w, h, 1);
+        b.softmax(x);
+        every_path_matches_cpu(&b, batch, seed ^ 0x1111).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Whether `window` fits a c×h×w input: the padded input holds the dilated kernel.
+fn window_fits((_, h, w): (u16, u16, u16), window: [u8; 10]) -> bool {
+    let [kh, kw, _, _, pt, pl, pb, pr, dh, dw] = window;
+    let fits =
+        |n: u16, k: u8, d: u8, a: u8, b: u8| n + a as u16 + b as u16 > (k as u16 - 1) * d as u16;
+    fits(h, kh, dh, pt, pb) && fits(w, kw, dw, pl, pr)
 }
 
 /// Median of `reps` timed calls of `f` (milliseconds), after `warm` untimed ones.
@@ -552,8 +737,8 @@ fn profile_resnet18() {
     let (n_in, n_out) = (model.input_len(), model.output_len());
     let px = Rng::new(1).bytes(4096 * n_in);
     let mut out = vec![0i8; 4096 * n_out];
-    // Same bytes as the CPU at batch 1024 on the path timed below.
-    let want = cpu(&model, &px[..1024 * n_in]);
+    // Same bytes as the CPU (its fastest set) at batch 1024 on the path timed below.
+    let want = cpu_with(Kernels::Auto, &model, &px[..1024 * n_in]);
     assert_eq!(g.run(&px[..1024 * n_in]).unwrap(), want.as_slice());
     println!("| path | batch | ms | img/s |\n|---|---:|---:|---:|");
     for (label, mma, pinned, fuse) in [
@@ -574,6 +759,25 @@ fn profile_resnet18() {
     }
     g.set_pinned_staging(false).unwrap();
     g.set_fused_adds(true);
+    // The forward alone (images already on the device), octet's single rounding against
+    // TensorFlow Lite's double (the same network; its own kernels, the rounding compiled in).
+    let mut double = resnet18(4);
+    double.rounding = 2;
+    let double = double.encode();
+    let (model2, mut g2) = parse_and_upload(&double, 4096);
+    let p = &px[..256 * n_in];
+    let want2 = cpu_with(Kernels::Auto, &model2, p);
+    assert_eq!(g2.run(p).unwrap(), want2.as_slice());
+    g.set_tensor_cores(true);
+    for (label, m) in [("single", &mut g), ("double", &mut g2)] {
+        for b in [1, 256, 1024, 4096] {
+            m.load(&px[..b * n_in]).unwrap();
+            let reps = if b <= 256 { 50 } else { 15 };
+            let ms = median_ms(3, reps, || m.run_loaded().unwrap());
+            let rate = b as f64 * 1e3 / ms;
+            println!("| mma, loaded, {label} rounding | {b} | {ms:.3} | {rate:.0} |");
+        }
+    }
     for (mma, b) in [(true, 1024), (true, 1)] {
         g.set_tensor_cores(mma);
         let sum = mean_profile(&mut g, &px[..b * n_in], 10);

@@ -1,6 +1,7 @@
 // conv2d / fully_connected on the int8 tensor cores (sm_80+): the implicit GEMM of
 // conv2d_dp4a (same arguments, same packed weights, same epilogue arithmetic `finish`) with
-// mma.sync.m16n8k32 s8×s8→s32. Appended to kernels.cu by the host (one NVRTC source).
+// mma.sync.m16n8k32 s8×s8→s32, the window as general (two strides, top/left padding,
+// dilation). Appended to kernels.cu by the host (one NVRTC source).
 //
 // GEMM view: row m = one output pixel (b, oy, ox), column n = one output channel, K' = the
 // packed weight row, kh·kw taps of cin_words words (4 int8 each). A (M×K') and B (N×K', the
@@ -71,7 +72,8 @@ template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool GAT
 __device__ __forceinline__ void conv_mma(
     const i8* __restrict__ x, i8* __restrict__ y, const int* __restrict__ w,
     const int4* __restrict__ rq, const i8* __restrict__ padv, int M, int H, int W, int cin,
-    int Ho, int Wo, int cout, int kh, int kw, int stride, int pad, int cin_words, int zout,
+    int Ho, int Wo, int cout, int kh, int kw, int sh, int sw, int pt, int pl, int dh, int dw,
+    int cin_words, int zout,
     int act_min, int act_max, const i8* __restrict__ res, int rz, int rm, int cz, int cm, int an,
     int az, int amin, int amax) {
 #if __CUDA_ARCH__ >= 800
@@ -110,8 +112,8 @@ __device__ __forceinline__ void conv_mma(
                 oy = t % Ho;
                 b = t / Ho;
             }
-            riy[i] = m < M ? oy * stride - pad : -(1 << 28);  // rows past M read pad bytes
-            rix[i] = ox * stride - pad;
+            riy[i] = m < M ? oy * sh - pt : -(1 << 28);  // rows past M read pad bytes
+            rix[i] = ox * sw - pl;
             rbase[i] = m < M ? ((b * H + riy[i]) * W + rix[i]) * cin : 0;
         }
         while (ch >= cin) {  // cin ≥ 16: piece pc may already be in a later tap
@@ -127,7 +129,7 @@ __device__ __forceinline__ void conv_mma(
             int4 g = make_int4(-(1 << 28), 0, 0, 0);  // rows past M read pad bytes
             if (m < M) {
                 const int ox = m % Wo, t = m / Wo;
-                g = make_int4((t % Ho) * stride - pad, ox * stride - pad, (t / Ho) * H * W * cin, 0);
+                g = make_int4((t % Ho) * sh - pt, ox * sw - pl, (t / Ho) * H * W * cin, 0);
             }
             grow[r] = g;
         }
@@ -138,11 +140,12 @@ __device__ __forceinline__ void conv_mma(
         const unsigned sa = sbase + stage * STAGE_BYTES, sb = sa + A_BYTES;
         if (!GATHER) {
             const bool kin = ky < kh;
-            const int toff = (ky * W + kx) * cin + ch;
+            const int dy = ky * dh, dx = kx * dw;  // the tap's offset from the window's corner
+            const int toff = (dy * W + dx) * cin + ch;
 #pragma unroll
             for (int i = 0; i < A_ROWS; ++i) {
                 const int r = tid / PIECES + i * RP;
-                const int iy = riy[i] + ky, ix = rix[i] + kx;
+                const int iy = riy[i] + dy, ix = rix[i] + dx;
                 const bool in = iy >= 0 && iy < H && ix >= 0 && ix < W;
                 const i8* src = in ? x + (rbase[i] + toff) : padv + (kin ? ch : 0);
                 cp_async16<CA>(sa + swz<BK>(r, pc), src, kin ? 16 : 0);
@@ -172,7 +175,8 @@ __device__ __forceinline__ void conv_mma(
                 tap = gk / cin_words;
                 c = (gk - tap * cin_words) * 4;
                 gy = tap / kw;
-                gx = tap - gy * kw;
+                gx = (tap - gy * kw) * dw;  // the tap's offset from the window's corner
+                gy *= dh;
             }
             const bool aligned = (cin & 3) == 0;
 #pragma unroll 4
@@ -328,12 +332,13 @@ __device__ __forceinline__ void conv_mma(
 #define CONV_MMA_ARGS                                                                          \
     const i8 *__restrict__ x, i8 *__restrict__ y, const int *__restrict__ w,                   \
         const int4 *__restrict__ rq, const i8 *__restrict__ padv, int M, int H, int W,         \
-        int cin, int Ho, int Wo, int cout, int kh, int kw, int stride, int pad, int cin_words, \
+        int cin, int Ho, int Wo, int cout, int kh, int kw, int sh, int sw, int pt, int pl,     \
+        int dh, int dw, int cin_words,                                                         \
         int zout, int act_min, int act_max, const i8 *__restrict__ res, int rz, int rm, int cz, \
         int cm, int an, int az, int amin, int amax
 #define CONV_MMA_PASS                                                                           \
-    x, y, w, rq, padv, M, H, W, cin, Ho, Wo, cout, kh, kw, stride, pad, cin_words, zout, act_min, \
-        act_max, res, rz, rm, cz, cm, an, az, amin, amax
+    x, y, w, rq, padv, M, H, W, cin, Ho, Wo, cout, kh, kw, sh, sw, pt, pl, dh, dw, cin_words, zout, \
+        act_min, act_max, res, rz, rm, cz, cm, an, az, amin, amax
 // MINB: blocks per SM the register budget must allow (caps registers at 65536 / (MINB·T)).
 #define CONV_MMA(NAME, BM, BN, BK, WMS, WNS, ST, MINB, GATHER, CA)                          \
     extern "C" __global__ void __launch_bounds__(WMS * WNS * 32, MINB) NAME(CONV_MMA_ARGS) { \

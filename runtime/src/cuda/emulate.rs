@@ -1,16 +1,22 @@
 //! Host emulation of the GPU path, for machines without a GPU (the GPU tests check the real
 //! thing). `conv2d_dp4a` is a line-by-line transliteration of kernels.cu (blocks, the two
 //! phases between `__syncthreads`, the 4×4 thread tiles), checked against the scalar reference
-//! on random shapes: the kernels' index math, packing, padding and epilogue. `forward` runs a
-//! whole model's lowered steps (lower.rs) over one activation buffer laid out by plan.rs, each
-//! step as its kernel computes it (`fc_warp` at small batches, an add fused into the conv
-//! before it as the tensor-core epilogue computes it), checked against `Model::run` on the
-//! bundled test models: the lowering's offsets, parameters and fusion decisions.
+//! on random shapes and windows in both roundings: the kernels' index math, packing, padding
+//! and epilogue. `forward` runs a whole model's lowered steps (lower.rs) over one activation
+//! buffer laid out by plan.rs, each step as its kernel computes it (`fc_warp` at small batches,
+//! an add fused into the conv before it as the tensor-core epilogue computes it, one output
+//! value per thread for the element-wise kernels), checked against the scalar `Model::run` on
+//! the test models, every op kind, in both roundings: the lowering's offsets, parameters and
+//! fusion decisions. The double rounding's arithmetic is requant.rs's here (the kernels'
+//! transliteration of it is checked on the GPU).
 
-use super::lower::{pack_weights, rq_words, Dense, DenseConsts, Pool, Residual, Step};
+use super::lower::{
+    pack_weights, rq_words, Dense, DenseConsts, Depthwise, Pad, Pool, PoolKind, Residual, Softmax,
+    Step, TfliteAdd,
+};
 use super::{launch::FC_WARP_MAX_BATCH, plan};
-use crate::kernels::{scalar, ConvParams, I32Array, OutputQuant, Shape};
-use crate::requant::AddRequant;
+use crate::kernels::{scalar, ConvParams, I32Array, Kernels, OutputQuant, Shape, SoftmaxParams};
+use crate::requant::{requantize_double, AddRequant, Rounding};
 use crate::Model;
 use proptest::prelude::*;
 
@@ -25,10 +31,18 @@ fn pack4(b: [i32; 4]) -> i32 {
     i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
 }
 
+/// The kernels' `requant`: acc · M0 · 2^(shift − 31) with n = 31 − shift, in `rounding`
+/// (single: not yet saturated).
+fn requant(acc: i32, m0: i32, n: i32, rounding: Rounding) -> i64 {
+    match rounding {
+        Rounding::Single => (acc as i64 * m0 as i64 + (1i64 << (n - 1))) >> n,
+        Rounding::Double => requantize_double(acc, m0, 31 - n) as i64,
+    }
+}
+
 fn finish(sum: i32, r: &[i32], q: OutputQuant) -> i8 {
-    let acc = sum.wrapping_add(r[0]) as i64;
-    let v = ((acc * r[1] as i64 + (1i64 << (r[2] - 1))) >> r[2]) + q.zero_point as i64;
-    q.clamp64(v)
+    let acc = sum.wrapping_add(r[0]);
+    q.clamp64(requant(acc, r[1], r[2], q.rounding) + q.zero_point as i64)
 }
 
 struct Geom {
@@ -41,8 +55,13 @@ struct Geom {
     cout: usize,
     kh: usize,
     kw: usize,
-    stride: usize,
-    pad: usize,
+    /// Strides, top/left padding, dilations.
+    sh: usize,
+    sw: usize,
+    pt: usize,
+    pl: usize,
+    dh: usize,
+    dw: usize,
     cin_words: usize,
 }
 
@@ -80,8 +99,8 @@ fn conv2d_dp4a(
                         oy = t % g.ho;
                         b = t / g.ho;
                     }
-                    let iy0 = (oy * g.stride) as isize - g.pad as isize;
-                    let ix0 = (ox * g.stride) as isize - g.pad as isize;
+                    let iy0 = (oy * g.sh) as isize - g.pt as isize;
+                    let ix0 = (ox * g.sw) as isize - g.pl as isize;
                     for s in 0..2 {
                         let kk = ak + 4 * s;
                         let gk = k0 + kk;
@@ -90,7 +109,7 @@ fn conv2d_dp4a(
                             let tap = gk / g.cin_words;
                             let c = (gk - tap * g.cin_words) * 4;
                             let (ky, kx) = (tap / g.kw, tap % g.kw);
-                            let (iy, ix) = (iy0 + ky as isize, ix0 + kx as isize);
+                            let (iy, ix) = (iy0 + (ky * g.dh) as isize, ix0 + (kx * g.dw) as isize);
                             let get = |src: &dyn Fn(usize) -> i8, j: usize| {
                                 if c + j < g.cin {
                                     src(j) as i32
@@ -161,6 +180,40 @@ fn le(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// A random window over an h×w input: kernel, strides, four paddings, dilations; `None` when
+/// the padded input is smaller than the dilated kernel.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    k: (usize, usize),
+    s: (usize, usize),
+    /// top, left, bottom, right.
+    pad: [usize; 4],
+    d: (usize, usize),
+}
+
+impl Window {
+    /// Output (h, w) over an h×w input (FORMAT.md, "Windows").
+    fn out(&self, h: usize, w: usize) -> Option<(usize, usize)> {
+        let axis = |n: usize, k: usize, s: usize, d: usize, before: usize, after: usize| {
+            let e = (k - 1) * d + 1;
+            (n + before + after >= e).then(|| (n + before + after - e) / s + 1)
+        };
+        let [pt, pl, pb, pr] = self.pad;
+        Some((
+            axis(h, self.k.0, self.s.0, self.d.0, pt, pb)?,
+            axis(w, self.k.1, self.s.1, self.d.1, pl, pr)?,
+        ))
+    }
+}
+
+fn windows() -> impl Strategy<Value = Window> {
+    let k = (1usize..=4, 1usize..=4);
+    let s = (1usize..=3, 1usize..=3);
+    let pad = [0usize..=2, 0usize..=2, 0usize..=2, 0usize..=2];
+    let d = (1usize..=2, 1usize..=2);
+    (k, s, pad, d).prop_map(|(k, s, pad, d)| Window { k, s, pad, d })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -168,27 +221,29 @@ proptest! {
     fn emulated_conv_matches_scalar(
         seed in any::<u64>(), batch in 1usize..=3,
         cin in 1usize..=9, h in 1usize..=9, w in 1usize..=9, cout in 1usize..=70,
-        kh in 1usize..=4, kw in 1usize..=4, stride in 1usize..=3, pad in 0usize..=2,
-        with_pad in any::<bool>(), zin in -128i32..=127, zout in -128i32..=127,
-        relu in any::<bool>(),
+        win in windows(), with_pad in any::<bool>(), zin in -128i32..=127, zout in -128i32..=127,
+        relu in any::<bool>(), double in any::<bool>(), zero_m0 in any::<bool>(),
     ) {
-        prop_assume!(h + 2 * pad >= kh && w + 2 * pad >= kw);
+        let Some((ho, wo)) = win.out(h, w) else { return Ok(()) };
         let mut r = Lcg(seed | 1);
-        let ho = (h + 2 * pad - kh) / stride + 1;
-        let wo = (w + 2 * pad - kw) / stride + 1;
-        let k = kh * kw * cin;
+        let ((kh, kw), k) = (win.k, win.k.0 * win.k.1 * cin);
         let weights: Vec<i8> = (0..cout * k).map(|_| ((r.next() % 255) as i32 - 127) as i8).collect();
         let bias: Vec<i32> = (0..cout).map(|_| (r.next() % 20001) as i32 - 10000).collect();
-        let m0s: Vec<i32> = (0..cout).map(|_| (1 << 30) + (r.next() % (1 << 30)) as i32).collect();
+        let m0s: Vec<i32> = (0..cout)
+            .map(|c| if zero_m0 && c % 3 == 0 { 0 } else { (1 << 30) + (r.next() % (1 << 30)) as i32 })
+            .collect();
         let shifts: Vec<i32> = (0..cout).map(|_| -((r.next() % 12) as i32) - 6).collect();
         let pad_values: Vec<i8> = if with_pad { (0..cin).map(|_| r.next() as i8).collect() } else { Vec::new() };
         let x: Vec<i8> = (0..batch * h * w * cin).map(|_| r.next() as i8).collect();
-        let q = OutputQuant { zero_point: zout, act_min: if relu { zout } else { -128 }, act_max: 127 };
+        let rounding = if double { Rounding::Double } else { Rounding::Single };
+        let act_min = if relu { zout } else { -128 };
+        let q = OutputQuant { zero_point: zout, act_min, act_max: 127, rounding };
         let (bb, mb, sb) = (le(&bias), le(&m0s), le(&shifts));
         let p = ConvParams {
             input: Shape { c: cin, h, w },
             output: Shape { c: cout, h: ho, w: wo },
-            kernel_h: kh, kernel_w: kw, stride, pad,
+            kernel_h: kh, kernel_w: kw, stride_h: win.s.0, stride_w: win.s.1,
+            pad_top: win.pad[0], pad_left: win.pad[1], dilation_h: win.d.0, dilation_w: win.d.1,
             weights: &weights,
             bias: I32Array::new(&bb), multiplier: I32Array::new(&mb), shift: I32Array::new(&sb),
             pad_values: &pad_values, input_zero_point: zin, out: q,
@@ -201,8 +256,12 @@ proptest! {
         }
         let (wp, cin_words) = pack_weights(&weights, cout, kh * kw, cin);
         let rq: Vec<i32> = (0..cout).flat_map(|c| rq_words(bias[c], m0s[c], shifts[c])).collect();
-        let padv: Vec<i8> = (0..cin).map(|c| pad_values.get(c).copied().unwrap_or(zin as i8)).collect();
-        let g = Geom { m: batch * ho * wo, h, w, cin, ho, wo, cout, kh, kw, stride, pad, cin_words };
+        let padv: Vec<i8> = (0..cin).map(|c| p.pad_value(c)).collect();
+        let g = Geom {
+            m: batch * ho * wo, h, w, cin, ho, wo, cout, kh, kw,
+            sh: win.s.0, sw: win.s.1, pt: win.pad[0], pl: win.pad[1], dh: win.d.0, dw: win.d.1,
+            cin_words,
+        };
         let mut got = vec![0i8; batch * img_out];
         conv2d_dp4a(&x, &mut got, &wp, &rq, &padv, &g, q);
         prop_assert_eq!(got, want);
@@ -226,12 +285,33 @@ fn region(acts: &[i8], off: usize, len: usize, batch: usize) -> &[i8] {
     &acts[off..off + len * batch]
 }
 
-/// `input_u8_to_hwc`: planar u8 pixels to int8 HWC (q = pixel − 128).
-fn input_to_hwc(px: &[u8], (c, h, w): (usize, usize, usize), x: &mut [i8]) {
+/// Element `i` of a batch-major HWC tensor of `ho × wo × c` per image: (image, y, x, channel).
+fn at(i: usize, ho: usize, wo: usize, c: usize) -> (usize, usize, usize, usize) {
+    let (ch, t) = (i % c, i / c);
+    (t / wo / ho, (t / wo) % ho, t % wo, ch)
+}
+
+/// Row `iy`, column `ix` of a window's tap, or `None` in the padding.
+fn inside(iy: isize, ix: isize, h: usize, w: usize) -> Option<(usize, usize)> {
+    (iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w)
+        .then_some((iy as usize, ix as usize))
+}
+
+/// `input_u8_to_hwc` (planar u8 pixels, q = pixel − 128) or `input_hwc` (HWC, flipped by 0x80
+/// for u8 values, as is for the int8 tensor), as the model's encoding says.
+fn input_to_hwc(model: &Model, px: &[u8], x: &mut [i8]) {
+    use crate::format::InputEncoding;
+    let (c, h, w) = model.input_shape();
     for (i, v) in x.iter_mut().enumerate() {
-        let (ch, t) = (i % c, i / c);
-        let (p, b) = (t % (h * w), t / (h * w));
-        *v = (px[(b * c + ch) * h * w + p] ^ 0x80) as i8;
+        *v = match model.input_encoding() {
+            InputEncoding::PixelsU8Chw => {
+                let (ch, t) = (i % c, i / c);
+                let (p, b) = (t % (h * w), t / (h * w));
+                (px[(b * c + ch) * h * w + p] ^ 0x80) as i8
+            }
+            InputEncoding::U8Hwc => (px[i] ^ 0x80) as i8,
+            InputEncoding::I8Hwc => px[i] as i8,
+        };
     }
 }
 
@@ -264,32 +344,122 @@ fn dense_gemm(x: &[i8], y: &mut [i8], d: &Dense<DenseConsts>, batch: usize) {
         cout: u(d.g.cout),
         kh: u(d.g.kh),
         kw: u(d.g.kw),
-        stride: u(d.g.stride),
-        pad: u(d.g.pad),
+        sh: u(d.g.sh),
+        sw: u(d.g.sw),
+        pt: u(d.g.pt),
+        pl: u(d.g.pl),
+        dh: u(d.g.dh),
+        dw: u(d.g.dw),
         cin_words: u(d.cin_words),
     };
     let c = &d.consts;
     conv2d_dp4a(x, y, &c.w, &c.rq, &c.padv, &g, d.q);
 }
 
-/// `max_pool` / `avg_pool`: one output value per thread.
+/// `max_pool` / `avg_pool` / `tflite_avg_pool`: one output value per thread, over the
+/// window's taps inside the input (octet's avg_pool has no padding).
 fn pool(x: &[i8], y: &mut [i8], p: &Pool) {
     let g = &p.g;
-    let (h, w, c) = (g.h as usize, g.w as usize, g.cin as usize);
-    let (ho, wo, s) = (g.ho as usize, g.wo as usize, g.stride as usize);
+    let u = |v: i32| v as usize;
+    let (h, w, c) = (u(g.h), u(g.w), u(g.cin));
+    let (pt, pl) = match p.kind {
+        PoolKind::Avg => (0, 0),
+        PoolKind::Max | PoolKind::TfliteAvg => (g.pt as isize, g.pl as isize),
+    };
     for (i, out) in y.iter_mut().enumerate() {
-        let (ch, t) = (i % c, i / c);
-        let (ox, oy, b) = (t % wo, (t / wo) % ho, t / wo / ho);
-        let taps = (0..g.kh as usize).flat_map(|ky| (0..g.kw as usize).map(move |kx| (ky, kx)));
-        let vals =
-            taps.map(|(ky, kx)| x[((b * h + oy * s + ky) * w + ox * s + kx) * c + ch] as i32);
-        let v = if p.avg {
-            let acc = vals.map(|q| q - p.zin).sum::<i32>() as i64;
-            ((acc * p.m0 as i64 + (1i64 << (p.n - 1))) >> p.n) + p.q.zero_point as i64
-        } else {
-            vals.fold(-128, i32::max) as i64
+        let (b, oy, ox, ch) = at(i, u(g.ho), u(g.wo), c);
+        let (iy0, ix0) = ((oy * u(g.sh)) as isize - pt, (ox * u(g.sw)) as isize - pl);
+        let taps: Vec<i32> = (0..g.kh as isize)
+            .flat_map(|ky| (0..g.kw as isize).map(move |kx| (iy0 + ky, ix0 + kx)))
+            .filter_map(|(iy, ix)| inside(iy, ix, h, w))
+            .map(|(iy, ix)| x[((b * h + iy) * w + ix) * c + ch] as i32)
+            .collect();
+        let sum: i32 = taps.iter().sum();
+        let v = match p.kind {
+            PoolKind::Max => taps.iter().fold(-128, |m, &q| m.max(q)) as i64,
+            PoolKind::Avg => {
+                let acc = sum - p.zin * taps.len() as i32;
+                requant(acc, p.m0, p.n, p.q.rounding) + p.q.zero_point as i64
+            }
+            PoolKind::TfliteAvg => {
+                let count = (taps.len() as i32).max(1);
+                let half = if sum > 0 { count / 2 } else { -(count / 2) };
+                ((sum + half) / count) as i64
+            }
         };
-        *out = v.max(p.q.act_min as i64).min(p.q.act_max as i64) as i8;
+        *out = p.q.clamp64(v);
+    }
+}
+
+/// `depthwise_conv2d`: one output value per thread over the packed `[taps][ld]` weight bytes.
+fn depthwise(x: &[i8], y: &mut [i8], d: &Depthwise<DenseConsts>) {
+    let (g, u) = (&d.g, |v: i32| v as usize);
+    let (h, w, cin, cout, ld) = (u(g.h), u(g.w), u(g.cin), u(g.cout), u(d.ld));
+    let bytes: Vec<i8> = d
+        .consts
+        .w
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .map(|b| b as i8)
+        .collect();
+    for (i, out) in y.iter_mut().enumerate() {
+        let (b, oy, ox, oc) = at(i, u(g.ho), u(g.wo), cout);
+        let ic = oc / u(d.dm);
+        let mut acc = 0i32;
+        for ky in 0..u(g.kh) {
+            for kx in 0..u(g.kw) {
+                let iy = (oy * u(g.sh) + ky * u(g.dh)) as isize - g.pt as isize;
+                let ix = (ox * u(g.sw) + kx * u(g.dw)) as isize - g.pl as isize;
+                let v = match inside(iy, ix, h, w) {
+                    Some((iy, ix)) => x[((b * h + iy) * w + ix) * cin + ic],
+                    None => d.consts.padv[ic],
+                };
+                acc = acc.wrapping_add(v as i32 * bytes[(ky * u(g.kw) + kx) * ld + oc] as i32);
+            }
+        }
+        *out = finish(acc, &d.consts.rq[4 * oc..4 * oc + 4], d.q);
+    }
+}
+
+/// `tflite_add`: three requantizations per byte, each saturated to int32.
+fn tflite_add(a: &[i8], b: &[i8], t: &TfliteAdd) -> Vec<i8> {
+    let rq = |acc: i32, (m0, n): (i32, i32)| {
+        let v = requant(acc, m0, n, t.q.rounding);
+        v.clamp(i32::MIN as i64, i32::MAX as i64) as i32
+    };
+    let side = |q: i8, z: i32, r| rq((q as i32 - z).wrapping_shl(t.ls as u32), r);
+    a.iter()
+        .zip(b)
+        .map(|(&qa, &qb)| {
+            let sum = side(qa, t.z[0], t.rq[0]).wrapping_add(side(qb, t.z[1], t.rq[1]));
+            t.q.clamp64(rq(sum, t.rq[2]) as i64 + t.q.zero_point as i64)
+        })
+        .collect()
+}
+
+/// `softmax`: one thread per row; its fixed-point arithmetic is the scalar kernel's, run here
+/// with the step's parameters (M0, the shift back from n, diff_min) and the model's rounding.
+fn softmax(x: &[i8], y: &mut [i8], s: &Softmax, rounding: Rounding) {
+    let p = SoftmaxParams {
+        depth: s.depth as usize,
+        input_multiplier: s.m0,
+        input_left_shift: 31 - s.n,
+        diff_min: s.diff_min,
+        rounding,
+    };
+    scalar::softmax(&p, x, y);
+}
+
+/// `pad_hwc`: the input byte at (oy − pt, ox − pl), the value outside.
+fn pad(x: &[i8], y: &mut [i8], p: &Pad) {
+    let (g, u) = (&p.g, |v: i32| v as usize);
+    for (i, out) in y.iter_mut().enumerate() {
+        let (b, oy, ox, ch) = at(i, u(g.ho), u(g.wo), u(g.cin));
+        let (iy, ix) = (oy as isize - g.pt as isize, ox as isize - g.pl as isize);
+        *out = match inside(iy, ix, u(g.h), u(g.w)) {
+            Some((iy, ix)) => x[((b * u(g.h) + iy) * u(g.w) + ix) * u(g.cin) + ch],
+            None => p.value as i8,
+        };
     }
 }
 
@@ -314,6 +484,50 @@ fn lowered(model: &Model, layout: &plan::Layout, batch: usize) -> Vec<Step<Dense
     steps
 }
 
+/// A step other than a conv/fc or octet's add over `acts` for `batch` images: where its
+/// output goes and its bytes.
+fn element_step(
+    acts: &[i8],
+    step: &Step<DenseConsts>,
+    batch: usize,
+    rounding: Rounding,
+) -> (usize, Vec<i8>) {
+    let len = |g: &super::lower::Geom| (g.h * g.w * g.cin) as usize;
+    let out_len = |g: &super::lower::Geom, c: i32| (g.ho * g.wo * c) as usize * batch;
+    match step {
+        Step::Dense(_) | Step::Add(_) => unreachable!("forward runs these itself"),
+        Step::Depthwise(d) => {
+            let mut y = vec![0; out_len(&d.g, d.g.cout)];
+            depthwise(region(acts, d.x, len(&d.g), batch), &mut y, d);
+            (d.y, y)
+        }
+        Step::Pool(p) => {
+            let mut y = vec![0; out_len(&p.g, p.g.cin)];
+            pool(region(acts, p.x, len(&p.g), batch), &mut y, p);
+            (p.y, y)
+        }
+        Step::TfliteAdd(t) => {
+            let (a, b) = (
+                region(acts, t.a, t.len, batch),
+                region(acts, t.b, t.len, batch),
+            );
+            (t.y, tflite_add(a, b, t))
+        }
+        Step::Softmax(s) => {
+            let n = s.rows * s.depth as usize;
+            let mut y = vec![0; n * batch];
+            softmax(region(acts, s.x, n, batch), &mut y, s, rounding);
+            (s.y, y)
+        }
+        Step::Pad(p) => {
+            let mut y = vec![0; out_len(&p.g, p.g.cin)];
+            pad(region(acts, p.x, len(&p.g), batch), &mut y, p);
+            (p.y, y)
+        }
+        Step::Reshape(r) => (r.y, region(acts, r.x, r.len, batch).to_vec()),
+    }
+}
+
 /// The GPU forward of `batch` images on the host: `model` lowered for exactly `batch` images,
 /// with the adds fused where launch.rs fuses them on the tensor cores (`fuse`: C_out % 16 == 0)
 /// or never; returns the logits.
@@ -324,11 +538,7 @@ fn forward(model: &Model, pixels: &[u8], batch: usize, fuse: bool) -> Vec<i8> {
     let off = |t: u16| layout.offsets[t as usize].unwrap();
     let input = off(model.input_tensor());
     let n_in = model.input_len();
-    input_to_hwc(
-        pixels,
-        model.input_shape(),
-        &mut acts[input..input + n_in * batch],
-    );
+    input_to_hwc(model, pixels, &mut acts[input..input + n_in * batch]);
     let mut fused = false;
     for (i, step) in steps.iter().enumerate() {
         match step {
@@ -363,12 +573,9 @@ fn forward(model: &Model, pixels: &[u8], batch: usize, fuse: bool) -> Vec<i8> {
                     .collect();
                 acts[a.y..a.y + y.len()].copy_from_slice(&y);
             }
-            Step::Pool(p) => {
-                let n_x = (p.g.h * p.g.w * p.g.cin) as usize;
-                let x = region(&acts, p.x, n_x, batch).to_vec();
-                let mut y = vec![0i8; (p.g.ho * p.g.wo * p.g.cin) as usize * batch];
-                pool(&x, &mut y, p);
-                acts[p.y..p.y + y.len()].copy_from_slice(&y);
+            step => {
+                let (at, y) = element_step(&acts, step, batch, model.rounding());
+                acts[at..at + y.len()].copy_from_slice(&y);
             }
         }
     }
@@ -403,27 +610,50 @@ fn fused_add(
         .collect()
 }
 
+/// The test models in both roundings: octet's (conv, fc, max/avg pool, add; u8 pixels), the
+/// embedded net (every op of the TFLite set, int8 input) and a LeNet over u8 HWC input.
+fn test_models() -> Vec<(String, Vec<u8>)> {
+    use octet_testkit::{embedded_net, hand_model, lenet, lenet_on, small_resnet};
+    let mut models = Vec::new();
+    for rounding in [1u8, 2] {
+        let mut octets = [
+            ("hand", hand_model()),
+            ("lenet", lenet(1)),
+            ("small_resnet", small_resnet(2)),
+        ];
+        for (name, b) in octets.iter_mut() {
+            b.rounding = rounding;
+            models.push((format!("{name} r{rounding}"), b.encode()));
+        }
+        for seed in [3, 4] {
+            let name = format!("embedded_net({rounding}, {seed})");
+            models.push((name, embedded_net(rounding, seed).encode()));
+        }
+        let mut hwc = lenet_on(3, 5);
+        (hwc.rounding, hwc.input_encoding) = (rounding, crate::format::INPUT_U8_HWC);
+        models.push((format!("lenet u8-hwc r{rounding}"), hwc.encode()));
+    }
+    models
+}
+
 #[test]
 fn emulated_forward_matches_the_cpu() {
-    let models: [&[u8]; 4] = [
-        include_bytes!("../../fuzz/corpus/parse/hand.o8"),
-        include_bytes!("../../fuzz/corpus/parse/lenet.o8"),
-        include_bytes!("../../fuzz/corpus/parse/small_resnet.o8"),
-        include_bytes!("../../fuzz/corpus/parse/all_ops.o8"),
-    ];
     let mut fused_any = false;
-    for (mi, bytes) in models.iter().enumerate() {
+    for (mi, (name, bytes)) in test_models().iter().enumerate() {
         let model = Model::parse(bytes).unwrap();
         for batch in [1, FC_WARP_MAX_BATCH + 1] {
             let mut r = Lcg(0x9e37 + (mi * 16 + batch) as u64);
             let pixels: Vec<u8> = (0..batch * model.input_len())
                 .map(|_| r.next() as u8)
                 .collect();
-            let mut arena = vec![0u8; model.arena_bytes_for(batch)];
-            let want = model.run(&pixels, &mut arena).unwrap().to_vec();
+            let mut arena = vec![0u8; model.arena_bytes_for(Kernels::Scalar, batch)];
+            let want = model
+                .run_with(Kernels::Scalar, &pixels, &mut arena)
+                .unwrap()
+                .to_vec();
             for fuse in [false, true] {
                 let got = forward(&model, &pixels, batch, fuse);
-                assert_eq!(got, want, "model {mi}, batch {batch}, fused adds {fuse}");
+                assert_eq!(got, want, "{name}, batch {batch}, fused adds {fuse}");
             }
         }
         let layout = plan::plan(&model, 1).unwrap();

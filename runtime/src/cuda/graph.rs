@@ -18,6 +18,15 @@ impl CudaModel {
         self.graphs = on.then(|| self.graphs.take().unwrap_or_default());
     }
 
+    /// Drops the captured forwards (replay stays on): after a switch that changes what the
+    /// forward launches (the conv kernels, fused adds), a graph captured before it would
+    /// replay the old launches.
+    pub(super) fn drop_graphs(&mut self) {
+        if let Some(g) = self.graphs.as_mut() {
+            g.clear();
+        }
+    }
+
     /// Queues the forward of `batch` images: the captured graph for this batch size, captured
     /// now if it is the first run at this size.
     pub(super) fn forward(&mut self, batch: usize) -> Result<()> {

@@ -3,12 +3,15 @@
 //! order of the kernels' signatures in kernels.cu and conv_mma.cu. Every launch is queued on
 //! the model's stream; nothing here synchronises.
 
-use cudarc::driver::{sys, CudaEvent, CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, sys, CudaEvent, CudaFunction, LaunchConfig, PushKernelArg};
 
-use crate::requant::OutputQuant;
+use crate::format::InputEncoding;
+use crate::requant::{OutputQuant, Rounding};
 
 use super::kernels::MmaTile;
-use super::lower::{Add, Dense, Pool, Residual};
+use super::lower::{
+    Add, Dense, Depthwise, Pad, Pool, PoolKind, Reshape, Residual, Softmax, TfliteAdd,
+};
 use super::upload::{DeviceConsts, DeviceStep};
 use super::{CudaModel, Result};
 
@@ -57,6 +60,8 @@ impl Epilogue {
             zero_point: 0,
             act_min: -128,
             act_max: 127,
+            // octet's add has its own arithmetic: no rounding of the model's applies.
+            rounding: Rounding::Single,
         },
     };
 
@@ -84,7 +89,7 @@ impl CudaModel {
             Ok(())
         };
         self.launch_input(batch)?;
-        mark(&|| "input u8 -> hwc".into())?;
+        mark(&|| format!("input {} -> hwc", self.input_encoding.name()))?;
         let mut fused_add = false;
         for (i, step) in self.steps.iter().enumerate() {
             match step {
@@ -100,13 +105,33 @@ impl CudaModel {
                     mark(&|| dense_label(d, kernel, fused))?;
                 }
                 DeviceStep::Add(_) if fused_add => fused_add = false,
-                DeviceStep::Pool(p) => {
-                    self.launch_pool(p, batch)?;
-                    mark(&|| if p.avg { "avg_pool" } else { "max_pool" }.into())?;
-                }
                 DeviceStep::Add(a) => {
                     self.launch_add(a, batch)?;
                     mark(&|| "add".into())?;
+                }
+                DeviceStep::Depthwise(d) => {
+                    self.launch_depthwise(d, batch)?;
+                    mark(&|| "depthwise_conv2d".into())?;
+                }
+                DeviceStep::Pool(p) => {
+                    self.launch_pool(p, batch)?;
+                    mark(&|| p.kind.name().into())?;
+                }
+                DeviceStep::TfliteAdd(a) => {
+                    self.launch_tflite_add(a, batch)?;
+                    mark(&|| "tflite_add".into())?;
+                }
+                DeviceStep::Softmax(s) => {
+                    self.launch_softmax(s, batch)?;
+                    mark(&|| "softmax".into())?;
+                }
+                DeviceStep::Pad(p) => {
+                    self.launch_pad(p, batch)?;
+                    mark(&|| "pad".into())?;
+                }
+                DeviceStep::Reshape(r) => {
+                    self.launch_reshape(r, batch)?;
+                    mark(&|| "reshape".into())?;
                 }
             }
         }
@@ -118,16 +143,29 @@ impl CudaModel {
         self.acts_ptr + off as u64
     }
 
-    /// u8 planar pixels → int8 HWC input tensor.
+    /// The input as the model's encoding says → the int8 HWC input tensor: planar u8 pixels
+    /// transposed (q = pixel − 128), HWC u8 values flipped (q = u − 128), or the int8 tensor
+    /// copied as it is.
     fn launch_input(&self, batch: usize) -> Result<()> {
         let (c, h, w) = self.input_chw;
         let total = (batch * self.input_len) as i64;
-        let (c, hw) = (c as i32, (h * w) as i32);
         let x = self.act(self.input_off);
-        let mut l = self.stream.launch_builder(&self.kernels.input);
-        l.arg(&self.pixels_ptr).arg(&x).arg(&total).arg(&c).arg(&hw);
-        // SAFETY: pointers and sizes come from the plan (regions hold max_batch ≥ batch
-        // images); the kernel's signature matches these arguments.
+        let flip: i32 = match self.input_encoding {
+            InputEncoding::PixelsU8Chw => {
+                let (c, hw) = (c as i32, (h * w) as i32);
+                let mut l = self.stream.launch_builder(&self.kernels.input);
+                l.arg(&self.pixels_ptr).arg(&x).arg(&total).arg(&c).arg(&hw);
+                // SAFETY: pointers and sizes come from the plan (regions hold max_batch ≥
+                // batch images); the kernel's signature matches these arguments.
+                unsafe { l.launch(grid_stride(total as usize)) }?;
+                return Ok(());
+            }
+            InputEncoding::U8Hwc => 0x80,
+            InputEncoding::I8Hwc => 0,
+        };
+        let mut l = self.stream.launch_builder(&self.kernels.input_hwc);
+        l.arg(&self.pixels_ptr).arg(&x).arg(&total).arg(&flip);
+        // SAFETY: as above.
         unsafe { l.launch(grid_stride(total as usize)) }?;
         Ok(())
     }
@@ -136,21 +174,101 @@ impl CudaModel {
         let (x, y) = (self.act(p.x), self.act(p.y));
         let g = &p.g;
         let total = (batch * g.ho as usize * g.wo as usize * g.cin as usize) as i64;
-        let f = if p.avg {
-            &self.kernels.avg_pool
-        } else {
-            &self.kernels.max_pool
+        let f = match p.kind {
+            PoolKind::Max => &self.kernels.max_pool,
+            PoolKind::Avg => &self.kernels.avg_pool,
+            PoolKind::TfliteAvg => &self.kernels.tflite_avg_pool,
         };
         let mut l = self.stream.launch_builder(f);
         l.arg(&x).arg(&y).arg(&total);
         l.arg(&g.h).arg(&g.w).arg(&g.cin).arg(&g.ho).arg(&g.wo);
-        l.arg(&g.kh).arg(&g.kw).arg(&g.stride);
-        if p.avg {
+        l.arg(&g.kh).arg(&g.kw).arg(&g.sh).arg(&g.sw);
+        if p.kind == PoolKind::Avg {
+            // octet's average pool has no padding.
             l.arg(&p.zin).arg(&p.m0).arg(&p.n).arg(&p.q.zero_point);
+        } else {
+            l.arg(&g.pt).arg(&g.pl);
         }
         l.arg(&p.q.act_min).arg(&p.q.act_max);
         // SAFETY: as in `launch_input`.
         unsafe { l.launch(grid_stride(total as usize)) }?;
+        Ok(())
+    }
+
+    fn launch_depthwise(&self, d: &Depthwise<DeviceConsts>, batch: usize) -> Result<()> {
+        let (x, y, c, g) = (self.act(d.x), self.act(d.y), &d.consts, &d.g);
+        let total = (batch * g.ho as usize * g.wo as usize * g.cout as usize) as i64;
+        let mut l = self.stream.launch_builder(&self.kernels.depthwise);
+        l.arg(&x)
+            .arg(&y)
+            .arg(&c.w)
+            .arg(&c.rq)
+            .arg(&c.padv)
+            .arg(&total);
+        l.arg(&g.h)
+            .arg(&g.w)
+            .arg(&g.cin)
+            .arg(&g.ho)
+            .arg(&g.wo)
+            .arg(&g.cout);
+        l.arg(&g.kh)
+            .arg(&g.kw)
+            .arg(&g.sh)
+            .arg(&g.sw)
+            .arg(&g.pt)
+            .arg(&g.pl);
+        l.arg(&g.dh).arg(&g.dw).arg(&d.dm).arg(&d.ld);
+        l.arg(&d.q.zero_point).arg(&d.q.act_min).arg(&d.q.act_max);
+        // SAFETY: as in `launch_input`; the constants are this step's uploads.
+        unsafe { l.launch(grid_stride(total as usize)) }?;
+        Ok(())
+    }
+
+    fn launch_tflite_add(&self, a: &TfliteAdd, batch: usize) -> Result<()> {
+        let (x0, x1, y) = (self.act(a.a), self.act(a.b), self.act(a.y));
+        let total = (batch * a.len) as i64;
+        let mut l = self.stream.launch_builder(&self.kernels.tflite_add);
+        l.arg(&x0).arg(&x1).arg(&y).arg(&total);
+        l.arg(&a.z[0]).arg(&a.z[1]).arg(&a.ls);
+        for (m0, n) in &a.rq {
+            l.arg(m0).arg(n);
+        }
+        l.arg(&a.q.zero_point).arg(&a.q.act_min).arg(&a.q.act_max);
+        // SAFETY: as in `launch_input`.
+        unsafe { l.launch(grid_stride(total as usize)) }?;
+        Ok(())
+    }
+
+    fn launch_softmax(&self, s: &Softmax, batch: usize) -> Result<()> {
+        let (x, y) = (self.act(s.x), self.act(s.y));
+        let rows = (batch * s.rows) as i64;
+        let mut l = self.stream.launch_builder(&self.kernels.softmax);
+        l.arg(&x).arg(&y).arg(&rows).arg(&s.depth);
+        l.arg(&s.m0).arg(&s.n).arg(&s.diff_min);
+        // SAFETY: as in `launch_input`.
+        unsafe { l.launch(grid_stride(rows as usize)) }?;
+        Ok(())
+    }
+
+    fn launch_pad(&self, p: &Pad, batch: usize) -> Result<()> {
+        let (x, y, g) = (self.act(p.x), self.act(p.y), &p.g);
+        let total = (batch * g.ho as usize * g.wo as usize * g.cin as usize) as i64;
+        let mut l = self.stream.launch_builder(&self.kernels.pad);
+        l.arg(&x).arg(&y).arg(&total);
+        l.arg(&g.h).arg(&g.w).arg(&g.cin).arg(&g.ho).arg(&g.wo);
+        l.arg(&g.pt).arg(&g.pl).arg(&p.value);
+        // SAFETY: as in `launch_input`.
+        unsafe { l.launch(grid_stride(total as usize)) }?;
+        Ok(())
+    }
+
+    /// A reshape: images are contiguous in both regions, so one copy of `batch · len` bytes.
+    fn launch_reshape(&self, r: &Reshape, batch: usize) -> Result<()> {
+        let (x, y) = (self.act(r.x), self.act(r.y));
+        // SAFETY: both regions hold max_batch ≥ batch images of `len` bytes and do not overlap
+        // (the plan keeps the input alive while the output is written); queued on the model's
+        // stream like the kernels (a copy node when captured into a graph).
+        unsafe { result::memcpy_dtod_async(y, x, batch * r.len, self.stream.cu_stream()) }?;
         Ok(())
     }
 
@@ -241,11 +359,9 @@ impl CudaModel {
             .arg(&g.ho)
             .arg(&g.wo)
             .arg(&g.cout);
-        l.arg(&g.kh)
-            .arg(&g.kw)
-            .arg(&g.stride)
-            .arg(&g.pad)
-            .arg(&d.cin_words);
+        l.arg(&g.kh).arg(&g.kw).arg(&g.sh).arg(&g.sw);
+        l.arg(&g.pt).arg(&g.pl).arg(&g.dh).arg(&g.dw);
+        l.arg(&d.cin_words);
         l.arg(&d.q.zero_point).arg(&d.q.act_min).arg(&d.q.act_max);
         let e = match fuse {
             Some((a, r)) => Epilogue::of(a, r, self.acts_ptr),
@@ -310,8 +426,13 @@ fn dense_label(d: &Dense<DeviceConsts>, kernel: &str, fused: bool) -> String {
     let kind = if d.fc { "fc" } else { "conv" };
     let add = if fused { " + add" } else { "" };
     let g = &d.g;
+    let stride = if g.sh == g.sw {
+        g.sh.to_string()
+    } else {
+        format!("{}x{}", g.sh, g.sw)
+    };
     format!(
-        "{kind} {}x{} s{} {}->{} {}x{}{add} [{kernel}]",
-        g.kh, g.kw, g.stride, g.cin, g.cout, g.ho, g.wo
+        "{kind} {}x{} s{stride} {}->{} {}x{}{add} [{kernel}]",
+        g.kh, g.kw, g.cin, g.cout, g.ho, g.wo
     )
 }

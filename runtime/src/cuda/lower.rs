@@ -3,22 +3,30 @@
 //! geometry as the kernels' int32 arguments, its activation regions (offsets from `plan.rs`)
 //! and its constants repacked for the kernels: conv/fc weights as int32 words of four int8
 //! (input channels padded to a multiple of 4 with zero weights), per output channel
-//! `{bias, M0, n, 0}`, a pad byte per input channel. A fully_connected op is a 1×1 conv over a
-//! 1×1×K input. An add right after a conv is marked fusable into that conv's epilogue where the
-//! memory plan allows it; whether it is fused is decided at launch (the tile, the switch).
+//! `{bias, M0, n, 0}`, a pad byte per input channel. The parameters are the ones the CPU
+//! interpreter runs (the model's prepared op, `OpParams`), rounding included; the rounding
+//! itself is compiled into the kernels (`kernels.rs`). A fully_connected op is a 1×1 conv over
+//! a 1×1×K input. An add right after a conv is marked fusable into that conv's epilogue where
+//! the memory plan allows it; whether it is fused is decided at launch (the tile, the switch).
 //! How the steps run is `launch.rs`'s business.
 
 use std::ops::Range;
 
-use crate::kernels::{ConvParams, FcParams, Shape};
+use crate::kernels::{
+    ConvParams, DepthwiseParams, FcParams, Placement, PoolParams, Shape, SoftmaxParams,
+    TfliteAddParams,
+};
+use crate::model::OpParams;
 use crate::requant::{AddRequant, ChannelRequant, OutputQuant};
-use crate::{Model, OpInfo, OpKind, TensorInfo};
+use crate::{Model, OpInfo, TensorInfo};
 
 use super::error::invalid;
 use super::plan::Layout;
 use super::Result;
 
-/// Per-image geometry of a conv, fc or pool, as the kernels take it (int32).
+/// Per-image geometry of a conv, depthwise conv, fc or pool, as the kernels take it (int32).
+/// The window is FORMAT.md's: output pixel (oy, ox) reads input row `oy·sh − pt + ky·dh` and
+/// column `ox·sw − pl + kx·dw`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Geom {
     /// Input height, width, channels.
@@ -32,18 +40,17 @@ pub(super) struct Geom {
     /// Window height and width.
     pub kh: i32,
     pub kw: i32,
-    pub stride: i32,
-    pub pad: i32,
+    /// Strides, top and left padding, dilations.
+    pub sh: i32,
+    pub sw: i32,
+    pub pt: i32,
+    pub pl: i32,
+    pub dh: i32,
+    pub dw: i32,
 }
 
 impl Geom {
-    fn new(
-        input: Shape,
-        output: Shape,
-        (kh, kw): (usize, usize),
-        stride: usize,
-        pad: usize,
-    ) -> Result<Geom> {
+    fn new(input: Shape, output: Shape, p: &Placement) -> Result<Geom> {
         Ok(Geom {
             h: to_i32(input.h)?,
             w: to_i32(input.w)?,
@@ -51,10 +58,14 @@ impl Geom {
             ho: to_i32(output.h)?,
             wo: to_i32(output.w)?,
             cout: to_i32(output.c)?,
-            kh: to_i32(kh)?,
-            kw: to_i32(kw)?,
-            stride: to_i32(stride)?,
-            pad: to_i32(pad)?,
+            kh: to_i32(p.kernel_h)?,
+            kw: to_i32(p.kernel_w)?,
+            sh: to_i32(p.stride_h)?,
+            sw: to_i32(p.stride_w)?,
+            pt: to_i32(p.pad_top)?,
+            pl: to_i32(p.pad_left)?,
+            dh: to_i32(p.dilation_h)?,
+            dw: to_i32(p.dilation_w)?,
         })
     }
 }
@@ -80,7 +91,8 @@ pub(super) struct Dense<C> {
 
 /// A conv's constants as the kernels read them.
 pub(super) struct DenseConsts {
-    /// `[C_out][kh·kw·cin_words]` int32 words of 4 int8.
+    /// `[C_out][kh·kw·cin_words]` int32 words of 4 int8 (a depthwise conv:
+    /// `[kh·kw][C_out words]`).
     pub w: Vec<i32>,
     /// `{bias, M0, n, 0}` per output channel.
     pub rq: Vec<i32>,
@@ -88,14 +100,49 @@ pub(super) struct DenseConsts {
     pub padv: Vec<i8>,
 }
 
-/// A max_pool or avg_pool op.
-pub(super) struct Pool {
-    pub avg: bool,
+/// A depthwise_conv2d op: one thread per output value.
+pub(super) struct Depthwise<C> {
     pub x: usize,
     pub y: usize,
-    /// `cin` is the channel count (`cout` the same), `pad` 0.
     pub g: Geom,
-    /// avg_pool's input zero point, M0 and n = 31 − shift (max_pool: 0, 0, 1).
+    /// Output channels per input channel.
+    pub dm: i32,
+    /// Bytes per tap of the packed weights (C_out rounded up to 4).
+    pub ld: i32,
+    pub q: OutputQuant,
+    /// Weights, `{bias, M0, n, 0}` rows and the input zero point per input channel.
+    pub consts: C,
+}
+
+/// Which pooling kernel a [`Pool`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PoolKind {
+    Max,
+    /// octet's requantizing mean.
+    Avg,
+    /// TensorFlow Lite's AVERAGE_POOL_2D.
+    TfliteAvg,
+}
+
+impl PoolKind {
+    /// The op's name (and its kernel's).
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::Max => "max_pool",
+            PoolKind::Avg => "avg_pool",
+            PoolKind::TfliteAvg => "tflite_avg_pool",
+        }
+    }
+}
+
+/// A max_pool, avg_pool or tflite_avg_pool op.
+pub(super) struct Pool {
+    pub kind: PoolKind,
+    pub x: usize,
+    pub y: usize,
+    /// `cin` is the channel count (`cout` the same).
+    pub g: Geom,
+    /// avg_pool's input zero point, M0 and n = 31 − shift (the other pools: 0, 0, 1).
     pub zin: i32,
     pub m0: i32,
     pub n: i32,
@@ -130,17 +177,74 @@ pub(super) struct Residual {
     pub conv_m: i32,
 }
 
+/// TensorFlow Lite's add: three requantizations per byte.
+pub(super) struct TfliteAdd {
+    pub a: usize,
+    pub b: usize,
+    pub y: usize,
+    /// Bytes per image.
+    pub len: usize,
+    /// Input zero points.
+    pub z: [i32; 2],
+    /// The inputs' left shift, clamped to [0, 30] as the CPU kernel clamps it.
+    pub ls: i32,
+    /// (M0, n = 31 − shift) of input 0, input 1 and the output.
+    pub rq: [(i32, i32); 3],
+    pub q: OutputQuant,
+}
+
+/// TensorFlow Lite's softmax over the channels of each pixel.
+pub(super) struct Softmax {
+    pub x: usize,
+    pub y: usize,
+    /// Rows (pixels) per image and values per row.
+    pub rows: usize,
+    pub depth: i32,
+    /// The input rescaling's M0 and n = 31 − left shift.
+    pub m0: i32,
+    pub n: i32,
+    pub diff_min: i32,
+}
+
+/// A pad op: the input placed at (pt, pl) of the output, `value` elsewhere.
+pub(super) struct Pad {
+    pub x: usize,
+    pub y: usize,
+    /// Input and output shapes, the input's place (`pt`, `pl`); no window.
+    pub g: Geom,
+    pub value: i32,
+}
+
+/// A reshape: the bytes copied as they are.
+pub(super) struct Reshape {
+    pub x: usize,
+    pub y: usize,
+    /// Bytes per image.
+    pub len: usize,
+}
+
 /// One op as the GPU runs it; `C` holds a conv's constants (see [`Dense::consts`]).
 pub(super) enum Step<C> {
     Dense(Dense<C>),
+    Depthwise(Depthwise<C>),
     Pool(Pool),
     Add(Add),
+    TfliteAdd(TfliteAdd),
+    Softmax(Softmax),
+    Pad(Pad),
+    Reshape(Reshape),
 }
 
 /// The conv/fc constants' row `{bias, M0, n, 0}`: n = 31 − shift as requant.rs clamps it.
 pub(super) fn rq_words(bias: i32, m0: i32, shift: i32) -> [i32; 4] {
     let c = ChannelRequant::new(bias, m0, shift);
     [c.bias, c.m0 as i32, c.n as i32, 0]
+}
+
+/// (M0, n = 31 − shift) of one multiplier, n as requant.rs clamps it.
+fn m_n((m0, shift): (i32, i32)) -> (i32, i32) {
+    let r = rq_words(0, m0, shift);
+    (r[1], r[2])
 }
 
 /// Packs `[rows][taps][cin]` int8 weights as `[rows][taps][cin_words]` int32 words
@@ -176,21 +280,7 @@ pub(super) fn lower(
     let mut prev_dense: Option<(u16, u16)> = None;
     let mut steps = Vec::with_capacity(model.num_ops());
     for o in model.ops() {
-        let tin = ctx.tensor(o.input0)?;
-        let tout = ctx.tensor(o.output)?;
-        let (x, y) = (ctx.offset(o.input0)?, ctx.offset(o.output)?);
-        let step = match o.kind {
-            OpKind::Conv2d => Step::Dense(dense(&Model::conv_params(&o, &tin, &tout), x, y)?),
-            OpKind::FullyConnected => {
-                let p = fc_as_conv(&Model::fc_params(&o, &tin, &tout), tin.zero_point);
-                Step::Dense(Dense {
-                    fc: true,
-                    ..dense(&p, x, y)?
-                })
-            }
-            OpKind::MaxPool | OpKind::AvgPool => Step::Pool(pool(&o, &tin, &tout, x, y)?),
-            OpKind::Add => Step::Add(ctx.add(&o, &tin, &tout, prev_dense)?),
-        };
+        let step = ctx.step(&o, prev_dense)?;
         prev_dense = match step {
             Step::Dense(_) => Some((o.output, o.input0)),
             _ => None,
@@ -203,13 +293,18 @@ pub(super) fn lower(
 /// A fully_connected op as the 1×1 conv over a 1×1×K input that the GPU runs.
 fn fc_as_conv<'o>(p: &FcParams<'o>, input_zero_point: i32) -> ConvParams<'o> {
     let vector = |c| Shape { c, h: 1, w: 1 };
+    let one = Placement::square(1, 1, 0);
     ConvParams {
         input: vector(p.k),
         output: vector(p.n),
-        kernel_h: 1,
-        kernel_w: 1,
-        stride: 1,
-        pad: 0,
+        kernel_h: one.kernel_h,
+        kernel_w: one.kernel_w,
+        stride_h: one.stride_h,
+        stride_w: one.stride_w,
+        pad_top: one.pad_top,
+        pad_left: one.pad_left,
+        dilation_h: one.dilation_h,
+        dilation_w: one.dilation_w,
         weights: p.weights,
         bias: p.bias,
         multiplier: p.multiplier,
@@ -227,44 +322,70 @@ fn dense(p: &ConvParams, x: usize, y: usize) -> Result<Dense<DenseConsts>> {
     let rq = (0..cout)
         .flat_map(|c| rq_words(p.bias.get(c), p.multiplier.get(c), p.shift.get(c)))
         .collect();
-    let zin = p.input_zero_point.clamp(-128, 127) as i8;
-    let padv = (0..cin.max(1))
-        .map(|c| p.pad_values.get(c).copied().unwrap_or(zin))
-        .collect();
-    let kernel = (p.kernel_h, p.kernel_w);
+    let padv = (0..cin.max(1)).map(|c| p.pad_value(c)).collect();
     Ok(Dense {
         fc: false,
         x,
         y,
-        g: Geom::new(p.input, p.output, kernel, p.stride, p.pad)?,
+        g: Geom::new(p.input, p.output, &p.placement())?,
         cin_words: to_i32(cin_words)?,
         q: p.out,
         consts: DenseConsts { w, rq, padv },
     })
 }
 
-fn pool(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo, x: usize, y: usize) -> Result<Pool> {
-    let avg = o.kind == OpKind::AvgPool;
-    let (m0, n) = if avg {
-        let r = rq_words(0, o.multipliers.get(0), o.shifts.get(0));
-        (r[1], r[2])
-    } else {
-        (0, 1)
-    };
-    let kernel = (o.kernel_h as usize, o.kernel_w as usize);
-    Ok(Pool {
-        avg,
+/// A depthwise conv with its weights packed as `[kh·kw][C_out rounded up to 4]` bytes.
+fn depthwise(p: &DepthwiseParams, x: usize, y: usize) -> Result<Depthwise<DenseConsts>> {
+    let (cin, cout) = (p.input.c, p.output.c);
+    let taps = p.window.kernel_h * p.window.kernel_w;
+    let (w, words) = pack_weights(p.weights, taps, 1, cout);
+    let rq = (0..cout)
+        .flat_map(|c| rq_words(p.bias.get(c), p.multiplier.get(c), p.shift.get(c)))
+        .collect();
+    let zin = p.input_zero_point.clamp(-128, 127) as i8;
+    Ok(Depthwise {
         x,
         y,
-        g: Geom::new(tin.shape(), tout.shape(), kernel, o.stride as usize, 0)?,
-        zin: tin.zero_point,
+        g: Geom::new(p.input, p.output, &p.window)?,
+        dm: to_i32(p.depth_multiplier.max(1))?,
+        ld: to_i32(4 * words)?,
+        q: p.out,
+        consts: DenseConsts {
+            w,
+            rq,
+            padv: vec![zin; cin.max(1)],
+        },
+    })
+}
+
+fn pool(kind: PoolKind, p: &PoolParams, x: usize, y: usize) -> Result<Pool> {
+    let (m0, n) = match kind {
+        PoolKind::Avg => m_n((p.multiplier, p.shift)),
+        PoolKind::Max | PoolKind::TfliteAvg => (0, 1),
+    };
+    Ok(Pool {
+        kind,
+        x,
+        y,
+        g: Geom::new(p.input, p.output, &p.window)?,
+        zin: p.input_zero_point,
         m0,
         n,
-        q: OutputQuant {
-            zero_point: tout.zero_point,
-            act_min: o.act_min,
-            act_max: o.act_max,
-        },
+        q: p.out,
+    })
+}
+
+fn softmax(p: &SoftmaxParams, tin: &TensorInfo, x: usize, y: usize) -> Result<Softmax> {
+    let (m0, n) = m_n((p.input_multiplier, p.input_left_shift));
+    let depth = p.depth.max(1);
+    Ok(Softmax {
+        x,
+        y,
+        rows: tin.len() / depth,
+        depth: to_i32(depth)?,
+        m0,
+        n,
+        diff_min: p.diff_min,
     })
 }
 
@@ -299,6 +420,45 @@ impl<'m, 'a> Lowering<'m, 'a> {
         }
     }
 
+    /// Op `o` as a step: its kernel parameters as the CPU interpreter prepares them.
+    fn step(&self, o: &OpInfo, prev_dense: Option<(u16, u16)>) -> Result<Step<DenseConsts>> {
+        let params = self
+            .model
+            .with_op(o.index, |p| Ok(p.params))
+            .map_err(|_| invalid())?;
+        let tin = self.tensor(o.input0)?;
+        let (x, y) = (self.offset(o.input0)?, self.offset(o.output)?);
+        let len = self.tensor(o.output)?.len();
+        Ok(match params {
+            OpParams::Conv2d(p) => Step::Dense(dense(&p, x, y)?),
+            OpParams::FullyConnected(p) => Step::Dense(Dense {
+                fc: true,
+                ..dense(&fc_as_conv(&p, tin.zero_point), x, y)?
+            }),
+            OpParams::DepthwiseConv2d(p) => Step::Depthwise(depthwise(&p, x, y)?),
+            OpParams::MaxPool(p) => Step::Pool(pool(PoolKind::Max, &p, x, y)?),
+            OpParams::AvgPool(p) => Step::Pool(pool(PoolKind::Avg, &p, x, y)?),
+            OpParams::TfliteAvgPool(p) => Step::Pool(pool(PoolKind::TfliteAvg, &p, x, y)?),
+            OpParams::Add(rq, _) => Step::Add(self.add(o, rq, prev_dense)?),
+            OpParams::TfliteAdd(p) => Step::TfliteAdd(self.tflite_add(o, &p, len)?),
+            OpParams::Softmax(p) => Step::Softmax(softmax(&p, &tin, x, y)?),
+            OpParams::Pad(p) => {
+                let at = Placement {
+                    pad_top: p.pad_top,
+                    pad_left: p.pad_left,
+                    ..Placement::square(1, 1, 0)
+                };
+                Step::Pad(Pad {
+                    x,
+                    y,
+                    g: Geom::new(p.input, p.output, &at)?,
+                    value: p.value as i32,
+                })
+            }
+            OpParams::Reshape => Step::Reshape(Reshape { x, y, len }),
+        })
+    }
+
     fn tensor(&self, t: u16) -> Result<TensorInfo> {
         self.model.tensor(t).ok_or_else(invalid)
     }
@@ -314,18 +474,25 @@ impl<'m, 'a> Lowering<'m, 'a> {
         Ok(o..o + self.tensor(t)?.len() * self.max_batch)
     }
 
-    /// Add op `o` (input `tin`, output `tout`); `prev_dense` is (output, input) of the op
-    /// before it when that is a conv/fc.
-    fn add(
-        &self,
-        o: &OpInfo,
-        tin: &TensorInfo,
-        tout: &TensorInfo,
-        prev_dense: Option<(u16, u16)>,
-    ) -> Result<Add> {
+    fn tflite_add(&self, o: &OpInfo, p: &TfliteAddParams, len: usize) -> Result<TfliteAdd> {
         let t1 = o.input1.ok_or_else(invalid)?;
-        let tin1 = self.tensor(t1)?;
-        let rq = Model::add_params(o, tin, &tin1, tout);
+        let [a, b, out] = p.multipliers.map(m_n);
+        Ok(TfliteAdd {
+            a: self.offset(o.input0)?,
+            b: self.offset(t1)?,
+            y: self.offset(o.output)?,
+            len,
+            z: p.zero_points,
+            ls: p.left_shift.clamp(0, 30),
+            rq: [a, b, out],
+            q: p.out,
+        })
+    }
+
+    /// Add op `o` (requantization `rq`); `prev_dense` is (output, input) of the op before it
+    /// when that is a conv/fc.
+    fn add(&self, o: &OpInfo, rq: AddRequant, prev_dense: Option<(u16, u16)>) -> Result<Add> {
+        let t1 = o.input1.ok_or_else(invalid)?;
         let rq = AddRequant {
             n: rq.n.clamp(1, 62),
             ..rq
@@ -354,7 +521,7 @@ impl<'m, 'a> Lowering<'m, 'a> {
             a,
             b,
             y: self.offset(o.output)?,
-            len: tout.len(),
+            len: self.tensor(o.output)?.len(),
             rq,
         })
     }

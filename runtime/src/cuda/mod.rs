@@ -12,13 +12,16 @@
 //!   multiple of 4 with zero weights), and per output channel `{bias, M0, n = 31 − shift, 0}`
 //!   so the kernels do no decoding (TFLite-Micro style precomputed quantization parameters).
 //! - **Compile once.** The CUDA C source (`kernels.cu`, no `#include`) is compiled with NVRTC
-//!   for the device's compute capability the first time a process needs that architecture; the
-//!   PTX is cached for the life of the process and loaded into each model's context.
+//!   for the device's compute capability and the model's rounding (single or TensorFlow Lite's
+//!   double, a compile-time define: no run-time branch in any epilogue, the single rounding's
+//!   the code it was) the first time a process needs that pair; the PTX is cached for the life
+//!   of the process and loaded into each model's context.
 //! - **Plan once.** Activations live in one device buffer: each tensor gets a region for
 //!   `max_batch` images (batch-major, HWC per image), placed first-fit so that tensors with
 //!   overlapping lifetimes never share memory — the CPU arena's rule, without the scratch the
 //!   GPU kernels do not need (see `plan.rs`).
-//! - **Run.** Copy the pixels in, convert them to int8 HWC on the device, run the forward on
+//! - **Run.** Copy the input in, convert it to int8 HWC on the device as the model's input
+//!   encoding says (planar u8 pixels, u8 HWC or the int8 tensor itself), run the forward on
 //!   the model's own stream, copy the logits out, synchronise. The forward (one kernel per op)
 //!   is captured as a CUDA graph the first time a batch size runs and replayed after, one
 //!   launch instead of one per op. [`CudaModel::load`] + [`CudaModel::run_loaded`] keep a batch
@@ -31,7 +34,10 @@
 //! m16n8k32, a `cp.async` shared-memory ring, `ldmatrix`), with the tile chosen per layer and
 //! batch, and a residual add that directly follows a conv fused into its epilogue; below sm_80
 //! (or with [`CudaModel::set_tensor_cores`] off) it is the `__dp4a` kernel of `kernels.cu`.
-//! max_pool, avg_pool and the requantizing add (16 bytes per thread) are element-wise.
+//! max_pool, avg_pool, tflite_avg_pool, depthwise_conv2d, pad, tflite_add and the
+//! requantizing add (16 bytes per thread) are element-wise (one thread per output value),
+//! softmax one thread per pixel (gemmlowp's fixed point, as `fixedpoint.rs`), reshape a copy.
+//! Every window is FORMAT.md's: two strides, top/left padding, dilation.
 //!
 //! The driver library (`libcuda.so.1`) and NVRTC (`libnvrtc.so.13`) are linked dynamically, as
 //! candle's CUDA build links them: a machine without them cannot start the binary. A machine
@@ -62,6 +68,7 @@ use cudarc::driver::{
     ValidAsZeroBits,
 };
 
+use crate::format::InputEncoding;
 use crate::Model;
 
 pub use error::{CudaError, Result};
@@ -89,6 +96,7 @@ pub struct CudaModel {
     input_off: usize,
     output_off: usize,
     input_chw: (usize, usize, usize),
+    input_encoding: InputEncoding,
     input_len: usize,
     output_len: usize,
     max_batch: usize,
@@ -162,7 +170,7 @@ impl CudaModel {
         if needed > free {
             return Err(CudaError::OutOfMemory { needed, free });
         }
-        let kernels = Kernels::load(&ctx, cc)?;
+        let kernels = Kernels::load(&ctx, cc, model.rounding())?;
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
             .max(1) as usize;
@@ -178,6 +186,7 @@ impl CudaModel {
             input_off: offset(model.input_tensor()).ok_or_else(error::invalid)?,
             output_off: offset(model.output_tensor()).ok_or_else(error::invalid)?,
             input_chw: model.input_shape(),
+            input_encoding: model.input_encoding(),
             stream,
             kernels,
             steps,
@@ -230,6 +239,7 @@ impl CudaModel {
     /// then runs the dp4a kernel): for tests and benchmarks of both paths. No effect below sm_80.
     pub fn set_tensor_cores(&mut self, on: bool) {
         self.tensor_cores = on && !self.kernels.mma.is_empty();
+        self.drop_graphs();
     }
 
     /// Test hook: every conv/fc that the tensor cores take runs with the tile kernel `name` (a
@@ -239,6 +249,7 @@ impl CudaModel {
     #[doc(hidden)]
     pub fn force_mma_tile(&mut self, name: Option<&str>) -> bool {
         self.forced_tile = name.and_then(|n| self.kernels.mma.iter().position(|t| t.0.name == n));
+        self.drop_graphs();
         name.is_none() || self.forced_tile.is_some()
     }
 
@@ -247,6 +258,7 @@ impl CudaModel {
     #[doc(hidden)]
     pub fn set_fused_adds(&mut self, on: bool) {
         self.fuse_adds = on;
+        self.drop_graphs();
     }
 
     /// Runs `pixels` like [`CudaModel::run`] and times every step on the device with events:
@@ -293,8 +305,8 @@ impl CudaModel {
         Ok(batch)
     }
 
-    /// Runs `pixels` (1..=max_batch raw u8 images, planar C×H×W each, as [`Model::run`] takes
-    /// them); returns `batch · output_len()` logits, the same bytes as [`Model::run`].
+    /// Runs `pixels` (1..=max_batch inputs, each as [`Model::run`] takes it: the model's input
+    /// encoding); returns `batch · output_len()` logits, the same bytes as [`Model::run`].
     pub fn run(&mut self, pixels: &[u8]) -> Result<&[i8]> {
         let batch = self.batch_of(pixels.len())?;
         self.fill_host_out(batch * self.output_len, |m, out| m.run_into(pixels, out))

@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::Model;
 
-use super::lower::{Dense, DenseConsts, Step};
+use super::lower::{Dense, DenseConsts, Depthwise, Step};
 use super::plan::Layout;
 use super::Result;
 
@@ -37,8 +37,8 @@ pub(super) fn device_bytes(model: &Model, layout: &Layout, max_batch: usize) -> 
     layout.total + model.input_len() * max_batch + const_bytes
 }
 
-/// Copies every conv's constants to the device (weights, pad bytes, requantization rows, op by
-/// op); the other steps carry no constants.
+/// Copies every conv's and depthwise conv's constants to the device (weights, pad bytes,
+/// requantization rows, op by op); the other steps carry no constants.
 pub(super) fn upload(
     stream: &Arc<CudaStream>,
     steps: Vec<Step<DenseConsts>>,
@@ -56,8 +56,21 @@ pub(super) fn upload(
                     cin_words: d.cin_words,
                     q: d.q,
                 }),
+                Step::Depthwise(d) => Step::Depthwise(Depthwise {
+                    consts: upload_consts(stream, d.consts)?,
+                    x: d.x,
+                    y: d.y,
+                    g: d.g,
+                    dm: d.dm,
+                    ld: d.ld,
+                    q: d.q,
+                }),
                 Step::Pool(p) => Step::Pool(p),
                 Step::Add(a) => Step::Add(a),
+                Step::TfliteAdd(a) => Step::TfliteAdd(a),
+                Step::Softmax(s) => Step::Softmax(s),
+                Step::Pad(p) => Step::Pad(p),
+                Step::Reshape(r) => Step::Reshape(r),
             })
         })
         .collect()
