@@ -313,27 +313,16 @@ impl Builder {
     /// TFLite's average pool with any window (no dilation); the output keeps the input's
     /// quantization.
     pub fn tflite_avg_pool(&mut self, x: u16, window: [u8; 10]) -> u16 {
-        let (c, h, w) = self.shape(x);
-        let [kh, kw, sh, sw, pt, pl, pb, pr, ..] = window;
-        let (scale, zp) = (self.tensors[x as usize].scale, self.tensors[x as usize].zp);
-        let out = self.tensor_q(
-            c,
-            out_size(h, kh, sh, 1, pt, pb),
-            out_size(w, kw, sw, 1, pl, pr),
-            scale,
-            zp,
-        );
-        self.push(OpSpec {
-            kind: OP_TFLITE_AVG_POOL,
-            in0: x,
-            out,
-            window,
-            ..OpSpec::default()
-        })
+        self.pool_window(OP_TFLITE_AVG_POOL, x, window)
     }
 
     /// A max pool with any window (no dilation).
     pub fn max_pool_window(&mut self, x: u16, window: [u8; 10]) -> u16 {
+        self.pool_window(OP_MAX_POOL, x, window)
+    }
+
+    /// A pool of `kind` keeping the input's quantization, with any window (no dilation).
+    fn pool_window(&mut self, kind: u8, x: u16, window: [u8; 10]) -> u16 {
         let (c, h, w) = self.shape(x);
         let [kh, kw, sh, sw, pt, pl, pb, pr, ..] = window;
         let (scale, zp) = (self.tensors[x as usize].scale, self.tensors[x as usize].zp);
@@ -345,7 +334,7 @@ impl Builder {
             zp,
         );
         self.push(OpSpec {
-            kind: OP_MAX_POOL,
+            kind,
             in0: x,
             out,
             window,

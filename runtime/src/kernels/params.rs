@@ -103,6 +103,22 @@ pub struct Placement {
     pub dilation_w: usize,
 }
 
+impl From<&crate::format::Window> for Placement {
+    /// The file's window in kernel units (pad_bottom and pad_right only size the output).
+    fn from(w: &crate::format::Window) -> Placement {
+        Placement {
+            kernel_h: w.kernel_h.into(),
+            kernel_w: w.kernel_w.into(),
+            stride_h: w.stride_h.into(),
+            stride_w: w.stride_w.into(),
+            pad_top: w.pad_top.into(),
+            pad_left: w.pad_left.into(),
+            dilation_h: w.dilation_h.into(),
+            dilation_w: w.dilation_w.into(),
+        }
+    }
+}
+
 impl Placement {
     /// A k×k window, one stride, the same padding on every side, no dilation.
     pub const fn square(k: usize, stride: usize, pad: usize) -> Placement {

@@ -191,16 +191,7 @@ impl OpInfo<'_> {
     /// input and output tensors.
     pub fn geometry(&self, input: &TensorInfo, output: &TensorInfo) -> OpGeometry {
         let w = &self.window;
-        let p = crate::kernels::Placement {
-            kernel_h: w.kernel_h.into(),
-            kernel_w: w.kernel_w.into(),
-            stride_h: w.stride_h.into(),
-            stride_w: w.stride_w.into(),
-            pad_top: w.pad_top.into(),
-            pad_left: w.pad_left.into(),
-            dilation_h: w.dilation_h.into(),
-            dilation_w: w.dilation_w.into(),
-        };
+        let p = crate::kernels::Placement::from(w);
         OpGeometry {
             kind: self.kind.code(),
             uniform: p.is_uniform(input.shape(), output.shape()),

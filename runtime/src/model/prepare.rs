@@ -333,17 +333,7 @@ impl<'a> Model<'a> {
 
 /// Op `o`'s window in kernel units.
 fn placement(o: &OpInfo) -> Placement {
-    let w = &o.window;
-    Placement {
-        kernel_h: w.kernel_h as usize,
-        kernel_w: w.kernel_w as usize,
-        stride_h: w.stride_h as usize,
-        stride_w: w.stride_w as usize,
-        pad_top: w.pad_top as usize,
-        pad_left: w.pad_left as usize,
-        dilation_h: w.dilation_h as usize,
-        dilation_w: w.dilation_w as usize,
-    }
+    Placement::from(&o.window)
 }
 
 /// The pooling parameters of op `o`: its window, input and output stage with the pool's

@@ -453,9 +453,9 @@ fn validate_pool(o: &OpInfo, tin: &TensorInfo, tout: &TensorInfo) -> Result<()> 
     Ok(())
 }
 
-/// An add: no window, both inputs of the output's shape, no weights, two multipliers (at least
-/// one normalized) and a valid right shift.
-fn validate_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<()> {
+/// What both adds require: no window, both inputs of the output's shape, no weights, biases
+/// or pad values.
+fn check_elementwise(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<()> {
     let op = o.index;
     let param = |what| Err(RuntimeError::BadParam { op, what });
     if !o.window.is_none() {
@@ -467,6 +467,15 @@ fn validate_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<
     if !o.weights.is_empty() || !o.bias.is_empty() || !o.pad_values.is_empty() {
         return param("constants");
     }
+    Ok(())
+}
+
+/// octet's add ([`check_elementwise`]): two multipliers (at least one normalized) and a valid
+/// right shift.
+fn validate_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<()> {
+    let op = o.index;
+    let param = |what| Err(RuntimeError::BadParam { op, what });
+    check_elementwise(o, si, si1, so)?;
     if o.multipliers.len() != 2 || o.shifts.len() != 1 {
         return param("multiplier/shift length");
     }
@@ -480,20 +489,12 @@ fn validate_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<
     Ok(())
 }
 
-/// TFLite's add: no window, both inputs of the output's shape, three valid (M0, shift) pairs
-/// and a left shift in [0, 23].
+/// TFLite's add ([`check_elementwise`]): three valid (M0, shift) pairs and a left shift in
+/// [0, 23].
 fn validate_tflite_add(o: &OpInfo, si: Shape, si1: Option<Shape>, so: Shape) -> Result<()> {
     let op = o.index;
     let param = |what| Err(RuntimeError::BadParam { op, what });
-    if !o.window.is_none() {
-        return param("window");
-    }
-    if si != so || si1 != Some(so) {
-        return Err(RuntimeError::BadShape { op });
-    }
-    if !o.weights.is_empty() || !o.bias.is_empty() || !o.pad_values.is_empty() {
-        return param("constants");
-    }
+    check_elementwise(o, si, si1, so)?;
     if o.multipliers.len() != 3 || o.shifts.len() != 3 {
         return param("multiplier/shift length");
     }

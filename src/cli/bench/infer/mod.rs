@@ -155,13 +155,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
         for &b in &a.cpu_batch_sizes {
             let px = pixels(b, 7);
-            let mut arena =
-                crate::cli::common::arena_for(&model, octet_runtime::Kernels::Auto, b, threads)?;
-            let s = median(2, iters(b).min(50), || {
-                run_parallel(&model, &px, &mut arena, threads)?;
-                Ok(())
-            })?;
-            rows.push(row(&name, "int8-cpu", b, s, None));
+            rows.push(int8_cpu_row(&model, &name, &px, iters(b), threads)?);
             let x = float_input(&px, b, &Device::Cpu)?;
             let s = median(1, iters(b).min(20), || {
                 net.forward(&x, false)?;
@@ -207,6 +201,24 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The int8 CPU row of `model` on the batch `px`: the runtime on `threads` threads, the median
+/// of `iters` (at most 50) runs after two.
+fn int8_cpu_row(
+    model: &Model,
+    name: &str,
+    px: &[u8],
+    iters: usize,
+    threads: usize,
+) -> anyhow::Result<Row> {
+    let b = px.len() / model.input_len().max(1);
+    let mut arena = crate::cli::common::arena_for(model, octet_runtime::Kernels::Auto, b, threads)?;
+    let s = median(2, iters.min(50), || {
+        run_parallel(model, px, &mut arena, threads)?;
+        Ok(())
+    })?;
+    Ok(row(name, "int8-cpu", b, s, None))
+}
+
 /// The int8 rows of a model file (`--files`): the CPU runtime on all cores at each
 /// `--cpu-batch-sizes`, and the CUDA path at each `--batch-sizes` where a GPU is given (a model
 /// the CUDA path refuses gets a line saying why, no row).
@@ -221,23 +233,17 @@ fn file_rows(
     let model = Model::parse(&bytes).with_context(|| format!("{}", path.display()))?;
     let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
     let model = model.prepare(&mut table)?;
-    let name = path
-        .file_stem()
-        .map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into());
+    let name = path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into(),
+    );
     let inputs = |n: usize| -> Vec<u8> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         (0..n * model.input_len()).map(|_| rng.random()).collect()
     };
     let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
     for &b in &a.cpu_batch_sizes {
-        let px = inputs(b);
-        let mut arena =
-            crate::cli::common::arena_for(&model, octet_runtime::Kernels::Auto, b, threads)?;
-        let s = median(2, iters(b).min(50), || {
-            run_parallel(&model, &px, &mut arena, threads)?;
-            Ok(())
-        })?;
-        rows.push(row(&name, "int8-cpu", b, s, None));
+        rows.push(int8_cpu_row(&model, &name, &inputs(b), iters(b), threads)?);
     }
     if !gpu {
         return Ok(());
