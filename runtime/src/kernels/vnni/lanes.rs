@@ -1210,7 +1210,7 @@ mod tests {
         ) {
             let wo = if wide { 32 } else { 16 };
             let w = wo * stride;
-            check(&ConvCase { cin, cout, h, w, kh: k, kw: k, stride, pad: k / 2, seed });
+            check(&ConvCase { w, ..ConvCase::square(cin, cout, h, k, stride, k / 2, seed) });
         }
     }
 }
