@@ -318,6 +318,19 @@ pub fn check_conv(
     });
 }
 
+/// `p` in the single rounding: for `may_decline` predicates of kernels that cover both
+/// roundings (a conv they decline in the double rounding they must decline in the single).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn as_single<'a>(p: &ConvParams<'a>) -> ConvParams<'a> {
+    ConvParams {
+        out: OutputQuant {
+            rounding: Rounding::Single,
+            ..p.out
+        },
+        ..*p
+    }
+}
+
 /// A conv entry point over output rows `rows` (the whole conv for `0..output.h`), writing
 /// those rows into the image's output.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
