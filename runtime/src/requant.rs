@@ -228,11 +228,12 @@ impl ChannelRequant {
 ///   round = 2^30 + [rs ≥ 1]·2^(n−1), corr = [rs ≥ 1]·2^31. Why: with M0 ≥ 0 the high
 ///   multiply's pair is never (i32::MIN, i32::MIN), and its truncating division with the
 ///   sign-dependent nudge is `t1 = ⌊(P + 2^30) / 2^31⌋`; the rounding shift is
-///   `⌊(t1 + 2^(rs−1) − [t1 < 0]) / 2^rs⌋`, where [t1 < 0] may read [P < 0] (P < 0 gives
-///   t1 ≤ 0, and at t1 = 0 the −1 changes nothing); the two floors of an integer are one.
+///   `⌊(t1 + 2^(rs−1) − [t1 < 0]) / 2^rs⌋`, where `[t1 < 0]` may read `[P < 0]` (P < 0
+///   gives t1 ≤ 0, and at t1 = 0 the −1 changes nothing); ⌊⌊a⌋ / 2^rs⌋ = ⌊a / 2^rs⌋ makes the
+///   two floors one.
 ///
-/// [P < 0] may also read [x < 0] (they differ only for M0 = 0, where t1 = 0), so a kernel may
-/// test the sign it has at hand. |P| < 2^62 and round < 2^62: no i64 overflow. For n ≥ 33,
+/// `[P < 0]` may also read `[x < 0]` (they differ only for M0 = 0, where t1 = 0), so a kernel
+/// may test the sign it has at hand. |P| < 2^62 and round < 2^62: no i64 overflow. For n ≥ 33,
 /// round mod 2^32 is 0 (single) or 2^30 (double) and corr is 0 or 2^31: what lies below the
 /// high halves of `P` is the same for every channel, which the i32 epilogues rely on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

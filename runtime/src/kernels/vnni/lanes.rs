@@ -9,8 +9,12 @@
 //! into a panel (`[quad][vector][16 pixels][4]`); an NV×CH register tile (NV vectors of 16
 //! pixels × CH channels) runs over the panel for each group of CH channels, starting from the
 //! bias corrected by −128·Σw. The requantization handles the 16 pixels of one channel at once
-//! with that channel's constants broadcast, into a channel-major tile transposed to HWC at the
-//! end of the pass.
+//! with that channel's constants broadcast, in either rounding ([`OutputStage`]), into a
+//! channel-major tile transposed to HWC at the end of the pass.
+//!
+//! Covers ([`covers`]) a uniform window, C_in a multiple of 4 or below 4, C_out a multiple of
+//! 8, shifts from −23 up and a non-empty clamp, in both roundings; over one image, a band of
+//! its rows (threads sharing an image) or a group of images.
 
 use core::arch::x86_64::*;
 use core::ops::Range;
@@ -93,7 +97,7 @@ pub unsafe fn conv2d_lanes(p: &ConvParams, im: ConvImage, rows: Range<usize>) ->
 }
 
 /// [`conv2d_lanes`] over several images at once (up to [`MAX_IMAGES`]): their output pixels
-/// share passes, so each weight row is read once per pass of up to [`PASS`] pixels rather
+/// share passes, so each weight row is read once per pass of up to `PASS` pixels rather
 /// than once per image (the small late layers), and Σw once per call.
 ///
 /// # Safety
@@ -215,7 +219,7 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
 
 /// Whether the kernel covers conv `p` (given buffers of the sizes it checks): a uniform window,
 /// the lanes geometry ([`lanes_supported`]), every shift within the epilogue's range
-/// ([`epi_supported`]), in either rounding.
+/// (`epi_supported`: shifts from −23 up, a non-empty clamp), in either rounding.
 pub fn covers(p: &ConvParams) -> bool {
     let s = p.stride();
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());

@@ -8,7 +8,8 @@
 //! pixels and channel instead of 25. The padded input is copied once as u8 (x + 128) into the
 //! op's scratch; the quads of 16 output pixels are picked out of 128 input bytes by one
 //! `vpermt2b` (AVX-512 VBMI) per kernel row and quad, shared by every output channel, and the
-//! weights' quads (zero past `kw·C_in`) are built once per call in the scratch after it.
+//! weights' quads (zero past `kw·C_in`) are built once per call in the scratch after it. The
+//! epilogue is the pixels-in-lanes kernel's (`lanes::OutputStage`), in either rounding.
 
 use core::arch::x86_64::*;
 
