@@ -10,6 +10,9 @@
 //!   gemmlowp's `SaturatingRoundingDoublingHighMul(acc · 2^max(shift, 0), M0)` (the left shift
 //!   wrapping in i32, as TFLite's compiled code does), then `RoundingDivideByPOT` by
 //!   max(−shift, 0) (half away from zero).
+//!
+//! [`FusedRequant`] writes both as one shift of the product with a sign-dependent correction,
+//! the form the SIMD epilogues compute (checked here against the definitions).
 
 /// Smallest valid M0 (2^30).
 pub const M0_MIN: i32 = 1 << 30;
@@ -236,6 +239,79 @@ impl ChannelRequant {
     }
 }
 
+/// One output channel's requantization in the single form the vector epilogues compute,
+/// whichever the rounding: with `x = acc · 2^ls` (wrapping in i32) and `P = x · M0` (exact in
+/// i64), `requant(acc) = (P + round − [P < 0] · corr) >> n` (arithmetic shift).
+///
+/// - [`Rounding::Single`]: ls = 0, n = 31 − shift, round = 2^(n−1), corr = 0 (the definition).
+/// - [`Rounding::Double`]: ls = max(shift, 0), rs = max(−shift, 0), n = 31 + rs,
+///   round = 2^30 + [rs ≥ 1]·2^(n−1), corr = [rs ≥ 1]·2^31. Why: with M0 ≥ 0 the high
+///   multiply's pair is never (i32::MIN, i32::MIN), and its truncating division with the
+///   sign-dependent nudge is `t1 = ⌊(P + 2^30) / 2^31⌋`; the rounding shift is
+///   `⌊(t1 + 2^(rs−1) − [t1 < 0]) / 2^rs⌋`, where `[t1 < 0]` may read `[P < 0]` (P < 0
+///   gives t1 ≤ 0, and at t1 = 0 the −1 changes nothing); ⌊⌊a⌋ / 2^rs⌋ = ⌊a / 2^rs⌋ makes the
+///   two floors one.
+///
+/// `[P < 0]` may also read `[x < 0]` (they differ only for M0 = 0, where t1 = 0), so a kernel
+/// may test the sign it has at hand. |P| < 2^62 and round < 2^62: no i64 overflow. For n ≥ 33,
+/// round mod 2^32 is 0 (single) or 2^30 (double) and corr is 0 or 2^31: what lies below the
+/// high halves of `P` is the same for every channel, which the i32 epilogues rely on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FusedRequant {
+    /// Left shift of the accumulator, in [0, 30] (double rounding, shift > 0; else 0).
+    pub ls: u32,
+    /// Right shift, in [1, 62].
+    pub n: u32,
+    /// M0.
+    pub m0: i32,
+    /// The rounding term.
+    pub round: i64,
+    /// Subtracted where the product is negative: 0 or 2^31.
+    pub corr: i64,
+}
+
+impl FusedRequant {
+    /// From the stored M0 and shift (clamped to [−31, 30]) and the model's rounding.
+    #[inline]
+    pub fn new(m0: i32, shift: i32, rounding: Rounding) -> Self {
+        let shift = shift.clamp(SHIFT_MIN, SHIFT_MAX);
+        match rounding {
+            Rounding::Single => {
+                let n = n_of(shift);
+                FusedRequant {
+                    ls: 0,
+                    n,
+                    m0,
+                    round: 1i64 << (n - 1),
+                    corr: 0,
+                }
+            }
+            Rounding::Double => {
+                let (ls, rs) = (shift.max(0) as u32, (-shift).max(0) as u32);
+                let n = 31 + rs;
+                let tie = if rs >= 1 { 1i64 << (n - 1) } else { 0 };
+                FusedRequant {
+                    ls,
+                    n,
+                    m0,
+                    round: (1i64 << 30) + tie,
+                    corr: if rs >= 1 { 1i64 << 31 } else { 0 },
+                }
+            }
+        }
+    }
+
+    /// `requant(acc)` as the form above computes it (before the zero point and the clamp):
+    /// [`requantize_double`], or the single rounding unsaturated.
+    #[inline]
+    pub fn apply(&self, acc: i32) -> i64 {
+        let x = acc.wrapping_shl(self.ls);
+        let p = x as i64 * self.m0 as i64;
+        let corr = if p < 0 { self.corr } else { 0 };
+        (p + self.round - corr) >> self.n
+    }
+}
+
 /// Parameters of the requantizing residual add (FORMAT.md, "add").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddRequant {
@@ -382,6 +458,36 @@ mod tests {
         }
     }
 
+    /// [`FusedRequant`] at the ends: extreme accumulators, M0 and every shift.
+    #[test]
+    fn fused_edges() {
+        let accs = [
+            i32::MIN,
+            i32::MIN + 1,
+            -(1 << 30),
+            -3,
+            -2,
+            -1,
+            0,
+            1,
+            2,
+            1 << 30,
+            i32::MAX,
+        ];
+        for acc in accs {
+            for m0 in [0, 1 << 30, (1 << 30) + 1, i32::MAX] {
+                for shift in -31..=30 {
+                    let f = FusedRequant::new(m0, shift, Rounding::Double);
+                    assert_eq!(f.apply(acc), tflite_double(acc, m0, shift) as i64);
+                    let s = FusedRequant::new(m0, shift, Rounding::Single);
+                    let n = 31 - shift;
+                    let want = (acc as i128 * m0 as i128 + (1i128 << (n - 1))) >> n;
+                    assert_eq!(s.apply(acc) as i128, want, "{acc} {m0} {shift}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn known_values() {
         assert_eq!(quantize_multiplier(1.0), Some((1 << 30, 1)));
@@ -450,6 +556,23 @@ mod tests {
             let out = OutputQuant { zero_point: zp, act_min: -128, act_max: 127, rounding };
             let c = ChannelRequant::new(bias, m0, shift);
             prop_assert_eq!(out.finish(sum, &c), out.requantize(sum.wrapping_add(bias), m0, shift));
+        }
+
+        /// The vector epilogues' form is each rounding, for any accumulator, M0 (0 included)
+        /// and shift, testing the sign of the product or of the shifted accumulator.
+        #[test]
+        fn fused_is_each_rounding(acc in prop_oneof![any::<i32>(), -70_000i32..70_000],
+                                  m0 in prop_oneof![Just(0), Just(1 << 30), Just(i32::MAX), (1i32 << 30)..=i32::MAX],
+                                  shift in -31i32..=30) {
+            let f = FusedRequant::new(m0, shift, Rounding::Double);
+            prop_assert_eq!(f.apply(acc), tflite_double(acc, m0, shift) as i64);
+            let x = acc.wrapping_shl(f.ls);
+            let by_x = (x as i64 * m0 as i64 + f.round - if x < 0 { f.corr } else { 0 }) >> f.n;
+            prop_assert_eq!(by_x, f.apply(acc));
+            let s = FusedRequant::new(m0, shift, Rounding::Single);
+            let n = 31 - shift;
+            let want = (acc as i128 * m0 as i128 + (1i128 << (n - 1))).div_euclid(1i128 << n);
+            prop_assert_eq!(s.apply(acc) as i128, want);
         }
 
         #[test]

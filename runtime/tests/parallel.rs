@@ -9,16 +9,22 @@ use octet_runtime::parallel::{
 };
 use octet_runtime::{Kernels, Model, RuntimeError};
 
-/// The test models (LeNet, a small ResNet, one with small late layers, the embedded op set in
-/// both roundings), seeds from `seed`.
-fn models(seed: u64) -> [Vec<u8>; 5] {
-    [
-        common::lenet(seed).encode(),
-        common::small_resnet(seed + 1).encode(),
-        common::small_late_resnet(seed + 2).encode(),
-        common::embedded_net(1, seed + 3).encode(),
-        common::embedded_net(2, seed + 4).encode(),
-    ]
+/// The test models (LeNet, a small ResNet, one with small late layers, the embedded op set),
+/// each in both roundings, seeds from `seed`.
+fn models(seed: u64) -> Vec<Vec<u8>> {
+    let nets = [
+        common::lenet(seed),
+        common::small_resnet(seed + 1),
+        common::small_late_resnet(seed + 2),
+        common::embedded_net(1, seed + 3),
+    ];
+    nets.into_iter()
+        .flat_map(|mut b| {
+            let single = b.encode();
+            b.rounding = 2;
+            [single, b.encode()]
+        })
+        .collect()
 }
 
 /// The single-threaded scalar reference's logits.

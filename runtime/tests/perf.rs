@@ -243,3 +243,46 @@ fn split_latency() {
         println!("split, {threads} thread(s): {:.3} ms", t * 1e3);
     }
 }
+
+/// What the double rounding costs: ResNet-18 (CIFAR, the test weights and multipliers) in the
+/// single and in the double rounding, one thread (KERNELS, default the fastest here), batch 64
+/// (images in groups) and batch 1; img/s by this thread's CPU time, the best of REPS (default
+/// 7) interleaved runs each, and double/single:
+/// `cargo test --release -p octet-runtime --features std --test perf -- --ignored --nocapture rounding_cost`.
+#[cfg(all(feature = "std", target_os = "linux"))]
+#[test]
+#[ignore]
+fn rounding_cost() {
+    let kernels = kernels_from_env();
+    println!("kernels: {}", kernels.resolved_name().unwrap());
+    let bytes = [1u8, 2].map(|r| {
+        let mut b = common::resnet18(1);
+        b.rounding = r;
+        b.encode()
+    });
+    let models = [0, 1].map(|i| Model::parse(&bytes[i]).unwrap());
+    let reps = std::env::var("REPS").map_or(7, |r| r.parse().unwrap());
+    for (batch, calls) in [(64usize, 1usize), (1, 32)] {
+        let pixels = common::Rng::new(2).bytes(batch * models[0].input_len());
+        let mut arenas = models
+            .each_ref()
+            .map(|m| vec![0u8; m.arena_bytes_for(kernels, batch)]);
+        let mut best = [f64::MAX; 2];
+        for _ in 0..reps {
+            for (i, m) in models.iter().enumerate() {
+                let t = thread_cpu_time();
+                for _ in 0..calls {
+                    std::hint::black_box(m.run_with(kernels, &pixels, &mut arenas[i]).unwrap());
+                }
+                best[i] = best[i].min((thread_cpu_time() - t) / calls as f64);
+            }
+        }
+        let ips = best.map(|s| batch as f64 / s);
+        println!(
+            "batch {batch}: single {:.1} img/s, double {:.1} img/s, double/single {:.3}",
+            ips[0],
+            ips[1],
+            ips[1] / ips[0]
+        );
+    }
+}

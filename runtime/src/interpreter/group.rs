@@ -20,7 +20,6 @@ impl Model<'_> {
                 self.with_op(j, |p| {
                     Ok(matches!(&p.params,
                         OpParams::Conv2d(c) if c.is_uniform()
-                            && c.out.rounding == kernels::Rounding::Single
                             && kernels::lanes_supported(&c.geometry())))
                 })
                 .unwrap_or(false)
@@ -46,9 +45,8 @@ impl Model<'_> {
                 return Ok(false);
             };
             // A conv the few-channel kernel covers runs image by image (it needs no group), as
-            // does one the lanes kernel does not cover (window, rounding).
+            // does one the lanes kernel does not cover (window, geometry; either rounding).
             if !c.is_uniform()
-                || c.out.rounding != kernels::Rounding::Single
                 || !kernels::lanes_supported(&c.geometry())
                 || kernels::vnni::narrow_preferred(c)
             {
@@ -84,5 +82,27 @@ impl Model<'_> {
         }
         let _ = (k, p, work, back);
         Ok(false)
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use crate::kernels::{Kernels, Resolved};
+    use crate::Model;
+
+    /// A model runs its images in groups (the batched VNNI conv) in either rounding.
+    #[test]
+    fn groups_in_both_roundings() {
+        if !Kernels::vnni_available() {
+            println!("SKIP: no AVX-512 VNNI");
+            return;
+        }
+        for rounding in [1u8, 2] {
+            let mut b = octet_testkit::small_resnet(1);
+            b.rounding = rounding;
+            let bytes = b.encode();
+            let m = Model::parse(&bytes).unwrap();
+            assert!(m.groups_help(Resolved::Vnni), "rounding {rounding}");
+        }
     }
 }

@@ -2,8 +2,17 @@
 //! kernel (a kernel set without a kernel of its own for an op runs the scalar reference).
 //!
 //! Every kernel gives the reference's bytes for any op of its kind: what it does not cover
-//! itself (a window other than the uniform one, `Placement::is_uniform`; the double rounding in
-//! an epilogue written for the single one) it declines or hands to a kernel that does.
+//! itself it declines or hands to a kernel that does.
+//!
+//! - x86: every conv covers both roundings (its vector epilogue computes
+//!   `requant::FusedRequant`'s form; fully connected and the AVX2 packed conv requantize
+//!   through `OutputQuant`) and takes a uniform window (`Placement::is_uniform`); beyond that
+//!   the AVX-512 VNNI few-channel conv (C_in ≤ 8, VBMI) and pixels-in-lanes conv (the lanes
+//!   geometry) need shifts from −23 up, the AVX2 / AVX-VNNI pixels-in-lanes conv shifts in
+//!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the AVX2 packed conv covers
+//!   every uniform conv, the scalar reference the rest.
+//! - NEON and Cortex-M: conv and fully connected epilogues written for the single rounding,
+//!   so the double rounding (and a non-uniform window) runs the scalar reference.
 
 #[cfg(octet_arm_dsp)]
 use super::cortex_m;
@@ -69,8 +78,8 @@ pub(crate) fn conv2d(
 }
 
 /// Whether [`conv2d_rows`] covers conv `p` with the chosen kernels and `scratch` bytes: the
-/// pixels-in-lanes convs (VNNI, AVX2, AVX-VNNI); elsewhere threads split a conv by output
-/// channels instead.
+/// pixels-in-lanes convs (VNNI, AVX2, AVX-VNNI), in either rounding; elsewhere threads split a
+/// conv by output channels instead.
 #[cfg(feature = "std")]
 pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -> bool {
     match k {
@@ -216,4 +225,39 @@ pub(crate) fn reshape(k: Resolved, input: &[i8], output: &mut [i8]) {
 pub(crate) fn tflite_add(k: Resolved, p: &TfliteAddParams, a: &[i8], b: &[i8], output: &mut [i8]) {
     let _ = k;
     scalar::tflite_add(p, a, b, output)
+}
+
+#[cfg(all(test, feature = "std", target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{as_single, model_convs, ConvData};
+    use crate::kernels::{conv_scratch_bytes, Kernels};
+
+    /// Threads split a conv by rows in the double rounding wherever they do in the single (the
+    /// pixels-in-lanes convs cover both), on the models' convs.
+    #[test]
+    fn rows_in_both_roundings() {
+        for k in [Kernels::Avx512Vnni, Kernels::AvxVnni, Kernels::Avx2] {
+            let Ok(r) = k.resolve() else {
+                println!("SKIP {k:?}: not on this CPU");
+                continue;
+            };
+            let mut covered = 0;
+            for c in model_convs() {
+                let Some(d) = ConvData::typical(&c) else {
+                    continue;
+                };
+                let p = d.params();
+                let s = conv_scratch_bytes(&p.geometry()).max(avx2::lanes_scratch(&p));
+                let rows = conv2d_rows_covered(r, &p, s);
+                assert_eq!(
+                    rows,
+                    conv2d_rows_covered(r, &as_single(&p), s),
+                    "{k:?} {c:?}"
+                );
+                covered += rows as usize;
+            }
+            assert!(covered > 0, "{k:?}");
+        }
+    }
 }

@@ -12,17 +12,18 @@
 //!   channels), the older packed-patch conv it falls back to, fully_connected, max_pool;
 //! - `vnni` (AVX-512 VNNI): the pixels-in-lanes conv over one image or a group, the
 //!   few-input-channel conv (kernel rows in quads), the packed-patch conv, fully_connected, the
-//!   residual add;
+//!   residual add; the x86 convs' epilogues compute both roundings
+//!   ([`crate::requant::FusedRequant`]);
 //! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without;
 //! - `cortex_m` (Armv7E-M, the DSP extension: Cortex-M4/M7): conv2d, fully_connected and
 //!   max_pool with `SMLAD` and `SXTB16` (`cfg(octet_arm_dsp)`, set by `build.rs`; compiled on
 //!   every target for tests, with the DSP instructions emulated bit for bit).
 //!
-//! Kernels that may decline an op (a geometry or rounding they do not cover) return `false`,
-//! output untouched, for the dispatch to run another. Every kernel instantiates the one test
-//! suite of `test_util` (against the scalar reference, in both roundings). Ops a set has no
-//! kernel of its own for (depthwise conv, the TFLite pools, softmax, pad, reshape, the TFLite
-//! add) run the scalar reference in every set.
+//! Kernels that may decline an op (a geometry they do not cover; on Arm, for now, the double
+//! rounding too) return `false`, output untouched, for the dispatch to run another. Every
+//! kernel instantiates the one test suite of `test_util` (against the scalar reference, in
+//! both roundings). Ops a set has no kernel of its own for (depthwise conv, the TFLite pools,
+//! softmax, pad, reshape, the TFLite add) run the scalar reference in every set.
 
 pub mod scalar;
 

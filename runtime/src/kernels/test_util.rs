@@ -41,8 +41,8 @@ pub struct LayerData {
 }
 
 impl LayerData {
-    /// Values every kernel covers: weights in [−127, 127], biases, multipliers, shifts n in
-    /// [33, 49], a clamp within i8, the single rounding.
+    /// Values every kernel's fast path covers: weights in [−127, 127], biases, multipliers,
+    /// shifts n in [33, 49], a clamp within i8, the single rounding.
     pub fn typical(rng: &mut Rng, n: usize, k: usize) -> Self {
         LayerData {
             weights: rng.i8s(n * k, -127, 127),
@@ -58,13 +58,20 @@ impl LayerData {
         }
     }
 
-    /// [`LayerData::typical`], then every fourth case every valid shift, every eighth a zero
-    /// multiplier in the first channel, any output zero point with the clamp from it (ReLU) or
-    /// any other, and either rounding.
+    /// [`LayerData::typical`], then every fourth case every valid shift, every eighth one
+    /// channel's shift from −1 up (beside typical ones: the SIMD epilogues' wide paths with
+    /// outputs in range), every eighth a zero multiplier in the first channel, any output zero
+    /// point with the clamp from it (ReLU) or any other, and either rounding.
     pub fn random(rng: &mut Rng, n: usize, k: usize) -> Self {
         let mut l = Self::typical(rng, n, k);
-        if rng.next().is_multiple_of(4) {
-            l.shift = rng.i32s(n, -31, 30);
+        match rng.next() % 8 {
+            0 | 1 => l.shift = rng.i32s(n, -31, 30),
+            2 => {
+                let c = rng.below(n);
+                let s = rng.range(-1, 30) as i32;
+                l.shift[4 * c..4 * c + 4].copy_from_slice(&s.to_le_bytes());
+            }
+            _ => {}
         }
         if rng.next().is_multiple_of(8) {
             l.mult[..4].fill(0);
@@ -102,8 +109,9 @@ pub struct ConvData {
 }
 
 impl ConvData {
-    /// Values from the case's seed ([`LayerData::random`]), pad values or none, any input
-    /// zero point. `None` where the kernel outgrows the padded input.
+    /// Values from the case's seed ([`LayerData::random`]; the case's rounding where it names
+    /// one), pad values or none, any input zero point. `None` where the kernel outgrows the
+    /// padded input.
     pub fn random(c: &ConvCase) -> Option<Self> {
         Self::new(c, LayerData::random).map(|mut d| {
             if d.rng.next().is_multiple_of(2) {
@@ -114,8 +122,9 @@ impl ConvData {
         })
     }
 
-    /// Values every kernel covers ([`LayerData::typical`]), pad values per channel, for batch
-    /// and timing tests that must not be declined.
+    /// Values every kernel covers ([`LayerData::typical`], in the case's rounding, single where
+    /// it names none), pad values per channel, for batch and timing tests that must not be
+    /// declined.
     pub fn typical(c: &ConvCase) -> Option<Self> {
         Self::new(c, LayerData::typical)
     }
@@ -125,10 +134,15 @@ impl ConvData {
             return None;
         }
         let mut rng = Rng(c.seed | 1);
+        let input = rng.i8s(c.cin * c.h * c.w, -128, 127);
+        let mut layer = layer(&mut rng, c.cout, c.kh * c.kw * c.cin);
+        if let Some(r) = c.rounding {
+            layer.out.rounding = r;
+        }
         Some(ConvData {
             case: *c,
-            input: rng.i8s(c.cin * c.h * c.w, -128, 127),
-            layer: layer(&mut rng, c.cout, c.kh * c.kw * c.cin),
+            input,
+            layer,
             pads: rng.i8s(c.cin, -128, 127),
             input_zero_point: 3,
             rng,
@@ -187,6 +201,8 @@ pub struct ConvCase {
     pub stride: usize,
     pub pad: usize,
     pub seed: u64,
+    /// The rounding; `None`: drawn from the seed.
+    pub rounding: Option<Rounding>,
 }
 
 impl ConvCase {
@@ -210,12 +226,22 @@ impl ConvCase {
             stride,
             pad,
             seed,
+            rounding: None,
+        }
+    }
+
+    /// This case in rounding `r`.
+    pub const fn with_rounding(self, r: Rounding) -> Self {
+        ConvCase {
+            rounding: Some(r),
+            ..self
         }
     }
 }
 
 /// The convs of the models here: LeNet (1 and 3 channels in), ResNet-18's stem (1 and 3), its
-/// 3×3 and 1×1 convs at every width, and odd shapes; every conv kernel's fixed cases.
+/// 3×3 and 1×1 convs at every width, and odd shapes, each in both roundings; every conv
+/// kernel's fixed cases.
 pub fn model_convs() -> impl Iterator<Item = ConvCase> {
     [
         (1, 6, 32, 5, 1, 0),
@@ -235,14 +261,15 @@ pub fn model_convs() -> impl Iterator<Item = ConvCase> {
     ]
     .into_iter()
     .enumerate()
-    .map(|(i, (cin, cout, hw, k, stride, pad))| {
-        ConvCase::square(cin, cout, hw, k, stride, pad, 40 + i as u64)
+    .flat_map(|(i, (cin, cout, hw, k, stride, pad))| {
+        let c = ConvCase::square(cin, cout, hw, k, stride, pad, 40 + i as u64);
+        Rounding::ALL.map(|r| c.with_rounding(r))
     })
 }
 
 /// Random conv cases over what the kernels special-case: channel counts below, at and past
 /// their quads, groups and vectors; kernels 1–5 (square or not); strides 1–2; pads 0–3; widths
-/// that do and do not fill a vector.
+/// that do and do not fill a vector; either rounding.
 pub fn conv_cases() -> impl proptest::strategy::Strategy<Value = ConvCase> {
     use proptest::prelude::*;
     (
@@ -251,10 +278,10 @@ pub fn conv_cases() -> impl proptest::strategy::Strategy<Value = ConvCase> {
         (1usize..14, 1usize..24),
         (1usize..=5, 1usize..=5),
         (1usize..=2, 0usize..=3),
-        any::<u64>(),
+        (any::<u64>(), prop::sample::select(Rounding::ALL.to_vec())),
     )
         .prop_map(
-            |(cin, cout, (h, w), (kh, kw), (stride, pad), seed)| ConvCase {
+            |(cin, cout, (h, w), (kh, kw), (stride, pad), (seed, rounding))| ConvCase {
                 cin,
                 cout,
                 h,
@@ -264,6 +291,7 @@ pub fn conv_cases() -> impl proptest::strategy::Strategy<Value = ConvCase> {
                 stride,
                 pad,
                 seed,
+                rounding: Some(rounding),
             },
         )
 }
@@ -288,6 +316,19 @@ pub fn check_conv(
             crate::kernels::scalar::conv2d(p, x, y);
         }
     });
+}
+
+/// `p` in the single rounding: for `may_decline` predicates of kernels that cover both
+/// roundings (a conv they decline in the double rounding they must decline in the single).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn as_single<'a>(p: &ConvParams<'a>) -> ConvParams<'a> {
+    ConvParams {
+        out: OutputQuant {
+            rounding: Rounding::Single,
+            ..p.out
+        },
+        ..*p
+    }
 }
 
 /// A conv entry point over output rows `rows` (the whole conv for `0..output.h`), writing

@@ -15,7 +15,8 @@
 //! so 4 output pixels of a row read 16 contiguous bytes at every tap. Each vector holds two
 //! runs of up to 4 output pixels, each within one row; a register tile of up to 8 channels
 //! accumulates from the bias; the requantization runs on the high halves of the products in
-//! i32 lanes (shifts n ≥ 33, the usual range; other convs run `avx2::conv2d`).
+//! i32 lanes, in either rounding (`FusedRequant`'s form with n in [33, 54]: shifts in
+//! [−23, −2], the usual range; other convs run `avx2::conv2d`).
 //!
 //! Few input channels (`s·C_in ≤ 4`: 1 channel, Fashion-MNIST; 3, CIFAR-10's RGB at stride 1)
 //! would leave most of each quad zero. There a quad is four consecutive bytes of a kernel row
@@ -27,6 +28,7 @@ use core::arch::x86_64::*;
 use core::ops::Range;
 
 use crate::kernels::{ConvImage, ConvParams, QuadPlanes};
+use crate::requant::{FusedRequant, Rounding};
 
 /// Pixels per run: two runs make a vector of 8 lanes.
 const RUN: usize = 4;
@@ -35,24 +37,31 @@ const CH: usize = 8;
 /// Bytes after `T` that the last runs' 16-byte loads may reach (into dropped lanes).
 const SLACK: usize = 64;
 
-/// One output channel's requantization, for accumulators that already hold the bias.
+/// One output channel's requantization, for accumulators that already hold the bias: its
+/// [`FusedRequant`] (n ≥ 33) with the output zero point.
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct Epi {
     bias: i32,
     m0: i32,
-    /// (2^(n−1) + z_out·2^n) >> 32: exact, n ≥ 33.
+    /// (round + z_out·2^n) >> 32: what lies below is 0 (single) or 2^30 (double), added to
+    /// the products first.
     r_hi: i32,
     /// n − 32.
     n_hi: i32,
 }
 
-/// Whether [`conv2d_lanes_avx2`] covers this conv (given enough scratch): a uniform window, the
-/// single rounding, every channel's shift n in [33, 54] and a clamp within i8.
+/// Channel `c`'s requantization in the epilogue's form.
+fn fused(p: &ConvParams, c: usize) -> FusedRequant {
+    FusedRequant::new(p.multiplier.get(c), p.shift.get(c), p.out.rounding)
+}
+
+/// Whether [`conv2d_lanes_avx2`] covers this conv (given enough scratch): a uniform window,
+/// every channel's n in [33, 54] (shifts in [−23, −2], in either rounding) and a clamp within
+/// i8.
 pub fn lanes_covered(p: &ConvParams) -> bool {
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     p.is_uniform()
-        && p.out.rounding == crate::requant::Rounding::Single
         && p.input.c >= 1
         && p.output.c >= 1
         && p.stride() >= 1
@@ -62,7 +71,7 @@ pub fn lanes_covered(p: &ConvParams) -> bool {
         && p.output.h == (hp - p.kernel_h) / p.stride() + 1
         && p.output.w == (wp - p.kernel_w) / p.stride() + 1
         && p.out.act_min.max(-128) <= p.out.act_max.min(127)
-        && (0..p.output.c).all(|c| (33..=54).contains(&(31 - p.shift.get(c).clamp(-31, 30))))
+        && (0..p.output.c).all(|c| (33..=54).contains(&fused(p, c).n))
 }
 
 /// Quads per kernel row in the few-channel mode, when it applies (fewer quads than one per tap
@@ -131,6 +140,10 @@ struct Job<'p> {
     epi: *const Epi,
     out: *mut i8,
     clamp: (__m256i, __m256i),
+    /// The double rounding, and what it adds below the high halves: 2^30 for a non-negative
+    /// product, 2^30 − 2^31 for a negative one (i64 lanes).
+    double: bool,
+    below: (__m256i, __m256i),
     /// Few-channel mode: the weight quads `[channel][ky][quad]` and the in-lane byte shuffle
     /// that picks 4 pixels' quads out of 16 input bytes.
     wq: *const i32,
@@ -225,6 +238,8 @@ impl<'p> Job<'p> {
                 _mm256_set1_epi32(p.out.act_min.max(-128)),
                 _mm256_set1_epi32(p.out.act_max.min(127)),
             ),
+            double: p.out.rounding == Rounding::Double,
+            below: (_mm256_set1_epi64x(1 << 30), _mm256_set1_epi64x(-(1 << 30))),
             t,
             narrow,
         };
@@ -309,13 +324,13 @@ unsafe fn weight_quads(p: &ConvParams, gq: usize, wq: *mut i32) {
 #[inline(always)]
 unsafe fn fill_epi(p: &ConvParams, epi: *mut Epi) {
     for c in 0..p.output.c {
-        let n = 31 - p.shift.get(c).clamp(-31, 30) as i64;
-        let r = (1i64 << (n - 1)) + ((p.out.zero_point as i64) << n);
+        let f = fused(p, c);
+        let r = f.round + ((p.out.zero_point as i64) << f.n);
         epi.add(c).write(Epi {
             bias: p.bias.get(c),
-            m0: p.multiplier.get(c),
+            m0: f.m0,
             r_hi: (r >> 32) as i32,
-            n_hi: n as i32 - 32,
+            n_hi: f.n as i32 - 32,
         });
     }
 }
@@ -345,7 +360,11 @@ impl Job<'_> {
         co: usize,
     ) {
         let acc = self.accumulate::<VNNI, C, NARROW>(a, b, co);
-        let rows = self.requantize::<C>(acc, co);
+        let rows = if self.double {
+            self.requantize::<C, true>(acc, co)
+        } else {
+            self.requantize::<C, false>(acc, co)
+        };
         self.store::<C>(rows, a, b, co);
     }
 
@@ -413,16 +432,32 @@ impl Job<'_> {
         acc
     }
 
-    /// Each channel's 8 accumulators requantized: its 8 bytes, in lane order.
+    /// Each channel's 8 accumulators requantized: its 8 bytes, in lane order. With n ≥ 33,
+    /// `(P + round + z·2^n − [P < 0]·corr) >> n` ([`FusedRequant`], P = acc·M0) is
+    /// `(((P + b) >> 32) + r_hi) >> (n − 32)`, b what lies below 2^32 less the correction:
+    /// nothing for the single rounding, ±2^30 by P's sign for the `DOUBLE`.
     #[inline(always)]
-    unsafe fn requantize<const C: usize>(&self, acc: [__m256i; C], co: usize) -> [__m128i; C] {
+    unsafe fn requantize<const C: usize, const DOUBLE: bool>(
+        &self,
+        acc: [__m256i; C],
+        co: usize,
+    ) -> [__m128i; C] {
         let (lo, hi) = self.clamp;
+        let zero = _mm256_setzero_si256();
+        let below = |p: __m256i| {
+            if DOUBLE {
+                let neg = _mm256_cmpgt_epi64(zero, p);
+                _mm256_add_epi64(p, _mm256_blendv_epi8(self.below.0, self.below.1, neg))
+            } else {
+                p
+            }
+        };
         let mut rows = [_mm_setzero_si128(); C];
         for (c, &acc) in acc.iter().enumerate() {
             let e = self.epi.add(co + c).read();
             let m = _mm256_set1_epi32(e.m0);
-            let ev = _mm256_mul_epi32(acc, m);
-            let od = _mm256_mul_epi32(_mm256_srli_epi64::<32>(acc), m);
+            let ev = below(_mm256_mul_epi32(acc, m));
+            let od = below(_mm256_mul_epi32(_mm256_srli_epi64::<32>(acc), m));
             // The high halves of the 8 products, in lane order.
             let h = _mm256_blend_epi32::<0xAA>(_mm256_srli_epi64::<32>(ev), od);
             let y = _mm256_sra_epi32(
@@ -556,10 +591,11 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv_rows, conv_suite, ConvCase};
+    use crate::kernels::test_util::{as_single, check_conv_rows, conv_suite, ConvCase};
     use crate::kernels::Kernels;
 
-    /// Both entry points this CPU can run (AVX2, AVX-VNNI), whole and in bands of rows.
+    /// Both entry points this CPU can run (AVX2, AVX-VNNI), whole and in bands of rows; each
+    /// declines only what it declines in the single rounding.
     fn check(c: &ConvCase) {
         type Lanes = unsafe fn(&ConvParams, ConvImage, Range<usize>) -> bool;
         let mut kernels: Vec<Lanes> = Vec::new();
@@ -569,7 +605,7 @@ mod tests {
         if Kernels::avx_vnni_available() {
             kernels.push(conv2d_lanes_vnni);
         }
-        let declines = |p: &ConvParams, s| !lanes_covered(p) || s < lanes_scratch(p);
+        let declines = |p: &ConvParams, s| !lanes_covered(&as_single(p)) || s < lanes_scratch(p);
         for f in kernels {
             // SAFETY: only the entry points this CPU supports.
             check_conv_rows(c, &mut |p, im, r| unsafe { f(p, im, r) }, &declines);

@@ -594,7 +594,7 @@ mod tests {
             kh in 1usize..=7, kw in 1usize..=7,
             stride in 1usize..=2, pad in 0usize..=3, seed in any::<u64>(),
         ) {
-            check(&ConvCase { cin, cout, h, w, kh, kw, stride, pad, seed });
+            check(&ConvCase { w, kw, ..ConvCase::square(cin, cout, h, kh, stride, pad, seed) });
         }
     }
 }

@@ -6,13 +6,14 @@
 //! a time: `R·C` zmm accumulators, each step multiplying 64 bytes of a patch row by 64 weights
 //! with `vpdpbusd`, so the weights stream from memory once per pixel block rather than once per
 //! `R` pixels. Σw per channel (for the −128·Σw correction) accumulates alongside with a vector
-//! of ones on the first pass and is cached. The requantization runs on 8 i64 lanes at a time.
+//! of ones on the first pass and is cached. The requantization runs on 8 i64 lanes at a time,
+//! in either rounding (`FusedRequant`'s form).
 
 use core::arch::x86_64::*;
 
 use crate::kernels::avx2::hsum8_v;
 use crate::kernels::{scalar, ConvParams, PatchPiece, VNNI_PIXEL_BLOCK};
-use crate::requant::{ChannelRequant, OutputQuant};
+use crate::requant::{FusedRequant, OutputQuant, Rounding};
 
 /// Pixels per micro-block.
 const R: usize = 4;
@@ -26,14 +27,17 @@ const fn align64(n: usize) -> usize {
     (n + 63) & !63
 }
 
-/// Requantization constants of one micro-block, lane `pixel·C + channel`.
+/// Requantization constants of one micro-block, lane `pixel·C + channel`: the channels'
+/// [`FusedRequant`]s (corr negated).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Epi {
     m0: [i64; N],
     round: [i64; N],
     n: [i64; N],
+    neg_corr: [i64; N],
     bias: [i32; N],
+    ls: [i32; N],
 }
 
 /// Same bytes as [`scalar::conv2d`]; `scratch` holds `scratch_bytes(conv2d, …)` bytes (with
@@ -50,12 +54,7 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
     // Whole micro-blocks of R rows: the last block of a chunk may read rows past the packed
     // ones (stale scratch bytes), whose results are dropped.
     let chunk = (scratch.len() / kp.max(1)).min(VNNI_PIXEL_BLOCK) & !(R - 1);
-    // Its epilogue is the single rounding's; the AVX2 conv's is `OutputQuant::finish`.
-    if chunk == 0
-        || cout < C
-        || !p.is_uniform()
-        || p.out.rounding != crate::requant::Rounding::Single
-    {
+    if chunk == 0 || cout < C || !p.is_uniform() {
         return crate::kernels::avx2::conv2d(p, input, output, scratch);
     }
     if k == 0
@@ -75,8 +74,11 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
         m0: [0; N],
         round: [0; N],
         n: [0; N],
+        neg_corr: [0; N],
         bias: [0; N],
+        ls: [0; N],
     };
+    let double = p.out.rounding == Rounding::Double;
     let mut c0 = 0;
     while c0 < npix {
         let nch = (npix - c0).min(chunk);
@@ -115,7 +117,11 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
                         micro::<false, false>(xr, kp, w, k, w).0
                     }
                 };
-                let bytes = epilogue(sums, &epi, &p.out);
+                let bytes = if double {
+                    epilogue::<true>(sums, &epi, &p.out)
+                } else {
+                    epilogue::<false>(sums, &epi, &p.out)
+                };
                 for r in 0..np {
                     let at = (c0 + r0 + r) * cout + co;
                     let o: &mut [i8; C] = (&mut output[at..at + C]).try_into().unwrap();
@@ -136,18 +142,17 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
 #[inline]
 fn epi_fill(e: &mut Epi, p: &ConvParams, co: usize, corr: &[i32; C]) {
     for (c, &cr) in corr.iter().enumerate() {
-        let q = ChannelRequant::new(
-            p.bias.get(co + c),
-            p.multiplier.get(co + c),
-            p.shift.get(co + c),
-        );
-        let bias = q.bias.wrapping_sub(cr);
+        let ch = co + c;
+        let q = FusedRequant::new(p.multiplier.get(ch), p.shift.get(ch), p.out.rounding);
+        let bias = p.bias.get(ch).wrapping_sub(cr);
         for r in 0..R {
             let i = r * C + c;
-            e.m0[i] = q.m0;
+            e.m0[i] = q.m0 as i64;
             e.round[i] = q.round;
             e.n[i] = q.n as i64;
+            e.neg_corr[i] = -q.corr;
             e.bias[i] = bias;
+            e.ls[i] = q.ls as i32;
         }
     }
 }
@@ -205,10 +210,16 @@ unsafe fn fill_pad(p: &ConvParams, pads: &PadRow, dst: *mut u8) {
 }
 
 /// Requantizes the `N` sums (`N / 8` vectors, lane pixel·C + channel, bias not yet added)
-/// exactly like `OutputQuant::finish`, 8 lanes per 512-bit i64 vector.
+/// exactly like `OutputQuant::finish`, 8 lanes per 512-bit i64 vector: `(P + round −
+/// [P < 0]·corr) >> n`, P = (acc·2^ls)·M0, the correction and the left shift only for the
+/// `DOUBLE` rounding ([`FusedRequant`]).
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512vl")]
-unsafe fn epilogue(sums: [__m256i; N / 8], e: &Epi, out: &OutputQuant) -> [i8; N] {
+unsafe fn epilogue<const DOUBLE: bool>(
+    sums: [__m256i; N / 8],
+    e: &Epi,
+    out: &OutputQuant,
+) -> [i8; N] {
     let z = _mm512_set1_epi64(out.zero_point as i64);
     let amin = _mm512_set1_epi64(out.act_min as i64);
     let amax = _mm512_set1_epi64(out.act_max as i64);
@@ -217,11 +228,22 @@ unsafe fn epilogue(sums: [__m256i; N / 8], e: &Epi, out: &OutputQuant) -> [i8; N
     let mut res = [0i8; N];
     for (g, &v) in sums.iter().enumerate() {
         let b = _mm256_loadu_si256(e.bias.as_ptr().add(g * 8) as *const __m256i);
-        let x = _mm512_cvtepi32_epi64(_mm256_add_epi32(v, b));
+        let mut acc = _mm256_add_epi32(v, b);
+        if DOUBLE {
+            let ls = _mm256_loadu_si256(e.ls.as_ptr().add(g * 8) as *const __m256i);
+            acc = _mm256_sllv_epi32(acc, ls);
+        }
+        let x = _mm512_cvtepi32_epi64(acc);
         let m0 = _mm512_loadu_si512(e.m0.as_ptr().add(g * 8) as *const _);
         let round = _mm512_loadu_si512(e.round.as_ptr().add(g * 8) as *const _);
         let n = _mm512_loadu_si512(e.n.as_ptr().add(g * 8) as *const _);
-        let t = _mm512_add_epi64(_mm512_mul_epi32(x, m0), round);
+        let prod = _mm512_mul_epi32(x, m0);
+        let mut t = _mm512_add_epi64(prod, round);
+        if DOUBLE {
+            let neg = _mm512_cmplt_epi64_mask(prod, _mm512_setzero_si512());
+            let corr = _mm512_loadu_si512(e.neg_corr.as_ptr().add(g * 8) as *const _);
+            t = _mm512_mask_add_epi64(t, neg, t, corr);
+        }
         let t = _mm512_add_epi64(_mm512_srav_epi64(t, n), z);
         let t = _mm512_min_epi64(_mm512_max_epi64(t, amin), amax);
         let t = _mm512_min_epi64(_mm512_max_epi64(t, lo8), hi8);

@@ -9,8 +9,12 @@
 //! into a panel (`[quad][vector][16 pixels][4]`); an NV×CH register tile (NV vectors of 16
 //! pixels × CH channels) runs over the panel for each group of CH channels, starting from the
 //! bias corrected by −128·Σw. The requantization handles the 16 pixels of one channel at once
-//! with that channel's constants broadcast, into a channel-major tile transposed to HWC at the
-//! end of the pass.
+//! with that channel's constants broadcast, in either rounding ([`OutputStage`]), into a
+//! channel-major tile transposed to HWC at the end of the pass.
+//!
+//! Covers ([`covers`]) a uniform window, C_in a multiple of 4 or below 4, C_out a multiple of
+//! 8, shifts from −23 up and a non-empty clamp, in both roundings; over one image, a band of
+//! its rows (threads sharing an image) or a group of images.
 
 use core::arch::x86_64::*;
 use core::ops::Range;
@@ -18,22 +22,28 @@ use core::ops::Range;
 use crate::kernels::{
     lanes_regions, lanes_supported, ConvImage, ConvParams, QuadPlanes, LANES_EPI_BYTES,
 };
+use crate::requant::{FusedRequant, Rounding};
 
-/// One output channel's requantization, for accumulators that already hold the bias.
+/// One output channel's requantization, for accumulators that already hold the bias: the
+/// channel's [`FusedRequant`] with the output zero point folded into the rounding term.
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 pub(super) struct Epi {
     /// bias − 128·Σw (wrapping): the accumulator's start value.
     pub(super) bias: i32,
+    m0: i32,
+    /// Left shift of the accumulator (the double rounding's, shift > 0; else 0).
+    ls: i32,
     /// Right shift n in [1, 54].
     n: i32,
-    m0: i64,
-    /// 2^(n−1) + z_out·2^n: rounding and output zero point in one add, exact for n ≤ 54
+    /// round + z_out·2^n: rounding and output zero point in one add, exact for n ≤ 54
     /// (|acc·M0| < 2^62 and |r| < 2^62).
     r: i64,
-    /// For n ≥ 33 (r a multiple of 2^32): r >> 32, and n − 32.
+    /// For n ≥ 33: r >> 32 (the part of r below 2^32 is the same for every channel, see
+    /// [`OutputStage::apply`]).
     r_hi: i32,
-    n_hi: i32,
+    /// −corr (0 or −2^31), added where the product is negative.
+    corr: i32,
 }
 
 const _: () = assert!(core::mem::size_of::<Epi>() == LANES_EPI_BYTES);
@@ -87,7 +97,7 @@ pub unsafe fn conv2d_lanes(p: &ConvParams, im: ConvImage, rows: Range<usize>) ->
 }
 
 /// [`conv2d_lanes`] over several images at once (up to [`MAX_IMAGES`]): their output pixels
-/// share passes, so each weight row is read once per pass of up to [`PASS`] pixels rather
+/// share passes, so each weight row is read once per pass of up to `PASS` pixels rather
 /// than once per image (the small late layers), and Σw once per call.
 ///
 /// # Safety
@@ -208,13 +218,12 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
 }
 
 /// Whether the kernel covers conv `p` (given buffers of the sizes it checks): a uniform window,
-/// the single rounding, the lanes geometry ([`lanes_supported`]), every shift within the
-/// epilogue's range ([`epi_supported`]).
+/// the lanes geometry ([`lanes_supported`]), every shift within the epilogue's range
+/// (`epi_supported`: shifts from −23 up, a non-empty clamp), in either rounding.
 pub fn covers(p: &ConvParams) -> bool {
     let s = p.stride();
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     p.is_uniform()
-        && p.out.rounding == crate::requant::Rounding::Single
         && lanes_supported(&p.geometry())
         && s > 0
         && hp >= p.kernel_h
@@ -247,6 +256,8 @@ struct Geo {
     wstep: usize,
     /// The i32 epilogue applies ([`epi_hi`]).
     hi: bool,
+    /// The double rounding.
+    double: bool,
 }
 
 impl Geo {
@@ -265,6 +276,7 @@ impl Geo {
                 p.input.c
             },
             hi: epi_hi(p),
+            double: p.out.rounding == Rounding::Double,
         }
     }
 
@@ -275,25 +287,23 @@ impl Geo {
     }
 }
 
-/// Whether every channel's requantization fits [`Epi`] (n in [1, 54]) and the clamp is a
-/// non-empty range within i8.
+/// Channel `c`'s requantization in the epilogues' form.
+fn fused(p: &ConvParams, c: usize) -> FusedRequant {
+    FusedRequant::new(p.multiplier.get(c), p.shift.get(c), p.out.rounding)
+}
+
+/// Whether every channel's requantization fits [`Epi`] (n in [1, 54]: shifts from −23 up, in
+/// either rounding) and the clamp is a non-empty range within i8.
 pub(super) fn epi_supported(p: &ConvParams) -> bool {
     let lo = p.out.act_min.max(-128);
     let hi = p.out.act_max.min(127);
-    lo <= hi
-        && (0..p.output.c).all(|c| {
-            let n = 31 - p.shift.get(c).clamp(-31, 30);
-            n <= 54
-        })
+    lo <= hi && (0..p.output.c).all(|c| fused(p, c).n <= 54)
 }
 
-/// Whether every channel has n in [33, 54], where the epilogue can work on the high halves of
-/// the products in i32 lanes ([`OutputStage::apply`]).
+/// Whether every channel has n in [33, 54] (shifts in [−23, −2], in either rounding), where the
+/// epilogue can work on the high halves of the products in i32 lanes ([`OutputStage::apply`]).
 pub(super) fn epi_hi(p: &ConvParams) -> bool {
-    (0..p.output.c).all(|c| {
-        let n = 31 - p.shift.get(c).clamp(-31, 30);
-        (33..=54).contains(&n)
-    })
+    (0..p.output.c).all(|c| (33..=54).contains(&fused(p, c).n))
 }
 
 /// Fills the constants of channels `co..co + CH` (Σw read just before the tile reads the same
@@ -303,16 +313,18 @@ pub(super) fn epi_hi(p: &ConvParams) -> bool {
 pub(super) unsafe fn fill_epi(p: &ConvParams, co: usize, ch: usize, epi: *mut Epi) {
     let k = p.k();
     for c in co..co + ch {
-        let n = 31 - p.shift.get(c).clamp(-31, 30) as i64;
+        let f = fused(p, c);
         let sw = sum_w(p.weights.as_ptr().add(c * k), k);
-        let r = (1i64 << (n - 1)) + ((p.out.zero_point as i64) << n);
+        let r = f.round + ((p.out.zero_point as i64) << f.n);
         epi.add(c).write(Epi {
             bias: p.bias.get(c).wrapping_sub(sw.wrapping_mul(128)),
-            n: n as i32,
-            m0: p.multiplier.get(c) as i64,
+            m0: f.m0,
+            ls: f.ls as i32,
+            n: f.n as i32,
             r,
             r_hi: (r >> 32) as i32,
-            n_hi: n as i32 - 32,
+            // corr ≤ 2^31: its negation fits i32.
+            corr: (-f.corr) as i32,
         });
     }
 }
@@ -716,10 +728,12 @@ unsafe fn groups<const NV: usize, const CH: usize>(
         let pf = w.add(if co + CH < cout { (co + CH) * k } else { 0 });
         let wk = (wc, pf, k, g.wstep);
         let tail = short && co + CH >= cout;
-        if g.hi {
-            tile_kernel::<NV, CH, true>(&q, tail, wk, ec, &out, (tc, cout * V));
-        } else {
-            tile_kernel::<NV, CH, false>(&q, tail, wk, ec, &out, (tc, cout * V));
+        let to = (tc, cout * V);
+        match (g.hi, g.double) {
+            (true, false) => tile_kernel::<NV, CH, true, false>(&q, tail, wk, ec, &out, to),
+            (false, false) => tile_kernel::<NV, CH, false, false>(&q, tail, wk, ec, &out, to),
+            (true, true) => tile_kernel::<NV, CH, true, true>(&q, tail, wk, ec, &out, to),
+            (false, true) => tile_kernel::<NV, CH, false, true>(&q, tail, wk, ec, &out, to),
         }
         co += CH;
     }
@@ -790,7 +804,7 @@ impl<const NV: usize> Quads<NV> {
 /// NV vectors × CH channels: `vpdpbusd` of each patch vector with each channel's broadcast
 /// weight quad, then the requantized bytes into the tile (row per channel).
 #[inline(always)]
-unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
+unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool, const DOUBLE: bool>(
     q: &Quads<NV>,
     tail: bool,
     (w, pf, k, wstep): (*const i8, *const i8, usize, usize),
@@ -848,7 +862,7 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
                 // A copy: the tile stores cannot alias it, so its broadcasts are done once.
                 let e = epi.add($c).read();
                 for v in 0..NV {
-                    let b = out.apply::<HI>(acc[$c][v], &e);
+                    let b = out.apply::<HI, DOUBLE>(acc[$c][v], &e);
                     _mm_storeu_si128(tile.add(v * tstride + $c * V) as *mut __m128i, b);
                 }
             }
@@ -865,7 +879,8 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool>(
 }
 
 /// The output stage of the VNNI convs: one channel's 16 accumulators (bias included) to
-/// bytes, exactly `OutputQuant::finish`, with that channel's constants broadcast.
+/// bytes, exactly `OutputQuant::finish` in either rounding (the channel's [`FusedRequant`]),
+/// with that channel's constants broadcast.
 #[derive(Clone, Copy)]
 pub(super) struct OutputStage {
     /// The clamp: i32 lanes for the i32 epilogue, else i64 lanes.
@@ -873,6 +888,9 @@ pub(super) struct OutputStage {
     /// Even and odd lanes back together: from the low (i64 epilogue) or high (i32) halves.
     lo_idx: __m512i,
     hi_idx: __m512i,
+    /// The double rounding's i32 epilogue: what lies below the high halves, 2^30 for a
+    /// non-negative product and 2^30 − 2^31 for a negative one (i64 lanes).
+    below: (__m512i, __m512i),
 }
 
 impl OutputStage {
@@ -891,36 +909,65 @@ impl OutputStage {
             },
             lo_idx: _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
             hi_idx: _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31),
+            below: (_mm512_set1_epi64(1 << 30), _mm512_set1_epi64(-(1 << 30))),
         }
     }
 
-    /// `(acc·M0 + r) >> n`, clamped. `HI` (n in [33, 54], see [`epi_hi`]): r is a multiple of
-    /// 2^32, so `(P + r) >> n = ((P >> 32) + (r >> 32)) >> (n − 32)` with P = acc·M0, and
-    /// P >> 32 (the high halves of the products) fits i32: the rest runs on 16 i32 lanes, the
-    /// clamp included. Else on even and odd lanes in i64, the low halves back together.
+    /// `(P + r − [P < 0]·corr) >> n` with P = (acc·2^ls)·M0, clamped ([`FusedRequant`], r
+    /// holding the zero point). `HI` (n in [33, 54], see [`epi_hi`]; then ls = 0): r's part
+    /// below 2^32 is 0 (single) or 2^30 (double) and corr 0 or 2^31 for every channel, so
+    /// `(P + r − [P < 0]·corr) >> n = (((P + b) >> 32) + r_hi) >> (n − 32)`, b that part less the
+    /// correction (nothing for the single rounding, ±2^30 by P's sign for the double), and
+    /// (P + b) >> 32 (the high halves) fits i32: the rest runs on 16 i32 lanes, the clamp
+    /// included. Else on even and odd lanes in i64, the low halves back together.
     #[inline(always)]
-    pub(super) unsafe fn apply<const HI: bool>(&self, acc: __m512i, e: &Epi) -> __m128i {
+    pub(super) unsafe fn apply<const HI: bool, const DOUBLE: bool>(
+        &self,
+        acc: __m512i,
+        e: &Epi,
+    ) -> __m128i {
         let clamp = self.clamp;
         // `vpmuldq` reads the low half of each 64-bit lane: a 32-bit broadcast of M0 is enough.
-        let m = _mm512_set1_epi32(e.m0 as i32);
+        let m = _mm512_set1_epi32(e.m0);
+        let zero = _mm512_setzero_si512();
         if HI {
-            let ev = _mm512_mul_epi32(acc, m);
-            let od = _mm512_mul_epi32(_mm512_srli_epi64::<32>(acc), m);
+            let below = |p: __m512i| {
+                if DOUBLE {
+                    let neg = _mm512_cmplt_epi64_mask(p, zero);
+                    let q = _mm512_add_epi64(p, self.below.0);
+                    _mm512_mask_add_epi64(q, neg, p, self.below.1)
+                } else {
+                    p
+                }
+            };
+            let ev = below(_mm512_mul_epi32(acc, m));
+            let od = below(_mm512_mul_epi32(_mm512_srli_epi64::<32>(acc), m));
             let h = _mm512_add_epi32(
                 _mm512_permutex2var_epi32(ev, self.hi_idx, od),
                 _mm512_set1_epi32(e.r_hi),
             );
-            let y = _mm512_sra_epi32(h, _mm_cvtsi32_si128(e.n_hi));
+            let y = _mm512_sra_epi32(h, _mm_cvtsi32_si128(e.n - 32));
             _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(y, clamp.0), clamp.1))
         } else {
             let r = _mm512_set1_epi64(e.r);
             let n = _mm_cvtsi32_si128(e.n);
+            let (x, corr) = if DOUBLE {
+                let ls = _mm_cvtsi32_si128(e.ls);
+                (_mm512_sll_epi32(acc, ls), _mm512_set1_epi64(e.corr as i64))
+            } else {
+                (acc, zero)
+            };
             let one = |x: __m512i| {
-                let y = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), r), n);
+                let p = _mm512_mul_epi32(x, m);
+                let mut t = _mm512_add_epi64(p, r);
+                if DOUBLE {
+                    t = _mm512_mask_add_epi64(t, _mm512_cmplt_epi64_mask(p, zero), t, corr);
+                }
+                let y = _mm512_sra_epi64(t, n);
                 _mm512_min_epi64(_mm512_max_epi64(y, clamp.0), clamp.1)
             };
-            let ev = one(acc);
-            let od = one(_mm512_srli_epi64::<32>(acc));
+            let ev = one(x);
+            let od = one(_mm512_srli_epi64::<32>(x));
             _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(ev, self.lo_idx, od))
         }
     }
@@ -1093,16 +1140,16 @@ mod tests {
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    /// Declines only outside the lanes geometry, for a shift beyond the i64 epilogue's range
-    /// (n > 54) or for the double rounding. Whole, and in bands of rows.
+    /// Declines only outside the lanes geometry or for a shift beyond the i64 epilogue's range
+    /// (below −23), in either rounding. Whole, and in bands of rows.
     fn check(c: &ConvCase) {
         if !Kernels::vnni_available() {
             return;
         }
         let declines = |p: &ConvParams, _| {
-            !lanes_supported(&p.geometry())
-                || !epi_supported(p)
-                || p.out.rounding != crate::requant::Rounding::Single
+            let low_shift = (0..p.output.c).any(|c| p.shift.get(c) < -23);
+            let empty_clamp = p.out.act_min.max(-128) > p.out.act_max.min(127);
+            !lanes_supported(&p.geometry()) || low_shift || empty_clamp
         };
         // SAFETY: AVX-512 VNNI checked above.
         check_conv_rows(
@@ -1115,7 +1162,7 @@ mod tests {
     conv_suite!(check);
 
     /// Several images in one call (passes spanning images, T slots reused) against the scalar
-    /// kernel image by image.
+    /// kernel image by image, in the case's rounding.
     fn check_batch(c: &ConvCase, n: usize) {
         if !Kernels::vnni_available() {
             return;
@@ -1169,10 +1216,10 @@ mod tests {
             (32, 16, 16, 3, 2, 4),
             (128, 8, 4, 1, 1, 8),
         ] {
-            check_batch(
-                &ConvCase::square(cin, cout, hw, k, s, k / 2, 7 + n as u64),
-                n,
-            );
+            for r in Rounding::ALL {
+                let c = ConvCase::square(cin, cout, hw, k, s, k / 2, 7 + n as u64);
+                check_batch(&c.with_rounding(r), n);
+            }
         }
     }
 
@@ -1210,7 +1257,7 @@ mod tests {
         ) {
             let wo = if wide { 32 } else { 16 };
             let w = wo * stride;
-            check(&ConvCase { cin, cout, h, w, kh: k, kw: k, stride, pad: k / 2, seed });
+            check(&ConvCase { w, ..ConvCase::square(cin, cout, h, k, stride, k / 2, seed) });
         }
     }
 }
@@ -1221,7 +1268,8 @@ mod timing {
     use crate::kernels::test_util::{ConvCase, ConvData};
     use crate::kernels::Kernels;
 
-    /// Times the batched kernel on ResNet-18 (CIFAR) shapes, 8 images per call:
+    /// Times the batched kernel on ResNet-18 (CIFAR) shapes, 8 images per call, in the single
+    /// rounding or, with `ROUNDING=double`, the double:
     /// `SHAPE=cin,cout,hw,k,s cargo test --release -p octet-runtime --lib -- --ignored --nocapture time_lanes`.
     #[test]
     #[ignore]
@@ -1233,7 +1281,12 @@ mod timing {
         let v: Vec<usize> = shape.split(',').map(|x| x.parse().unwrap()).collect();
         let (cin, cout, hw, kh, s) = (v[0], v[1], v[2], v[3], v[4]);
         let n = 8;
-        let mut d = ConvData::typical(&ConvCase::square(cin, cout, hw, kh, s, kh / 2, 5)).unwrap();
+        let rounding = match std::env::var("ROUNDING").as_deref() {
+            Ok("double") => Rounding::Double,
+            _ => Rounding::Single,
+        };
+        let c = ConvCase::square(cin, cout, hw, kh, s, kh / 2, 5).with_rounding(rounding);
+        let mut d = ConvData::typical(&c).unwrap();
         let inputs: Vec<Vec<i8>> = (0..n).map(|_| d.another_input()).collect();
         let p = d.params();
         let (ho, kk) = (p.output.h, p.k());

@@ -8,7 +8,8 @@
 //! pixels and channel instead of 25. The padded input is copied once as u8 (x + 128) into the
 //! op's scratch; the quads of 16 output pixels are picked out of 128 input bytes by one
 //! `vpermt2b` (AVX-512 VBMI) per kernel row and quad, shared by every output channel, and the
-//! weights' quads (zero past `kw·C_in`) are built once per call in the scratch after it.
+//! weights' quads (zero past `kw·C_in`) are built once per call in the scratch after it. The
+//! epilogue is the pixels-in-lanes kernel's (`lanes::OutputStage`), in either rounding.
 
 use core::arch::x86_64::*;
 
@@ -33,13 +34,12 @@ const fn quads(p: &ConvParams) -> usize {
 
 /// Whether [`conv2d_narrow`] covers this conv (given enough scratch): C_in ≤ 8, a kernel row
 /// in at most 8 quads, the 16 pixels' windows within 128 bytes, the epilogue's range
-/// (`epi_supported`), a uniform window, the single rounding, and AVX-512 VBMI.
+/// (`epi_supported`), a uniform window, and AVX-512 VBMI; either rounding.
 pub fn narrow_supported(p: &ConvParams) -> bool {
     let (cin, s) = (p.input.c, p.stride());
     let g = quads(p);
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     p.is_uniform()
-        && p.out.rounding == crate::requant::Rounding::Single
         && (1..=8).contains(&cin)
         && s >= 1
         && (1..=MAX_G).contains(&g)
@@ -124,6 +124,7 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
         taps,
         cout,
         hi,
+        double: p.out.rounding == crate::requant::Rounding::Double,
         out: OutputStage::new(p, hi),
     };
 
@@ -206,6 +207,8 @@ struct Tiles {
     cout: usize,
     /// The i32 epilogue applies (`epi_hi`).
     hi: bool,
+    /// The double rounding.
+    double: bool,
     out: OutputStage,
 }
 
@@ -232,10 +235,11 @@ impl Tiles {
             }
             for (c, &a) in acc.iter().enumerate().take(ch) {
                 let e = &*epi.add(co + c);
-                let v = if self.hi {
-                    self.out.apply::<true>(a, e)
-                } else {
-                    self.out.apply::<false>(a, e)
+                let v = match (self.hi, self.double) {
+                    (true, false) => self.out.apply::<true, false>(a, e),
+                    (false, false) => self.out.apply::<false, false>(a, e),
+                    (true, true) => self.out.apply::<true, true>(a, e),
+                    (false, true) => self.out.apply::<false, true>(a, e),
                 };
                 _mm_storeu_si128(self.tile.add((co + c) * V) as *mut __m128i, v);
             }
@@ -317,16 +321,17 @@ unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_suite, ConvCase};
+    use crate::kernels::test_util::{as_single, check_conv, conv_suite, ConvCase};
     use crate::kernels::Kernels;
 
+    /// Declines only what it declines in the single rounding.
     fn check(c: &ConvCase) {
         if Kernels::vnni_available() && vbmi() {
             // SAFETY: AVX-512 VNNI and VBMI checked above.
             check_conv(
                 c,
                 &mut |p, x, y, s| unsafe { conv2d_narrow(p, ConvImage::new(x, y, s)) },
-                &|p, s| !narrow_supported(p) || s < narrow_scratch(p),
+                &|p, s| !narrow_supported(&as_single(p)) || s < narrow_scratch(p),
             );
         }
     }
