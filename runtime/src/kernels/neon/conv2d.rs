@@ -10,8 +10,8 @@
 
 use core::arch::aarch64::*;
 
-use super::{dot_tile, Epilogue, Requant4, Tail};
-use crate::kernels::{scalar, ConvImage, ConvParams};
+use super::{dot_tile, Double4, Epilogue, Requant4, Single4, Tail};
+use crate::kernels::{scalar, ConvImage, ConvParams, Rounding};
 
 /// Output pixels packed per pass. The conv's scratch holds at least
 /// `VNNI_PIXEL_BLOCK · align64(K)` ≥ 64 rows of `align16(K)` bytes; 16 rows keep a block's
@@ -44,14 +44,27 @@ pub unsafe fn conv2d_dot(p: &ConvParams, input: &[i8], output: &mut [i8], scratc
 
 #[inline(always)]
 unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
+    // SAFETY (both): the caller's target features (NEON, dotprod when DOT).
+    match p.out.rounding {
+        Rounding::Single => unsafe { conv_q::<DOT, Single4>(p, im) },
+        Rounding::Double => unsafe { conv_q::<DOT, Double4>(p, im) },
+    }
+}
+
+/// The conv with the epilogue `Q` (the op's rounding).
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn conv_q<const DOT: bool, Q: Requant4>(p: &ConvParams, im: ConvImage) {
     let (input, output, scratch) = (im.input, im.output, im.scratch);
-    // The epilogue is the single rounding's; the patch walk a uniform window's.
-    if !p.is_uniform() || p.out.rounding != crate::requant::Rounding::Single {
+    // The patch walk is a uniform window's.
+    if !p.is_uniform() {
         return scalar::conv2d(p, input, output);
     }
     // Few input channels: pixels in lanes, kernel rows in quads (`narrow`), when it fits.
     // SAFETY: the caller's target features (NEON, dotprod when DOT).
-    if unsafe { super::narrow::conv::<DOT>(p, ConvImage::new(input, output, scratch)) } {
+    if unsafe { super::narrow::conv::<DOT, Q>(p, ConvImage::new(input, output, scratch)) } {
         return;
     }
     let k = p.k();
@@ -81,10 +94,10 @@ unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
             // SAFETY: the caller's target features (NEON, dotprod when DOT).
             unsafe {
                 match nc {
-                    4 => group::<DOT, 4>(p, &b, co, &e, &tail, output),
-                    3 => group::<DOT, 3>(p, &b, co, &e, &tail, output),
-                    2 => group::<DOT, 2>(p, &b, co, &e, &tail, output),
-                    _ => group::<DOT, 1>(p, &b, co, &e, &tail, output),
+                    4 => group::<DOT, 4, Q>(p, &b, co, &e, &tail, output),
+                    3 => group::<DOT, 3, Q>(p, &b, co, &e, &tail, output),
+                    2 => group::<DOT, 2, Q>(p, &b, co, &e, &tail, output),
+                    _ => group::<DOT, 1, Q>(p, &b, co, &e, &tail, output),
                 }
             }
             co += nc;
@@ -104,7 +117,7 @@ struct Block<'a> {
 
 /// Output channels `co..co + NC` of the block's pixels.
 #[inline(always)]
-unsafe fn group<const DOT: bool, const NC: usize>(
+unsafe fn group<const DOT: bool, const NC: usize, Q: Requant4>(
     p: &ConvParams,
     b: &Block,
     co: usize,
@@ -116,7 +129,7 @@ unsafe fn group<const DOT: bool, const NC: usize>(
     let (k, cout) = (p.k(), p.output.c);
     let w: [&[i8]; NC] = core::array::from_fn(|c| &p.weights[(co + c) * k..][..k]);
     let wtail: [int8x16_t; NC] = core::array::from_fn(|c| tail.load(w[c]));
-    let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, co, NC);
+    let q = Q::new(&p.bias, &p.multiplier, &p.shift, co, NC);
     let mut t = 0;
     while t < np {
         let x: [&[i8]; TP] = core::array::from_fn(|r| &rows[(t + r) * kp..][..kp]);

@@ -40,7 +40,6 @@ pub(super) fn supported(p: &ConvParams) -> bool {
     let (cin, s) = (p.input.c, p.stride());
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     p.is_uniform()
-        && p.out.rounding == crate::requant::Rounding::Single
         && (1..=3).contains(&cin)
         && s >= 1
         && s * cin <= 9
@@ -79,10 +78,12 @@ fn min_scratch(p: &ConvParams) -> usize {
 /// `scratch` cannot hold the padded image (+ 32 bytes), the weight quads and, past 8 output
 /// channels, a panel of at least 16 pixels: the caller then runs the packed kernel.
 ///
+/// `Q`: the epilogue of the op's rounding.
+///
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> bool {
+pub(super) unsafe fn conv<const DOT: bool, Q: Requant4>(p: &ConvParams, im: ConvImage) -> bool {
     if !supported(p) {
         return false;
     }
@@ -169,7 +170,7 @@ pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> boo
             wo,
         };
         // SAFETY: the caller's target features (NEON, dotprod when DOT).
-        unsafe { groups::<DOT>(p, &job, &e, output, direct) };
+        unsafe { groups::<DOT, Q>(p, &job, &e, output, direct) };
         v0 += nv;
     }
     true
@@ -216,7 +217,7 @@ unsafe fn quad_index<const DOT: bool>(step: usize) -> uint8x16_t {
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-unsafe fn groups<const DOT: bool>(
+unsafe fn groups<const DOT: bool, Q: Requant4>(
     p: &ConvParams,
     job: &Job,
     e: &Epilogue,
@@ -230,14 +231,14 @@ unsafe fn groups<const DOT: bool>(
         // SAFETY: the caller's target features (NEON, dotprod when DOT).
         unsafe {
             match (nc, direct) {
-                (4, false) => group::<DOT, 4, false>(p, &job, e, output),
-                (3, false) => group::<DOT, 3, false>(p, &job, e, output),
-                (2, false) => group::<DOT, 2, false>(p, &job, e, output),
-                (_, false) => group::<DOT, 1, false>(p, &job, e, output),
-                (4, true) => group::<DOT, 4, true>(p, &job, e, output),
-                (3, true) => group::<DOT, 3, true>(p, &job, e, output),
-                (2, true) => group::<DOT, 2, true>(p, &job, e, output),
-                (_, true) => group::<DOT, 1, true>(p, &job, e, output),
+                (4, false) => group::<DOT, 4, false, Q>(p, &job, e, output),
+                (3, false) => group::<DOT, 3, false, Q>(p, &job, e, output),
+                (2, false) => group::<DOT, 2, false, Q>(p, &job, e, output),
+                (_, false) => group::<DOT, 1, false, Q>(p, &job, e, output),
+                (4, true) => group::<DOT, 4, true, Q>(p, &job, e, output),
+                (3, true) => group::<DOT, 3, true, Q>(p, &job, e, output),
+                (2, true) => group::<DOT, 2, true, Q>(p, &job, e, output),
+                (_, true) => group::<DOT, 1, true, Q>(p, &job, e, output),
             }
         }
         co += nc;
@@ -366,13 +367,13 @@ unsafe fn mac_q<const DOT: bool>(acc: int32x4_t, x: int8x16_t, w: Wq) -> int32x4
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-unsafe fn group<const DOT: bool, const NC: usize, const DIRECT: bool>(
+unsafe fn group<const DOT: bool, const NC: usize, const DIRECT: bool, Q: Requant4>(
     p: &ConvParams,
     j: &Job,
     e: &Epilogue,
     output: &mut [i8],
 ) {
-    let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, j.co, NC);
+    let q = Q::new(&p.bias, &p.multiplier, &p.shift, j.co, NC);
     let mut t0 = 0;
     while t0 < j.nv {
         let a = if DIRECT {
@@ -477,8 +478,20 @@ fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
 mod tests {
     use super::*;
     use crate::kernels::test_util::{check_conv, conv_matches_scalar, conv_suite, ConvCase};
-    use crate::kernels::Kernels;
+    use crate::kernels::{Kernels, Rounding};
     use proptest::prelude::*;
+
+    /// [`conv`] with the epilogue of the op's rounding, as `neon::conv2d` picks it.
+    unsafe fn conv_any<const DOT: bool>(p: &ConvParams, im: ConvImage) -> bool {
+        use super::super::{Double4, Single4};
+        // SAFETY: the caller's target features.
+        unsafe {
+            match p.out.rounding {
+                Rounding::Single => conv::<DOT, Single4>(p, im),
+                Rounding::Double => conv::<DOT, Double4>(p, im),
+            }
+        }
+    }
 
     /// Runs the narrow path itself (both inner products where the CPU has them); asserts it
     /// took the conv when `covered`, else the packed kernel ran.
@@ -490,10 +503,10 @@ mod tests {
                 let took = unsafe {
                     if dot {
                         super::super::conv2d::conv2d_dot(p, x, y, s);
-                        conv::<true>(p, ConvImage::new(x, y, s))
+                        conv_any::<true>(p, ConvImage::new(x, y, s))
                     } else {
                         super::super::conv2d::conv2d(p, x, y, s);
-                        conv::<false>(p, ConvImage::new(x, y, s))
+                        conv_any::<false>(p, ConvImage::new(x, y, s))
                     }
                 };
                 assert_eq!(took, supported(p) && c.cin <= 3);
@@ -532,13 +545,16 @@ mod tests {
                 let need = sc.as_ptr().align_offset(16) + img + wq + PV * per_vec;
                 // SAFETY: NEON is the aarch64 Linux baseline.
                 unsafe {
-                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut sc[..need - 1])));
-                    assert!(conv::<false>(p, ConvImage::new(x, y, &mut sc[..need])));
+                    assert!(!conv_any::<false>(
+                        p,
+                        ConvImage::new(x, y, &mut sc[..need - 1])
+                    ));
+                    assert!(conv_any::<false>(p, ConvImage::new(x, y, &mut sc[..need])));
                 }
                 if Kernels::dotprod_available() {
                     y.fill(0);
                     // SAFETY: dotprod checked.
-                    unsafe { assert!(conv::<true>(p, ConvImage::new(x, y, &mut sc[..need]))) };
+                    unsafe { assert!(conv_any::<true>(p, ConvImage::new(x, y, &mut sc[..need]))) };
                 }
             });
         }
@@ -552,14 +568,14 @@ mod tests {
         // SAFETY: NEON checked above.
         check_conv(
             c,
-            &mut |p, x, y, s| unsafe { conv::<false>(p, ConvImage::new(x, y, s)) },
+            &mut |p, x, y, s| unsafe { conv_any::<false>(p, ConvImage::new(x, y, s)) },
             &may,
         );
         if Kernels::dotprod_available() {
             // SAFETY: dotprod checked.
             check_conv(
                 c,
-                &mut |p, x, y, s| unsafe { conv::<true>(p, ConvImage::new(x, y, s)) },
+                &mut |p, x, y, s| unsafe { conv_any::<true>(p, ConvImage::new(x, y, s)) },
                 &may,
             );
         }
@@ -577,8 +593,8 @@ mod tests {
                 calls += 1;
                 // SAFETY: NEON is the aarch64 Linux baseline.
                 unsafe {
-                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut s[..200])));
-                    assert!(conv::<false>(p, ConvImage::new(x, y, s)));
+                    assert!(!conv_any::<false>(p, ConvImage::new(x, y, &mut s[..200])));
+                    assert!(conv_any::<false>(p, ConvImage::new(x, y, s)));
                 }
             },
         );
