@@ -25,8 +25,10 @@
 //! padded columns one block reads, widened again per block, and the weights one channel pair
 //! per block. The least it needs, a one-pixel strip, always fits.
 
-use super::{ldrd_inc, load, smlad, widen, word, Epilogue, Requant, Requant2};
-use crate::kernels::{scalar, ConvParams};
+use super::{
+    ldrd_inc, load, smlad, widen, word, Double, Epilogue, Requant, Requant2, Round, Single,
+};
+use crate::kernels::{scalar, ConvParams, Rounding};
 
 /// Output pixels per block at least when the band holds whole rows (else strips are used).
 const PIXEL_BLOCK: usize = 8;
@@ -38,8 +40,8 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
     if p.output.is_empty() {
         return;
     }
-    // The epilogue (`Requant2`) is the single rounding's; the bands a uniform window's.
-    if !p.is_uniform() || p.out.rounding != crate::requant::Rounding::Single {
+    // The bands are a uniform window's.
+    if !p.is_uniform() {
         return scalar::conv2d(p, input, output);
     }
     let plan = match plan(p, scratch.len()) {
@@ -76,6 +78,11 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         step: 2 * p.stride() * p.input.c,
     };
     let e = Epilogue::new(&p.out);
+    // The channel pairs' loop in the op's rounding, chosen once.
+    let block: Block = match p.out.rounding {
+        Rounding::Single => block::<Single>,
+        Rounding::Double => block::<Double>,
+    };
     for (oy, out) in output
         .chunks_exact_mut(wo * cout)
         .take(p.output.h)
@@ -238,12 +245,23 @@ fn gather<const RW: usize>(band: &[i8], x0: usize, np: usize, g: &Geometry, cols
     }
 }
 
+/// [`block`] in one rounding.
+type Block = fn(&ConvParams, &[u64], &[u64], &mut [i8], usize, &Epilogue);
+
 /// Channels `c0`, `c0 + 1` (when below C_out) of the block's pixels: `cols` holds their patches
-/// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out).
+/// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out); `R` is the
+/// op's rounding.
 #[inline(never)]
-fn block(p: &ConvParams, cols: &[u64], wt: &[u64], out: &mut [i8], c0: usize, e: &Epilogue) {
+fn block<R: Round>(
+    p: &ConvParams,
+    cols: &[u64],
+    wt: &[u64],
+    out: &mut [i8],
+    c0: usize,
+    e: &Epilogue,
+) {
     let cout = p.output.c;
-    let q = [c0, c0 + 1].map(|c| Requant::new(p.multiplier.get(c), p.shift.get(c)));
+    let q = [c0, c0 + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
     let b0 = p.bias.get(c0);
     if c0 + 1 == cout {
         return pixels(cols, wt, out, cout, [b0, 0], |o, a, _| {
