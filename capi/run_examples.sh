@@ -9,7 +9,7 @@
 #
 #   capi/run_examples.sh [WORK_DIR]
 #
-# Environment: MODELS (default "lenet1=lenet1 lenet3=lenet3": NAME=lenet1|lenet3|FILE.o8, as for
+# Environment: MODELS (default "lenet1=lenet1 lenet3=lenet3": NAME=SPEC, as for
 # bench/mcu.sh), IMAGES (default 8). Needs cc, gcc-arm-none-eabi, libnewlib-arm-none-eabi,
 # qemu-system-arm and the rustup target thumbv7em-none-eabihf. Builds in $CARGO_TARGET_DIR
 # (default capi/target).
