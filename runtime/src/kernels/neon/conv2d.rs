@@ -142,7 +142,7 @@ unsafe fn group<const DOT: bool, const NC: usize, Q: Requant4>(
     let (k, cout) = (p.k(), p.output.c);
     let w: [&[i8]; NC] = core::array::from_fn(|c| &p.weights[(co + c) * k..][..k]);
     let wtail: [int8x16_t; NC] = core::array::from_fn(|c| tail.load(w[c]));
-    let q = Q::new(&p.bias, &p.multiplier, &p.shift, co, NC);
+    let q = Q::new(&(p.bias, p.multiplier, p.shift), co, NC, e);
     let mut t = 0;
     while t < np {
         let x: [&[i8]; TP] = core::array::from_fn(|r| &rows[(t + r) * kp..][..kp]);

@@ -80,7 +80,7 @@ unsafe fn rows<const DOT: bool, const NC: usize, Q: Requant4>(
     // SAFETY: the caller's target features; `x` holds exactly k values (its tail goes
     // through `tail`).
     let [s] = unsafe { dot_tile::<DOT, 1, NC>([x], w, &wtail, tail, k) };
-    let q = Q::new(&p.bias, &p.multiplier, &p.shift, j, NC);
+    let q = Q::new(&(p.bias, p.multiplier, p.shift), j, NC, e);
     let b = q.apply(s, e);
     output[j..j + NC].copy_from_slice(&b[..NC]);
 }

@@ -176,8 +176,8 @@ unsafe fn dot_tile<const DOT: bool, const NP: usize, const NC: usize>(
 struct Epilogue {
     /// The zero point in i64 lanes (the single rounding adds it before narrowing).
     zp64: int64x2_t,
-    /// The zero point in i32 lanes (the double rounding adds it saturating).
-    zp32: int32x4_t,
+    /// The zero point (the double rounding's epilogue holds it in i32 lanes).
+    zero_point: i32,
     lo: int32x4_t,
     hi: int32x4_t,
 }
@@ -189,7 +189,7 @@ impl Epilogue {
         unsafe {
             Epilogue {
                 zp64: vdupq_n_s64(o.zero_point as i64),
-                zp32: vdupq_n_s32(o.zero_point),
+                zero_point: o.zero_point,
                 lo: vdupq_n_s32(o.act_min),
                 hi: vdupq_n_s32(o.act_max),
             }
@@ -218,21 +218,19 @@ impl Epilogue {
 /// `ChannelRequant::default()`; their outputs are dropped). A kernel is instantiated for each
 /// rounding ([`Single4`], [`Double4`]), so the choice costs nothing per output.
 trait Requant4: Copy {
-    fn new(bias: &I32Array, m0: &I32Array, shift: &I32Array, c0: usize, nc: usize) -> Self;
+    fn new(q: &ChannelArrays, c0: usize, nc: usize, e: &Epilogue) -> Self;
 
     /// `OutputQuant::finish` on 4 lanes of sums (the bias not yet added).
     fn apply(&self, sum: int32x4_t, e: &Epilogue) -> [i8; 4];
 }
 
+/// An op's per-channel arrays: bias, M0, shift.
+type ChannelArrays<'a> = (I32Array<'a>, I32Array<'a>, I32Array<'a>);
+
 /// The decoded constants of channels `c0..c0 + nc`, default past `nc`.
 #[inline(always)]
-fn channels(
-    bias: &I32Array,
-    m0: &I32Array,
-    shift: &I32Array,
-    c0: usize,
-    nc: usize,
-) -> [ChannelRequant; 4] {
+fn channels(q: &ChannelArrays, c0: usize, nc: usize) -> [ChannelRequant; 4] {
+    let (bias, m0, shift) = q;
     core::array::from_fn(|i| {
         if i < nc {
             ChannelRequant::new(bias.get(c0 + i), m0.get(c0 + i), shift.get(c0 + i))
@@ -261,8 +259,8 @@ struct Single4 {
 
 impl Requant4 for Single4 {
     #[inline(always)]
-    fn new(bias: &I32Array, m0: &I32Array, shift: &I32Array, c0: usize, nc: usize) -> Self {
-        let ch = channels(bias, m0, shift, c0, nc);
+    fn new(q: &ChannelArrays, c0: usize, nc: usize, _: &Epilogue) -> Self {
+        let ch = channels(q, c0, nc);
         let r: [i64; 4] = core::array::from_fn(|i| ch[i].round);
         let n: [i64; 4] = core::array::from_fn(|i| -(ch[i].n as i64));
         // SAFETY: loads of local arrays of the right sizes; NEON: reached only from the entry
@@ -313,18 +311,21 @@ struct Double4 {
     m0: int32x4_t,
     left: int32x4_t,
     neg_right: int32x4_t,
+    zp: int32x4_t,
 }
 
 impl Requant4 for Double4 {
     #[inline(always)]
-    fn new(bias: &I32Array, m0: &I32Array, shift: &I32Array, c0: usize, nc: usize) -> Self {
-        let ch = channels(bias, m0, shift, c0, nc);
+    fn new(q: &ChannelArrays, c0: usize, nc: usize, e: &Epilogue) -> Self {
+        let ch = channels(q, c0, nc);
         let shifts = |c: &ChannelRequant| crate::requant::double_shifts(c.shift());
         Double4 {
             bias: lanes(&ch, |c| c.bias),
             m0: lanes(&ch, |c| c.m0 as i32),
             left: lanes(&ch, |c| shifts(c).0 as i32),
             neg_right: lanes(&ch, |c| -(shifts(c).1 as i32)),
+            // SAFETY: register-only; NEON: reached only from the entry points.
+            zp: unsafe { vdupq_n_s32(e.zero_point) },
         }
     }
 
@@ -339,7 +340,7 @@ impl Requant4 for Double4 {
             // −1 where x < 0 and the shift is not 0 (−rs has its sign bit set exactly then).
             let fix = vshrq_n_s32::<31>(vandq_s32(x, self.neg_right));
             let v = vrshlq_s32(vqaddq_s32(x, fix), self.neg_right);
-            e.clamp(vqaddq_s32(v, e.zp32))
+            e.clamp(vqaddq_s32(v, self.zp))
         }
     }
 }
@@ -359,10 +360,11 @@ mod tests {
         };
         let (b, m, s) = (arr(|c| c.0), arr(|c| c.1), arr(|c| c.2));
         let (b, m, s) = (I32Array::new(&b), I32Array::new(&m), I32Array::new(&s));
-        let q = Q::new(&b, &m, &s, 0, nc);
         // SAFETY: NEON is the aarch64 Linux baseline (asserted).
         assert!(crate::kernels::Kernels::neon_available());
-        let got = q.apply(unsafe { vld1q_s32(sums.as_ptr()) }, &Epilogue::new(&out));
+        let e = Epilogue::new(&out);
+        let q = Q::new(&(b, m, s), 0, nc, &e);
+        let got = q.apply(unsafe { vld1q_s32(sums.as_ptr()) }, &e);
         for i in 0..nc {
             let c = ChannelRequant::new(ch[i].0, ch[i].1, ch[i].2);
             assert_eq!(

@@ -352,7 +352,7 @@ unsafe fn group<const DOT: bool, const NC: usize, const DIRECT: bool, Q: Requant
     e: &Epilogue,
     output: &mut [i8],
 ) {
-    let q = Q::new(&p.bias, &p.multiplier, &p.shift, j.co, NC);
+    let q = Q::new(&(p.bias, p.multiplier, p.shift), j.co, NC, e);
     let mut t0 = 0;
     while t0 < j.nv {
         let a = if DIRECT {
