@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use octet_runtime::format::Window;
-use octet_runtime::{Kernels, Model, OpKind, Rounding};
+use octet_runtime::{Kernels, Model, OpInfo, OpKind, Rounding, TensorInfo};
 
 type Res<T> = Result<T, String>;
 
@@ -106,6 +106,79 @@ fn c_inputs(dir: &Path, target: &str) -> Res<()> {
     write(dir.join("model_info.h"), info.as_bytes())
 }
 
+/// The peer's kind of op `o`, or why it has none: conv2d, fully_connected and max_pool, their
+/// windows with one stride and one padding on every side.
+fn peer_kind(o: &OpInfo) -> Res<&'static str> {
+    let unsupported = |what: &str| Err(format!("op {} ({}): {what}", o.index, o.kind.name()));
+    let kind = match o.kind {
+        OpKind::Conv2d => "PEER_CONV",
+        OpKind::FullyConnected => "PEER_FC",
+        OpKind::MaxPool => "PEER_MAX_POOL",
+        OpKind::AvgPool | OpKind::Add => {
+            return unsupported("not in the peer (its rounding differs from CMSIS-NN's)")
+        }
+        _ => return unsupported("not in the peer (conv2d, fully_connected and max_pool)"),
+    };
+    let w = o.window;
+    let square = Window {
+        kernel_h: w.kernel_h,
+        kernel_w: w.kernel_w,
+        ..Window::square(0, w.stride_h, w.pad_top)
+    };
+    if o.kind != OpKind::FullyConnected && w != square {
+        return unsupported("a window the peer cannot express (one stride, one padding)");
+    }
+    Ok(kind)
+}
+
+/// A conv's or fully connected op's constant arrays as C arrays into `h` (the bias unfolded:
+/// see [`peer_header`]); its input offset and the arrays' names for its `peer_op`.
+fn peer_arrays(
+    h: &mut String,
+    o: &OpInfo,
+    tin: &TensorInfo,
+    tout: &TensorInfo,
+) -> Res<(i32, String)> {
+    let j = o.index;
+    let zin = tin.zero_point;
+    if o.window.pad_top > 0 && o.pad_values.iter().any(|&p| p as i32 != zin) {
+        return Err(format!(
+            "op {j} ({}): pads with values other than the input zero point, which CMSIS-NN cannot",
+            o.kind.name()
+        ));
+    }
+    let k = o.weights.len() / tout.c as usize;
+    let mut bias = Vec::new();
+    for (c, row) in o.weights.chunks(k).enumerate() {
+        let sum: i64 = row.iter().map(|&w| w as i64).sum();
+        let b = o.bias.get(c) as i64 + zin as i64 * sum;
+        bias.push(
+            i32::try_from(b).map_err(|_| {
+                format!("op {j}: the unfolded bias of channel {c} does not fit int32")
+            })?,
+        );
+    }
+    let mult: Vec<i32> = (0..tout.c as usize).map(|c| o.multipliers.get(c)).collect();
+    let shift: Vec<i32> = (0..tout.c as usize).map(|c| o.shifts.get(c)).collect();
+    writeln!(
+        h,
+        "static const int8_t peer_w{j}[{}] = {{\n{}}};",
+        o.weights.len(),
+        c_array(o.weights.iter())
+    )
+    .unwrap();
+    for (a, v) in [("b", &bias), ("m", &mult), ("s", &shift)] {
+        writeln!(
+            h,
+            "static const int32_t peer_{a}{j}[{}] = {{\n{}}};",
+            v.len(),
+            c_array(v.iter())
+        )
+        .unwrap();
+    }
+    Ok((-zin, format!("peer_w{j}, peer_b{j}, peer_m{j}, peer_s{j}")))
+}
+
 /// C array body, 16 values a line.
 fn c_array<T: std::fmt::Display>(v: impl IntoIterator<Item = T>) -> String {
     let v: Vec<String> = v.into_iter().map(|x| x.to_string()).collect();
@@ -149,65 +222,15 @@ fn peer_header(bytes: &[u8], name: &str) -> Res<String> {
         let tout = m.tensor(o.output).ok_or("bad tensor")?;
         prev = o.output;
         max_bytes = max_bytes.max(tout.len());
-        let kind = match o.kind {
-            OpKind::Conv2d => "PEER_CONV",
-            OpKind::FullyConnected => "PEER_FC",
-            OpKind::MaxPool => "PEER_MAX_POOL",
-            OpKind::AvgPool | OpKind::Add => {
-                return unsupported("not in the peer (its rounding differs from CMSIS-NN's)")
-            }
-            _ => return unsupported("not in the peer (conv2d, fully_connected and max_pool)"),
-        };
+        let kind = peer_kind(&o)?;
         let w = o.window;
-        let square = Window {
-            kernel_h: w.kernel_h,
-            kernel_w: w.kernel_w,
-            ..Window::square(0, w.stride_h, w.pad_top)
-        };
-        if o.kind != OpKind::FullyConnected && w != square {
-            return unsupported("a window the peer cannot express (one stride, one padding)");
-        }
-        let dense = matches!(o.kind, OpKind::Conv2d | OpKind::FullyConnected);
-        let (input_offset, arrays) = if dense {
-            let zin = tin.zero_point;
-            if w.pad_top > 0 && o.pad_values.iter().any(|&p| p as i32 != zin) {
-                return unsupported(
-                    "pads with values other than the input zero point, which CMSIS-NN cannot",
-                );
-            }
-            let k = o.weights.len() / tout.c as usize;
-            let mut bias = Vec::new();
-            for (c, row) in o.weights.chunks(k).enumerate() {
-                let sum: i64 = row.iter().map(|&w| w as i64).sum();
-                let b = o.bias.get(c) as i64 + zin as i64 * sum;
-                bias.push(i32::try_from(b).map_err(|_| {
-                    format!("op {j}: the unfolded bias of channel {c} does not fit int32")
-                })?);
-            }
-            let mult: Vec<i32> = (0..tout.c as usize).map(|c| o.multipliers.get(c)).collect();
-            let shift: Vec<i32> = (0..tout.c as usize).map(|c| o.shifts.get(c)).collect();
-            writeln!(
-                h,
-                "static const int8_t peer_w{j}[{}] = {{\n{}}};",
-                o.weights.len(),
-                c_array(o.weights.iter())
-            )
-            .unwrap();
-            for (a, v) in [("b", &bias), ("m", &mult), ("s", &shift)] {
-                writeln!(
-                    h,
-                    "static const int32_t peer_{a}{j}[{}] = {{\n{}}};",
-                    v.len(),
-                    c_array(v.iter())
-                )
-                .unwrap();
-            }
+        let (input_offset, arrays) = if matches!(o.kind, OpKind::Conv2d | OpKind::FullyConnected) {
             if o.kind == OpKind::Conv2d {
                 // arm_convolve_s8's im2col buffer: two columns of K int16 values.
                 let k4 = (w.kernel_h as usize * w.kernel_w as usize * tin.c as usize).div_ceil(4);
                 scratch = scratch.max(2 * 4 * k4 * 2);
             }
-            (-zin, format!("peer_w{j}, peer_b{j}, peer_m{j}, peer_s{j}"))
+            peer_arrays(&mut h, &o, &tin, &tout)?
         } else {
             (0, "NULL, NULL, NULL, NULL".to_string())
         };
