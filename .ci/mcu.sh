@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI: the runtime on microcontrollers. Installs QEMU, the Arm bare-metal binutils and the rustup
 # targets when missing, then runs bench/mcu.sh's check: the firmware (firmware/) on a Cortex-M4F
-# and a Cortex-M3 under QEMU, two LeNets, every logit byte against the host's. Fails on any
-# difference. Builds only the runtime, the firmware and its small dependencies (no candle).
+# and a Cortex-M3 under QEMU, LeNets in both roundings and the embedded op set (int8 input),
+# every output byte against the host's. Fails on any difference. Builds only the runtime, the
+# firmware and its small dependencies (no candle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

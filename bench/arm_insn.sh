@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Instruction counts of the int8 runtime on aarch64 under QEMU user mode: per image and per
 # conv/fc op, scalar vs NEON vs NEON+dotprod kernels, for LeNet and ResNet-18 (the test
-# models of runtime/tests/common). Writes bench/results/arm_instructions.json.
+# models of octet-testkit). Writes bench/results/arm_instructions.json. MODELS (default
+# "lenet resnet18") picks them; a `-double` suffix (lenet-double) is the same model in
+# TensorFlow Lite's double rounding (runtime/examples/arm_count.rs).
 #
 #   bench/arm_insn.sh QEMU_SRC_DIR|LIBINSN.so [OUT.json]
 #
@@ -16,7 +18,7 @@
 # − count(nothing), per op = count(1 call of that op's kernel) − count(nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n 6,8p "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n 7,9p "$0"; exit 2; }
 src=$1
 out=${2:-bench/results/arm_instructions.json}
 work=target/arm_insn
@@ -62,7 +64,8 @@ export QEMU_CMD="${qemu[*]}"
 
 jobs=$work/jobs.txt
 : >"$jobs"
-for model in lenet resnet18; do
+models=${MODELS:-lenet resnet18}
+for model in $models; do
   "${qemu[@]}" "$bin" "$model" list >"$work/ops_$model.txt"
   for k in scalar neon neondot; do
     echo "$model $k 0 - 0" >>"$jobs"
@@ -76,9 +79,9 @@ done
 xargs -P "$(nproc)" -L 1 bash -c 'qemu=($QEMU_CMD); count "$@"' _ <"$jobs" >"$work/counts.txt"
 
 python3 - "$work" "$out" "$*" "$("${qemu[0]}" --version | head -1)" \
-  "$(git describe --always --dirty)" "$plugin_src" <<'PY'
+  "$(git describe --always --dirty)" "$plugin_src" "$models" <<'PY'
 import json, sys
-work, out, args, qver, commit, plugin = sys.argv[1:]
+work, out, args, qver, commit, plugin, models = sys.argv[1:]
 counts = {}
 for line in open(f"{work}/counts.txt"):
     *key, n = line.split()
@@ -96,8 +99,11 @@ res = {
     "models": {},
 }
 table = []
-for model, name in [("lenet", "LeNet (common::lenet(1), 1x32x32)"),
-                    ("resnet18", "ResNet-18 (common::resnet18(1), 3x32x32)")]:
+names = {"lenet": "LeNet (common::lenet(1), 1x32x32)",
+         "resnet18": "ResNet-18 (common::resnet18(1), 3x32x32)"}
+for model in models.split():
+    base = model.removesuffix("-double")
+    name = names[base] + (", TFLite's double rounding" if base != model else ", single rounding")
     ops = []
     for line in open(f"{work}/ops_{model}.txt"):
         idx, macs, desc = line.split(maxsplit=2)

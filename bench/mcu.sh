@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The int8 runtime on microcontrollers, under QEMU: firmware/ on a Cortex-M4F (mps2-an386,
 # thumbv7em-none-eabihf) and a Cortex-M3 (mps2-an385, thumbv7m-none-eabi), for a LeNet on
-# 1×32×32 (the architecture `octet demo` exports) and on 3×32×32, random weights (the test
-# models' writer, arena planned as the exporter plans it: runtime/examples/mcu_inputs.rs).
-# Every logit byte must equal the host's (Model::run, scalar and fastest kernels).
+# 1×32×32 (the architecture `octet demo` exports) and on 3×32×32 in octet's single rounding,
+# the first again in TensorFlow Lite's double rounding, and the embedded op set (depthwise,
+# TFLite's add and average pool, pad, softmax, int8 input, double rounding), random weights
+# (the test models' writer, arena planned as the exporter plans it:
+# runtime/examples/mcu_inputs.rs). Every output byte must equal the host's (Model::run, scalar
+# and fastest kernels).
 #
 #   bash bench/mcu.sh          instructions per inference (total, per op), stability, flash,
 #                              RAM; JSON on stdout, or in $OUT (written through a temp file)
 #   bash bench/mcu.sh check    the logits only (CI: .ci/mcu.sh)
 #
 # Environment: KERNELS (default scalar,auto: names of Kernels::from_name, run one after the
-# other on the device), MODELS (default "lenet1=lenet1 lenet3=lenet3": NAME=lenet1|lenet3|FILE.o8,
-# e.g. demo=runs/demo/last.o8 for the model `octet demo` exports; relative paths from the
-# current directory; bench/mcu_inputs.sh, shared with bench/mcu_peer.sh), IMAGES (default 4),
+# other on the device; the firmware's arena is the largest any of them needs on the core),
+# MODELS (default "lenet1=lenet1 lenet3=lenet3 lenet1d=lenet1-double embedded=embedded":
+# NAME=SPEC, SPEC one of bench/mcu_inputs.sh's MCU_BUILT_MODELS or an .o8 file, e.g.
+# demo=runs/demo/last.o8 for the model `octet demo` exports or an imported TFLite model;
+# relative paths from the current directory; bench/mcu_inputs.sh, shared with
+# bench/mcu_peer.sh), IMAGES (default 4: inputs per model, raw bytes of its input encoding),
 # TARGETS (default cortex-m4f,cortex-m3: the cores to run on), QEMU_TIMEOUT (default 120 s per
 # run), CARGO_TARGET_DIR (default target/ and firmware/target/).
 # Needs qemu-system-arm, arm-none-eabi-size or llvm-size, python3 (not in check mode) and the
@@ -31,12 +37,12 @@ repo=$PWD
 . bench/mcu_inputs.sh
 mode=${1:-bench}
 case $mode in bench | check) ;; *)
-  sed -n 8,10p "$0" >&2
+  sed -n 11,13p "$0" >&2
   exit 2
   ;;
 esac
 kernels=${KERNELS:-scalar,auto}
-models=${MODELS:-lenet1=lenet1 lenet3=lenet3}
+models=${MODELS:-lenet1=lenet1 lenet3=lenet3 lenet1d=lenet1-double embedded=embedded}
 images=${IMAGES:-4}
 qemu_timeout=${QEMU_TIMEOUT:-120}
 all_targets=("thumbv7em-none-eabihf mps2-an386 cortex-m4f" "thumbv7m-none-eabi mps2-an385 cortex-m3")

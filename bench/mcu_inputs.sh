@@ -6,11 +6,15 @@
 #
 #   mcu_inputs_build TARGET_DIR               builds it; sets MCU_INPUTS_BIN
 #   mcu_inputs_make WORK "MODELS" IMAGES BASE one directory WORK/NAME per NAME=SPEC of MODELS
-#                                             (SPEC: lenet1, lenet3 or an .o8 path, relative
-#                                             paths against BASE); sets MCU_MODEL_NAMES and
+#                                             (SPEC: a name runtime/examples/mcu_inputs.rs
+#                                             builds, MCU_BUILT_MODELS, or an .o8 path,
+#                                             relative paths against BASE); sets MCU_MODEL_NAMES and
 #                                             MCU_MODEL_SPECS (arrays, in order; .o8 paths
 #                                             made absolute)
 mcu_inputs_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The models mcu_inputs builds itself (its usage line): LeNets in octet's single rounding and in
+# TensorFlow Lite's double one, and the embedded op set (int8 input, double rounding).
+MCU_BUILT_MODELS="lenet1 lenet3 lenet1-double lenet3-double embedded"
 
 mcu_inputs_build() {
   CARGO_TARGET_DIR=$1 cargo build --release -q --manifest-path "$mcu_inputs_repo/Cargo.toml" \
@@ -27,7 +31,7 @@ mcu_inputs_make() {
     name=${m%%=*}
     spec=${m#*=}
     if [ "$name" = "$m" ] || [ -z "$spec" ] || ! [[ $name =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]]; then
-      echo "MODELS: '$m' is not NAME=SPEC (NAME of letters, digits, '_', '.', '-', not starting with '.' or '-'; SPEC lenet1, lenet3 or FILE.o8)" >&2
+      echo "MODELS: '$m' is not NAME=SPEC (NAME of letters, digits, '_', '.', '-', not starting with '.' or '-'; SPEC one of $MCU_BUILT_MODELS or FILE.o8)" >&2
       return 1
     fi
     case $seen in *" $name "*)
@@ -36,8 +40,8 @@ mcu_inputs_make() {
       ;;
     esac
     seen+="$name "
-    case $spec in
-      lenet1 | lenet3) ;;
+    case " $MCU_BUILT_MODELS " in
+      *" $spec "*) ;;
       *)
         [[ $spec = /* ]] || spec=$base/$spec
         [ -f "$spec" ] || { echo "MODELS: $name=${m#*=}: no such file ($spec)" >&2; return 1; }

@@ -15,7 +15,7 @@
 # Include, on the include path for CMSIS-NN versions that want it). Nothing is fetched and
 # nothing of theirs enters this repository. OUT.json (or $OUT; default
 # bench/results/mcu_peer.json) is written through a temporary file. Environment: MODELS
-# (default "lenet1=lenet1 lenet3=lenet3": NAME=lenet1|lenet3|FILE.o8 as for bench/mcu.sh, e.g.
+# (default "lenet1=lenet1 lenet3=lenet3": NAME=SPEC as for bench/mcu.sh, e.g.
 # "demo=runs/demo/last.o8 lenet3=lenet3"), IMAGES (default 8), PEER_OPT (default -Ofast:
 # CMSIS-NN's optimisation level), CARGO_TARGET_DIR (default capi/target). Needs
 # gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm, python3 and the rustup target

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds and runs the C API's examples on the models of bench/mcu.sh (runtime/examples/
 # mcu_inputs.rs, the one generator of models, images and expected logits; by default LeNets of
-# 1 and 3 input channels) and fails if any logit byte differs from the host Rust runtime's (its
-# scalar reference kernels):
+# 1 and 3 input channels and the embedded op set with its int8 input) and fails if any output
+# byte differs from the host Rust runtime's (its scalar reference kernels):
 #   - examples/host.c, built with cc against the host static library;
 #   - examples/firmware/, built with arm-none-eabi-gcc against the thumbv7em-none-eabihf static
 #     library and run on QEMU mps2-an386 (Cortex-M4F), output over semihosting.
 #
 #   capi/run_examples.sh [WORK_DIR]
 #
-# Environment: MODELS (default "lenet1=lenet1 lenet3=lenet3": NAME=lenet1|lenet3|FILE.o8, as for
+# Environment: MODELS (default "lenet1=lenet1 lenet3=lenet3 embedded=embedded": NAME=SPEC, as for
 # bench/mcu.sh), IMAGES (default 8). Needs cc, gcc-arm-none-eabi, libnewlib-arm-none-eabi,
 # qemu-system-arm and the rustup target thumbv7em-none-eabihf. Builds in $CARGO_TARGET_DIR
 # (default capi/target).
@@ -53,12 +53,13 @@ same() {
   echo "ok: $1: $(grep -c '^logits' "$3") images, logits identical to the host runtime's"
 }
 
-mcu_inputs_make "$work" "${MODELS:-lenet1=lenet1 lenet3=lenet3}" "${IMAGES:-8}" "$caller"
+mcu_inputs_make "$work" "${MODELS:-lenet1=lenet1 lenet3=lenet3 embedded=embedded}" "${IMAGES:-8}" "$caller"
 for i in "${!MCU_MODEL_NAMES[@]}"; do
   name=${MCU_MODEL_NAMES[$i]}
   what="$name (${MCU_MODEL_SPECS[$i]})"
   d=$work/$name
-  "$make_inputs" c-inputs "$d"
+  # The firmware's arena: the library's kernels on its target (checked there, exactly).
+  "$make_inputs" c-inputs "$d" thumbv7em-none-eabihf
   "$work/host" "$d/model.o8" "$d/images.bin" >"$d/host.txt"
   same "host.c, $what" "$d/expected.txt" "$d/host.txt"
 

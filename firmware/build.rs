@@ -3,7 +3,8 @@
 //! `expected.bin` (the host's logits for them), as `runtime/examples/mcu_inputs.rs` writes
 //! them. `OCTET_MCU_KERNELS` (default `scalar,auto`) names the kernel sets to run
 //! (`Kernels::from_name`). The model is validated here with the runtime's parser, which also
-//! gives the arena size: the firmware's arena is a static of exactly that size.
+//! gives the arena each set needs (`Model::arena_bytes`): the firmware's arena is a static of
+//! exactly the largest of them.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -72,19 +73,32 @@ fn main() {
     }
     let kernels = env::var("OCTET_MCU_KERNELS").unwrap_or_else(|_| "scalar,auto".into());
     let kernels: Vec<&str> = kernels.split(',').map(str::trim).collect();
+    // The arena: the largest any set run here needs, `auto` being the set it resolves to on
+    // this target (not on the host running this script).
+    let var = |k: &str| env::var(k).unwrap_or_default();
+    let mut arena = 0;
     for k in &kernels {
-        if Kernels::from_name(k).is_none() {
-            let names: Vec<&str> = Kernels::ALL.iter().map(|k| k.name()).collect();
-            fail(format!(
-                "OCTET_MCU_KERNELS: unknown kernel set '{k}' (expected a comma-separated list of {})",
-                names.join(", ")
-            ));
-        }
+        let set = match Kernels::from_name(k) {
+            Some(Kernels::Auto) => Kernels::auto_on_mcu(
+                &var("CARGO_CFG_TARGET_ARCH"),
+                &target,
+                &var("CARGO_CFG_TARGET_FEATURE"),
+            ),
+            Some(set) => set,
+            None => {
+                let names: Vec<&str> = Kernels::ALL.iter().map(|k| k.name()).collect();
+                fail(format!(
+                    "OCTET_MCU_KERNELS: unknown kernel set '{k}' (expected a comma-separated list of {})",
+                    names.join(", ")
+                ))
+            }
+        };
+        arena = arena.max(m.arena_bytes(set));
     }
 
     let path = |p: &Path| format!("{:?}", p.display().to_string());
     let s = format!(
-        "/// Arena `Model::run` needs for one image (`Model::arena_bytes`).
+        "/// Arena the kernel sets run here need for one image: the largest `Model::arena_bytes`.
 pub const ARENA_BYTES: usize = {arena};
 /// Ops in the model.
 pub const N_OPS: usize = {ops};
@@ -101,7 +115,6 @@ pub const KERNELS: [&str; {n_kernels}] = {kernels:?};
 /// The same, comma-separated.
 pub const KERNELS_LIST: &str = {kernels_list:?};
 ",
-        arena = m.arena_bytes(),
         ops = m.num_ops(),
         model_len = model.len(),
         model_path = path(&model_path),

@@ -1,9 +1,10 @@
-/* octet's C API on the host: runs a model on a file of images and prints their logits.
+/* octet's C API on the host: runs a model on a file of inputs and prints their outputs.
  *
- *   host MODEL.o8 IMAGES.bin
+ *   host MODEL.o8 INPUTS.bin
  *
- * IMAGES.bin holds whole images back to back (u8, planar C x H x W each). All images run as one
- * batch; the output is one "logits I: v v ..." line per image. */
+ * INPUTS.bin holds whole inputs back to back, each in the model's input encoding (u8 pixels,
+ * planar C x H x W, or the int8 tensor, H x W x C: printed to stderr with its quantization). All
+ * inputs run as one batch; the output is one "logits I: v v ..." line per input. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static uint8_t *read_file(const char *path, size_t *len)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s MODEL.o8 IMAGES.bin\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.o8 INPUTS.bin\n", argv[0]);
         return 2;
     }
     size_t model_len, pixels_len;
@@ -50,6 +51,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", argv[1], octet_status_message(s));
         return 1;
     }
+    OctetInputEncoding encoding;
+    float scale;
+    int32_t zero_point;
+    if ((s = octet_model_input_encoding(&model, &encoding)) != OCTET_STATUS_OK ||
+        (s = octet_model_input_quant(&model, &scale, &zero_point)) != OCTET_STATUS_OK) {
+        fprintf(stderr, "%s: %s\n", argv[1], octet_status_message(s));
+        return 1;
+    }
+    fprintf(stderr, "input: %s, scale %g, zero point %d\n",
+            encoding == OCTET_INPUT_ENCODING_I8_HWC     ? "int8 H x W x C"
+            : encoding == OCTET_INPUT_ENCODING_U8_HWC ? "u8 H x W x C, q = u - 128"
+                                                      : "u8 pixels C x H x W, q = pixel - 128",
+            (double)scale, (int)zero_point);
     size_t n_in = octet_model_input_len(&model), n_out = octet_model_output_len(&model);
     size_t batch = pixels_len / n_in;
     size_t arena_len = octet_model_arena_bytes(&model, batch);

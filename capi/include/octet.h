@@ -52,7 +52,7 @@ enum OctetStatus
   OCTET_STATUS_ALIASING = 13,
   // The arena is smaller than `octet_model_arena_bytes(model, batch)`.
   OCTET_STATUS_ARENA_TOO_SMALL = 14,
-  // The pixel count is not a positive multiple of `octet_model_input_len(model)`.
+  // The input length is not a positive multiple of `octet_model_input_len(model)`.
   OCTET_STATUS_INPUT_LENGTH = 15,
   // The logits buffer is smaller than batch × `octet_model_output_len(model)`.
   OCTET_STATUS_OUTPUT_TOO_SMALL = 16,
@@ -66,6 +66,30 @@ enum OctetStatus
 typedef enum OctetStatus OctetStatus;
 #else
 typedef int32_t OctetStatus;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// How `octet_model_run` reads each input: the model's input encoding (the `.o8` header's
+// code).
+enum OctetInputEncoding
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Raw `u8` pixels, planar C×H×W as data sets store them; the model takes q = pixel − 128
+  // (octet's exports; `octet_model_input_quant` gives zero point −128).
+  OCTET_INPUT_ENCODING_U8_CHW_PIXELS = 1,
+  // The int8 input tensor itself, H×W×C, as bytes (a TensorFlow Lite int8 model's input):
+  // quantize real values with `octet_model_input_quant`.
+  OCTET_INPUT_ENCODING_I8_HWC = 2,
+  // `u8` values, H×W×C; the model takes q = u − 128 (a TensorFlow Lite uint8 input).
+  OCTET_INPUT_ENCODING_U8_HWC = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum OctetInputEncoding OctetInputEncoding;
+#else
+typedef int32_t OctetInputEncoding;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -93,15 +117,19 @@ const char *octet_status_message(int32_t status);
 // of `len` bytes.
 OctetStatus octet_model_parse(struct OctetModel *model, const uint8_t *data, size_t len);
 
-// Arena bytes `octet_model_run` needs for `batch` images (at least 1 is assumed); 0 when the
-// handle is not a parsed model.
+// Arena bytes `octet_model_run` needs for `batch` inputs (at least 1 is assumed), exactly,
+// with the kernels it runs where this library runs (the fastest the CPU has: on a Cortex-M4 or
+// M7 the DSP kernels, on a Cortex-M3 the scalar ones; on the host the best of its SIMD sets);
+// 0 when the handle is not a parsed model. Size a static arena for a firmware with this
+// library's answer on that target (or the runtime's `Model::arena_bytes` for the target's
+// kernel set, on the host).
 //
 // # Safety
 // `model` is NULL or points to an `OctetModel`.
 size_t octet_model_arena_bytes(const struct OctetModel *model, size_t batch);
 
-// Bytes of one input image (c·h·w u8 pixels, planar); 0 when the handle is not a parsed
-// model.
+// Bytes of one input (c·h·w: raw pixels, planar, or the int8 tensor, as
+// `octet_model_input_encoding` says); 0 when the handle is not a parsed model.
 //
 // # Safety
 // `model` is NULL or points to an `OctetModel`.
@@ -132,9 +160,28 @@ OctetStatus octet_model_output_quant(const struct OctetModel *model,
                                      float *scale,
                                      int32_t *zero_point);
 
-// Runs the model on `pixels_len / octet_model_input_len(model)` images (u8, planar C×H×W
-// each, back to back) and writes their logits, `octet_model_output_len(model)` int8 values
-// per image, to `logits`. `arena` is working memory of at least
+// The model's input encoding into `*encoding` (which may be NULL).
+//
+// # Safety
+// `model` is NULL or points to an `OctetModel`; `encoding` is NULL or valid for a write.
+OctetStatus octet_model_input_encoding(const struct OctetModel *model,
+                                       OctetInputEncoding *encoding);
+
+// The input tensor's quantization: real = `*scale` · (q − `*zero_point`), q the int8 value the
+// model computes with (for the u8 encodings q = u − 128, so the zero point is −128); each
+// pointer may be NULL.
+//
+// # Safety
+// `model` is NULL or points to an `OctetModel`; `scale` and `zero_point` are NULL or valid
+// for a write.
+OctetStatus octet_model_input_quant(const struct OctetModel *model,
+                                    float *scale,
+                                    int32_t *zero_point);
+
+// Runs the model on `pixels_len / octet_model_input_len(model)` inputs (each in the model's
+// encoding, `octet_model_input_encoding`: u8 pixels planar C×H×W, or the int8 tensor H×W×C;
+// back to back) and writes their outputs, `octet_model_output_len(model)` int8 values per
+// input, to `logits`. `arena` is working memory of at least
 // `octet_model_arena_bytes(model, batch)` bytes (any alignment; its contents on return are
 // unspecified). Integer-only, no allocation; the same bytes on every CPU. Nothing is written
 // to `logits` unless the call succeeds.

@@ -3,11 +3,15 @@
 //! ```c
 //! OctetModel model;                                   /* borrows `bytes`, allocates nothing */
 //! OctetStatus s = octet_model_parse(&model, bytes, len);
-//! size_t need = octet_model_arena_bytes(&model, 1);   /* arena for one image */
-//! s = octet_model_run(&model, pixels, octet_model_input_len(&model),
+//! size_t need = octet_model_arena_bytes(&model, 1);   /* arena for one input */
+//! s = octet_model_run(&model, input, octet_model_input_len(&model),
 //!                     arena, need, logits, octet_model_output_len(&model));
 //! if (s != OCTET_STATUS_OK) puts(octet_status_message(s));
 //! ```
+//!
+//! An input is the model's bytes as `octet_model_input_encoding` says: raw pixels (octet's
+//! exports) or the int8 tensor itself (a TensorFlow Lite model's), quantized as
+//! `octet_model_input_quant` gives.
 //!
 //! `include/octet.h` is generated from this file by cbindgen (`tests/header.rs` checks that it
 //! is current). Every function checks its pointers and lengths and returns an [`OctetStatus`];
@@ -20,6 +24,7 @@ use core::ffi::c_char;
 use core::mem::{align_of, size_of};
 use core::ptr;
 
+use octet_runtime::format::InputEncoding;
 use octet_runtime::{Kernels, Model, RuntimeError};
 
 /// Status of every call. `OCTET_STATUS_OK` is 0; `octet_status_message` says what went wrong
@@ -57,7 +62,7 @@ pub enum OctetStatus {
     Aliasing = 13,
     /// The arena is smaller than `octet_model_arena_bytes(model, batch)`.
     ArenaTooSmall = 14,
-    /// The pixel count is not a positive multiple of `octet_model_input_len(model)`.
+    /// The input length is not a positive multiple of `octet_model_input_len(model)`.
     InputLength = 15,
     /// The logits buffer is smaller than batch × `octet_model_output_len(model)`.
     OutputTooSmall = 16,
@@ -111,8 +116,8 @@ const MESSAGES: [&str; 19] = [
      again\0",
     "the model's memory plan or data flow is broken: the model is corrupt, export it again\0",
     "the arena is too small: give at least octet_model_arena_bytes(model, batch) bytes\0",
-    "the pixel count is not a positive multiple of octet_model_input_len(model): pass whole \
-     images (u8, planar C x H x W)\0",
+    "the input length is not a positive multiple of octet_model_input_len(model): pass whole \
+     inputs, as octet_model_input_encoding(model) says\0",
     "the logits buffer is too small: give at least batch x octet_model_output_len(model) bytes\0",
     "buffers overlap: the pixels, the arena and the logits must be three separate buffers\0",
     "internal error of the octet C API: please report it\0",
@@ -220,8 +225,12 @@ pub unsafe extern "C" fn octet_model_parse(
     }
 }
 
-/// Arena bytes `octet_model_run` needs for `batch` images (at least 1 is assumed); 0 when the
-/// handle is not a parsed model.
+/// Arena bytes `octet_model_run` needs for `batch` inputs (at least 1 is assumed), exactly,
+/// with the kernels it runs where this library runs (the fastest the CPU has: on a Cortex-M4 or
+/// M7 the DSP kernels, on a Cortex-M3 the scalar ones; on the host the best of its SIMD sets);
+/// 0 when the handle is not a parsed model. Size a static arena for a firmware with this
+/// library's answer on that target (or the runtime's `Model::arena_bytes` for the target's
+/// kernel set, on the host).
 ///
 /// # Safety
 /// `model` is NULL or points to an `OctetModel`.
@@ -230,8 +239,8 @@ pub unsafe extern "C" fn octet_model_arena_bytes(model: *const OctetModel, batch
     parsed(model).map_or(0, |m| m.arena_bytes_for(Kernels::Auto, batch.max(1)))
 }
 
-/// Bytes of one input image (c·h·w u8 pixels, planar); 0 when the handle is not a parsed
-/// model.
+/// Bytes of one input (c·h·w: raw pixels, planar, or the int8 tensor, as
+/// `octet_model_input_encoding` says); 0 when the handle is not a parsed model.
 ///
 /// # Safety
 /// `model` is NULL or points to an `OctetModel`.
@@ -298,14 +307,85 @@ pub unsafe extern "C" fn octet_model_output_quant(
     OctetStatus::Ok
 }
 
+/// How `octet_model_run` reads each input: the model's input encoding (the `.o8` header's
+/// code).
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OctetInputEncoding {
+    /// Raw `u8` pixels, planar C×H×W as data sets store them; the model takes q = pixel − 128
+    /// (octet's exports; `octet_model_input_quant` gives zero point −128).
+    U8ChwPixels = 1,
+    /// The int8 input tensor itself, H×W×C, as bytes (a TensorFlow Lite int8 model's input):
+    /// quantize real values with `octet_model_input_quant`.
+    I8Hwc = 2,
+    /// `u8` values, H×W×C; the model takes q = u − 128 (a TensorFlow Lite uint8 input).
+    U8Hwc = 3,
+}
+
+impl From<InputEncoding> for OctetInputEncoding {
+    fn from(e: InputEncoding) -> Self {
+        match e {
+            InputEncoding::PixelsU8Chw => OctetInputEncoding::U8ChwPixels,
+            InputEncoding::I8Hwc => OctetInputEncoding::I8Hwc,
+            InputEncoding::U8Hwc => OctetInputEncoding::U8Hwc,
+        }
+    }
+}
+
+/// The model's input encoding into `*encoding` (which may be NULL).
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`; `encoding` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_input_encoding(
+    model: *const OctetModel,
+    encoding: *mut OctetInputEncoding,
+) -> OctetStatus {
+    let m = match parsed(model) {
+        Ok(m) => m,
+        Err(s) => return s,
+    };
+    if !encoding.is_null() {
+        encoding.write(m.input_encoding().into());
+    }
+    OctetStatus::Ok
+}
+
+/// The input tensor's quantization: real = `*scale` · (q − `*zero_point`), q the int8 value the
+/// model computes with (for the u8 encodings q = u − 128, so the zero point is −128); each
+/// pointer may be NULL.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`; `scale` and `zero_point` are NULL or valid
+/// for a write.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_input_quant(
+    model: *const OctetModel,
+    scale: *mut f32,
+    zero_point: *mut i32,
+) -> OctetStatus {
+    let m = match parsed(model) {
+        Ok(m) => m,
+        Err(s) => return s,
+    };
+    if !scale.is_null() {
+        scale.write(m.input_scale());
+    }
+    if !zero_point.is_null() {
+        zero_point.write(m.input_zero_point());
+    }
+    OctetStatus::Ok
+}
+
 fn overlap(a: &[u8], b: &[u8]) -> bool {
     let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
     !a.is_empty() && !b.is_empty() && a0 < b0 + b.len() && b0 < a0 + a.len()
 }
 
-/// Runs the model on `pixels_len / octet_model_input_len(model)` images (u8, planar C×H×W
-/// each, back to back) and writes their logits, `octet_model_output_len(model)` int8 values
-/// per image, to `logits`. `arena` is working memory of at least
+/// Runs the model on `pixels_len / octet_model_input_len(model)` inputs (each in the model's
+/// encoding, `octet_model_input_encoding`: u8 pixels planar C×H×W, or the int8 tensor H×W×C;
+/// back to back) and writes their outputs, `octet_model_output_len(model)` int8 values per
+/// input, to `logits`. `arena` is working memory of at least
 /// `octet_model_arena_bytes(model, batch)` bytes (any alignment; its contents on return are
 /// unspecified). Integer-only, no allocation; the same bytes on every CPU. Nothing is written
 /// to `logits` unless the call succeeds.

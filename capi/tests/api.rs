@@ -57,9 +57,13 @@ fn sizes_and_logits_match_the_runtime() {
             assert_eq!(octet_model_input_len(&m), channels as usize * 32 * 32);
             assert_eq!(octet_model_output_len(&m), 10);
             for batch in [1, 3] {
-                assert_eq!(octet_model_arena_bytes(&m, batch), r.arena_bytes_for(batch));
+                let want = r.arena_bytes_for(Kernels::Auto, batch);
+                assert_eq!(octet_model_arena_bytes(&m, batch), want);
             }
-            assert_eq!(octet_model_arena_bytes(&m, 0), r.arena_bytes_for(1));
+            assert_eq!(
+                octet_model_arena_bytes(&m, 0),
+                r.arena_bytes_for(Kernels::Auto, 1)
+            );
             let (mut c, mut h, mut w) = (0, 0, 0);
             assert_eq!(
                 octet_model_input_shape(&m, &mut c, &mut h, &mut w),
@@ -76,16 +80,24 @@ fn sizes_and_logits_match_the_runtime() {
                 OctetStatus::Ok
             );
             assert_eq!((scale, zp), (r.output_scale(), r.output_zero_point()));
+            let mut e = OctetInputEncoding::I8Hwc;
+            assert_eq!(octet_model_input_encoding(&m, &mut e), OctetStatus::Ok);
+            assert_eq!(e, OctetInputEncoding::U8ChwPixels);
+            assert_eq!(
+                octet_model_input_quant(&m, &mut scale, &mut zp),
+                OctetStatus::Ok
+            );
+            assert_eq!((scale, zp), (r.input_scale(), -128));
         }
         let pixels = support::images(3, r.input_len(), 11);
-        let mut want_arena = vec![0u8; r.arena_bytes_for(3)];
+        let mut want_arena = vec![0u8; r.arena_bytes_for(Kernels::Scalar, 3)];
         let want = r
             .run_with(Kernels::Scalar, &pixels, &mut want_arena)
             .unwrap()
             .to_vec();
         // Exactly the arena asked for, and a larger one at an odd address.
         for extra in [0, 1001] {
-            let mut arena = vec![0u8; r.arena_bytes_for(3) + extra + 1];
+            let mut arena = vec![0u8; r.arena_bytes_for(Kernels::Auto, 3) + extra + 1];
             let mut logits = vec![0i8; 30];
             assert_eq!(
                 run(&m, &pixels, &mut arena[1..], &mut logits),
@@ -94,13 +106,47 @@ fn sizes_and_logits_match_the_runtime() {
             assert_eq!(logits, want);
         }
         // One image at a time gives the same logits.
-        let mut arena = vec![0u8; r.arena_bytes()];
+        let mut arena = vec![0u8; r.arena_bytes(Kernels::Auto)];
         for (img, want) in pixels.chunks(r.input_len()).zip(want.chunks(10)) {
             let mut logits = [0i8; 10];
             assert_eq!(run(&m, img, &mut arena, &mut logits), OctetStatus::Ok);
             assert_eq!(&logits[..], want);
         }
     }
+}
+
+/// A TensorFlow Lite model's kind of input (int8, H×W×C, its own scale and zero point) and
+/// output (a softmax), the double rounding: the C API says so and runs it as the runtime does.
+#[test]
+fn int8_inputs_run_as_the_runtime_runs_them() {
+    let mut b = support::common::embedded_net(2, 4);
+    b.replan();
+    let bytes = b.encode();
+    let m = parsed(&bytes);
+    let r = Model::parse(&bytes).unwrap();
+    let (mut e, mut scale, mut zp) = (OctetInputEncoding::U8ChwPixels, 0f32, 0i32);
+    unsafe {
+        assert_eq!(octet_model_input_encoding(&m, &mut e), OctetStatus::Ok);
+        assert_eq!(
+            octet_model_input_quant(&m, &mut scale, &mut zp),
+            OctetStatus::Ok
+        );
+    }
+    assert_eq!(e, OctetInputEncoding::I8Hwc);
+    assert_eq!((scale, zp), (0.05, 7));
+    let n_in = unsafe { octet_model_input_len(&m) };
+    assert_eq!(n_in, r.input_len());
+    let inputs = support::images(4, n_in, 3);
+    let mut want_arena = vec![0u8; r.arena_bytes_for(Kernels::Scalar, 4)];
+    let want = r
+        .run_with(Kernels::Scalar, &inputs, &mut want_arena)
+        .unwrap()
+        .to_vec();
+    let n_out = unsafe { octet_model_output_len(&m) };
+    let mut arena = vec![0u8; unsafe { octet_model_arena_bytes(&m, 4) }];
+    let mut logits = vec![0i8; 4 * n_out];
+    assert_eq!(run(&m, &inputs, &mut arena, &mut logits), OctetStatus::Ok);
+    assert_eq!(logits, want);
 }
 
 #[test]
@@ -210,6 +256,26 @@ fn null_pointers_bad_handles_and_overlaps_are_refused() {
         assert_eq!(
             octet_model_output_quant(&unparsed(), ptr::null_mut(), ptr::null_mut()),
             OctetStatus::BadHandle
+        );
+        assert_eq!(
+            octet_model_input_quant(&unparsed(), ptr::null_mut(), ptr::null_mut()),
+            OctetStatus::BadHandle
+        );
+        assert_eq!(
+            octet_model_input_quant(ptr::null(), ptr::null_mut(), ptr::null_mut()),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_input_encoding(&unparsed(), ptr::null_mut()),
+            OctetStatus::BadHandle
+        );
+        assert_eq!(
+            octet_model_input_quant(&m, ptr::null_mut(), ptr::null_mut()),
+            OctetStatus::Ok
+        );
+        assert_eq!(
+            octet_model_input_encoding(&m, ptr::null_mut()),
+            OctetStatus::Ok
         );
         let a = (arena.as_mut_ptr(), arena.len());
         let l = (logits.as_mut_ptr(), logits.len());

@@ -18,7 +18,7 @@ mod stack;
 
 use cortex_m_rt::entry;
 use cortex_m_semihosting::{debug, hprint, hprintln};
-use octet_runtime::{Kernels, Model, OpKind, PreparedOp};
+use octet_runtime::{Kernels, Model, PreparedOp};
 use panic_semihosting as _;
 
 use clock::{clock, stamp, Costs};
@@ -34,18 +34,9 @@ mod inputs {
     include!(concat!(env!("OUT_DIR"), "/inputs.rs"));
 }
 
-/// Multiply-adds of an op (conv2d and fully_connected; 0 for the rest).
+/// Multiply-adds of op `j` (`Model::op_macs`).
 fn macs(m: &Model, j: u32) -> u64 {
-    let Some(o) = m.op(j) else { return 0 };
-    let len = |id| m.tensor(id).map_or(0, |t| t.len() as u64);
-    match o.kind {
-        OpKind::Conv2d => {
-            let c_in = m.tensor(o.input0).map_or(0, |t| u64::from(t.c));
-            len(o.output) * u64::from(o.kernel_h) * u64::from(o.kernel_w) * c_in
-        }
-        OpKind::FullyConnected => len(o.output) * len(o.input0),
-        _ => 0,
-    }
+    m.op(j).map_or(0, |o| m.op_macs(&o))
 }
 
 /// Runs one image between two stamps: the logits (or the error) and the instructions, the
@@ -238,14 +229,6 @@ fn bench(arena: &mut [u8]) -> bool {
     let Some((model, mut peak)) = parse(&c, &mut table) else {
         return false;
     };
-    if model.arena_bytes() > arena.len() {
-        hprintln!(
-            "error: the model needs an arena of {} bytes, the firmware has {} (rebuild: build.rs sizes it from the model)",
-            model.arena_bytes(),
-            arena.len()
-        );
-        return false;
-    }
     let (mut ok, mut ran) = (true, 0);
     for name in inputs::KERNELS {
         let Some(kernels) = Kernels::from_name(name) else {
@@ -260,6 +243,15 @@ fn bench(arena: &mut [u8]) -> bool {
                 continue;
             }
         };
+        if model.arena_bytes(kernels) > arena.len() {
+            hprintln!(
+                "error: kernels {}: the model needs an arena of {} bytes, the firmware has {} (rebuild: build.rs sizes it from the model)",
+                name,
+                model.arena_bytes(kernels),
+                arena.len()
+            );
+            return false;
+        }
         ran += 1;
         let runs = Runs {
             model: &model,

@@ -1,7 +1,8 @@
 //! The workload `bench/arm_insn.sh` counts instructions of under QEMU (aarch64):
 //!
 //! `arm_count MODEL KERNELS IMAGES OP CALLS` builds `MODEL` (`lenet`: `common::lenet(1)`,
-//! `resnet18`: `common::resnet18(1)`), prepares everything (the model, one image, and for
+//! `resnet18`: `common::resnet18(1)`, in octet's single rounding; `lenet-double`,
+//! `resnet18-double`: the same in TensorFlow Lite's double rounding), prepares everything (the model, one image, and for
 //! every conv/fc op random input of that op's shape with its output and scratch buffers),
 //! then runs the image through the model `IMAGES` times with `KERNELS` (`scalar`, `neon`,
 //! `neondot`) and op `OP`'s kernel alone `CALLS` times (`OP` = `-`: none). The setup does not
@@ -85,17 +86,25 @@ fn prepare<'a>(m: &Model<'a>, o: &OpInfo<'a>, rng: &mut common::Rng) -> Option<P
 }
 
 fn usage() -> ! {
-    eprintln!("usage: arm_count lenet|resnet18 (list | scalar|neon|neondot IMAGES OP|- CALLS)");
+    eprintln!(
+        "usage: arm_count lenet|resnet18[-double] (list | scalar|neon|neondot IMAGES OP|- CALLS)"
+    );
     std::process::exit(2)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let builder = match args.first().map(String::as_str) {
-        Some("lenet") => common::lenet(1),
-        Some("resnet18") => common::resnet18(1),
+    let name = args.first().map(String::as_str).unwrap_or_else(|| usage());
+    let (base, rounding) = match name.strip_suffix("-double") {
+        Some(base) => (base, 2),
+        None => (name, 1),
+    };
+    let mut builder = match base {
+        "lenet" => common::lenet(1),
+        "resnet18" => common::resnet18(1),
         _ => usage(),
     };
+    builder.rounding = rounding;
     let bytes = builder.encode();
     let model = Model::parse(&bytes).expect("model");
     let mut rng = common::Rng::new(5);

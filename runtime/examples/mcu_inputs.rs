@@ -2,10 +2,14 @@
 //!
 //! `mcu_inputs DIR MODEL [IMAGES]` writes into `DIR`
 //! - `model.o8`: `MODEL` = `lenet1` (`common::lenet`: the LeNet `octet demo` exports, 1×32×32,
-//!   random weights), `lenet3` (the same on 3×32×32) or the path of an `.o8` file;
-//! - `images.bin`: `IMAGES` (default 4) raw u8 images, planar C×H×W, one after another: the
-//!   first Fashion-MNIST test images of `data/fashion-mnist-subset` (centred in 32×32, as the
-//!   trainer pads them) when the model takes 1×32×32, random bytes otherwise;
+//!   random weights, octet's single rounding), `lenet3` (the same on 3×32×32), `lenet1-double`
+//!   and `lenet3-double` (the same weights and multipliers, TensorFlow Lite's double rounding),
+//!   `embedded` (`common::embedded_net`: every op of the embedded set, int8 input, the double
+//!   rounding) or the path of an `.o8` file;
+//! - `images.bin`: `IMAGES` (default 4) inputs of the model's input encoding, one after
+//!   another: the first Fashion-MNIST test images of `data/fashion-mnist-subset` (centred in
+//!   32×32, as the trainer pads them) when the model takes raw pixels of 1×32×32, random bytes
+//!   otherwise (int8 inputs included);
 //! - `expected.bin`: the logits of every image by the host's scalar kernels, which the fastest
 //!   host kernels (`Kernels::Auto`) must match byte for byte (else this fails);
 //! - `ops.txt`: one line per op, `index kind multiply-adds`.
@@ -19,7 +23,8 @@ use octet_testkit as common;
 use std::io::Read;
 use std::path::Path;
 
-use octet_runtime::{align16, Kernels, Model, OpKind};
+use octet_runtime::format::InputEncoding;
+use octet_runtime::{align16, Kernels, Model};
 
 /// The first `n` test images of the bundled Fashion-MNIST subset, centred in 32×32.
 fn fashion_images(n: usize) -> Result<Vec<u8>, String> {
@@ -50,7 +55,10 @@ fn fashion_images(n: usize) -> Result<Vec<u8>, String> {
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 2 || args.len() > 3 {
-        return Err("usage: mcu_inputs DIR lenet1|lenet3|MODEL.o8 [IMAGES]".into());
+        return Err(
+            "usage: mcu_inputs DIR lenet1|lenet3|lenet1-double|lenet3-double|embedded|MODEL.o8 [IMAGES]"
+                .into(),
+        );
     }
     let dir = Path::new(&args[0]);
     let n: usize = match args.get(2) {
@@ -61,17 +69,26 @@ fn run() -> Result<(), String> {
             .ok_or(format!("IMAGES: '{s}' is not a positive count"))?,
         None => 4,
     };
+    let built = |mut b: common::Builder| {
+        b.replan();
+        b.encode()
+    };
+    let lenet = |c, rounding| {
+        let mut b = common::lenet_on(c, 16);
+        b.rounding = rounding;
+        built(b)
+    };
     let bytes = match args[1].as_str() {
-        "lenet1" | "lenet3" => {
-            let c = if args[1] == "lenet1" { 1 } else { 3 };
-            let mut b = common::lenet_on(c, 16);
-            b.replan();
-            b.encode()
-        }
+        "lenet1" => lenet(1, 1),
+        "lenet3" => lenet(3, 1),
+        "lenet1-double" => lenet(1, 2),
+        "lenet3-double" => lenet(3, 2),
+        "embedded" => built(common::embedded_net(2, 16)),
         path => std::fs::read(path).map_err(|e| format!("{path}: {e}"))?,
     };
     let model = Model::parse(&bytes).map_err(|e| format!("{}: invalid model: {e}", args[1]))?;
-    let images = if model.input_shape() == (1, 32, 32) {
+    let pixels = model.input_encoding() == InputEncoding::PixelsU8Chw;
+    let images = if pixels && model.input_shape() == (1, 32, 32) {
         fashion_images(n)?
     } else {
         common::Rng::new(3).bytes(n * model.input_len())
@@ -98,19 +115,7 @@ fn run() -> Result<(), String> {
 
     let mut ops = String::new();
     for o in model.ops() {
-        let t = |id| model.tensor(id).map(|t| t.len() as u64).unwrap_or(0);
-        let macs = match o.kind {
-            OpKind::Conv2d => {
-                let c_in = model.tensor(o.input0).map(|t| t.c as u64).unwrap_or(0);
-                t(o.output) * o.window.kernel_h as u64 * o.window.kernel_w as u64 * c_in
-            }
-            OpKind::DepthwiseConv2d => {
-                t(o.output) * o.window.kernel_h as u64 * o.window.kernel_w as u64
-            }
-            OpKind::FullyConnected => t(o.output) * t(o.input0),
-            _ => 0,
-        };
-        ops += &format!("{} {} {macs}\n", o.index, o.kind.name());
+        ops += &format!("{} {} {}\n", o.index, o.kind.name(), model.op_macs(&o));
     }
 
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -124,12 +129,14 @@ fn run() -> Result<(), String> {
         std::fs::write(&p, data).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     println!(
-        "{}: {} model bytes, arena with the host's kernels {} bytes ({} working + {} logits), {n} images, {} multiply-adds per image",
+        "{}: {} model bytes, {} rounding, arena with the host's kernels {} bytes ({} working + {} logits), with the Cortex-M ones {} bytes, {n} inputs, {} multiply-adds per input",
         dir.display(),
         bytes.len(),
+        model.rounding().name(),
         model.arena_bytes(Kernels::Auto),
         model.working_bytes(Kernels::Auto),
         align16(model.output_len()),
+        model.arena_bytes(Kernels::CortexM),
         model.macs_per_image()
     );
     Ok(())

@@ -133,10 +133,27 @@ pub fn rounding_divide_by_pot(x: i32, exponent: u32) -> i32 {
 /// A shift outside [−31, 30] is clamped there.
 #[inline(always)]
 pub fn requantize_double(acc: i32, m0: i32, shift: i32) -> i32 {
-    let shift = shift.clamp(SHIFT_MIN, SHIFT_MAX);
-    let (ls, rs) = (shift.max(0) as u32, (-shift).max(0) as u32);
+    let (ls, rs) = double_shifts(shift);
     let x = acc.wrapping_mul(1i32 << ls);
     rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, m0), rs)
+}
+
+/// The double rounding's two shifts of a stored `shift` (clamped to [−31, 30]): the left shift
+/// max(shift, 0) before the high multiply and the rounding right shift max(−shift, 0) after it.
+#[inline(always)]
+pub const fn double_shifts(shift: i32) -> (u32, u32) {
+    let s = if shift < SHIFT_MIN {
+        SHIFT_MIN
+    } else if shift > SHIFT_MAX {
+        SHIFT_MAX
+    } else {
+        shift
+    };
+    if s >= 0 {
+        (s as u32, 0)
+    } else {
+        (0, (-s) as u32)
+    }
 }
 
 /// Whether `n` is a valid plain right shift (add op): in [1, 62].
@@ -205,8 +222,7 @@ impl OutputQuant {
         let acc = sum.wrapping_add(c.bias);
         let v = match self.rounding {
             Rounding::Single => (acc as i64 * c.m0 + c.round) >> c.n,
-            // n = 31 − shift with the shift already clamped: the stored pair again.
-            Rounding::Double => requantize_double(acc, c.m0 as i32, 31 - c.n as i32) as i64,
+            Rounding::Double => requantize_double(acc, c.m0 as i32, c.shift()) as i64,
         };
         self.clamp64(v + self.zero_point as i64)
     }
@@ -236,6 +252,12 @@ impl ChannelRequant {
             round: 1i64 << (n - 1),
             n,
         }
+    }
+
+    /// The stored shift again, clamped as `new` clamps it: 31 − n.
+    #[inline(always)]
+    pub const fn shift(&self) -> i32 {
+        31 - self.n as i32
     }
 }
 

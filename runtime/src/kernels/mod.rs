@@ -39,6 +39,7 @@ pub mod neon;
 #[cfg(any(octet_arm_dsp, test))]
 pub mod cortex_m;
 
+mod arm_dsp;
 mod dispatch;
 mod params;
 mod scratch;

@@ -1,6 +1,9 @@
 //! Scratch: the working memory each kernel set states for an op when the model is prepared
-//! (TensorFlow Lite Micro's `RequestScratchBufferInArena`), and the layouts the x86 convs
-//! carve it into.
+//! (TensorFlow Lite Micro's `RequestScratchBufferInArena`), and the layouts the convs carve it
+//! into: each set's rule is the need of its own conv kernels' best plan (x86:
+//! [`conv_scratch_bytes`]; NEON: [`neon_conv_scratch_bytes`]; Cortex-M:
+//! [`cortex_m_conv_scratch_bytes`]). The rules are plain functions of the geometry, the same on
+//! every host, so that the host sizes the arena of a firmware for another target.
 //!
 //! The file holds no scratch: [`Kernels::scratch_bytes`] states each set's need for an op, and
 //! a working area is the activation arena the file plans followed by the largest scratch of
@@ -146,8 +149,7 @@ const fn align64(n: usize) -> usize {
 /// the larger of `CONV_PIXEL_BLOCK · align16(K) · 2` (AVX2: im2col rows widened to i16),
 /// `VNNI_PIXEL_BLOCK · align64(K)` (VNNI: u8 im2col rows), K = kernel_h·kernel_w·c_in, and,
 /// when [`lanes_supported`], `64 + t + panel + tile + epi` from [`lanes_regions`] (the
-/// pixels-in-lanes VNNI conv). The NEON and Cortex-M convs fit themselves into it too (they
-/// take what they are given: see `neon::conv2d`, `cortex_m::conv2d`).
+/// pixels-in-lanes VNNI conv).
 pub const fn conv_scratch_bytes(g: &OpGeometry) -> usize {
     match g.kind {
         OP_CONV2D if g.uniform => {
@@ -174,12 +176,205 @@ pub const fn conv_scratch_bytes(g: &OpGeometry) -> usize {
     }
 }
 
+/// K = kernel_h·kernel_w·c_in (saturating: geometries come from files).
+const fn patch_len(g: &OpGeometry) -> usize {
+    (g.kernel_h as usize)
+        .saturating_mul(g.kernel_w as usize)
+        .saturating_mul(g.c_in as usize)
+}
+
+/// The output width of a uniform window over the padded input (0 where the kernel is wider).
+const fn out_width(g: &OpGeometry) -> usize {
+    let wp = (g.w_in as usize).saturating_add(2 * g.pad as usize);
+    let (kw, s) = (g.kernel_w as usize, g.stride as usize);
+    if wp < kw || s == 0 {
+        0
+    } else {
+        (wp - kw) / s + 1
+    }
+}
+
+/// Output pixels the NEON packed conv packs per pass, one row of `align16(K)` values each (16
+/// rows keep a block's patches and a channel group's weights in L1).
+pub const NEON_PIXEL_BLOCK: usize = 16;
+
+/// The NEON few-channel conv (`neon::narrow`): output pixels per vector.
+pub const NEON_NARROW_PIXELS: usize = 4;
+/// … pixel vectors per register tile (a pass holds a multiple of them).
+pub const NEON_NARROW_TILE: usize = 4;
+/// … most pixel vectors per pass (panel rows).
+pub const NEON_NARROW_MAX_PASS: usize = 32;
+/// … most output channels for which tiles pick their quads from the image (no panel).
+pub const NEON_NARROW_DIRECT_MAX_COUT: usize = 8;
+/// … bytes after the padded image that its window loads may read.
+pub const NEON_NARROW_SLACK: usize = 32;
+
+/// Whether the NEON few-channel conv covers a conv of this geometry: uniform, 1 to 3 input
+/// channels, the windows of 4 pixels' quads within 32 bytes (stride·C_in ≤ 9), a kernel within
+/// the padded input.
+pub const fn neon_narrow_supported(g: &OpGeometry) -> bool {
+    let (cin, s) = (g.c_in as usize, g.stride as usize);
+    let hp = (g.h_in as usize).saturating_add(2 * g.pad as usize);
+    let wp = (g.w_in as usize).saturating_add(2 * g.pad as usize);
+    g.kind == OP_CONV2D
+        && g.uniform
+        && cin >= 1
+        && cin <= 3
+        && s >= 1
+        && s * cin <= 9
+        && g.kernel_h >= 1
+        && g.kernel_w >= 1
+        && g.c_out >= 1
+        && hp >= g.kernel_h as usize
+        && wp >= g.kernel_w as usize
+}
+
+/// The NEON few-channel conv's scratch regions, from a 16-aligned base (sizes in bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NeonNarrow {
+    /// The padded image and its [`NEON_NARROW_SLACK`], to a multiple of 16.
+    pub img: usize,
+    /// The weight quads, `[tap][channel]`, 4 bytes each.
+    pub wq: usize,
+    /// One panel row: a vector of 16 bytes per tap.
+    pub per_vec: usize,
+    /// Whether tiles pick their quads from the image (no panel).
+    pub direct: bool,
+    /// The panel rows of the best pass: every pixel vector of the conv, up to
+    /// [`NEON_NARROW_MAX_PASS`], in whole tiles; 0 when `direct`.
+    pub best_pass: usize,
+}
+
+impl NeonNarrow {
+    /// The regions of a conv of geometry `g` (saturating: geometries come from files).
+    pub const fn new(g: &OpGeometry) -> Self {
+        let cin = g.c_in as usize;
+        let hp = (g.h_in as usize).saturating_add(2 * g.pad as usize);
+        let wp = (g.w_in as usize).saturating_add(2 * g.pad as usize);
+        let taps = (g.kernel_h as usize).saturating_mul((g.kernel_w as usize * cin).div_ceil(4));
+        let img = hp
+            .saturating_mul(wp)
+            .saturating_mul(cin)
+            .saturating_add(NEON_NARROW_SLACK + 15)
+            & !15;
+        let direct = g.c_out as usize <= NEON_NARROW_DIRECT_MAX_COUT;
+        let ho = if hp < g.kernel_h as usize || g.stride == 0 {
+            0
+        } else {
+            (hp - g.kernel_h as usize) / g.stride as usize + 1
+        };
+        let nvec = ho.saturating_mul(out_width(g).div_ceil(NEON_NARROW_PIXELS));
+        let all = nvec
+            .div_ceil(NEON_NARROW_TILE)
+            .saturating_mul(NEON_NARROW_TILE);
+        NeonNarrow {
+            img,
+            wq: taps.saturating_mul(g.c_out as usize).saturating_mul(4),
+            per_vec: taps.saturating_mul(16),
+            direct,
+            best_pass: if direct {
+                0
+            } else if all < NEON_NARROW_MAX_PASS {
+                all
+            } else {
+                NEON_NARROW_MAX_PASS
+            },
+        }
+    }
+
+    /// Bytes for the image, the weight quads and a panel of `pass` rows, whatever the
+    /// alignment of the scratch (15 bytes to reach a 16-aligned base).
+    pub const fn bytes(&self, pass: usize) -> usize {
+        15usize
+            .saturating_add(self.img)
+            .saturating_add(self.wq)
+            .saturating_add(pass.saturating_mul(self.per_vec))
+    }
+}
+
+/// The scratch of a uniform conv2d with the NEON sets (with and without `dotprod`, the same
+/// kernels): where the few-channel conv covers it ([`neon_narrow_supported`]), its image,
+/// weight quads and best panel ([`NeonNarrow::bytes`] of [`NeonNarrow::best_pass`]); else the
+/// packed conv's block of [`NEON_PIXEL_BLOCK`] patch rows of `align16(K)` bytes.
+pub const fn neon_conv_scratch_bytes(g: &OpGeometry) -> usize {
+    if g.kind != OP_CONV2D || !g.uniform {
+        return 0;
+    }
+    if neon_narrow_supported(g) {
+        let n = NeonNarrow::new(g);
+        return n.bytes(n.best_pass);
+    }
+    NEON_PIXEL_BLOCK.saturating_mul(patch_len(g).saturating_add(15) & !15)
+}
+
+/// The Cortex-M conv's scratch (`cortex_m::conv2d`, after CMSIS-NN's `arm_convolve_s8`): a band
+/// of input rows widened to 16 bits, then (8-aligned) the patches of a block of pixels and the
+/// widened weights, both in pairs of `pair` bytes (a pixel pair's or a channel pair's kh kernel
+/// rows of ⌈kw·C_in/2⌉ words each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CortexMConv {
+    /// Bytes of a pixel pair's patches or of a channel pair's weights.
+    pub pair: usize,
+    /// Bytes of a widened padded input row.
+    pub row: usize,
+    /// Bytes of the ring of whole rows: kh rows, held twice.
+    pub ring: usize,
+    /// Output pixels per row.
+    pub wo: usize,
+    /// Channel pairs, ⌈C_out/2⌉.
+    pub pairs: usize,
+}
+
+impl CortexMConv {
+    /// The layout of a conv of geometry `g` (saturating: geometries come from files).
+    pub const fn new(g: &OpGeometry) -> Self {
+        let (kh, kw, cin) = (g.kernel_h as usize, g.kernel_w as usize, g.c_in as usize);
+        let row = (g.w_in as usize)
+            .saturating_add(2 * g.pad as usize)
+            .saturating_mul(cin)
+            .saturating_mul(2);
+        CortexMConv {
+            pair: kh
+                .saturating_mul(kw.saturating_mul(cin).div_ceil(2))
+                .saturating_mul(8),
+            row,
+            ring: kh.saturating_mul(2).saturating_mul(row),
+            wo: out_width(g),
+            pairs: (g.c_out as usize).div_ceil(2),
+        }
+    }
+
+    /// Bytes for a band of `band` bytes (and the 2 bytes its last segment reads past it), up
+    /// to 7 bytes of alignment, `px` pixels' patches and `wp` weight pairs.
+    pub const fn bytes(&self, band: usize, px: usize, wp: usize) -> usize {
+        band.saturating_add(9)
+            .saturating_add(px.div_ceil(2).saturating_add(wp).saturating_mul(self.pair))
+    }
+
+    /// The best plan's bytes: the ring of whole rows, blocks of a whole output row, every
+    /// channel pair's weights widened once per call.
+    pub const fn best(&self) -> usize {
+        self.bytes(self.ring, self.wo, self.pairs)
+    }
+}
+
+/// The scratch of a uniform conv2d with the Cortex-M set: its best plan,
+/// [`CortexMConv::best`].
+pub const fn cortex_m_conv_scratch_bytes(g: &OpGeometry) -> usize {
+    if g.kind != OP_CONV2D || !g.uniform {
+        return 0;
+    }
+    CortexMConv::new(g).best()
+}
+
 impl Kernels {
     /// The scratch bytes this kernel set needs for an op of geometry `g` (TensorFlow Lite
     /// Micro's `RequestScratchBufferInArena`, stated when the model is prepared): 0 for the
-    /// scalar reference and for every op but a uniform conv2d, which the other sets run in
-    /// [`conv_scratch_bytes`]. `Auto` states the need of the set it resolves to on this CPU;
-    /// the other sets state theirs on any CPU (a firmware's arena is sized on the host).
+    /// scalar reference and for every op but a uniform conv2d, which each other set runs in
+    /// the best plan of its own conv kernels: [`conv_scratch_bytes`] (x86),
+    /// [`neon_conv_scratch_bytes`], [`cortex_m_conv_scratch_bytes`]. `Auto` states the need of
+    /// the set it resolves to on this CPU; the other sets state theirs on any CPU (a
+    /// firmware's arena is sized on the host).
     pub fn scratch_bytes(self, g: &OpGeometry) -> usize {
         let set = match self {
             Kernels::Auto => self.resolved_kernels(),
@@ -187,7 +382,11 @@ impl Kernels {
         };
         match set {
             Kernels::Scalar => 0,
-            _ => conv_scratch_bytes(g),
+            Kernels::Neon | Kernels::NeonDot => neon_conv_scratch_bytes(g),
+            Kernels::CortexM => cortex_m_conv_scratch_bytes(g),
+            Kernels::Avx2 | Kernels::AvxVnni | Kernels::Avx512Vnni => conv_scratch_bytes(g),
+            // `resolved_kernels` never gives `Auto`.
+            Kernels::Auto => 0,
         }
     }
 }

@@ -321,6 +321,18 @@ impl Kernels {
         Ok(self.resolve()?.kernels().name())
     }
 
+    /// The set `Auto` runs on a microcontroller target, which has no run-time detection: the
+    /// Cortex-M kernels where the target has the DSP extension, else the scalar reference.
+    /// For build scripts sizing a firmware's arena on the host: `arch`, `triple` and `features`
+    /// are the target's `CARGO_CFG_TARGET_ARCH`, `TARGET` and `CARGO_CFG_TARGET_FEATURE`.
+    pub fn auto_on_mcu(arch: &str, triple: &str, features: &str) -> Kernels {
+        if super::arm_dsp::has_dsp(arch, triple, features) {
+            Kernels::CortexM
+        } else {
+            Kernels::Scalar
+        }
+    }
+
     /// The set `Auto` runs on this CPU; any other set itself.
     pub fn resolved_kernels(self) -> Kernels {
         match self {
@@ -481,6 +493,31 @@ mod cortex_m_elsewhere_tests {
         );
         assert!(Kernels::available().all(|k| k != Kernels::CortexM));
         assert_eq!(Kernels::from_name("cortex-m-dsp"), Some(Kernels::CortexM));
+    }
+}
+
+#[cfg(test)]
+mod mcu_tests {
+    use super::Kernels;
+
+    #[test]
+    fn auto_on_microcontrollers() {
+        let auto = |arch, triple, features| Kernels::auto_on_mcu(arch, triple, features);
+        assert_eq!(auto("arm", "thumbv7em-none-eabihf", ""), Kernels::CortexM);
+        assert_eq!(
+            auto("arm", "thumbv7em-none-eabi", "v7,thumb2"),
+            Kernels::CortexM
+        );
+        assert_eq!(auto("arm", "thumbv7m-none-eabi", ""), Kernels::Scalar);
+        assert_eq!(
+            auto("arm", "thumbv7m-none-eabi", "thumb2,dsp"),
+            Kernels::CortexM
+        );
+        assert_eq!(auto("arm", "thumbv6m-none-eabi", "dsp2"), Kernels::Scalar);
+        assert_eq!(
+            auto("x86_64", "thumbv7em-lookalike", "dsp"),
+            Kernels::Scalar
+        );
     }
 }
 

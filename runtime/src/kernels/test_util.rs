@@ -6,7 +6,8 @@
 use core::ops::Range;
 
 use crate::kernels::{
-    ConvImage, ConvParams, FcParams, I32Array, OutputQuant, Placement, PoolParams, Rounding, Shape,
+    ConvImage, ConvParams, FcParams, I32Array, OpGeometry, OutputQuant, Placement, PoolParams,
+    Rounding, Shape,
 };
 
 /// A fast conv kernel under test: (params, input, output, scratch).
@@ -18,6 +19,16 @@ pub use octet_testkit::Rng;
 /// run by the scalar reference and by `fast`: the bytes must be equal. Shapes no conv has
 /// (a kernel larger than the padded input) are skipped.
 pub fn conv_matches_scalar(case: &ConvCase, fast: &mut ConvKernel) {
+    conv_matches_scalar_in(case, &crate::kernels::conv_scratch_bytes, fast)
+}
+
+/// [`conv_matches_scalar`] with `scratch(geometry)` bytes of scratch (a kernel set's rule; the
+/// x86 one above).
+pub fn conv_matches_scalar_in(
+    case: &ConvCase,
+    scratch: &dyn Fn(&OpGeometry) -> usize,
+    fast: &mut ConvKernel,
+) {
     let Some(d) = ConvData::random(case) else {
         return;
     };
@@ -25,7 +36,7 @@ pub fn conv_matches_scalar(case: &ConvCase, fast: &mut ConvKernel) {
     let mut want = vec![0i8; p.output.len()];
     let mut got = vec![0x55i8; p.output.len()];
     crate::kernels::scalar::conv2d(&p, &d.input, &mut want);
-    let mut scratch = vec![0xAAu8; crate::kernels::conv_scratch_bytes(&p.geometry())];
+    let mut scratch = vec![0xAAu8; scratch(&p.geometry())];
     fast(&p, &d.input, &mut got, &mut scratch);
     assert_eq!(want, got);
 }
@@ -189,6 +200,41 @@ impl ConvData {
     }
 }
 
+/// The shape of `c` as conv parameters with no values (weights and arrays empty), for tests of
+/// scratch plans, which read shapes only; `None` where the kernel outgrows the padded input.
+pub fn conv_shape(c: &ConvCase) -> Option<ConvParams<'static>> {
+    if c.h + 2 * c.pad < c.kh || c.w + 2 * c.pad < c.kw {
+        return None;
+    }
+    Some(ConvParams {
+        input: Shape {
+            c: c.cin,
+            h: c.h,
+            w: c.w,
+        },
+        output: Shape {
+            c: c.cout,
+            h: (c.h + 2 * c.pad - c.kh) / c.stride + 1,
+            w: (c.w + 2 * c.pad - c.kw) / c.stride + 1,
+        },
+        kernel_h: c.kh,
+        kernel_w: c.kw,
+        stride_h: c.stride,
+        stride_w: c.stride,
+        pad_top: c.pad,
+        pad_left: c.pad,
+        dilation_h: 1,
+        dilation_w: 1,
+        weights: &[],
+        bias: I32Array::new(&[]),
+        multiplier: I32Array::new(&[]),
+        shift: I32Array::new(&[]),
+        pad_values: &[],
+        input_zero_point: 0,
+        out: full_range(0),
+    })
+}
+
 /// One conv case for [`check_conv`].
 #[derive(Clone, Copy, Debug)]
 pub struct ConvCase {
@@ -307,7 +353,22 @@ pub fn check_conv(
     kernel: &mut MaybeConv,
     may_decline: &dyn Fn(&ConvParams, usize) -> bool,
 ) {
-    conv_matches_scalar(case, &mut |p, x, y, s| {
+    check_conv_in(
+        case,
+        &crate::kernels::conv_scratch_bytes,
+        kernel,
+        may_decline,
+    )
+}
+
+/// [`check_conv`] with `scratch(geometry)` bytes of scratch (see [`conv_matches_scalar_in`]).
+pub fn check_conv_in(
+    case: &ConvCase,
+    scratch: &dyn Fn(&OpGeometry) -> usize,
+    kernel: &mut MaybeConv,
+    may_decline: &dyn Fn(&ConvParams, usize) -> bool,
+) {
+    conv_matches_scalar_in(case, scratch, &mut |p, x, y, s| {
         if !kernel(p, x, y, s) {
             assert!(
                 may_decline(p, s.len()),

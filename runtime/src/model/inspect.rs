@@ -248,6 +248,20 @@ impl<'a> Model<'a> {
         (0..self.n_ops).filter_map(|i| self.op(i))
     }
 
+    /// Multiply-adds of op `o` per image: conv2d and fully_connected K per output (their
+    /// weights per output channel), depthwise conv kh·kw per output; 0 for the other kinds.
+    pub fn op_macs(&self, o: &OpInfo) -> u64 {
+        let Some(t) = self.tensor(o.output) else {
+            return 0;
+        };
+        let per_output = match o.kind {
+            OpKind::Conv2d | OpKind::FullyConnected => o.weights.len() / (t.c as usize).max(1),
+            OpKind::DepthwiseConv2d => o.window.kernel_h as usize * o.window.kernel_w as usize,
+            _ => 0,
+        };
+        (t.len() * per_output) as u64
+    }
+
     /// Op `index`, decoded, with the records of its input 0 and output tensors. Inlined: an
     /// unprepared model decodes each op per image, and inlined the decoded value stays in
     /// registers (on a Cortex-M4 about 100 instructions less per op than a call).

@@ -85,22 +85,7 @@ impl<'a> Model<'a> {
         }
         self.check_data_flow()?;
         self.check_arena_exact()?;
-        self.macs = self
-            .ops()
-            .filter_map(|o| {
-                let t = self.tensor(o.output)?;
-                let per_output = match o.kind {
-                    OpKind::Conv2d | OpKind::FullyConnected => {
-                        o.weights.len() / (t.c as usize).max(1)
-                    }
-                    OpKind::DepthwiseConv2d => {
-                        o.window.kernel_h as usize * o.window.kernel_w as usize
-                    }
-                    _ => return None,
-                };
-                Some((t.len() * per_output) as u64)
-            })
-            .sum();
+        self.macs = self.ops().map(|o| self.op_macs(&o)).sum();
         Ok(self)
     }
 

@@ -17,29 +17,34 @@
 //! a block is gathered twice and an odd last channel pairs with zero weights; their extra sums
 //! are dropped.
 //!
-//! The kernel fits itself into the op's scratch, `scratch_bytes` (no term of its own, so it
-//! changes no arena), as [`plan`] decides from its length: where whole widened rows fit, the
-//! band is a ring of them, each input row widened once per call (held twice, so that any kh
-//! consecutive rows are contiguous), blocks are up to a whole output row and, where they fit
-//! too, all the weights are widened once per call; else (wide rows) the band is a strip of the
-//! padded columns one block reads, widened again per block, and the weights one channel pair
-//! per block. The least it needs, a one-pixel strip, always fits.
+//! The kernel fits itself into the scratch it is given, as [`plan`] decides from its length:
+//! where whole widened rows fit, the band is a ring of them, each input row widened once per
+//! call (held twice, so that any kh consecutive rows are contiguous), blocks are up to a whole
+//! output row and, where they fit too, all the weights are widened once per call; else (wide
+//! rows) the band is a strip of the padded columns one block reads, widened again per block,
+//! and the weights one channel pair per block. The Cortex-M set states the best plan's bytes
+//! (`kernels::cortex_m_conv_scratch_bytes`: the ring, whole-row blocks, every weight pair;
+//! the sizes are `kernels::CortexMConv`'s, shared with this plan); the least it takes, a
+//! one-pixel strip, is far less.
 
-use super::{ldrd_inc, load, smlad, widen, word, Epilogue, Requant, Requant2};
-use crate::kernels::{scalar, ConvParams};
+use super::{
+    ldrd_inc, load, smlad, widen, word, Double, Epilogue, Requant, Requant2, Round, Single,
+};
+use crate::kernels::{scalar, ConvParams, CortexMConv, Rounding};
 
 /// Output pixels per block at least when the band holds whole rows (else strips are used).
 const PIXEL_BLOCK: usize = 8;
 
-/// Same bytes as [`scalar::conv2d`]. `scratch` should hold `scratch_bytes(conv2d, …)` bytes
-/// (runs the scalar kernel where it holds less than [`plan`] needs).
+/// Same bytes as [`scalar::conv2d`]. `scratch` should hold `Kernels::CortexM.scratch_bytes` of
+/// the conv (runs a lesser plan with less, and the scalar kernel where it holds less than
+/// [`plan`] needs at least).
 pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     let (k, cout, wo) = (p.k(), p.output.c, p.output.w);
     if p.output.is_empty() {
         return;
     }
-    // The epilogue (`Requant2`) is the single rounding's; the bands a uniform window's.
-    if !p.is_uniform() || p.out.rounding != crate::requant::Rounding::Single {
+    // The bands are a uniform window's.
+    if !p.is_uniform() {
         return scalar::conv2d(p, input, output);
     }
     let plan = match plan(p, scratch.len()) {
@@ -76,6 +81,11 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         step: 2 * p.stride() * p.input.c,
     };
     let e = Epilogue::new(&p.out);
+    // The channel pairs' loop in the op's rounding, chosen once.
+    let block: Block = match p.out.rounding {
+        Rounding::Single => block::<Single>,
+        Rounding::Double => block::<Double>,
+    };
     for (oy, out) in output
         .chunks_exact_mut(wo * cout)
         .take(p.output.h)
@@ -140,25 +150,17 @@ struct Plan {
 /// rows) with [`PIXEL_BLOCK`] pixels (or the whole row) and every channel pair's weights; the
 /// same with one pair's; a strip of the padded columns of the widest block that fits, one
 /// pair's weights. The block takes whatever room is left, up to a whole output row. `None`
-/// where not even a one-pixel strip fits, which `scratch_bytes` never gives (it holds at least
-/// 64·K bytes; the one-pixel strip about 10·K).
+/// where not even a one-pixel strip fits, which the Cortex-M set's scratch never gives.
 fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
     let (kh, kw, cin, s) = (p.kernel_h, p.kernel_w, p.input.c, p.stride());
     let wo = p.output.w;
-    let pair = kh.saturating_mul((kw * cin).div_ceil(2)).saturating_mul(8);
+    let l = CortexMConv::new(&p.geometry());
+    let (pair, row, ring) = (l.pair, l.row, l.ring);
     if pair == 0 || s == 0 {
         return None;
     }
-    // Bytes for a band of `band` bytes (its 2-byte tail and the alignment added), `px` pixels'
-    // patches and `wp` weight pairs (saturating: geometries come from files).
-    let need = |band: usize, px: usize, wp: usize| {
-        band.saturating_add(9)
-            .saturating_add(px.div_ceil(2).saturating_add(wp).saturating_mul(pair))
-    };
-    let row = (p.input.w + 2 * p.pad())
-        .saturating_mul(cin)
-        .saturating_mul(2);
-    let ring = kh.saturating_mul(2).saturating_mul(row);
+    // Bytes for a band of `band` bytes, `px` pixels' patches and `wp` weight pairs.
+    let need = |band: usize, px: usize, wp: usize| l.bytes(band, px, wp);
     for (wp, all_weights) in [(p.output.c.div_ceil(2), true), (1, false)] {
         if need(ring, wo.min(PIXEL_BLOCK), wp) <= len {
             // The rest holds this many pixels.
@@ -238,12 +240,23 @@ fn gather<const RW: usize>(band: &[i8], x0: usize, np: usize, g: &Geometry, cols
     }
 }
 
+/// [`block`] in one rounding.
+type Block = fn(&ConvParams, &[u64], &[u64], &mut [i8], usize, &Epilogue);
+
 /// Channels `c0`, `c0 + 1` (when below C_out) of the block's pixels: `cols` holds their patches
-/// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out).
+/// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out); `R` is the
+/// op's rounding.
 #[inline(never)]
-fn block(p: &ConvParams, cols: &[u64], wt: &[u64], out: &mut [i8], c0: usize, e: &Epilogue) {
+fn block<R: Round>(
+    p: &ConvParams,
+    cols: &[u64],
+    wt: &[u64],
+    out: &mut [i8],
+    c0: usize,
+    e: &Epilogue,
+) {
     let cout = p.output.c;
-    let q = [c0, c0 + 1].map(|c| Requant::new(p.multiplier.get(c), p.shift.get(c)));
+    let q = [c0, c0 + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
     let b0 = p.bias.get(c0);
     if c0 + 1 == cout {
         return pixels(cols, wt, out, cout, [b0, 0], |o, a, _| {
@@ -407,10 +420,11 @@ fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::cortex_m_conv_scratch_bytes;
     use crate::kernels::test_util::{
-        conv_matches_scalar, conv_suite, wrapping_layer, ConvCase, ConvData,
+        conv_matches_scalar, conv_matches_scalar_in, conv_shape, conv_suite, wrapping_layer,
+        ConvCase, ConvData,
     };
-    use crate::kernels::{I32Array, Shape};
 
     /// The scratch the Cortex-M set states for a conv.
     fn scratch_bytes(p: &ConvParams) -> usize {
@@ -430,19 +444,31 @@ mod tests {
         [scratch_bytes(p), ring, 2 * least, least]
     }
 
-    /// Every plan, each against the scalar reference. Never declines: the op's scratch always
-    /// holds a plan.
+    /// Every plan, each against the scalar reference, from the scratch the Cortex-M set states
+    /// (the best plan: [`best`]) down to the least.
     fn check(c: &ConvCase) {
         for which in 0..4 {
             let mut run = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
-                assert!(
-                    plan(p, s.len()).is_some(),
-                    "no plan for the op's scratch: {c:?}"
-                );
+                assert_eq!(plan(p, s.len()), Some(best(p)), "{c:?}");
+                // The lesser plans' lengths may pass the best one's for small convs.
                 let n = lengths(p)[which].min(s.len());
                 conv2d(p, x, y, &mut s[..n]);
             };
-            conv_matches_scalar(c, &mut run);
+            conv_matches_scalar_in(c, &cortex_m_conv_scratch_bytes, &mut run);
+        }
+    }
+
+    /// The best plan: a ring of whole rows, blocks of a whole output row, every channel pair's
+    /// weights widened once.
+    fn best(p: &ConvParams) -> Plan {
+        let l = CortexMConv::new(&p.geometry());
+        Plan {
+            ring: true,
+            row: l.row,
+            band: l.ring + 2,
+            pair: l.pair,
+            block: p.output.w,
+            all_weights: true,
         }
     }
 
@@ -496,41 +522,19 @@ mod tests {
     }
 
     proptest! {
-        /// The op's scratch holds a plan whatever the geometry (wide rows, large strides,
-        /// one-value kernels), so the kernel never falls back on a valid model.
+        /// The scratch the Cortex-M set states holds the best plan whatever the geometry (wide
+        /// rows, large strides, one-value kernels), and a byte less does not: the rule is the
+        /// kernel's need, no more.
         #[test]
-        fn scratch_bytes_holds_a_plan(
+        fn stated_scratch_is_the_best_plan(
             (cin, cout) in (1usize..600, 1usize..600), (h, w) in (1usize..300, 1usize..300),
             (kh, kw) in (1usize..12, 1usize..12), stride in 1usize..40, pad in 0usize..6,
         ) {
-            prop_assume!(h + 2 * pad >= kh && w + 2 * pad >= kw);
-            let output = Shape {
-                c: cout,
-                h: (h + 2 * pad - kh) / stride + 1,
-                w: (w + 2 * pad - kw) / stride + 1,
-            };
-            let p = ConvParams {
-                input: Shape { c: cin, h, w },
-                output,
-                kernel_h: kh,
-                kernel_w: kw,
-                stride_h: stride,
-                stride_w: stride,
-                pad_top: pad,
-                pad_left: pad,
-                dilation_h: 1,
-                dilation_w: 1,
-                weights: &[],
-                bias: I32Array::new(&[]),
-                multiplier: I32Array::new(&[]),
-                shift: I32Array::new(&[]),
-                pad_values: &[],
-                input_zero_point: 0,
-                out: crate::kernels::test_util::full_range(0),
-            };
-            let plan = plan(&p, scratch_bytes(&p));
-            prop_assert!(plan.is_some());
-            prop_assert!(plan.unwrap().block >= 1);
+            let c = ConvCase { cin, cout, h, w, kh, kw, stride, pad, seed: 0 };
+            let Some(p) = conv_shape(&c) else { return Ok(()) };
+            let len = scratch_bytes(&p);
+            prop_assert_eq!(plan(&p, len), Some(best(&p)));
+            prop_assert_ne!(plan(&p, len - 1), Some(best(&p)));
         }
     }
 }

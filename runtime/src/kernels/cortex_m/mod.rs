@@ -7,8 +7,10 @@
 //! widened the same way, so each `SMLAD` still pairs weight i with activation i. The sum is
 //! exact and wraps modulo 2^32 like the scalar reference's accumulator (`SMLAD` also sets the
 //! sticky Q flag on overflow, which nothing reads), so no accumulation bound is needed.
-//! Requantization goes through `crate::requant`'s decoding ([`Requant`]). max_pool takes the
-//! maximum of four int8 lanes at once (`SSUB8` + `SEL`).
+//! Requantization goes through `crate::requant`'s decoding ([`Requant`]), in either rounding
+//! ([`Single`], [`Double`]: the kernels are instantiated per rounding, the usual multipliers
+//! taking a few instructions in both). max_pool takes the maximum of four int8 lanes at once
+//! (`SSUB8` + `SEL`).
 //!
 //! Each DSP instruction is one line of `asm!` on Arm with DSP (`cfg(octet_arm_dsp)`, set by
 //! `build.rs` for `thumbv7em-*`); elsewhere a plain function computes the same bits, so the same
@@ -287,52 +289,152 @@ impl Epilogue {
     }
 }
 
-/// One output channel's requantization: M0 and the shift as stored, and n = 31 − shift as
-/// [`ChannelRequant::new`] decodes it (the accumulators start at the bias, so it is decoded
-/// with a zero bias).
-///
-/// When n ≥ 33 (multipliers below 2^−2, the usual case) the epilogue needs only the high word
-/// of the product: with acc·M0 = hi·2^32 + lo, 0 ≤ lo < 2^32, the rounding term 2^(n−1) is a
-/// multiple of 2^32, lo cannot carry into the quotient, and
-/// `(acc·M0 + 2^(n−1)) >> n = (hi + 2^(n−33)) >> (n − 32)`, which cannot overflow
-/// (|hi| ≤ 2^30, 2^(n−33) ≤ 2^29): `SMMLA` and a shift. Other shifts take
-/// [`OutputQuant::finish`].
-#[derive(Clone, Copy)]
-struct Requant {
-    m0: i32,
-    shift: i32,
-    round_hi: i32,
-    /// n − 32 when n ≥ 33; 0 selects `OutputQuant::finish`.
-    sh: u32,
+/// `SMMLAR`: `(acc·2^32 + a·b + 2^31) >> 32`, the high word of the rounded 64-bit sum (the
+/// sum taken modulo 2^64, as the instruction does).
+#[inline(always)]
+fn smmlar(a: i32, b: i32, acc: i32) -> i32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let r: i32;
+        // SAFETY: register-only, no flags.
+        unsafe {
+            core::arch::asm!(
+                "smmlar {r}, {a}, {b}, {c}",
+                r = lateout(reg) r,
+                a = in(reg) a,
+                b = in(reg) b,
+                c = in(reg) acc,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        r
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        (((acc as i64) << 32)
+            .wrapping_add(a as i64 * b as i64)
+            .wrapping_add(1 << 31)
+            >> 32) as i32
+    }
 }
 
-impl Requant {
+/// A requantization rounding as the epilogues compute it on the high-word path ([`Requant`]):
+/// both reduce to `(high(acc) + 2^(n−33)) >> (n − 32)` for n = 31 − shift ≥ 33, with their
+/// own `high`. The kernels are instantiated per rounding, so the choice costs nothing per
+/// output.
+trait Round: Copy {
+    /// Whether the high-word path covers the multiplier (n ≥ 33 is checked by [`Requant`]).
+    fn covers(m0: i32) -> bool;
+    /// The multiplier operand of [`Round::high`].
+    fn operand(m0: i32) -> i32;
+    /// The value whose `(· + 2^(n−33)) >> (n − 32)` is the requantized sum.
+    fn high(acc: i32, operand: i32) -> i32;
+}
+
+/// octet's single rounding: `(acc·M0 + 2^(n−1)) >> n`. With acc·M0 = hi·2^32 + lo,
+/// 0 ≤ lo < 2^32, the rounding term 2^(n−1) is a multiple of 2^32 (n ≥ 33), lo cannot carry
+/// into the quotient, and the value is `(hi + 2^(n−33)) >> (n − 32)`, which cannot overflow
+/// (|hi| ≤ 2^30, 2^(n−33) ≤ 2^29): `SMMLA` (or `SMMUL` and an add) and a shift. Any M0.
+#[derive(Clone, Copy)]
+struct Single;
+
+impl Round for Single {
+    #[inline(always)]
+    fn covers(_: i32) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn operand(m0: i32) -> i32 {
+        m0
+    }
+
+    #[inline(always)]
+    fn high(acc: i32, m0: i32) -> i32 {
+        ((acc as i64 * m0 as i64) >> 32) as i32
+    }
+}
+
+/// TensorFlow Lite's double rounding (`requant::requantize_double`; no left shift when
+/// n ≥ 33): r = SaturatingRoundingDoublingHighMul(acc, M0) = ⌊(acc·M0 + 2^30) / 2^31⌋ (for
+/// M0 ∈ [2^30, 2^31) the one saturating pair cannot occur), then RoundingDivideByPOT(r, rs),
+/// rs = n − 31 ≥ 2, which is ⌊(r − [r < 0] + 2^(rs−1)) / 2^rs⌋ (half away from zero).
+///
+/// `SMMLAR` gives r − [acc < 0] in one instruction: with M′ = 2·M0 − 2^32 (M0 ≪ 1 in i32),
+/// acc·2M0 = acc·M′ + acc·2^32, so `SMMLAR(acc, M′, acc − s)` = ⌊(2·acc·M0 + 2^31) / 2^32⌋ − s
+/// = r − s, in [−2^31, 2^31) (r > −2^31 for M0 < 2^31). [acc < 0] may stand for [r < 0]: they
+/// differ only where r = 0 and acc < 0, and then both give 0. Halving first keeps the rounding
+/// from overflowing: ⌊(y + 2^(rs−1)) / 2^rs⌋ = ((y >> 1) + 2^(rs−2)) >> (rs − 1), the single
+/// rounding's constants (rs − 2 = n − 33). Four instructions. Zero (and invalid) multipliers
+/// take the exact path.
+#[derive(Clone, Copy)]
+struct Double;
+
+impl Round for Double {
+    #[inline(always)]
+    fn covers(m0: i32) -> bool {
+        m0 >= 1 << 30
+    }
+
+    #[inline(always)]
+    fn operand(m0: i32) -> i32 {
+        m0.wrapping_shl(1)
+    }
+
+    #[inline(always)]
+    fn high(acc: i32, m: i32) -> i32 {
+        let s = (acc as u32 >> 31) as i32;
+        smmlar(acc, m, acc - s) >> 1
+    }
+}
+
+/// One output channel's requantization in rounding `R`: M0 and the shift as stored, and
+/// n = 31 − shift as [`ChannelRequant::new`] decodes it (the accumulators start at the bias,
+/// so it is decoded with a zero bias).
+///
+/// When n ≥ 33 (multipliers below 2^−2, the usual case) and `R` covers M0, the epilogue needs
+/// only the high word of a product ([`Round::high`]) and a shift. Other channels take
+/// [`OutputQuant::finish`].
+#[derive(Clone, Copy)]
+struct Requant<R: Round> {
+    m0: i32,
+    shift: i32,
+    /// [`Round::operand`] of M0.
+    mul: i32,
+    round_hi: i32,
+    /// n − 32 on the high-word path; 0 selects `OutputQuant::finish`.
+    sh: u32,
+    rounding: core::marker::PhantomData<R>,
+}
+
+impl<R: Round> Requant<R> {
     #[inline(always)]
     fn new(m0: i32, shift: i32) -> Self {
         let n = ChannelRequant::new(0, m0, shift).n;
-        let fast = n >= 33;
+        let fast = n >= 33 && R::covers(m0);
         Requant {
             m0,
             shift,
+            mul: R::operand(m0),
             round_hi: if fast { 1 << (n - 33) } else { 0 },
             sh: if fast { n - 32 } else { 0 },
+            rounding: core::marker::PhantomData,
         }
     }
 
-    /// Whether the high-word path applies (n ≥ 33).
+    /// Whether the high-word path applies.
     #[inline(always)]
     fn fast(&self) -> bool {
         self.sh != 0
     }
 
-    /// `(acc·M0 + 2^(n−1)) >> n` on the high-word path (`SMMLA` and a shift).
+    /// The requantized sum on the high-word path: `(high + 2^(n−33)) >> (n − 32)`.
     #[inline(always)]
     fn scaled(&self, acc: i32) -> i32 {
-        let hi = ((acc as i64 * self.m0 as i64) >> 32) as i32;
-        (hi + self.round_hi) >> self.sh
+        (R::high(acc, self.mul) + self.round_hi) >> self.sh
     }
 
-    /// `OutputQuant::finish(acc, …)`: `clamp(((acc·M0 + 2^(n−1)) >> n) + z_out)` as int8.
+    /// `OutputQuant::finish(acc, …)`: `clamp(requant(acc) + z_out)` as int8.
     #[inline(always)]
     fn apply(&self, acc: i32, e: &Epilogue) -> i8 {
         if !self.fast() {
@@ -352,18 +454,18 @@ impl Requant {
 /// (`QADD16`, likewise), clamped (`SSUB16` + `SEL`, twice) and the low bytes of the lanes
 /// brought together for one 2-byte store.
 #[derive(Clone, Copy)]
-struct Requant2 {
-    q: [Requant; 2],
+struct Requant2<R: Round> {
+    q: [Requant<R>; 2],
     zp: u32,
     lo: u32,
     hi: u32,
 }
 
-impl Requant2 {
+impl<R: Round> Requant2<R> {
     /// `None` unless both channels take the high-word path and |z_out| ≤ 32 640 (an int16 lane
     /// then still saturates past the clamp bounds; valid models hold |z_out| ≤ 128).
     #[inline(always)]
-    fn new(q: [Requant; 2], e: &Epilogue) -> Option<Self> {
+    fn new(q: [Requant<R>; 2], e: &Epilogue) -> Option<Self> {
         let splat = |v: i32| (v as u16 as u32) * 0x1_0001;
         let zp = e.out.zero_point;
         (q[0].fast() && q[1].fast() && zp.unsigned_abs() <= 32_640).then(|| Requant2 {
@@ -389,6 +491,7 @@ impl Requant2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::Rounding;
     use proptest::prelude::*;
 
     #[test]
@@ -422,33 +525,40 @@ mod tests {
             prop_assert_eq!(min8(a, b), mn);
         }
 
-        /// The epilogue against `OutputQuant::finish` over every accumulator, multiplier and
-        /// shift (valid or not), zero point and clamp (crossed bounds included).
+        /// Both epilogues against `OutputQuant::finish` over every accumulator, multiplier
+        /// and shift (valid or not), zero point and clamp (crossed bounds included).
         #[test]
         fn requant_matches_finish(
-            acc in any::<i32>(), m0 in any::<i32>(), shift in -40i32..40,
+            acc in accumulator(), m0 in multiplier(), shift in -40i32..40,
             zp in any::<i32>(), lo in -300i32..300, hi in -300i32..300,
         ) {
-            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi, rounding: crate::requant::Rounding::Single };
-            let e = Epilogue::new(&out);
-            let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
-            prop_assert_eq!(Requant::new(m0, shift).apply(acc, &e), want);
+            for rounding in Rounding::ALL {
+                let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi, rounding };
+                let e = Epilogue::new(&out);
+                let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
+                prop_assert_eq!(apply(m0, shift, acc, &e), want);
+            }
         }
 
         /// The two-channel epilogue against two one-channel ones (themselves checked against
-        /// `finish`), over zero points beyond int8 too.
+        /// `finish`), over zero points beyond int8 too, in both roundings.
         #[test]
         fn requant2_matches_requant(
-            a0 in any::<i32>(), a1 in any::<i32>(), m0 in (1i32 << 30)..=i32::MAX,
-            m1 in any::<i32>(), s0 in -31i32..=-2, s1 in -40i32..=-2,
+            a0 in accumulator(), a1 in accumulator(), m0 in (1i32 << 30)..=i32::MAX,
+            m1 in multiplier(), s0 in -31i32..=-2, s1 in -40i32..=-2,
             zp in -33_000i32..33_000, lo in -300i32..300, hi in -300i32..300,
         ) {
-            let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi, rounding: crate::requant::Rounding::Single };
-            let e = Epilogue::new(&out);
-            let q = [Requant::new(m0, s0), Requant::new(m1, s1)];
-            match Requant2::new(q, &e) {
-                Some(r) => prop_assert_eq!(r.apply(a0, a1), [q[0].apply(a0, &e), q[1].apply(a1, &e)]),
-                None => prop_assert!(zp.abs() > 32_640),
+            for rounding in Rounding::ALL {
+                let out = OutputQuant { zero_point: zp, act_min: lo, act_max: hi, rounding };
+                let e = Epilogue::new(&out);
+                let pair = match rounding {
+                    Rounding::Single => pair::<Single>([m0, m1], [s0, s1], [a0, a1], &e),
+                    Rounding::Double => pair::<Double>([m0, m1], [s0, s1], [a0, a1], &e),
+                };
+                match pair {
+                    Some((two, one)) => prop_assert_eq!(two, one),
+                    None => prop_assert!(zp.abs() > 32_640 || (rounding == Rounding::Double && m1 < 1 << 30)),
+                }
             }
         }
 
@@ -467,9 +577,79 @@ mod tests {
             acc in -(1i32 << 24)..(1 << 24), m0 in (1i32 << 30)..=i32::MAX, shift in -31i32..=30,
             zp in -128i32..=127,
         ) {
-            let out = OutputQuant { zero_point: zp, act_min: zp, act_max: 127, rounding: crate::requant::Rounding::Single };
-            let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
-            prop_assert_eq!(Requant::new(m0, shift).apply(acc, &Epilogue::new(&out)), want);
+            for rounding in Rounding::ALL {
+                let out = OutputQuant { zero_point: zp, act_min: zp, act_max: 127, rounding };
+                let want = out.finish(acc, &ChannelRequant::new(0, m0, shift));
+                prop_assert_eq!(apply(m0, shift, acc, &Epilogue::new(&out)), want);
+            }
+        }
+
+        #[test]
+        fn smmlar_is_the_rounded_high_word(a in any::<i32>(), b in any::<i32>(), acc in any::<i32>()) {
+            let exact = ((acc as i128) << 32) + a as i128 * b as i128 + (1i128 << 31);
+            // The instruction keeps bits 63..32 of the sum.
+            prop_assert_eq!(smmlar(a, b, acc), (exact >> 32) as i32);
+        }
+    }
+
+    /// Accumulators: any i32, or small (where the roundings' ties are frequent).
+    fn accumulator() -> impl Strategy<Value = i32> {
+        prop_oneof![any::<i32>(), -70_000i32..70_000]
+    }
+
+    /// Multipliers: valid ones, 2^30 (m a power of two: every tie reaches the rounding), 0,
+    /// i32::MIN and any other.
+    fn multiplier() -> impl Strategy<Value = i32> {
+        prop_oneof![
+            (1i32 << 30)..=i32::MAX,
+            Just(1 << 30),
+            Just(0),
+            Just(i32::MIN),
+            any::<i32>()
+        ]
+    }
+
+    /// `Requant::apply` in the epilogue's rounding.
+    fn apply(m0: i32, shift: i32, acc: i32, e: &Epilogue) -> i8 {
+        match e.out.rounding {
+            Rounding::Single => Requant::<Single>::new(m0, shift).apply(acc, e),
+            Rounding::Double => Requant::<Double>::new(m0, shift).apply(acc, e),
+        }
+    }
+
+    /// `Requant2::apply` and two `Requant::apply`s, where `Requant2` covers the pair.
+    fn pair<R: Round>(
+        m: [i32; 2],
+        s: [i32; 2],
+        a: [i32; 2],
+        e: &Epilogue,
+    ) -> Option<([i8; 2], [i8; 2])> {
+        let q = [0, 1].map(|i| Requant::<R>::new(m[i], s[i]));
+        let two = Requant2::new(q, e)?;
+        Some((two.apply(a[0], a[1]), [0, 1].map(|i| q[i].apply(a[i], e))))
+    }
+
+    /// Ties of both roundings: m = 0.5·2^shift on small accumulators, every output.
+    #[test]
+    fn ties() {
+        for rounding in Rounding::ALL {
+            let out = OutputQuant {
+                zero_point: 3,
+                act_min: -128,
+                act_max: 127,
+                rounding,
+            };
+            let e = Epilogue::new(&out);
+            for shift in -6..=-2 {
+                for acc in -300..300 {
+                    let want = out.finish(acc, &ChannelRequant::new(0, 1 << 30, shift));
+                    assert_eq!(
+                        apply(1 << 30, shift, acc, &e),
+                        want,
+                        "{rounding:?} {shift} {acc}"
+                    );
+                }
+            }
         }
     }
 }

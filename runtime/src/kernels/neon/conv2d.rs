@@ -10,19 +10,18 @@
 
 use core::arch::aarch64::*;
 
-use super::{dot_tile, Epilogue, Requant4, Tail};
-use crate::kernels::{scalar, ConvImage, ConvParams};
+use super::{dot_tile, Double4, Epilogue, Requant4, Single4, Tail};
+use crate::kernels::{scalar, ConvImage, ConvParams, Rounding};
 
-/// Output pixels packed per pass. The conv's scratch holds at least
-/// `VNNI_PIXEL_BLOCK · align64(K)` ≥ 64 rows of `align16(K)` bytes; 16 rows keep a block's
-/// patches and a channel group's weights in L1.
-pub const BLOCK: usize = 16;
+/// Output pixels packed per pass: the NEON sets' scratch rule
+/// (`kernels::neon_conv_scratch_bytes`) holds this many rows of `align16(K)` bytes.
+pub const BLOCK: usize = crate::kernels::NEON_PIXEL_BLOCK;
 
 /// Output pixels per register tile.
 const TP: usize = 4;
 
 /// Same bytes as [`scalar::conv2d`], plain NEON (no `dotprod`). `scratch` must hold
-/// `scratch_bytes(conv2d, …)` bytes (falls back to the scalar kernel otherwise).
+/// `Kernels::Neon.scratch_bytes` of the conv (falls back to the scalar kernel otherwise).
 ///
 /// # Safety
 /// The CPU must support NEON.
@@ -44,15 +43,41 @@ pub unsafe fn conv2d_dot(p: &ConvParams, input: &[i8], output: &mut [i8], scratc
 
 #[inline(always)]
 unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
-    let (input, output, scratch) = (im.input, im.output, im.scratch);
-    // The epilogue is the single rounding's; the patch walk a uniform window's.
-    if !p.is_uniform() || p.out.rounding != crate::requant::Rounding::Single {
-        return scalar::conv2d(p, input, output);
+    // SAFETY (both): the caller's target features (NEON, dotprod when DOT).
+    match p.out.rounding {
+        Rounding::Single => unsafe { conv_q::<DOT, Single4>(p, im) },
+        Rounding::Double => unsafe { conv_q::<DOT, Double4>(p, im) },
     }
-    // Few input channels: pixels in lanes, kernel rows in quads (`narrow`), when it fits.
+}
+
+/// The conv with the epilogue `Q` (the op's rounding).
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn conv_q<const DOT: bool, Q: Requant4>(p: &ConvParams, im: ConvImage) {
     // SAFETY: the caller's target features (NEON, dotprod when DOT).
-    if unsafe { super::narrow::conv::<DOT>(p, ConvImage::new(input, output, scratch)) } {
-        return;
+    if !unsafe { covered::<DOT, Q>(p, ConvImage::new(im.input, im.output, im.scratch)) } {
+        scalar::conv2d(p, im.input, im.output)
+    }
+}
+
+/// The conv by the few-channel kernel (`narrow`: pixels in lanes, kernel rows in quads) where
+/// it covers the conv and its scratch fits, else by the packed one; `false` (nothing written)
+/// where neither takes it: a window other than the uniform one (the patch walks are its), or
+/// less scratch than `Kernels::Neon.scratch_bytes` states.
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn covered<const DOT: bool, Q: Requant4>(p: &ConvParams, im: ConvImage) -> bool {
+    let (input, output, scratch) = (im.input, im.output, im.scratch);
+    if !p.is_uniform() {
+        return false;
+    }
+    // SAFETY: the caller's target features (NEON, dotprod when DOT).
+    if unsafe { super::narrow::conv::<DOT, Q>(p, ConvImage::new(input, output, scratch)) } {
+        return true;
     }
     let k = p.k();
     let kp = crate::align16(k);
@@ -63,7 +88,7 @@ unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
         || output.len() < npix * cout
         || p.weights.len() < cout * k
     {
-        return scalar::conv2d(p, input, output);
+        return false;
     }
     let rows = crate::as_i8_mut(&mut scratch[..BLOCK * kp]);
     let e = Epilogue::new(&p.out);
@@ -81,16 +106,17 @@ unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) {
             // SAFETY: the caller's target features (NEON, dotprod when DOT).
             unsafe {
                 match nc {
-                    4 => group::<DOT, 4>(p, &b, co, &e, &tail, output),
-                    3 => group::<DOT, 3>(p, &b, co, &e, &tail, output),
-                    2 => group::<DOT, 2>(p, &b, co, &e, &tail, output),
-                    _ => group::<DOT, 1>(p, &b, co, &e, &tail, output),
+                    4 => group::<DOT, 4, Q>(p, &b, co, &e, &tail, output),
+                    3 => group::<DOT, 3, Q>(p, &b, co, &e, &tail, output),
+                    2 => group::<DOT, 2, Q>(p, &b, co, &e, &tail, output),
+                    _ => group::<DOT, 1, Q>(p, &b, co, &e, &tail, output),
                 }
             }
             co += nc;
         }
         p0 += np;
     }
+    true
 }
 
 /// A block of packed patches: output pixels `p0..p0 + np`, one row of `kp` values each (rows
@@ -104,7 +130,7 @@ struct Block<'a> {
 
 /// Output channels `co..co + NC` of the block's pixels.
 #[inline(always)]
-unsafe fn group<const DOT: bool, const NC: usize>(
+unsafe fn group<const DOT: bool, const NC: usize, Q: Requant4>(
     p: &ConvParams,
     b: &Block,
     co: usize,
@@ -116,7 +142,7 @@ unsafe fn group<const DOT: bool, const NC: usize>(
     let (k, cout) = (p.k(), p.output.c);
     let w: [&[i8]; NC] = core::array::from_fn(|c| &p.weights[(co + c) * k..][..k]);
     let wtail: [int8x16_t; NC] = core::array::from_fn(|c| tail.load(w[c]));
-    let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, co, NC);
+    let q = Q::new(&(p.bias, p.multiplier, p.shift), co, NC, e);
     let mut t = 0;
     while t < np {
         let x: [&[i8]; TP] = core::array::from_fn(|r| &rows[(t + r) * kp..][..kp]);
@@ -203,34 +229,68 @@ fn fill_pad(p: &ConvParams, d: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{conv_matches_scalar, conv_suite, ConvCase};
-    use crate::kernels::Kernels;
+    use crate::kernels::test_util::{
+        conv_matches_scalar, conv_matches_scalar_in, conv_suite, ConvCase,
+    };
+    use crate::kernels::{neon_conv_scratch_bytes, Kernels};
 
-    /// Both inner products, each forced: plain NEON always, SDOT when the CPU has it. Neither
-    /// declines (too little scratch runs the scalar kernel inside).
+    /// Both inner products, each forced: plain NEON always, SDOT when the CPU has it, with
+    /// exactly the scratch the NEON sets state: a uniform conv is never left to the scalar
+    /// kernel (the narrow or the packed kernel takes it).
     fn check(c: &ConvCase) {
         assert!(Kernels::neon_available());
-        type Conv = unsafe fn(&ConvParams, &[i8], &mut [i8], &mut [u8]);
-        let mut kernels: Vec<Conv> = vec![conv2d];
-        if Kernels::dotprod_available() {
-            kernels.push(conv2d_dot);
-        }
-        for f in kernels {
-            // SAFETY: NEON checked above; SDOT only when dotprod is there.
-            conv_matches_scalar(c, &mut |p, x, y, s| unsafe { f(p, x, y, s) });
+        for dot in [false, true] {
+            if dot && !Kernels::dotprod_available() {
+                continue;
+            }
+            conv_matches_scalar_in(c, &neon_conv_scratch_bytes, &mut |p, x, y, s| {
+                // SAFETY: NEON checked above; SDOT only when dotprod is there.
+                let took = unsafe {
+                    let im = ConvImage::new(x, y, s);
+                    match (dot, p.out.rounding) {
+                        (false, Rounding::Single) => covered::<false, Single4>(p, im),
+                        (false, Rounding::Double) => covered::<false, Double4>(p, im),
+                        (true, Rounding::Single) => covered::<true, Single4>(p, im),
+                        (true, Rounding::Double) => covered::<true, Double4>(p, im),
+                    }
+                };
+                assert!(took, "left to the scalar kernel: {c:?}");
+            });
         }
     }
 
     conv_suite!(check);
 
+    /// The entry points, both inner products: the same bytes.
+    #[test]
+    fn entry_points() {
+        for c in crate::kernels::test_util::model_convs() {
+            conv_matches_scalar_in(&c, &neon_conv_scratch_bytes, &mut |p, x, y, s| unsafe {
+                conv2d(p, x, y, s)
+            });
+            if Kernels::dotprod_available() {
+                conv_matches_scalar_in(&c, &neon_conv_scratch_bytes, &mut |p, x, y, s| unsafe {
+                    conv2d_dot(p, x, y, s)
+                });
+            }
+        }
+    }
+
     /// Scratch smaller than a block of rows: the scalar fallback, same bytes.
     #[test]
     fn small_scratch_falls_back() {
         let mut calls = 0;
-        conv_matches_scalar(&ConvCase::square(3, 5, 6, 3, 1, 1, 7), &mut |p, x, y, s| {
+        conv_matches_scalar(&ConvCase::square(4, 5, 6, 3, 1, 1, 7), &mut |p, x, y, s| {
             calls += 1;
             let short = BLOCK * crate::align16(p.k()) - 1;
-            unsafe { conv2d(p, x, y, &mut s[..short]) }
+            // SAFETY: NEON is the aarch64 Linux baseline.
+            unsafe {
+                assert!(!covered::<false, Single4>(
+                    p,
+                    ConvImage::new(x, y, &mut s[..short])
+                ));
+                conv2d(p, x, y, &mut s[..short])
+            }
         });
         assert_eq!(calls, 1);
     }

@@ -3,8 +3,8 @@
 
 use core::arch::aarch64::*;
 
-use super::{dot_tile, Epilogue, Requant4, Tail};
-use crate::kernels::{scalar, FcParams};
+use super::{dot_tile, Double4, Epilogue, Requant4, Single4, Tail};
+use crate::kernels::{scalar, FcParams, Rounding};
 
 /// Same bytes as [`scalar::fully_connected`], plain NEON (no `dotprod`).
 ///
@@ -28,10 +28,19 @@ pub unsafe fn fully_connected_dot(p: &FcParams, input: &[i8], output: &mut [i8])
 
 #[inline(always)]
 unsafe fn fc<const DOT: bool>(p: &FcParams, input: &[i8], output: &mut [i8]) {
-    // The epilogue is the single rounding's.
-    if p.out.rounding != crate::requant::Rounding::Single {
-        return scalar::fully_connected(p, input, output);
+    // SAFETY (both): the caller's target features (NEON, dotprod when DOT).
+    match p.out.rounding {
+        Rounding::Single => unsafe { fc_q::<DOT, Single4>(p, input, output) },
+        Rounding::Double => unsafe { fc_q::<DOT, Double4>(p, input, output) },
     }
+}
+
+/// The layer with the epilogue `Q` (the op's rounding).
+///
+/// # Safety
+/// NEON, and `dotprod` when `DOT`.
+#[inline(always)]
+unsafe fn fc_q<const DOT: bool, Q: Requant4>(p: &FcParams, input: &[i8], output: &mut [i8]) {
     let (k, n) = (p.k, p.n);
     if input.len() < k || output.len() < n || p.weights.len() < n * k {
         return scalar::fully_connected(p, input, output);
@@ -45,10 +54,10 @@ unsafe fn fc<const DOT: bool>(p: &FcParams, input: &[i8], output: &mut [i8]) {
         // SAFETY: the caller's target features (NEON, dotprod when DOT).
         unsafe {
             match nc {
-                4 => rows::<DOT, 4>(p, x, j, &e, &tail, output),
-                3 => rows::<DOT, 3>(p, x, j, &e, &tail, output),
-                2 => rows::<DOT, 2>(p, x, j, &e, &tail, output),
-                _ => rows::<DOT, 1>(p, x, j, &e, &tail, output),
+                4 => rows::<DOT, 4, Q>(p, x, j, &e, &tail, output),
+                3 => rows::<DOT, 3, Q>(p, x, j, &e, &tail, output),
+                2 => rows::<DOT, 2, Q>(p, x, j, &e, &tail, output),
+                _ => rows::<DOT, 1, Q>(p, x, j, &e, &tail, output),
             }
         }
         j += nc;
@@ -57,7 +66,7 @@ unsafe fn fc<const DOT: bool>(p: &FcParams, input: &[i8], output: &mut [i8]) {
 
 /// Outputs `j..j + NC`.
 #[inline(always)]
-unsafe fn rows<const DOT: bool, const NC: usize>(
+unsafe fn rows<const DOT: bool, const NC: usize, Q: Requant4>(
     p: &FcParams,
     x: &[i8],
     j: usize,
@@ -71,7 +80,7 @@ unsafe fn rows<const DOT: bool, const NC: usize>(
     // SAFETY: the caller's target features; `x` holds exactly k values (its tail goes
     // through `tail`).
     let [s] = unsafe { dot_tile::<DOT, 1, NC>([x], w, &wtail, tail, k) };
-    let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, j, NC);
+    let q = Q::new(&(p.bias, p.multiplier, p.shift), j, NC, e);
     let b = q.apply(s, e);
     output[j..j + NC].copy_from_slice(&b[..NC]);
 }

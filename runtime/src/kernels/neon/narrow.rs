@@ -21,68 +21,54 @@
 use core::arch::aarch64::*;
 
 use super::{mac, Epilogue, Requant4};
-use crate::kernels::{ConvImage, ConvParams};
+use crate::kernels::{
+    neon_narrow_supported, ConvImage, ConvParams, NeonNarrow, NEON_NARROW_MAX_PASS,
+    NEON_NARROW_PIXELS, NEON_NARROW_TILE,
+};
 
 /// Output pixels per vector.
-const V: usize = 4;
+const V: usize = NEON_NARROW_PIXELS;
 /// Pixel vectors per register tile.
-const PV: usize = 4;
-/// Most pixel vectors per pass (panel rows).
-const MAX_PASS: usize = 32;
-/// Most output channels for which tiles pick their quads from the image (no panel).
-const DIRECT_MAX_COUT: usize = 8;
-/// Bytes after the padded image that window loads may read (at most 31, see `conv`).
-const SLACK: usize = 32;
+const PV: usize = NEON_NARROW_TILE;
 
-/// Whether [`conv`] covers this conv (given enough scratch): 1 to 3 input channels, the
-/// windows of 4 pixels' quads within 32 bytes (stride·C_in ≤ 9), a consistent output shape.
+/// Whether [`conv`] covers this conv (given enough scratch): [`neon_narrow_supported`] (1 to 3
+/// input channels, the windows of 4 pixels' quads within 32 bytes, stride·C_in ≤ 9) and a
+/// consistent output shape.
 pub(super) fn supported(p: &ConvParams) -> bool {
-    let (cin, s) = (p.input.c, p.stride());
+    let s = p.stride();
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
-    p.is_uniform()
-        && p.out.rounding == crate::requant::Rounding::Single
-        && (1..=3).contains(&cin)
-        && s >= 1
-        && s * cin <= 9
-        && p.kernel_h >= 1
-        && p.kernel_w >= 1
-        && p.output.c >= 1
-        && hp >= p.kernel_h
-        && wp >= p.kernel_w
+    neon_narrow_supported(&p.geometry())
         && p.output.h == (hp - p.kernel_h) / s + 1
         && p.output.w == (wp - p.kernel_w) / s + 1
 }
 
-/// Scratch bytes from the 16-aligned base: the padded image (+ [`SLACK`]), the weight quads,
-/// and per panel row (one vector's quads).
-fn regions(p: &ConvParams) -> (usize, usize, usize) {
-    let cin = p.input.c;
-    let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
-    let taps = p.kernel_h * (p.kernel_w * cin).div_ceil(4);
-    let img_len = (hp * wp * cin + SLACK).next_multiple_of(16);
-    (img_len, taps * p.output.c * 4, taps * 16)
-}
-
-/// Scratch bytes that [`conv`] takes whatever the slice's alignment (the smallest panel).
-#[cfg(test)]
-fn min_scratch(p: &ConvParams) -> usize {
-    let (img_len, wq_len, per_vec) = regions(p);
-    let panel = if p.output.c <= DIRECT_MAX_COUT {
-        0
-    } else {
-        PV * per_vec
-    };
-    15 + img_len + wq_len + panel
+/// The pixel vectors a pass of [`conv`] takes with `len` bytes of scratch whose 16-aligned base
+/// is `base` bytes in (`r`: the conv's regions): with tiles picking from the image, every
+/// vector of the conv; else as many panel rows as fit, up to [`NEON_NARROW_MAX_PASS`], in whole
+/// tiles. 0 where not even the image and the weight quads fit, or no tile of panel rows.
+fn pass(p: &ConvParams, r: &NeonNarrow, len: usize, base: usize) -> usize {
+    let fixed = base.saturating_add(r.img).saturating_add(r.wq);
+    if fixed > len {
+        return 0;
+    }
+    if r.direct {
+        let nvec = p.output.h * p.output.w.div_ceil(V);
+        return nvec.next_multiple_of(PV);
+    }
+    let room = (len - fixed) / r.per_vec;
+    room.min(NEON_NARROW_MAX_PASS) / PV * PV
 }
 
 /// Same bytes as `scalar::conv2d`, or `false` (output untouched) when [`supported`] fails or
 /// `scratch` cannot hold the padded image (+ 32 bytes), the weight quads and, past 8 output
 /// channels, a panel of at least 16 pixels: the caller then runs the packed kernel.
 ///
+/// `Q`: the epilogue of the op's rounding.
+///
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> bool {
+pub(super) unsafe fn conv<const DOT: bool, Q: Requant4>(p: &ConvParams, im: ConvImage) -> bool {
     if !supported(p) {
         return false;
     }
@@ -94,24 +80,18 @@ pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> boo
     let g = run.div_ceil(4);
     let taps = kh * g;
     // Scratch from a 16-aligned base: the padded image, the weight quads `[tap][channel]`
-    // (4-aligned, for LD1R), the panel `[tap][vector]` of 16-byte vectors.
-    let (img_len, wq_len, per_vec) = regions(p);
+    // (4-aligned, for LD1R), the panel `[tap][vector]` of 16-byte vectors. Up to 2 channel
+    // groups the tiles pick their quads from the image themselves (a pick serves at most 2
+    // tiles; a panel row costs more); more groups share a pass's panel.
+    let r = NeonNarrow::new(&p.geometry());
+    let (img_len, wq_len, direct) = (r.img, r.wq, r.direct);
     let base = scratch.as_ptr().align_offset(16);
-    let fixed = base.saturating_add(img_len).saturating_add(wq_len);
+    let fixed = base + img_len + wq_len;
     let nvw = wo.div_ceil(V);
     let nvec = ho * nvw;
-    // Up to 2 channel groups the tiles pick their quads from the image themselves (a pick
-    // serves at most 2 tiles; a panel row costs more); more groups share a pass's panel.
-    let direct = cout <= DIRECT_MAX_COUT;
-    let pass = if direct {
-        nvec.next_multiple_of(PV)
-    } else {
-        let room = scratch.len().saturating_sub(fixed) / per_vec;
-        room.min(MAX_PASS) / PV * PV
-    };
-    let panel_len = if direct { 0 } else { pass * per_vec };
+    let pass = pass(p, &r, scratch.len(), base);
+    let panel_len = if direct { 0 } else { pass * r.per_vec };
     if pass == 0
-        || fixed.saturating_add(panel_len) > scratch.len()
         || input.len() < p.input.len()
         || output.len() < ho * wo * cout
         || p.weights.len() < cout * k
@@ -169,7 +149,7 @@ pub(super) unsafe fn conv<const DOT: bool>(p: &ConvParams, im: ConvImage) -> boo
             wo,
         };
         // SAFETY: the caller's target features (NEON, dotprod when DOT).
-        unsafe { groups::<DOT>(p, &job, &e, output, direct) };
+        unsafe { groups::<DOT, Q>(p, &job, &e, output, direct) };
         v0 += nv;
     }
     true
@@ -216,7 +196,7 @@ unsafe fn quad_index<const DOT: bool>(step: usize) -> uint8x16_t {
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-unsafe fn groups<const DOT: bool>(
+unsafe fn groups<const DOT: bool, Q: Requant4>(
     p: &ConvParams,
     job: &Job,
     e: &Epilogue,
@@ -230,14 +210,14 @@ unsafe fn groups<const DOT: bool>(
         // SAFETY: the caller's target features (NEON, dotprod when DOT).
         unsafe {
             match (nc, direct) {
-                (4, false) => group::<DOT, 4, false>(p, &job, e, output),
-                (3, false) => group::<DOT, 3, false>(p, &job, e, output),
-                (2, false) => group::<DOT, 2, false>(p, &job, e, output),
-                (_, false) => group::<DOT, 1, false>(p, &job, e, output),
-                (4, true) => group::<DOT, 4, true>(p, &job, e, output),
-                (3, true) => group::<DOT, 3, true>(p, &job, e, output),
-                (2, true) => group::<DOT, 2, true>(p, &job, e, output),
-                (_, true) => group::<DOT, 1, true>(p, &job, e, output),
+                (4, false) => group::<DOT, 4, false, Q>(p, &job, e, output),
+                (3, false) => group::<DOT, 3, false, Q>(p, &job, e, output),
+                (2, false) => group::<DOT, 2, false, Q>(p, &job, e, output),
+                (_, false) => group::<DOT, 1, false, Q>(p, &job, e, output),
+                (4, true) => group::<DOT, 4, true, Q>(p, &job, e, output),
+                (3, true) => group::<DOT, 3, true, Q>(p, &job, e, output),
+                (2, true) => group::<DOT, 2, true, Q>(p, &job, e, output),
+                (_, true) => group::<DOT, 1, true, Q>(p, &job, e, output),
             }
         }
         co += nc;
@@ -366,13 +346,13 @@ unsafe fn mac_q<const DOT: bool>(acc: int32x4_t, x: int8x16_t, w: Wq) -> int32x4
 /// # Safety
 /// NEON, and `dotprod` when `DOT`.
 #[inline(always)]
-unsafe fn group<const DOT: bool, const NC: usize, const DIRECT: bool>(
+unsafe fn group<const DOT: bool, const NC: usize, const DIRECT: bool, Q: Requant4>(
     p: &ConvParams,
     j: &Job,
     e: &Epilogue,
     output: &mut [i8],
 ) {
-    let q = Requant4::new(&p.bias, &p.multiplier, &p.shift, j.co, NC);
+    let q = Q::new(&(p.bias, p.multiplier, p.shift), j.co, NC, e);
     let mut t0 = 0;
     while t0 < j.nv {
         let a = if DIRECT {
@@ -476,24 +456,46 @@ fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{check_conv, conv_matches_scalar, conv_suite, ConvCase};
-    use crate::kernels::Kernels;
+    use crate::kernels::test_util::{
+        check_conv_in, conv_matches_scalar, conv_matches_scalar_in, conv_suite, ConvCase,
+    };
+    use crate::kernels::{neon_conv_scratch_bytes, Kernels, Rounding};
     use proptest::prelude::*;
 
-    /// Runs the narrow path itself (both inner products where the CPU has them); asserts it
-    /// took the conv when `covered`, else the packed kernel ran.
+    /// [`conv`] with the epilogue of the op's rounding, as `neon::conv2d` picks it.
+    unsafe fn conv_any<const DOT: bool>(p: &ConvParams, im: ConvImage) -> bool {
+        use super::super::{Double4, Single4};
+        // SAFETY: the caller's target features.
+        unsafe {
+            match p.out.rounding {
+                Rounding::Single => conv::<DOT, Single4>(p, im),
+                Rounding::Double => conv::<DOT, Double4>(p, im),
+            }
+        }
+    }
+
+    /// The scratch [`conv`] takes whatever the slice's alignment: the image, the weight quads
+    /// and, with a panel, one tile of rows (the least; the NEON sets state more, the best).
+    fn min_scratch(p: &ConvParams) -> usize {
+        let r = NeonNarrow::new(&p.geometry());
+        r.bytes(if r.direct { 0 } else { PV })
+    }
+
+    /// Runs the narrow path itself (both inner products where the CPU has them) with exactly
+    /// the scratch the NEON sets state; asserts it took every conv it supports, else the packed
+    /// kernel ran.
     fn check(c: &ConvCase) {
         assert!(Kernels::neon_available());
         let run = |dot: bool| {
-            conv_matches_scalar(c, &mut |p, x, y, s| {
+            conv_matches_scalar_in(c, &neon_conv_scratch_bytes, &mut |p, x, y, s| {
                 // SAFETY: NEON checked above; dotprod when `dot`.
                 let took = unsafe {
                     if dot {
                         super::super::conv2d::conv2d_dot(p, x, y, s);
-                        conv::<true>(p, ConvImage::new(x, y, s))
+                        conv_any::<true>(p, ConvImage::new(x, y, s))
                     } else {
                         super::super::conv2d::conv2d(p, x, y, s);
-                        conv::<false>(p, ConvImage::new(x, y, s))
+                        conv_any::<false>(p, ConvImage::new(x, y, s))
                     }
                 };
                 assert_eq!(took, supported(p) && c.cin <= 3);
@@ -528,44 +530,112 @@ mod tests {
                 ..ConvCase::square(cin, 17, 9, k, s, 1, 5)
             };
             conv_matches_scalar(&c, &mut |p, x, y, sc| {
-                let (img, wq, per_vec) = regions(p);
-                let need = sc.as_ptr().align_offset(16) + img + wq + PV * per_vec;
+                let r = NeonNarrow::new(&p.geometry());
+                let need = sc.as_ptr().align_offset(16) + r.img + r.wq + PV * r.per_vec;
                 // SAFETY: NEON is the aarch64 Linux baseline.
                 unsafe {
-                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut sc[..need - 1])));
-                    assert!(conv::<false>(p, ConvImage::new(x, y, &mut sc[..need])));
+                    assert!(!conv_any::<false>(
+                        p,
+                        ConvImage::new(x, y, &mut sc[..need - 1])
+                    ));
+                    assert!(conv_any::<false>(p, ConvImage::new(x, y, &mut sc[..need])));
                 }
                 if Kernels::dotprod_available() {
                     y.fill(0);
                     // SAFETY: dotprod checked.
-                    unsafe { assert!(conv::<true>(p, ConvImage::new(x, y, &mut sc[..need]))) };
+                    unsafe { assert!(conv_any::<true>(p, ConvImage::new(x, y, &mut sc[..need]))) };
                 }
             });
         }
     }
 
-    /// The shared conv suite, both inner products: declined only where [`supported`] fails
-    /// or the scratch is short of [`min_scratch`].
+    /// The shared conv suite, both inner products, with the NEON sets' scratch: declined only
+    /// where [`supported`] fails (the stated scratch is never short of [`min_scratch`]).
     fn suite(c: &ConvCase) {
         assert!(Kernels::neon_available());
-        let may = |p: &ConvParams, len: usize| !supported(p) || len < min_scratch(p);
+        let may = |p: &ConvParams, len: usize| {
+            assert!(!supported(p) || len >= min_scratch(p));
+            !supported(p)
+        };
+        let rule = &neon_conv_scratch_bytes;
         // SAFETY: NEON checked above.
-        check_conv(
+        check_conv_in(
             c,
-            &mut |p, x, y, s| unsafe { conv::<false>(p, ConvImage::new(x, y, s)) },
+            rule,
+            &mut |p, x, y, s| unsafe { conv_any::<false>(p, ConvImage::new(x, y, s)) },
             &may,
         );
         if Kernels::dotprod_available() {
             // SAFETY: dotprod checked.
-            check_conv(
+            check_conv_in(
                 c,
-                &mut |p, x, y, s| unsafe { conv::<true>(p, ConvImage::new(x, y, s)) },
+                rule,
+                &mut |p, x, y, s| unsafe { conv_any::<true>(p, ConvImage::new(x, y, s)) },
                 &may,
             );
         }
     }
 
     conv_suite!(suite);
+
+    /// The scratch the NEON sets state for a conv this kernel supports holds its best pass
+    /// (every pixel vector, up to the most a pass takes) at any alignment of the slice, over
+    /// geometries up to wide images; one slice less, the pass is smaller or declined.
+    #[test]
+    fn stated_scratch_is_the_best_pass() {
+        let mut rng = crate::kernels::test_util::Rng(11);
+        let mut seen = [0usize; 2];
+        for _ in 0..3000 {
+            let (cin, s) = (rng.range(1, 3) as usize, rng.range(1, 3) as usize);
+            let (kh, kw, pad) = (
+                rng.range(1, 7) as usize,
+                rng.range(1, 7) as usize,
+                rng.range(0, 3) as usize,
+            );
+            let (h, w) = (rng.range(1, 230) as usize, rng.range(1, 230) as usize);
+            let cout = [1, 3, 8, 9, 16, 17, 64][rng.range(0, 6) as usize];
+            let c = ConvCase {
+                cin,
+                cout,
+                h,
+                w,
+                kh,
+                kw,
+                stride: s,
+                pad,
+                seed: 0,
+            };
+            let Some(p) = crate::kernels::test_util::conv_shape(&c) else {
+                continue;
+            };
+            if !supported(&p) {
+                continue;
+            }
+            let r = NeonNarrow::new(&p.geometry());
+            let len = neon_conv_scratch_bytes(&p.geometry());
+            let nvec = p.output.h * p.output.w.div_ceil(V);
+            let best = if r.direct {
+                nvec.next_multiple_of(PV)
+            } else {
+                r.best_pass
+            };
+            assert!(best >= PV && (r.direct || best <= NEON_NARROW_MAX_PASS));
+            assert!(r.direct || best >= nvec.min(NEON_NARROW_MAX_PASS));
+            for base in 0..16 {
+                assert_eq!(
+                    pass(&p, &r, len - (15 - base), base),
+                    best,
+                    "{c:?} base {base}"
+                );
+            }
+            assert!(
+                pass(&p, &r, len - 16, 15) < best,
+                "{c:?}: the rule states more than it takes"
+            );
+            seen[r.direct as usize] += 1;
+        }
+        assert!(seen[0] > 100 && seen[1] > 100, "{seen:?}");
+    }
 
     /// Scratch too small for a panel of 4 vectors: declined, output untouched.
     #[test]
@@ -577,8 +647,8 @@ mod tests {
                 calls += 1;
                 // SAFETY: NEON is the aarch64 Linux baseline.
                 unsafe {
-                    assert!(!conv::<false>(p, ConvImage::new(x, y, &mut s[..200])));
-                    assert!(conv::<false>(p, ConvImage::new(x, y, s)));
+                    assert!(!conv_any::<false>(p, ConvImage::new(x, y, &mut s[..200])));
+                    assert!(conv_any::<false>(p, ConvImage::new(x, y, s)));
                 }
             },
         );
