@@ -307,6 +307,13 @@ pub const fn neon_conv_scratch_bytes(g: &OpGeometry) -> usize {
     NEON_PIXEL_BLOCK.saturating_mul(patch_len(g).saturating_add(15) & !15)
 }
 
+/// The most bytes of widened weights the Cortex-M conv keeps for a whole call: LeNet's convs
+/// and the small layers of the MLPerf Tiny models widen every weight once; a larger conv widens
+/// one output-channel pair per block, so that a microcontroller's arena stays near its
+/// activations (widening every weight of ResNet-18's largest conv would take 4.7 MB; of
+/// MLPerf Tiny's ResNet-8, 74 KB).
+pub const CORTEX_M_WEIGHTS_BUDGET: usize = 8 << 10;
+
 /// The Cortex-M conv's scratch (`cortex_m::conv2d`, after CMSIS-NN's `arm_convolve_s8`): a band
 /// of input rows widened to 16 bits, then (8-aligned) the patches of a block of pixels and the
 /// widened weights, both in pairs of `pair` bytes (a pixel pair's or a channel pair's kh kernel
@@ -351,10 +358,18 @@ impl CortexMConv {
             .saturating_add(px.div_ceil(2).saturating_add(wp).saturating_mul(self.pair))
     }
 
-    /// The best plan's bytes: the ring of whole rows, blocks of a whole output row, every
-    /// channel pair's weights widened once per call.
+    /// Whether the stated plan widens every channel pair's weights once per call: when they
+    /// take at most [`CORTEX_M_WEIGHTS_BUDGET`].
+    pub const fn all_weights(&self) -> bool {
+        self.pairs.saturating_mul(self.pair) <= CORTEX_M_WEIGHTS_BUDGET
+    }
+
+    /// The stated plan's bytes: the ring of whole rows, blocks of a whole output row, and every
+    /// channel pair's weights widened once per call where [`CortexMConv::all_weights`], else
+    /// one pair at a time.
     pub const fn best(&self) -> usize {
-        self.bytes(self.ring, self.wo, self.pairs)
+        let pairs = if self.all_weights() { self.pairs } else { 1 };
+        self.bytes(self.ring, self.wo, pairs)
     }
 }
 

@@ -22,10 +22,11 @@
 //! call (held twice, so that any kh consecutive rows are contiguous), blocks are up to a whole
 //! output row and, where they fit too, all the weights are widened once per call; else (wide
 //! rows) the band is a strip of the padded columns one block reads, widened again per block,
-//! and the weights one channel pair per block. The Cortex-M set states the best plan's bytes
-//! (`kernels::cortex_m_conv_scratch_bytes`: the ring, whole-row blocks, every weight pair;
-//! the sizes are `kernels::CortexMConv`'s, shared with this plan); the least it takes, a
-//! one-pixel strip, is far less.
+//! and the weights one channel pair per block. The Cortex-M set states the plan's bytes
+//! (`kernels::cortex_m_conv_scratch_bytes`: the ring, whole-row blocks, every weight pair
+//! where they fit `kernels::CORTEX_M_WEIGHTS_BUDGET`, else one; the sizes are
+//! `kernels::CortexMConv`'s, shared with this plan); the least it takes, a one-pixel strip, is
+//! far less.
 
 use super::{
     ldrd_inc, load, smlad, widen, word, Double, Epilogue, Requant, Requant2, Round, Single,
@@ -147,8 +148,8 @@ struct Plan {
 }
 
 /// The plan for `len` bytes of scratch, the first that fits of: a ring of whole rows (twice kh
-/// rows) with [`PIXEL_BLOCK`] pixels (or the whole row) and every channel pair's weights; the
-/// same with one pair's; a strip of the padded columns of the widest block that fits, one
+/// rows) with [`PIXEL_BLOCK`] pixels (or the whole row) and every channel pair's weights (where
+/// they fit `CORTEX_M_WEIGHTS_BUDGET`); the same with one pair's; a strip of the padded columns of the widest block that fits, one
 /// pair's weights. The block takes whatever room is left, up to a whole output row. `None`
 /// where not even a one-pixel strip fits, which the Cortex-M set's scratch never gives.
 fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
@@ -161,7 +162,8 @@ fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
     }
     // Bytes for a band of `band` bytes, `px` pixels' patches and `wp` weight pairs.
     let need = |band: usize, px: usize, wp: usize| l.bytes(band, px, wp);
-    for (wp, all_weights) in [(p.output.c.div_ceil(2), true), (1, false)] {
+    let weights = [(p.output.c.div_ceil(2), true), (1, false)];
+    for (wp, all_weights) in weights.into_iter().filter(|&(_, all)| !all || l.all_weights()) {
         if need(ring, wo.min(PIXEL_BLOCK), wp) <= len {
             // The rest holds this many pixels.
             let block = ((len - need(ring, 0, wp)) / pair * 2).min(wo);
@@ -458,8 +460,8 @@ mod tests {
         }
     }
 
-    /// The best plan: a ring of whole rows, blocks of a whole output row, every channel pair's
-    /// weights widened once.
+    /// The plan the set states: a ring of whole rows, blocks of a whole output row, every
+    /// channel pair's weights widened once where they fit the budget, else one pair per block.
     fn best(p: &ConvParams) -> Plan {
         let l = CortexMConv::new(&p.geometry());
         Plan {
@@ -468,7 +470,7 @@ mod tests {
             band: l.ring + 2,
             pair: l.pair,
             block: p.output.w,
-            all_weights: true,
+            all_weights: l.all_weights(),
         }
     }
 
@@ -530,7 +532,7 @@ mod tests {
             (cin, cout) in (1usize..600, 1usize..600), (h, w) in (1usize..300, 1usize..300),
             (kh, kw) in (1usize..12, 1usize..12), stride in 1usize..40, pad in 0usize..6,
         ) {
-            let c = ConvCase { cin, cout, h, w, kh, kw, stride, pad, seed: 0 };
+            let c = ConvCase { cin, cout, h, w, kh, kw, stride, pad, seed: 0, rounding: None };
             let Some(p) = conv_shape(&c) else { return Ok(()) };
             let len = scratch_bytes(&p);
             prop_assert_eq!(plan(&p, len), Some(best(&p)));
