@@ -294,15 +294,30 @@ pub unsafe extern "C" fn octet_model_output_quant(
     scale: *mut f32,
     zero_point: *mut i32,
 ) -> OctetStatus {
-    let m = match parsed(model) {
-        Ok(m) => m,
+    write_quant(model, scale, zero_point, |m| {
+        (m.output_scale(), m.output_zero_point())
+    })
+}
+
+/// Writes `quant(model)` through the pointers that are not NULL.
+///
+/// # Safety
+/// As for the two callers: `model` NULL or an `OctetModel`, the pointers NULL or writable.
+unsafe fn write_quant(
+    model: *const OctetModel,
+    scale: *mut f32,
+    zero_point: *mut i32,
+    quant: impl Fn(&Model<'static>) -> (f32, i32),
+) -> OctetStatus {
+    let (s, z) = match parsed(model) {
+        Ok(m) => quant(m),
         Err(s) => return s,
     };
     if !scale.is_null() {
-        scale.write(m.output_scale());
+        scale.write(s);
     }
     if !zero_point.is_null() {
-        zero_point.write(m.output_zero_point());
+        zero_point.write(z);
     }
     OctetStatus::Ok
 }
@@ -364,17 +379,9 @@ pub unsafe extern "C" fn octet_model_input_quant(
     scale: *mut f32,
     zero_point: *mut i32,
 ) -> OctetStatus {
-    let m = match parsed(model) {
-        Ok(m) => m,
-        Err(s) => return s,
-    };
-    if !scale.is_null() {
-        scale.write(m.input_scale());
-    }
-    if !zero_point.is_null() {
-        zero_point.write(m.input_zero_point());
-    }
-    OctetStatus::Ok
+    write_quant(model, scale, zero_point, |m| {
+        (m.input_scale(), m.input_zero_point())
+    })
 }
 
 fn overlap(a: &[u8], b: &[u8]) -> bool {

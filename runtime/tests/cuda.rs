@@ -889,25 +889,16 @@ fn cuda_graphs_give_the_same_bytes() {
 #[test]
 #[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
 fn imported_mlperf_tiny_models_give_the_hosts_bytes() {
-    let Some(dir) = std::env::var_os("OCTET_IMPORTED_DIR") else {
-        println!("SKIP imported models: set OCTET_IMPORTED_DIR (bench/imported_models.sh DIR)");
+    let Some(cases) = octet_testkit::imported::imported_cases() else {
         return;
     };
-    let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "o8") {
-            continue;
-        }
-        let read = |ext: &str| std::fs::read(path.with_extension(ext)).unwrap();
-        let (bytes, inputs, expected) = (read("o8"), read("inputs"), read("expected"));
-        let m = Model::parse(&bytes).unwrap();
-        let batch = m.batch_of(inputs.len()).unwrap();
-        let got = gpu(&m, batch).run_all(&inputs).unwrap();
+    for case in cases {
+        let m = Model::parse(&case.model).unwrap();
+        let batch = m.batch_of(case.inputs.len()).unwrap();
+        let got = gpu(&m, batch).run_all(&case.inputs).unwrap();
         let got: Vec<u8> = got.iter().map(|&v| v as u8).collect();
-        assert_eq!(got, expected, "{} on the GPU", path.display());
-        println!("{}: {batch} inputs, the host's bytes", path.display());
-        seen += 1;
+        let path = case.path.display();
+        assert_eq!(got, case.expected, "{path} on the GPU");
+        println!("{path}: {batch} inputs, the host's bytes");
     }
-    assert!(seen > 0);
 }
