@@ -22,7 +22,7 @@ use super::neon;
 use super::{avx2, vnni, ConvImage, VNNI_MIN_COUT, VNNI_MIN_K};
 use super::{
     scalar, AddRequant, ConvParams, DepthwiseParams, FcParams, PadParams, PoolParams, Resolved,
-    SoftmaxParams, TfliteAddParams,
+    SoftmaxParams, TfliteAddParams, TfliteAddTables,
 };
 
 /// conv2d with the chosen kernels.
@@ -221,10 +221,47 @@ pub(crate) fn reshape(k: Resolved, input: &[i8], output: &mut [i8]) {
     scalar::reshape(input, output)
 }
 
-/// tflite_add with the chosen kernels: the scalar reference in every set.
+/// tflite_add with the chosen kernels ([`tflite_add_with`] on this call's tables).
 pub(crate) fn tflite_add(k: Resolved, p: &TfliteAddParams, a: &[i8], b: &[i8], output: &mut [i8]) {
-    let _ = k;
-    scalar::tflite_add(p, a, b, output)
+    tflite_add_with(k, p, tflite_add_tables(k, p).as_ref(), a, b, output)
+}
+
+/// The tables of tflite_add `p` where the chosen kernels have a tflite_add of their own
+/// (x86: AVX-512, AVX2), for [`tflite_add_with`]; `None` elsewhere, and for parameters the
+/// format rejects.
+pub(crate) fn tflite_add_tables(k: Resolved, p: &TfliteAddParams) -> Option<TfliteAddTables> {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Vnni | Resolved::Avx2 | Resolved::AvxVnni => TfliteAddTables::new(p),
+        _ => None,
+    }
+}
+
+/// tflite_add `p` over one span of its elements with the tables [`tflite_add_tables`] gave
+/// (built once for all the spans of a call): the set's kernel with tables, else the scalar
+/// reference.
+pub(crate) fn tflite_add_with(
+    k: Resolved,
+    p: &TfliteAddParams,
+    tables: Option<&TfliteAddTables>,
+    a: &[i8],
+    b: &[i8],
+    output: &mut [i8],
+) {
+    match (k, tables) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available.
+        (Resolved::Vnni, Some(t)) => unsafe { vnni::tflite_add(t, a, b, output) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 and AvxVnni are only produced when AVX2 is available.
+        (Resolved::Avx2 | Resolved::AvxVnni, Some(t)) => unsafe {
+            avx2::tflite_add(t, a, b, output)
+        },
+        _ => {
+            let _ = (k, tables);
+            scalar::tflite_add(p, a, b, output)
+        }
+    }
 }
 
 #[cfg(all(test, feature = "std", target_arch = "x86_64"))]

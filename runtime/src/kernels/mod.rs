@@ -39,6 +39,7 @@ pub mod neon;
 #[cfg(any(octet_arm_dsp, test))]
 pub mod cortex_m;
 
+mod add_tables;
 mod arm_dsp;
 mod dispatch;
 mod params;
@@ -48,6 +49,7 @@ mod select;
 #[cfg(test)]
 pub(crate) mod test_util;
 
+pub use add_tables::TfliteAddTables;
 pub(crate) use dispatch::*;
 pub use params::*;
 pub use scratch::*;

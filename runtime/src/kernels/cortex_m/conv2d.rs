@@ -163,7 +163,10 @@ fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
     // Bytes for a band of `band` bytes, `px` pixels' patches and `wp` weight pairs.
     let need = |band: usize, px: usize, wp: usize| l.bytes(band, px, wp);
     let weights = [(p.output.c.div_ceil(2), true), (1, false)];
-    for (wp, all_weights) in weights.into_iter().filter(|&(_, all)| !all || l.all_weights()) {
+    for (wp, all_weights) in weights
+        .into_iter()
+        .filter(|&(_, all)| !all || l.all_weights())
+    {
         if need(ring, wo.min(PIXEL_BLOCK), wp) <= len {
             // The rest holds this many pixels.
             let block = ((len - need(ring, 0, wp)) / pair * 2).min(wo);

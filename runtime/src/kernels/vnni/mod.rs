@@ -10,6 +10,7 @@ mod conv2d;
 mod fully_connected;
 mod lanes;
 mod narrow;
+mod tflite_add;
 
 pub use super::ConvImage;
 pub use add::add;
@@ -18,3 +19,4 @@ pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
+pub use tflite_add::tflite_add;
