@@ -394,8 +394,8 @@ impl HighRequant {
     }
 
     /// Whether the accumulator is bounded or shifted, or the product shifted (a shift ≥ 0);
-    /// where not (every shift below 0, the usual one), x = acc and t = x · M0 + round −
-    /// [x < 0] · corr, which kernels may compute with fewer instructions.
+    /// where not (every shift below 0, the usual one), x = acc and `t = x · M0 + round −
+    /// [x < 0] · corr`, which kernels may compute with fewer instructions.
     pub const fn shifted(&self) -> bool {
         self.ls != 0 || self.pre != 0 || self.acc_min != i32::MIN || self.acc_max != i32::MAX
     }

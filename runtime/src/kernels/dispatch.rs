@@ -11,8 +11,11 @@
 //!   geometry) need shifts from −23 up, the AVX2 / AVX-VNNI pixels-in-lanes conv shifts in
 //!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the AVX2 packed conv covers
 //!   every uniform conv, the scalar reference the rest.
-//! - NEON and Cortex-M: conv and fully connected epilogues written for the single rounding,
-//!   so the double rounding (and a non-uniform window) runs the scalar reference.
+//! - NEON and Cortex-M: conv and fully connected in both roundings (an epilogue per
+//!   rounding); a conv with a non-uniform window runs the scalar reference.
+//! - tflite_add: AVX-512, AVX2 (the avx2 and avx-vnni sets) and NEON cover every valid op in
+//!   both roundings (the call's tables, [`TfliteAddTables`]); the scalar reference runs what
+//!   the format rejects and every other set's.
 
 #[cfg(octet_arm_dsp)]
 use super::cortex_m;
@@ -227,13 +230,18 @@ pub(crate) fn tflite_add(k: Resolved, p: &TfliteAddParams, a: &[i8], b: &[i8], o
 }
 
 /// The tables of tflite_add `p` where the chosen kernels have a tflite_add of their own
-/// (x86: AVX-512, AVX2), for [`tflite_add_with`]; `None` elsewhere, and for parameters the
+/// (AVX-512, AVX2, NEON), for [`tflite_add_with`]; `None` elsewhere, and for parameters the
 /// format rejects.
 pub(crate) fn tflite_add_tables(k: Resolved, p: &TfliteAddParams) -> Option<TfliteAddTables> {
     match k {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni | Resolved::Avx2 | Resolved::AvxVnni => TfliteAddTables::new(p),
-        _ => None,
+        #[cfg(target_arch = "aarch64")]
+        Resolved::Neon | Resolved::NeonDot => TfliteAddTables::new(p),
+        _ => {
+            let _ = p;
+            None
+        }
     }
 }
 
@@ -256,6 +264,11 @@ pub(crate) fn tflite_add_with(
         // SAFETY: Resolved::Avx2 and AvxVnni are only produced when AVX2 is available.
         (Resolved::Avx2 | Resolved::AvxVnni, Some(t)) => unsafe {
             avx2::tflite_add(t, a, b, output)
+        },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::Neon and NeonDot are only produced when NEON is available.
+        (Resolved::Neon | Resolved::NeonDot, Some(t)) => unsafe {
+            neon::tflite_add(p, t, a, b, output)
         },
         _ => {
             let _ = (k, tables);

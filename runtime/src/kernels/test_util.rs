@@ -704,12 +704,13 @@ pub fn max_pool_matches_scalar(case: &PoolCase, fast: &mut PoolKernel) {
     assert_eq!(want, got, "{case:?}");
 }
 
-/// A tflite_add kernel under test: (the call's tables, input 0, input 1, output).
+/// A tflite_add kernel under test: (parameters, the call's tables, input 0, input 1, output).
 #[cfg_attr(
     not(any(target_arch = "x86_64", target_arch = "aarch64")),
     allow(dead_code)
 )]
-pub type TfliteAddKernel<'f> = dyn FnMut(&TfliteAddTables, &[i8], &[i8], &mut [i8]) + 'f;
+pub type TfliteAddKernel<'f> =
+    dyn FnMut(&TfliteAddParams, &TfliteAddTables, &[i8], &[i8], &mut [i8]) + 'f;
 
 /// tflite_add parameters from `rng`: half of them as TFLite derives them from random scales
 /// (left shift 20, each input's multiplier s_i / (2·max s), the output's 2·max s / (2^20·s_out)),
@@ -778,7 +779,7 @@ pub fn tflite_add_matches_scalar(len: usize, seed: u64, fast: &mut TfliteAddKern
     let mut got = want.clone();
     let span = at[2]..at[2] + len;
     crate::kernels::scalar::tflite_add(&p, &a[at[0]..], &b[at[1]..], &mut want[span.clone()]);
-    fast(&t, &a[at[0]..], &b[at[1]..], &mut got[span]);
+    fast(&p, &t, &a[at[0]..], &b[at[1]..], &mut got[span]);
     assert_eq!(want, got, "{p:?} len {len}");
 }
 

@@ -150,7 +150,7 @@ mod tests {
     use crate::kernels::test_util::tflite_add_suite;
     use crate::kernels::Kernels;
 
-    tflite_add_suite!(if Kernels::avx2_available(), |t, a, b, y| unsafe {
+    tflite_add_suite!(if Kernels::avx2_available(), |_, t, a, b, y| unsafe {
         tflite_add(t, a, b, y)
     });
 }
