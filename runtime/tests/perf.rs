@@ -322,9 +322,8 @@ fn add_kernels() {
     for len in [65_536usize, 8_192] {
         let mut rng = common::Rng::new(len as u64);
         let (a, b) = (rng.i8s(len, -128, 127), rng.i8s(len, -128, 127));
-        let mut y = vec![0i8; len];
         let time = |f: &mut dyn FnMut(&mut [i8])| {
-            let mut y = y.clone();
+            let mut y = vec![0i8; len];
             let best = (0..reps)
                 .map(|_| {
                     let t = thread_cpu_time();
@@ -369,7 +368,6 @@ fn add_kernels() {
                 );
             }
         }
-        y.fill(0);
         println!("{line}");
     }
 }
