@@ -226,12 +226,22 @@ pub(crate) fn reshape(k: Resolved, input: &[i8], output: &mut [i8]) {
 
 /// tflite_add with the chosen kernels ([`tflite_add_with`] on this call's tables).
 pub(crate) fn tflite_add(k: Resolved, p: &TfliteAddParams, a: &[i8], b: &[i8], output: &mut [i8]) {
-    tflite_add_with(k, p, tflite_add_tables(k, p).as_ref(), a, b, output)
+    // Only where a set has tables: elsewhere (microcontrollers) no 2 KiB of them on the stack.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if let Some(t) = tflite_add_tables(k, p) {
+        return tflite_add_with(k, p, Some(&t), a, b, output);
+    }
+    let _ = k;
+    scalar::tflite_add(p, a, b, output)
 }
 
 /// The tables of tflite_add `p` where the chosen kernels have a tflite_add of their own
 /// (AVX-512, AVX2, NEON), for [`tflite_add_with`]; `None` elsewhere, and for parameters the
 /// format rejects.
+#[cfg_attr(
+    not(any(feature = "std", target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 pub(crate) fn tflite_add_tables(k: Resolved, p: &TfliteAddParams) -> Option<TfliteAddTables> {
     match k {
         #[cfg(target_arch = "x86_64")]
@@ -248,6 +258,10 @@ pub(crate) fn tflite_add_tables(k: Resolved, p: &TfliteAddParams) -> Option<Tfli
 /// tflite_add `p` over one span of its elements with the tables [`tflite_add_tables`] gave
 /// (built once for all the spans of a call): the set's kernel with tables, else the scalar
 /// reference.
+#[cfg_attr(
+    not(any(feature = "std", target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 pub(crate) fn tflite_add_with(
     k: Resolved,
     p: &TfliteAddParams,
