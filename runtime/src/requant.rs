@@ -334,6 +334,82 @@ impl FusedRequant {
     }
 }
 
+/// [`FusedRequant`] as i32-lane kernels compute it, for any valid pair in either rounding:
+/// with `x = clamp(acc, acc_min, acc_max) · 2^ls` (wrapping in i32) and `t = x · M0 · 2^pre +
+/// round − [x < 0] · corr` (exact in i64), `requant(acc)` is `(t >> 32) >> n`: the high half of
+/// a 64-bit sum, then an i32 shift (a vector multiply of 32-bit lanes gives the high halves).
+///
+/// - n ≥ 32 ([`FusedRequant`]'s n; single with shift ≤ −1, double with shift ≤ −1): its
+///   constants, pre = 0, n − 32 here.
+/// - n ≤ 31 (shift ≥ 0): pre = 32 − n scales the product up to a 32-bit shift (round and corr
+///   with it; corr is 0 there). |t| < 2^63 needs |x · M0| < 2^(31 + n): true of any x for
+///   n = 31 (the double rounding's left shift is its `ls`), so only the single rounding with
+///   shift ≥ 1 bounds the accumulator, to ±2^max(n − 20, 0): beyond that m = M0 · 2^−n ≥
+///   2^(30 − n) makes |requant(acc)| ≥ 1024, so the output is the clamp's end either way (the
+///   single rounding saturates, and any zero point and clamp lie within i8).
+///
+/// So `apply(acc) == rounding.requantize(clamp(acc, acc_min, acc_max))`, and after a zero point
+/// and a clamp within [−128, 127] it equals `OutputQuant::requantize(acc)` (tested below).
+/// corr is 0 or 2^31, so a kernel may take it as bit 31 of x.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HighRequant {
+    /// Lower bound of the accumulator (i32::MIN: none).
+    pub acc_min: i32,
+    /// Upper bound of the accumulator (i32::MAX: none).
+    pub acc_max: i32,
+    /// Left shift of the accumulator, in [0, 30].
+    pub ls: u32,
+    /// M0.
+    pub m0: i32,
+    /// Left shift of the product, in [0, 31].
+    pub pre: u32,
+    /// The rounding term, scaled by 2^pre.
+    pub round: i64,
+    /// Subtracted where x is negative: 0 or 2^31.
+    pub corr: i64,
+    /// Right shift of the high half, in [0, 30].
+    pub n: u32,
+}
+
+impl HighRequant {
+    /// From the stored M0 and shift (clamped to [−31, 30]) and the model's rounding.
+    pub fn new(m0: i32, shift: i32, rounding: Rounding) -> Self {
+        let f = FusedRequant::new(m0, shift, rounding);
+        let pre = 32u32.saturating_sub(f.n);
+        let bound = if pre >= 2 {
+            1i32 << f.n.saturating_sub(20)
+        } else {
+            i32::MAX
+        };
+        HighRequant {
+            acc_min: if pre >= 2 { -bound } else { i32::MIN },
+            acc_max: bound,
+            ls: f.ls,
+            m0: f.m0,
+            pre,
+            round: f.round << pre,
+            corr: f.corr << pre,
+            n: f.n.saturating_sub(32),
+        }
+    }
+
+    /// Whether the accumulator is bounded or shifted, or the product shifted (a shift ≥ 0);
+    /// where not (every shift below 0, the usual one), x = acc and `t = x · M0 + round −
+    /// [x < 0] · corr`, which kernels may compute with fewer instructions.
+    pub const fn shifted(&self) -> bool {
+        self.ls != 0 || self.pre != 0 || self.acc_min != i32::MIN || self.acc_max != i32::MAX
+    }
+
+    /// `requant(clamp(acc, acc_min, acc_max))` in the form above.
+    #[inline]
+    pub fn apply(&self, acc: i32) -> i32 {
+        let x = acc.clamp(self.acc_min, self.acc_max).wrapping_shl(self.ls);
+        let p = (x as i64 * self.m0 as i64) << self.pre;
+        let corr = if x < 0 { self.corr } else { 0 };
+        ((p + self.round - corr) >> 32) as i32 >> self.n
+    }
+}
+
 /// Parameters of the requantizing residual add (FORMAT.md, "add").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddRequant {
@@ -480,7 +556,8 @@ mod tests {
         }
     }
 
-    /// [`FusedRequant`] at the ends: extreme accumulators, M0 and every shift.
+    /// [`FusedRequant`] and [`HighRequant`] at the ends: extreme accumulators, M0 and every
+    /// shift.
     #[test]
     fn fused_edges() {
         let accs = [
@@ -505,6 +582,21 @@ mod tests {
                     let n = 31 - shift;
                     let want = (acc as i128 * m0 as i128 + (1i128 << (n - 1))) >> n;
                     assert_eq!(s.apply(acc) as i128, want, "{acc} {m0} {shift}");
+                    for r in Rounding::ALL {
+                        let h = HighRequant::new(m0, shift, r);
+                        let bounded = acc.clamp(h.acc_min, h.acc_max);
+                        assert_eq!(h.apply(acc), r.requantize(bounded, m0, shift));
+                        for zo in [-128, 0, 127] {
+                            let out = OutputQuant {
+                                zero_point: zo,
+                                act_min: -128,
+                                act_max: 127,
+                                rounding: r,
+                            };
+                            let got = out.clamp64(h.apply(acc) as i64 + zo as i64);
+                            assert_eq!(got, out.requantize(acc, m0, shift), "{acc} {m0} {shift}");
+                        }
+                    }
                 }
             }
         }
@@ -595,6 +687,22 @@ mod tests {
             let n = 31 - shift;
             let want = (acc as i128 * m0 as i128 + (1i128 << (n - 1))).div_euclid(1i128 << n);
             prop_assert_eq!(s.apply(acc) as i128, want);
+        }
+
+        /// [`HighRequant`] is the rounding's requantization of the bounded accumulator, and
+        /// with a zero point and a clamp within i8, `OutputQuant::requantize` of any.
+        #[test]
+        fn high_is_each_rounding(acc in prop_oneof![any::<i32>(), -70_000i32..70_000, -2048i32..2048],
+                                 m0 in prop_oneof![Just(0), Just(1 << 30), Just(i32::MAX), (1i32 << 30)..=i32::MAX],
+                                 shift in -31i32..=30, double in any::<bool>(),
+                                 zo in -128i32..=127, lo in -128i32..=127, hi in -128i32..=127) {
+            let rounding = if double { Rounding::Double } else { Rounding::Single };
+            let h = HighRequant::new(m0, shift, rounding);
+            prop_assert!(h.corr == 0 || h.corr == 1 << 31);
+            let bounded = acc.clamp(h.acc_min, h.acc_max);
+            prop_assert_eq!(h.apply(acc), rounding.requantize(bounded, m0, shift));
+            let out = OutputQuant { zero_point: zo, act_min: lo, act_max: hi, rounding };
+            prop_assert_eq!(out.clamp64(h.apply(acc) as i64 + zo as i64), out.requantize(acc, m0, shift));
         }
 
         #[test]

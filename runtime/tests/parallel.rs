@@ -10,7 +10,8 @@ use octet_runtime::parallel::{
 use octet_runtime::{Kernels, Model, RuntimeError};
 
 /// The test models (LeNet, a small ResNet, one with small late layers, the embedded op set),
-/// each in both roundings, seeds from `seed`.
+/// each in both roundings, and the two ResNets as the exporter writes them (TFLite's adds, split
+/// after their convs as octet's are), seeds from `seed`.
 fn models(seed: u64) -> Vec<Vec<u8>> {
     let nets = [
         common::lenet(seed),
@@ -18,12 +19,20 @@ fn models(seed: u64) -> Vec<Vec<u8>> {
         common::small_late_resnet(seed + 2),
         common::embedded_net(1, seed + 3),
     ];
+    let exported = [
+        common::small_resnet(seed + 4),
+        common::small_late_resnet(seed + 5),
+    ];
     nets.into_iter()
         .flat_map(|mut b| {
             let single = b.encode();
             b.rounding = 2;
             [single, b.encode()]
         })
+        .chain(exported.into_iter().map(|mut b| {
+            common::exported::as_exported(&mut b);
+            b.encode()
+        }))
         .collect()
 }
 

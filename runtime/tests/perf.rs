@@ -244,10 +244,12 @@ fn split_latency() {
     }
 }
 
-/// What the double rounding costs: ResNet-18 (CIFAR, the test weights and multipliers) in the
-/// single and in the double rounding, one thread (KERNELS, default the fastest here), batch 64
-/// (images in groups) and batch 1; img/s by this thread's CPU time, the best of REPS (default
-/// 7) interleaved runs each, and double/single:
+/// What the double rounding costs: ResNet-18 (CIFAR, the test weights) in the single rounding
+/// with octet's add, in the double rounding with octet's add, and as the exporter writes it by
+/// default (`as_exported`: the double rounding, TFLite's adds, the multipliers from the
+/// scales); one thread (KERNELS, default the fastest here), batch 64 (images in groups) and
+/// batch 1; img/s by this thread's CPU time, the best of REPS (default 7) interleaved runs
+/// each, and each against the first:
 /// `cargo test --release -p octet-runtime --features std --test perf -- --ignored --nocapture rounding_cost`.
 #[cfg(all(feature = "std", target_os = "linux"))]
 #[test]
@@ -255,19 +257,24 @@ fn split_latency() {
 fn rounding_cost() {
     let kernels = kernels_from_env();
     println!("kernels: {}", kernels.resolved_name().unwrap());
-    let bytes = [1u8, 2].map(|r| {
+    let names = ["single, add", "double, add", "double, tflite_add"];
+    let bytes = [0, 1, 2].map(|i| {
         let mut b = common::resnet18(1);
-        b.rounding = r;
+        match i {
+            0 => b.rounding = 1,
+            1 => b.rounding = 2,
+            _ => common::exported::as_exported(&mut b),
+        }
         b.encode()
     });
-    let models = [0, 1].map(|i| Model::parse(&bytes[i]).unwrap());
+    let models = bytes.each_ref().map(|b| Model::parse(b).unwrap());
     let reps = std::env::var("REPS").map_or(7, |r| r.parse().unwrap());
     for (batch, calls) in [(64usize, 1usize), (1, 32)] {
         let pixels = common::Rng::new(2).bytes(batch * models[0].input_len());
         let mut arenas = models
             .each_ref()
             .map(|m| vec![0u8; m.arena_bytes_for(kernels, batch)]);
-        let mut best = [f64::MAX; 2];
+        let mut best = [f64::MAX; 3];
         for _ in 0..reps {
             for (i, m) in models.iter().enumerate() {
                 let t = thread_cpu_time();
@@ -278,11 +285,89 @@ fn rounding_cost() {
             }
         }
         let ips = best.map(|s| batch as f64 / s);
-        println!(
-            "batch {batch}: single {:.1} img/s, double {:.1} img/s, double/single {:.3}",
-            ips[0],
-            ips[1],
-            ips[1] / ips[0]
-        );
+        let line: Vec<String> = (0..3)
+            .map(|i| format!("{} {:.1} img/s ({:.3})", names[i], ips[i], ips[i] / ips[0]))
+            .collect();
+        println!("batch {batch}: {}", line.join(", "));
+    }
+}
+
+/// The residual adds' kernels on this CPU, ns per element over 65 536 elements (ResNet-18's
+/// largest add) and 8 192 (its smallest), best of REPS (default 200): octet's add (AVX-512),
+/// tflite_add in both roundings (the scalar reference, AVX2 and AVX-512, each with its
+/// tables built per call, as the dispatch does), with TFLite's parameters:
+/// `cargo test --release -p octet-runtime --features std --test perf -- --ignored --nocapture add_kernels`.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+#[ignore]
+fn add_kernels() {
+    use octet_runtime::kernels::{scalar, vnni, TfliteAddParams, TfliteAddTables};
+    use octet_runtime::requant::{AddRequant, OutputQuant, Rounding};
+    let reps = std::env::var("REPS").map_or(200, |r| r.parse().unwrap());
+    let out = |rounding| OutputQuant {
+        zero_point: -3,
+        act_min: -128,
+        act_max: 127,
+        rounding,
+    };
+    let octet = AddRequant {
+        z0: 5,
+        m0: 1_300_000_000,
+        z1: -7,
+        m1: 1_100_000_000,
+        n: 32,
+        out: out(Rounding::Single),
+    };
+    let pairs = common::models::tflite_add_pairs(0.05, 0.04, 0.07);
+    for len in [65_536usize, 8_192] {
+        let mut rng = common::Rng::new(len as u64);
+        let (a, b) = (rng.i8s(len, -128, 127), rng.i8s(len, -128, 127));
+        let time = |f: &mut dyn FnMut(&mut [i8])| {
+            let mut y = vec![0i8; len];
+            let best = (0..reps)
+                .map(|_| {
+                    let t = thread_cpu_time();
+                    f(&mut y);
+                    thread_cpu_time() - t
+                })
+                .fold(f64::MAX, f64::min);
+            best * 1e9 / len as f64
+        };
+        let mut line = format!("{len} elements, ns/element:");
+        if Kernels::vnni_available() {
+            // SAFETY: AVX-512 checked.
+            let ns = time(&mut |y| unsafe { vnni::add(&octet, &a, &b, y) });
+            line += &format!(" add avx512 {ns:.3};");
+        }
+        for rounding in Rounding::ALL {
+            let p = TfliteAddParams {
+                zero_points: [5, -7],
+                left_shift: 20,
+                multipliers: pairs,
+                out: out(rounding),
+            };
+            let ns = time(&mut |y| scalar::tflite_add(&p, &a, &b, y));
+            line += &format!(" tflite_add {} scalar {ns:.3}", rounding.name());
+            let tables = || TfliteAddTables::new(&p).unwrap();
+            if Kernels::avx2_available() {
+                // SAFETY: AVX2 checked.
+                let ns = time(&mut |y| unsafe {
+                    octet_runtime::kernels::avx2::tflite_add(&tables(), &a, &b, y)
+                });
+                line += &format!(" avx2 {ns:.3}");
+            }
+            if Kernels::vnni_available() {
+                // SAFETY: AVX-512 checked.
+                let ns = time(&mut |y| unsafe { vnni::tflite_add(&tables(), &a, &b, y) });
+                let build = time(&mut |_| {
+                    std::hint::black_box(tables());
+                });
+                line += &format!(
+                    " avx512 {ns:.3} (tables {:.1} us);",
+                    build * len as f64 * 1e-3
+                );
+            }
+        }
+        println!("{line}");
     }
 }

@@ -1,13 +1,16 @@
 //! Threads sharing one image (batch smaller than the thread count: latency,
 //! `parallel::run_split_with`): every op split into parts, one per thread, over the one shared
 //! working area: a conv by bands of output rows or by groups of output channels, a fully
-//! connected op by outputs, an add by elements (or, right after its conv, by that conv's
-//! split); every other op runs whole on one thread.
+//! connected op by outputs, an add (octet's or TFLite's) by elements (or, right after its
+//! conv, by that conv's split); every other op runs whole on one thread.
 
 use super::{exec, Carved};
-use crate::kernels::{self, AddRequant, ConvParams, FcParams, Resolved, Shape};
+use crate::kernels::{self, ConvParams, FcParams, Resolved, Shape};
 use crate::model::{OpParams, Place, PreparedOp};
 use crate::{as_i8, as_i8_mut, Model, Result};
+
+/// An element-wise kernel over one span: (input 0, input 1, output).
+type SpanKernel<'f> = dyn FnMut(&[i8], &[i8], &mut [i8]) + 'f;
 
 /// How threads sharing an image split a conv ([`Model::exec_part`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,9 +89,10 @@ impl Model<'_> {
     /// Part `t.share` of op `j` over the working area `t.area` the threads share, for threads
     /// sharing an image: a conv's band of output rows or output channels ([`conv_split`];
     /// channels in groups of 8, computed into `own`, this thread's working area, then copied
-    /// into place), a fully connected op's outputs or an add's elements (or, for an add right
-    /// after its conv, `after_conv`: that conv's split, from [`Model::add_after_conv`]);
-    /// pooling runs whole in part 0. Returns a conv's split (for [`Model::add_after_conv`]).
+    /// into place), a fully connected op's outputs or an add's elements (octet's or TFLite's;
+    /// for an add right after its conv, `after_conv`: that conv's split, from
+    /// [`Model::add_after_conv`]); pooling runs whole in part 0. Returns a conv's split (for
+    /// [`Model::add_after_conv`]).
     ///
     /// # Safety
     /// `t.area` is valid; while op `j` runs, it is accessed only by the calls for this op
@@ -118,7 +122,19 @@ impl Model<'_> {
                     return Ok(Some(split));
                 }
                 OpParams::FullyConnected(f) => t.fully_connected(p, f),
-                OpParams::Add(add, shape) => t.add(p, add, *shape, after_conv),
+                OpParams::Add(add, shape) => {
+                    t.elementwise(p, *shape, after_conv, &mut |a, b, y| {
+                        kernels::add(t.k, add, a, b, y)
+                    })
+                }
+                OpParams::TfliteAdd(add, shape) => {
+                    // The tables once for all of this part's spans (one per pixel where the
+                    // conv before was split by channels).
+                    let tables = kernels::tflite_add_tables(t.k, add);
+                    t.elementwise(p, *shape, after_conv, &mut |a, b, y| {
+                        kernels::tflite_add_with(t.k, add, tables.as_ref(), a, b, y)
+                    })
+                }
                 _ => t.whole(p)?,
             }
             Ok(None)
@@ -144,7 +160,7 @@ impl Model<'_> {
             return Ok(None);
         }
         self.with_op(j, |add| {
-            if !matches!(add.params, OpParams::Add(..)) {
+            if !matches!(add.params, OpParams::Add(..) | OpParams::TfliteAdd(..)) {
                 return Ok(None);
             }
             self.with_op(j - 1, |conv| {
@@ -262,28 +278,29 @@ impl ThreadPart {
         }
     }
 
-    /// This part's elements of add `p` (output `shape`): by `after_conv`'s split, the rows or
-    /// channels this thread just computed of the conv before, else by elements.
+    /// This part's elements of add `p` (octet's or TFLite's; output `shape`), each span through
+    /// `kernel` (input 0, input 1, output): by `after_conv`'s split, the rows or channels this
+    /// thread just computed of the conv before, else by elements.
     ///
     /// # Safety
     /// As [`Model::exec_part`]. Elements e0..e1 (in bounds) of the output are this part's, and of
     /// the inputs either no part writes them or this part just did (a conv's output,
     /// [`Model::add_after_conv`]): only those are viewed.
-    unsafe fn add(
+    unsafe fn elementwise(
         self,
         p: &PreparedOp,
-        add: &AddRequant,
         shape: Shape,
         after_conv: Option<ConvSplit>,
+        kernel: &mut SpanKernel,
     ) {
-        let (k, area, share) = (self.k, self.area, self.share);
+        let (area, share) = (self.area, self.share);
         let (y, x0, x1) = (area.at(p.output), area.at(p.input), area.at(p.input1));
-        let elements = |e0: usize, e1: usize| {
+        let mut elements = |e0: usize, e1: usize| {
             let n = e1 - e0;
             let out = core::slice::from_raw_parts_mut(y.add(e0), n);
             let a = core::slice::from_raw_parts(x0.add(e0), n);
             let b = core::slice::from_raw_parts(x1.add(e0), n);
-            kernels::add(k, add, a, b, out);
+            kernel(a, b, out);
         };
         let (c, row, len) = (shape.c, shape.w * shape.c, shape.len());
         match after_conv {

@@ -11,8 +11,11 @@
 //!   geometry) need shifts from −23 up, the AVX2 / AVX-VNNI pixels-in-lanes conv shifts in
 //!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the AVX2 packed conv covers
 //!   every uniform conv, the scalar reference the rest.
-//! - NEON and Cortex-M: conv and fully connected epilogues written for the single rounding,
-//!   so the double rounding (and a non-uniform window) runs the scalar reference.
+//! - NEON and Cortex-M: conv and fully connected in both roundings (an epilogue per
+//!   rounding); a conv with a non-uniform window runs the scalar reference.
+//! - tflite_add: AVX-512, AVX2 (the avx2 and avx-vnni sets) and NEON cover every valid op in
+//!   both roundings (the call's tables, [`TfliteAddTables`]); the scalar reference runs what
+//!   the format rejects and every other set's.
 
 #[cfg(octet_arm_dsp)]
 use super::cortex_m;
@@ -22,7 +25,7 @@ use super::neon;
 use super::{avx2, vnni, ConvImage, VNNI_MIN_COUT, VNNI_MIN_K};
 use super::{
     scalar, AddRequant, ConvParams, DepthwiseParams, FcParams, PadParams, PoolParams, Resolved,
-    SoftmaxParams, TfliteAddParams,
+    SoftmaxParams, TfliteAddParams, TfliteAddTables,
 };
 
 /// conv2d with the chosen kernels.
@@ -221,10 +224,71 @@ pub(crate) fn reshape(k: Resolved, input: &[i8], output: &mut [i8]) {
     scalar::reshape(input, output)
 }
 
-/// tflite_add with the chosen kernels: the scalar reference in every set.
+/// tflite_add with the chosen kernels ([`tflite_add_with`] on this call's tables).
 pub(crate) fn tflite_add(k: Resolved, p: &TfliteAddParams, a: &[i8], b: &[i8], output: &mut [i8]) {
+    // Only where a set has tables: elsewhere (microcontrollers) no 2 KiB of them on the stack.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if let Some(t) = tflite_add_tables(k, p) {
+        return tflite_add_with(k, p, Some(&t), a, b, output);
+    }
     let _ = k;
     scalar::tflite_add(p, a, b, output)
+}
+
+/// The tables of tflite_add `p` where the chosen kernels have a tflite_add of their own
+/// (AVX-512, AVX2, NEON), for [`tflite_add_with`]; `None` elsewhere, and for parameters the
+/// format rejects.
+#[cfg_attr(
+    not(any(feature = "std", target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+pub(crate) fn tflite_add_tables(k: Resolved, p: &TfliteAddParams) -> Option<TfliteAddTables> {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Vnni | Resolved::Avx2 | Resolved::AvxVnni => TfliteAddTables::new(p),
+        #[cfg(target_arch = "aarch64")]
+        Resolved::Neon | Resolved::NeonDot => TfliteAddTables::new(p),
+        _ => {
+            let _ = p;
+            None
+        }
+    }
+}
+
+/// tflite_add `p` over one span of its elements with the tables [`tflite_add_tables`] gave
+/// (built once for all the spans of a call): the set's kernel with tables, else the scalar
+/// reference.
+#[cfg_attr(
+    not(any(feature = "std", target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+pub(crate) fn tflite_add_with(
+    k: Resolved,
+    p: &TfliteAddParams,
+    tables: Option<&TfliteAddTables>,
+    a: &[i8],
+    b: &[i8],
+    output: &mut [i8],
+) {
+    match (k, tables) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available.
+        (Resolved::Vnni, Some(t)) => unsafe { vnni::tflite_add(t, a, b, output) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 and AvxVnni are only produced when AVX2 is available.
+        (Resolved::Avx2 | Resolved::AvxVnni, Some(t)) => unsafe {
+            avx2::tflite_add(t, a, b, output)
+        },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::Neon and NeonDot are only produced when NEON is available.
+        (Resolved::Neon | Resolved::NeonDot, Some(t)) => unsafe {
+            neon::tflite_add(p, t, a, b, output)
+        },
+        _ => {
+            let _ = (k, tables);
+            scalar::tflite_add(p, a, b, output)
+        }
+    }
 }
 
 #[cfg(all(test, feature = "std", target_arch = "x86_64"))]

@@ -3,18 +3,22 @@
 //!   against this CPU;
 //! - `params`: the kernels' parameters, one struct per op kind, built once per op at prepare;
 //! - `scratch`: the scratch each kernel set states for an op at prepare;
-//! - `dispatch`: each op with the resolved set (the only place that picks a kernel).
+//! - `dispatch`: each op with the resolved set (the only place that picks a kernel);
+//! - `add_tables`: what the SIMD tflite_add kernels share: the inputs' requantizations
+//!   tabulated per call ([`TfliteAddTables`]).
 //!
 //! `scalar` holds the reference loops, the definition every other kernel must match byte for
 //! byte, in both roundings ([`crate::requant::Rounding`]). Per target folder:
 //! - `avx2`: the pixels-in-lanes conv (8 pixels per vector, exact `vpmaddubsw` with the sign
 //!   moved onto the weight; its AVX-VNNI variant with 256-bit `vpdpbusd`; a mode for few input
-//!   channels), the older packed-patch conv it falls back to, fully_connected, max_pool;
+//!   channels), the older packed-patch conv it falls back to, fully_connected, max_pool,
+//!   tflite_add (also the AVX-VNNI set's);
 //! - `vnni` (AVX-512 VNNI): the pixels-in-lanes conv over one image or a group, the
 //!   few-input-channel conv (kernel rows in quads), the packed-patch conv, fully_connected, the
-//!   residual add; the x86 convs' epilogues compute both roundings
-//!   ([`crate::requant::FusedRequant`]);
-//! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without;
+//!   residual add, tflite_add; the x86 convs' epilogues compute both roundings
+//!   ([`crate::requant::FusedRequant`]), the tflite_adds' `requant::HighRequant`'s form of it;
+//! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without,
+//!   tflite_add;
 //! - `cortex_m` (Armv7E-M, the DSP extension: Cortex-M4/M7): conv2d, fully_connected and
 //!   max_pool with `SMLAD` and `SXTB16` (`cfg(octet_arm_dsp)`, set by `build.rs`; compiled on
 //!   every target for tests, with the DSP instructions emulated bit for bit).
@@ -23,7 +27,7 @@
 //! rounding too) return `false`, output untouched, for the dispatch to run another. Every
 //! kernel instantiates the one test suite of `test_util` (against the scalar reference, in
 //! both roundings). Ops a set has no kernel of its own for (depthwise conv, the TFLite pools,
-//! softmax, pad, reshape, the TFLite add) run the scalar reference in every set.
+//! softmax, pad, reshape; the TFLite add on Cortex-M) run the scalar reference in every set.
 
 pub mod scalar;
 
@@ -39,6 +43,7 @@ pub mod neon;
 #[cfg(any(octet_arm_dsp, test))]
 pub mod cortex_m;
 
+mod add_tables;
 mod arm_dsp;
 mod dispatch;
 mod params;
@@ -48,6 +53,7 @@ mod select;
 #[cfg(test)]
 pub(crate) mod test_util;
 
+pub use add_tables::TfliteAddTables;
 pub(crate) use dispatch::*;
 pub use params::*;
 pub use scratch::*;

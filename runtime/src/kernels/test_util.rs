@@ -1,13 +1,14 @@
-//! The kernels' shared test suite (tract-style): every conv, fully connected and max_pool kernel
-//! (AVX2, VNNI, NEON, Cortex-M) is checked byte for byte against the scalar reference on the
-//! same cases, through `conv_suite!` / `fc_suite!` instantiated in the kernel's own tests, and
-//! the builders of test data (`ConvData`, `FcData`, `LayerData`, `PoolCase`).
+//! The kernels' shared test suite (tract-style): every conv, fully connected, max_pool and
+//! tflite_add kernel (AVX2, VNNI, NEON, Cortex-M) is checked byte for byte against the scalar
+//! reference on the same cases, through `conv_suite!` / `fc_suite!` / `tflite_add_suite!`
+//! instantiated in the kernel's own tests, and the builders of test data (`ConvData`,
+//! `FcData`, `LayerData`, `PoolCase`, `tflite_add_params`).
 
 use core::ops::Range;
 
 use crate::kernels::{
     ConvImage, ConvParams, FcParams, I32Array, OpGeometry, OutputQuant, Placement, PoolParams,
-    Rounding, Shape,
+    Rounding, Shape, TfliteAddParams, TfliteAddTables,
 };
 
 /// A fast conv kernel under test: (params, input, output, scratch).
@@ -702,3 +703,114 @@ pub fn max_pool_matches_scalar(case: &PoolCase, fast: &mut PoolKernel) {
     fast(&p, &input, &mut got);
     assert_eq!(want, got, "{case:?}");
 }
+
+/// A tflite_add kernel under test: (parameters, the call's tables, input 0, input 1, output).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+pub type TfliteAddKernel<'f> =
+    dyn FnMut(&TfliteAddParams, &TfliteAddTables, &[i8], &[i8], &mut [i8]) + 'f;
+
+/// tflite_add parameters from `rng`: half of them as TFLite derives them from random scales
+/// (left shift 20, each input's multiplier s_i / (2·max s), the output's 2·max s / (2^20·s_out)),
+/// the other half any valid values (every shift, M0 = 0 at times, left shifts 0 to 23, so that
+/// the tables saturate and the sums wrap); either rounding; any zero points and clamp.
+pub fn tflite_add_params(rng: &mut Rng) -> TfliteAddParams {
+    let rounding = Rounding::ALL[rng.below(2)];
+    let multipliers = if rng.next().is_multiple_of(2) {
+        let [s0, s1, so] = [0; 3].map(|_| 2f64.powf(-12.0 * rng.unit()));
+        let twice = 2.0 * s0.max(s1);
+        let pair = |m: f64| crate::requant::quantize_multiplier_tflite(m).unwrap();
+        [
+            pair(s0 / twice),
+            pair(s1 / twice),
+            pair(twice / ((1 << 20) as f64 * so)),
+        ]
+    } else {
+        [0; 3].map(|_| {
+            let m0 = if rng.next().is_multiple_of(8) {
+                0
+            } else {
+                rng.range(1 << 30, i32::MAX as i64) as i32
+            };
+            (m0, rng.range(-31, 30) as i32)
+        })
+    };
+    let left_shift = if !rng.next().is_multiple_of(4) {
+        20
+    } else {
+        rng.range(0, 23) as i32
+    };
+    let zo = rng.range(-128, 127) as i32;
+    let (act_min, act_max) = if rng.next().is_multiple_of(2) {
+        (zo.max(-128), 127)
+    } else {
+        (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
+    };
+    TfliteAddParams {
+        zero_points: [0; 2].map(|_| rng.range(-128, 127) as i32),
+        left_shift,
+        multipliers,
+        out: OutputQuant {
+            zero_point: zo,
+            act_min,
+            act_max,
+            rounding,
+        },
+    }
+}
+
+/// A tflite_add of `len` elements with parameters from `seed` ([`tflite_add_params`]), its
+/// inputs and output at byte offsets from the seed too, run by the scalar reference and by
+/// `fast` on the call's tables: equal bytes, and the output's neighbours untouched.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+pub fn tflite_add_matches_scalar(len: usize, seed: u64, fast: &mut TfliteAddKernel) {
+    let mut rng = Rng(seed | 1);
+    let p = tflite_add_params(&mut rng);
+    let t = TfliteAddTables::new(&p).expect("valid parameters are never declined");
+    let at = [0; 3].map(|_| rng.below(4));
+    let a = rng.i8s(at[0] + len, -128, 127);
+    let b = rng.i8s(at[1] + len, -128, 127);
+    let mut want = vec![0x55i8; at[2] + len + 16];
+    let mut got = want.clone();
+    let span = at[2]..at[2] + len;
+    crate::kernels::scalar::tflite_add(&p, &a[at[0]..], &b[at[1]..], &mut want[span.clone()]);
+    fast(&p, &t, &a[at[0]..], &b[at[1]..], &mut got[span]);
+    assert_eq!(want, got, "{p:?} len {len}");
+}
+
+/// The tflite_add suite every tflite_add kernel instantiates: lengths 0 to 300 (every tail of
+/// the vector loops) with random parameters in both roundings ([`tflite_add_params`]), and a
+/// long add.
+macro_rules! tflite_add_suite {
+    (if $available:expr, $kernel:expr) => {
+        fn check(len: usize, seed: u64) {
+            if $available {
+                $crate::kernels::test_util::tflite_add_matches_scalar(len, seed, &mut $kernel);
+            }
+        }
+
+        #[test]
+        fn long_adds() {
+            for seed in 0..8 {
+                check(65_536 + seed as usize, seed);
+            }
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn equals_scalar(len in 0usize..300, seed in proptest::prelude::any::<u64>()) {
+                check(len, seed);
+            }
+        }
+    };
+}
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_imports)
+)]
+pub(crate) use tflite_add_suite;

@@ -15,6 +15,7 @@ pub(crate) use prepare::OpParams;
 #[cfg(feature = "std")]
 pub(crate) use prepare::Place;
 pub use prepare::PreparedOp;
+pub(crate) use validate::TFLITE_ADD_MAX_SHIFT;
 
 use crate::format::{
     self, Header, InputEncoding, OpRecord, TensorRecord, CRC_START, DATA_ALIGN, HEADER_LEN, MAGIC,

@@ -57,7 +57,11 @@ pub(crate) enum OpParams<'a> {
     Softmax(SoftmaxParams),
     Reshape,
     Pad(PadParams),
-    TfliteAdd(TfliteAddParams),
+    /// TFLite's add and its output shape (split as octet's add is).
+    TfliteAdd(
+        TfliteAddParams,
+        #[cfg_attr(not(feature = "std"), allow(dead_code))] Shape,
+    ),
 }
 
 /// A tensor's id and byte range in the working arena.
@@ -215,7 +219,7 @@ impl<'a> Model<'a> {
                     if o.kind == OpKind::Add {
                         OpParams::Add(Self::add_params(o, tin, t1, tout), tout.shape())
                     } else {
-                        OpParams::TfliteAdd(tflite_add_params(o, tin, t1, tout, r))
+                        OpParams::TfliteAdd(tflite_add_params(o, tin, t1, tout, r), tout.shape())
                     }
                 }
                 OpKind::DepthwiseConv2d => {

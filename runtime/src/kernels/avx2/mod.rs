@@ -9,11 +9,13 @@ mod conv2d;
 mod fully_connected;
 mod lanes;
 mod max_pool;
+mod tflite_add;
 
 pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;
 pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
 pub use max_pool::max_pool;
+pub use tflite_add::tflite_add;
 
 use core::arch::x86_64::*;
 

@@ -15,9 +15,11 @@
 mod conv2d;
 mod fully_connected;
 mod narrow;
+mod tflite_add;
 
 pub use conv2d::{conv2d, conv2d_dot};
 pub use fully_connected::{fully_connected, fully_connected_dot};
+pub use tflite_add::tflite_add;
 
 use core::arch::aarch64::*;
 

@@ -604,6 +604,7 @@ mod tests {
                 stride: s,
                 pad,
                 seed: 0,
+                rounding: None,
             };
             let Some(p) = crate::kernels::test_util::conv_shape(&c) else {
                 continue;

@@ -1,6 +1,7 @@
 //! AVX-512 VNNI kernels on 512-bit vectors (`vpdpbusd`, needs `avx512vnni`, `avx512bw` and
-//! `avx512vl`): 64 multiply-adds per instruction; and the residual add on AVX-512 F. Bit-identical to `kernels::scalar`: the activations are
-//! offset to u8 (x + 128) and the accumulator corrected by −128·Σw, exact in wrapping i32.
+//! `avx512vl`): 64 multiply-adds per instruction; and the residual adds (octet's and TFLite's)
+//! on AVX-512 F. Bit-identical to `kernels::scalar`: the activations are offset to u8
+//! (x + 128) and the accumulator corrected by −128·Σw, exact in wrapping i32.
 //!
 //! The functions are `unsafe` only because they need those CPU features: call them only when
 //! `Kernels::vnni_available()`.
@@ -10,6 +11,7 @@ mod conv2d;
 mod fully_connected;
 mod lanes;
 mod narrow;
+mod tflite_add;
 
 pub use super::ConvImage;
 pub use add::add;
@@ -18,3 +20,4 @@ pub use conv2d::conv2d;
 pub use fully_connected::fully_connected;
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
+pub use tflite_add::tflite_add;

@@ -1,0 +1,135 @@
+//! tflite_add (TFLite's ADD), AVX-512 F: 16 elements per step, the inputs' requantizations
+//! gathered from the call's tables and the output's in i32 lanes ([`TfliteAddTables`],
+//! `HighRequant`'s form), in either rounding; the last elements through masked loads and
+//! stores. The same bytes as `scalar::tflite_add`.
+
+use core::arch::x86_64::*;
+
+use crate::kernels::TfliteAddTables;
+
+/// `out[i]` for every element of the common length, from the tables of the call's parameters.
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW and VL.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [i8]) {
+    let h = &t.out;
+    let c = Consts {
+        acc_min: _mm512_set1_epi32(h.acc_min),
+        acc_max: _mm512_set1_epi32(h.acc_max),
+        ls: _mm512_set1_epi32(h.ls as i32),
+        m0: _mm512_set1_epi32(h.m0),
+        pre: _mm512_set1_epi64(h.pre as i64),
+        round: _mm512_set1_epi64(h.round),
+        corr: _mm512_set1_epi64(h.corr),
+        n: _mm512_set1_epi32(h.n as i32),
+        lo: _mm512_set1_epi32(t.lo),
+        hi: _mm512_set1_epi32(t.hi),
+        zo: _mm512_set1_epi32(t.zero_point),
+        // Index q of a table is entry q + 128.
+        ta: t.a.as_ptr().add(128),
+        tb: t.b.as_ptr().add(128),
+    };
+    // The usual output shifts (below 0, either rounding) need neither the accumulator's
+    // bound nor its shifts, and the single rounding no correction: loops without them (corr
+    // is 0 wherever the accumulator is shifted).
+    match (h.shifted(), h.corr != 0) {
+        (false, false) => c.run::<false, false>(a, b, output),
+        (false, true) => c.run::<false, true>(a, b, output),
+        (true, _) => c.run::<true, true>(a, b, output),
+    }
+}
+
+/// The call's constants in vectors.
+struct Consts {
+    acc_min: __m512i,
+    acc_max: __m512i,
+    ls: __m512i,
+    m0: __m512i,
+    pre: __m512i,
+    round: __m512i,
+    corr: __m512i,
+    n: __m512i,
+    lo: __m512i,
+    hi: __m512i,
+    zo: __m512i,
+    ta: *const i32,
+    tb: *const i32,
+}
+
+impl Consts {
+    /// Every element, 16 at a time: the last ones through masked loads and stores.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn run<const SHIFTED: bool, const CORR: bool>(
+        &self,
+        a: &[i8],
+        b: &[i8],
+        output: &mut [i8],
+    ) {
+        let len = output.len().min(a.len()).min(b.len());
+        let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
+        let mut i = 0;
+        while i + 16 <= len {
+            let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
+            let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
+            let v = self.sixteen::<SHIFTED, CORR>(qa, qb);
+            _mm_storeu_si128(y.add(i) as *mut __m128i, v);
+            i += 16;
+        }
+        if i < len {
+            let k = ((1u32 << (len - i)) - 1) as __mmask16;
+            let qa = _mm_maskz_loadu_epi8(k, a.add(i));
+            let qb = _mm_maskz_loadu_epi8(k, b.add(i));
+            _mm_mask_storeu_epi8(y.add(i), k, self.sixteen::<SHIFTED, CORR>(qa, qb));
+        }
+    }
+
+    /// 16 output bytes of 16 input bytes each; `SHIFTED` and `CORR` as the constants need.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn sixteen<const SHIFTED: bool, const CORR: bool>(
+        &self,
+        qa: __m128i,
+        qb: __m128i,
+    ) -> __m128i {
+        let va = _mm512_i32gather_epi32::<4>(_mm512_cvtepi8_epi32(qa), self.ta);
+        let vb = _mm512_i32gather_epi32::<4>(_mm512_cvtepi8_epi32(qb), self.tb);
+        let mut x = _mm512_add_epi32(va, vb);
+        if SHIFTED {
+            x = _mm512_min_epi32(_mm512_max_epi32(x, self.acc_min), self.acc_max);
+            x = _mm512_sllv_epi32(x, self.ls);
+        }
+        // Even elements in the low halves of the 64-bit lanes, odd ones moved there.
+        let x_odd = _mm512_srli_epi64::<32>(x);
+        // t = x·M0·2^pre + round − [x < 0]·corr: corr is 0 or 2^31, bit 31 of x's low half.
+        let t = |x: __m512i| {
+            let mut p = _mm512_mul_epi32(x, self.m0);
+            if SHIFTED {
+                p = _mm512_sllv_epi64(p, self.pre);
+            }
+            let p = _mm512_add_epi64(p, self.round);
+            if CORR {
+                _mm512_sub_epi64(p, _mm512_and_si512(x, self.corr))
+            } else {
+                p
+            }
+        };
+        // The high halves of the 16 sums, in element order.
+        let high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(t(x)), t(x_odd));
+        let r = _mm512_srav_epi32(high, self.n);
+        let r = _mm512_min_epi32(_mm512_max_epi32(r, self.lo), self.hi);
+        _mm512_cvtepi32_epi8(_mm512_add_epi32(r, self.zo))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::tflite_add_suite;
+    use crate::kernels::Kernels;
+
+    tflite_add_suite!(if Kernels::vnni_available(), |_, t, a, b, y| unsafe {
+        tflite_add(t, a, b, y)
+    });
+}
