@@ -15,7 +15,9 @@ use super::lower::{
     Step, TfliteAdd,
 };
 use super::{launch::FC_WARP_MAX_BATCH, plan};
-use crate::kernels::{scalar, ConvParams, I32Array, Kernels, OutputQuant, Shape, SoftmaxParams};
+use crate::kernels::{
+    scalar, ConvParams, I32Array, Kernels, OutputQuant, Placement, Shape, SoftmaxParams,
+};
 use crate::requant::{requantize_double, AddRequant, Rounding};
 use crate::Model;
 use proptest::prelude::*;
@@ -242,8 +244,10 @@ proptest! {
         let p = ConvParams {
             input: Shape { c: cin, h, w },
             output: Shape { c: cout, h: ho, w: wo },
-            kernel_h: kh, kernel_w: kw, stride_h: win.s.0, stride_w: win.s.1,
-            pad_top: win.pad[0], pad_left: win.pad[1], dilation_h: win.d.0, dilation_w: win.d.1,
+            window: Placement {
+                kernel_h: kh, kernel_w: kw, stride_h: win.s.0, stride_w: win.s.1,
+                pad_top: win.pad[0], pad_left: win.pad[1], dilation_h: win.d.0, dilation_w: win.d.1,
+            },
             weights: &weights,
             bias: I32Array::new(&bb), multiplier: I32Array::new(&mb), shift: I32Array::new(&sb),
             pad_values: &pad_values, input_zero_point: zin, out: q,

@@ -297,14 +297,7 @@ fn fc_as_conv<'o>(p: &FcParams<'o>, input_zero_point: i32) -> ConvParams<'o> {
     ConvParams {
         input: vector(p.k),
         output: vector(p.n),
-        kernel_h: one.kernel_h,
-        kernel_w: one.kernel_w,
-        stride_h: one.stride_h,
-        stride_w: one.stride_w,
-        pad_top: one.pad_top,
-        pad_left: one.pad_left,
-        dilation_h: one.dilation_h,
-        dilation_w: one.dilation_w,
+        window: one,
         weights: p.weights,
         bias: p.bias,
         multiplier: p.multiplier,
@@ -318,7 +311,7 @@ fn fc_as_conv<'o>(p: &FcParams<'o>, input_zero_point: i32) -> ConvParams<'o> {
 /// A conv (`fc` false) with its constants repacked.
 fn dense(p: &ConvParams, x: usize, y: usize) -> Result<Dense<DenseConsts>> {
     let (cin, cout) = (p.input.c, p.output.c);
-    let (w, cin_words) = pack_weights(p.weights, cout, p.kernel_h * p.kernel_w, cin);
+    let (w, cin_words) = pack_weights(p.weights, cout, p.window.kernel_h * p.window.kernel_w, cin);
     let rq = (0..cout)
         .flat_map(|c| rq_words(p.bias.get(c), p.multiplier.get(c), p.shift.get(c)))
         .collect();
@@ -327,7 +320,7 @@ fn dense(p: &ConvParams, x: usize, y: usize) -> Result<Dense<DenseConsts>> {
         fc: false,
         x,
         y,
-        g: Geom::new(p.input, p.output, &p.placement())?,
+        g: Geom::new(p.input, p.output, &p.window)?,
         cin_words: to_i32(cin_words)?,
         q: p.out,
         consts: DenseConsts { w, rq, padv },

@@ -158,22 +158,8 @@ pub struct ConvParams<'a> {
     pub input: Shape,
     /// Output shape.
     pub output: Shape,
-    /// Kernel height.
-    pub kernel_h: usize,
-    /// Kernel width.
-    pub kernel_w: usize,
-    /// Vertical stride.
-    pub stride_h: usize,
-    /// Horizontal stride.
-    pub stride_w: usize,
-    /// Rows of padding above.
-    pub pad_top: usize,
-    /// Columns of padding on the left.
-    pub pad_left: usize,
-    /// Vertical dilation.
-    pub dilation_h: usize,
-    /// Horizontal dilation.
-    pub dilation_w: usize,
+    /// Kernel, stride, padding and dilation.
+    pub window: Placement,
     /// `[C_out][kh][kw][C_in]`.
     pub weights: &'a [i8],
     /// Bias per output channel.
@@ -208,36 +194,22 @@ impl<'a> ConvParams<'a> {
         }
     }
 
-    /// The window's placement.
-    pub const fn placement(&self) -> Placement {
-        Placement {
-            kernel_h: self.kernel_h,
-            kernel_w: self.kernel_w,
-            stride_h: self.stride_h,
-            stride_w: self.stride_w,
-            pad_top: self.pad_top,
-            pad_left: self.pad_left,
-            dilation_h: self.dilation_h,
-            dilation_w: self.dilation_w,
-        }
-    }
-
     /// Whether the window is octet's classic one ([`Placement::is_uniform`]): the convs other
     /// than the scalar reference cover only these.
     pub const fn is_uniform(&self) -> bool {
-        self.placement().is_uniform(self.input, self.output)
+        self.window.is_uniform(self.input, self.output)
     }
 
     /// The one stride of a uniform conv ([`ConvParams::is_uniform`]).
     #[inline(always)]
     pub const fn stride(&self) -> usize {
-        self.stride_h
+        self.window.stride_h
     }
 
     /// The one padding of a uniform conv ([`ConvParams::is_uniform`]).
     #[inline(always)]
     pub const fn pad(&self) -> usize {
-        self.pad_top
+        self.window.pad_top
     }
 
     /// The op's geometry, for the scratch rules ([`crate::Kernels::scratch_bytes`]).
@@ -245,10 +217,10 @@ impl<'a> ConvParams<'a> {
         OpGeometry {
             kind: crate::format::OP_CONV2D,
             uniform: self.is_uniform(),
-            kernel_h: self.kernel_h as u32,
-            kernel_w: self.kernel_w as u32,
-            stride: self.stride_h as u32,
-            pad: self.pad_top as u32,
+            kernel_h: self.window.kernel_h as u32,
+            kernel_w: self.window.kernel_w as u32,
+            stride: self.window.stride_h as u32,
+            pad: self.window.pad_top as u32,
             c_in: self.input.c as u32,
             h_in: self.input.h as u32,
             w_in: self.input.w as u32,
@@ -263,7 +235,7 @@ impl<'a> ConvParams<'a> {
     #[inline(always)]
     pub(crate) fn patch_pieces(&self, pi: usize, mut piece: impl FnMut(usize, PatchPiece)) {
         let (cin, h, w) = (self.input.c, self.input.h as isize, self.input.w as isize);
-        let (kh, kw, s) = (self.kernel_h, self.kernel_w, self.stride());
+        let (kh, kw, s) = (self.window.kernel_h, self.window.kernel_w, self.stride());
         let (oy, ox) = (pi / self.output.w, pi % self.output.w);
         let row = kw * cin;
         let ix0 = (ox * s) as isize - self.pad() as isize;
@@ -294,7 +266,7 @@ impl<'a> ConvParams<'a> {
 
     /// kh·kw·C_in.
     pub const fn k(&self) -> usize {
-        self.kernel_h * self.kernel_w * self.input.c
+        self.window.kernel_h * self.window.kernel_w * self.input.c
     }
     /// The value a padded tap of input channel `c` reads.
     #[inline(always)]

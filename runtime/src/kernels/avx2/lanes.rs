@@ -65,11 +65,11 @@ pub fn lanes_covered(p: &ConvParams) -> bool {
         && p.input.c >= 1
         && p.output.c >= 1
         && p.stride() >= 1
-        && hp >= p.kernel_h
-        && wp >= p.kernel_w
-        && p.kernel_h * p.kernel_w >= 1
-        && p.output.h == (hp - p.kernel_h) / p.stride() + 1
-        && p.output.w == (wp - p.kernel_w) / p.stride() + 1
+        && hp >= p.window.kernel_h
+        && wp >= p.window.kernel_w
+        && p.window.kernel_h * p.window.kernel_w >= 1
+        && p.output.h == (hp - p.window.kernel_h) / p.stride() + 1
+        && p.output.w == (wp - p.window.kernel_w) / p.stride() + 1
         && p.out.act_min.max(-128) <= p.out.act_max.min(127)
         && (0..p.output.c).all(|c| (33..=54).contains(&fused(p, c).n))
 }
@@ -78,9 +78,10 @@ pub fn lanes_covered(p: &ConvParams) -> bool {
 /// and plane, and the 4 pixels' windows within 16 bytes).
 fn narrow_quads(p: &ConvParams) -> Option<usize> {
     let (cin, s) = (p.input.c, p.stride());
-    let g = (p.kernel_w * cin).div_ceil(4);
+    let g = (p.window.kernel_w * cin).div_ceil(4);
     let planes = cin.div_ceil(4);
-    (s * cin <= 4 && g < p.kernel_w * planes && p.kernel_h * g <= MAX_TAPS).then_some(g)
+    (s * cin <= 4 && g < p.window.kernel_w * planes && p.window.kernel_h * g <= MAX_TAPS)
+        .then_some(g)
 }
 
 /// Scratch bytes [`conv2d_lanes_avx2`] needs for this conv.
@@ -90,7 +91,7 @@ pub fn lanes_scratch(p: &ConvParams) -> usize {
             let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
             64 + hp * wp * p.input.c
                 + SLACK
-                + p.output.c * (p.kernel_h * g * 4 + core::mem::size_of::<Epi>())
+                + p.output.c * (p.window.kernel_h * g * 4 + core::mem::size_of::<Epi>())
         }
         None => {
             let t = QuadPlanes::new(&p.geometry()).bytes();
@@ -164,7 +165,7 @@ unsafe fn conv2d_lanes<const VNNI: bool>(
     im: ConvImage,
     rows: Range<usize>,
 ) -> bool {
-    let (kh, kw, cout) = (p.kernel_h, p.kernel_w, p.output.c);
+    let (kh, kw, cout) = (p.window.kernel_h, p.window.kernel_w, p.output.c);
     if !lanes_covered(p)
         || kh * kw > MAX_TAPS
         || im.scratch.len() < lanes_scratch(p)
@@ -189,7 +190,7 @@ impl<'p> Job<'p> {
         let (input, output, scratch) = (im.input, im.output, im.scratch);
         let g = QuadPlanes::new(&p.geometry());
         let (cin, cout, s) = (p.input.c, p.output.c, p.stride());
-        let (kh, kw, wo) = (p.kernel_h, p.kernel_w, p.output.w);
+        let (kh, kw, wo) = (p.window.kernel_h, p.window.kernel_w, p.output.w);
         // Padded input rows the band reads: from its first window to its last.
         let in_rows = rows.start * s..((rows.end - 1) * s + kh).min(p.input.h + 2 * p.pad());
         let t = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
@@ -308,7 +309,7 @@ impl<'p> Job<'p> {
 /// bytes, zero-padded to `gq` quads.
 #[inline(always)]
 unsafe fn weight_quads(p: &ConvParams, gq: usize, wq: *mut i32) {
-    let (kh, run) = (p.kernel_h, p.kernel_w * p.input.c);
+    let (kh, run) = (p.window.kernel_h, p.window.kernel_w * p.input.c);
     for co in 0..p.output.c {
         for ky in 0..kh {
             let mut b = [0u8; 4 * MAX_TAPS];

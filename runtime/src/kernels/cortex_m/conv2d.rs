@@ -76,8 +76,8 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         }
     }
     let g = Geometry {
-        kh: p.kernel_h,
-        rw: (p.kernel_w * p.input.c).div_ceil(2),
+        kh: p.window.kernel_h,
+        rw: (p.window.kernel_w * p.input.c).div_ceil(2),
         row: plan.row,
         step: 2 * p.stride() * p.input.c,
     };
@@ -153,7 +153,7 @@ struct Plan {
 /// pair's weights. The block takes whatever room is left, up to a whole output row. `None`
 /// where not even a one-pixel strip fits, which the Cortex-M set's scratch never gives.
 fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
-    let (kh, kw, cin, s) = (p.kernel_h, p.kernel_w, p.input.c, p.stride());
+    let (kh, kw, cin, s) = (p.window.kernel_h, p.window.kernel_w, p.input.c, p.stride());
     let wo = p.output.w;
     let l = CortexMConv::new(&p.geometry());
     let (pair, row, ring) = (l.pair, l.row, l.ring);
@@ -325,7 +325,7 @@ fn dot2x2(mut a: [i32; 4], x: &[u64], w: &[u64]) -> [i32; 4] {
 /// so each is written at row t mod kh and again kh rows further; only the rows output row
 /// oy − 1 did not read are widened.
 fn advance_ring(p: &ConvParams, input: &[i8], oy: usize, band: &mut [i8], row: usize) {
-    let (kh, s) = (p.kernel_h, p.stride());
+    let (kh, s) = (p.window.kernel_h, p.stride());
     let first = if oy == 0 {
         0
     } else {
@@ -405,7 +405,7 @@ fn put16(d: &mut [i8], v: i16) {
 /// values as i16 pairs, a zero after an odd count; each element holds the two channels' words
 /// (channel `c0` in the low half).
 fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
-    let (k, run) = (p.k(), p.kernel_w * p.input.c);
+    let (k, run) = (p.k(), p.window.kernel_w * p.input.c);
     let rw = run.div_ceil(2);
     pair.fill(0);
     for (half, c) in [c0, c0 + 1].into_iter().enumerate() {
@@ -445,7 +445,8 @@ mod tests {
             .unwrap();
         let row = (p.input.w + 2 * p.pad()) * p.input.c * 2;
         let pair = plan(p, least).unwrap().pair;
-        let ring = 2 * p.kernel_h * row + 9 + (p.output.w.min(PIXEL_BLOCK).div_ceil(2) + 1) * pair;
+        let ring =
+            2 * p.window.kernel_h * row + 9 + (p.output.w.min(PIXEL_BLOCK).div_ceil(2) + 1) * pair;
         [scratch_bytes(p), ring, 2 * least, least]
     }
 

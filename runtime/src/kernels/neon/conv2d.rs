@@ -166,7 +166,12 @@ unsafe fn group<const DOT: bool, const NC: usize, Q: Requant4>(
 #[inline(always)]
 fn pack_patch(p: &ConvParams, input: &[i8], pi: usize, row: &mut [i8]) {
     let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
-    let (kh, kw, s, pad) = (p.kernel_h, p.kernel_w, p.stride(), p.pad() as isize);
+    let (kh, kw, s, pad) = (
+        p.window.kernel_h,
+        p.window.kernel_w,
+        p.stride(),
+        p.pad() as isize,
+    );
     let wo = p.output.w;
     let (oy, ox) = (pi / wo, pi % wo);
     let run = kw * cin;

@@ -38,8 +38,8 @@ pub(super) fn supported(p: &ConvParams) -> bool {
     let s = p.stride();
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     neon_narrow_supported(&p.geometry())
-        && p.output.h == (hp - p.kernel_h) / s + 1
-        && p.output.w == (wp - p.kernel_w) / s + 1
+        && p.output.h == (hp - p.window.kernel_h) / s + 1
+        && p.output.w == (wp - p.window.kernel_w) / s + 1
 }
 
 /// The pixel vectors a pass of [`conv`] takes with `len` bytes of scratch whose 16-aligned base
@@ -73,7 +73,7 @@ pub(super) unsafe fn conv<const DOT: bool, Q: Requant4>(p: &ConvParams, im: Conv
         return false;
     }
     let (input, output, scratch) = (im.input, im.output, im.scratch);
-    let (cin, s, kh, kw) = (p.input.c, p.stride(), p.kernel_h, p.kernel_w);
+    let (cin, s, kh, kw) = (p.input.c, p.stride(), p.window.kernel_h, p.window.kernel_w);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad();
     let (run, k) = (kw * cin, p.k());
@@ -158,9 +158,9 @@ pub(super) unsafe fn conv<const DOT: bool, Q: Requant4>(p: &ConvParams, im: Conv
 /// The weight quads `[tap][channel]`: 4 consecutive bytes of a kernel row each, zero past it.
 #[inline(always)]
 fn weight_quads(p: &ConvParams, wq: &mut [i8]) {
-    let (run, k, cout) = (p.kernel_w * p.input.c, p.k(), p.output.c);
+    let (run, k, cout) = (p.window.kernel_w * p.input.c, p.k(), p.output.c);
     let g = run.div_ceil(4);
-    for t in 0..p.kernel_h * g {
+    for t in 0..p.window.kernel_h * g {
         let (ky, q) = (t / g, t % g);
         for co in 0..cout {
             let w = &p.weights[co * k + ky * run..][..run];

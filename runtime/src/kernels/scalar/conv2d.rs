@@ -9,9 +9,14 @@ use crate::kernels::ConvParams;
 pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) {
     let (cin, h, w) = (p.input.c, p.input.h as isize, p.input.w as isize);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let (kh, kw) = (p.kernel_h, p.kernel_w);
-    let (sh, sw, dh, dw) = (p.stride_h, p.stride_w, p.dilation_h, p.dilation_w);
-    let (pt, pl) = (p.pad_top as isize, p.pad_left as isize);
+    let (kh, kw) = (p.window.kernel_h, p.window.kernel_w);
+    let (sh, sw, dh, dw) = (
+        p.window.stride_h,
+        p.window.stride_w,
+        p.window.dilation_h,
+        p.window.dilation_w,
+    );
+    let (pt, pl) = (p.window.pad_top as isize, p.window.pad_left as isize);
     let k = p.k();
     for oy in 0..ho {
         for ox in 0..wo {
@@ -73,7 +78,7 @@ mod tests {
 mod placement_tests {
     use super::*;
     use crate::kernels::test_util::{full_range, i32_bytes};
-    use crate::kernels::{I32Array, Shape};
+    use crate::kernels::{I32Array, Placement, Shape};
 
     /// Asymmetric padding (TFLite's SAME with an odd total), two strides and a dilation, against
     /// a sum written out by hand.
@@ -88,14 +93,16 @@ mod placement_tests {
         let p = ConvParams {
             input: Shape { c: 1, h: 4, w: 5 },
             output: Shape { c: 1, h: 2, w: 2 },
-            kernel_h: 2,
-            kernel_w: 2,
-            stride_h: 2,
-            stride_w: 3,
-            pad_top: 1,
-            pad_left: 0,
-            dilation_h: 2,
-            dilation_w: 1,
+            window: Placement {
+                kernel_h: 2,
+                kernel_w: 2,
+                stride_h: 2,
+                stride_w: 3,
+                pad_top: 1,
+                pad_left: 0,
+                dilation_h: 2,
+                dilation_w: 1,
+            },
             weights: &weights,
             bias: I32Array::new(&bias),
             multiplier: I32Array::new(&one),

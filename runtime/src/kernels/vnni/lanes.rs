@@ -160,8 +160,10 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
     let geo = Geo::new(p);
     let total = if all_rows { npix * ptrs.len() } else { px_hi };
     // 1×1 without padding over whole blocks of 16 quads: the panel straight from the input.
-    let pointwise =
-        p.kernel_h == 1 && p.kernel_w == 1 && p.pad() == 0 && p.input.c.is_multiple_of(64);
+    let pointwise = p.window.kernel_h == 1
+        && p.window.kernel_w == 1
+        && p.pad() == 0
+        && p.input.c.is_multiple_of(64);
     // T of image i lives in slot i % slots (the T regions of the first images' scratch):
     // enough slots for the images one pass spans, few enough to stay in cache.
     let slots = ((PASS - 1) / npix + 2).min(ptrs.len());
@@ -226,10 +228,10 @@ pub fn covers(p: &ConvParams) -> bool {
     p.is_uniform()
         && lanes_supported(&p.geometry())
         && s > 0
-        && hp >= p.kernel_h
-        && wp >= p.kernel_w
-        && p.output.h == (hp - p.kernel_h) / s + 1
-        && p.output.w == (wp - p.kernel_w) / s + 1
+        && hp >= p.window.kernel_h
+        && wp >= p.window.kernel_w
+        && p.output.h == (hp - p.window.kernel_h) / s + 1
+        && p.output.w == (wp - p.window.kernel_w) / s + 1
         && epi_supported(p)
         && p.weights.len() >= p.output.c * p.k()
 }
@@ -269,7 +271,7 @@ impl Geo {
             row: q.row,
             plane: q.plane,
             q,
-            kq: p.kernel_h * p.kernel_w * q.planes,
+            kq: p.window.kernel_h * p.window.kernel_w * q.planes,
             wstep: if p.input.c.is_multiple_of(4) {
                 4
             } else {
@@ -367,7 +369,10 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
     let (cin, h, w, pad, s) = (p.input.c, p.input.h, p.input.w, p.pad(), p.stride());
     let hp = h + 2 * pad;
     // Padded input rows read: from the band's first window to its last.
-    let (yp0, yp1) = (rows.start * s, ((rows.end - 1) * s + p.kernel_h).min(hp));
+    let (yp0, yp1) = (
+        rows.start * s,
+        ((rows.end - 1) * s + p.window.kernel_h).min(hp),
+    );
     if pad > 0 {
         for j in 0..g.planes {
             let d = pad_quad(p, j);
@@ -587,7 +592,7 @@ unsafe fn build_panel(p: &ConvParams, g: &Geo, pass: &Pass, panel: *mut u8) {
     } = *pass;
     let (wo, s) = (p.output.w, p.stride());
     let npix = p.output.h * wo;
-    let (kh, kw) = (p.kernel_h, p.kernel_w);
+    let (kh, kw) = (p.window.kernel_h, p.window.kernel_w);
     if (wo == 4 || wo == 8) && npix.is_multiple_of(V) && pix0.is_multiple_of(V) {
         // Every vector is 16 / wo whole rows of one image: whole loads, one store per quad.
         for v in 0..nv {
@@ -703,10 +708,10 @@ unsafe fn groups<const NV: usize, const CH: usize>(
     let q = match direct {
         Some(b) => Quads::<NV>::new(
             core::array::from_fn(|v| b[v]),
-            p.kernel_h * p.kernel_w,
+            p.window.kernel_h * p.window.kernel_w,
             g.planes,
             g.plane,
-            (p.kernel_w, p.stride(), g.row, g.wq * 4),
+            (p.window.kernel_w, p.stride(), g.row, g.wq * 4),
         ),
         None => Quads::<NV>::new(
             core::array::from_fn(|v| panel.add(v * 64) as *const u8),

@@ -29,7 +29,7 @@ const SLACK: usize = 128;
 
 /// Quads per kernel row.
 const fn quads(p: &ConvParams) -> usize {
-    (p.kernel_w * p.input.c).div_ceil(4)
+    (p.window.kernel_w * p.input.c).div_ceil(4)
 }
 
 /// Whether [`conv2d_narrow`] covers this conv (given enough scratch): C_in ≤ 8, a kernel row
@@ -44,13 +44,13 @@ pub fn narrow_supported(p: &ConvParams) -> bool {
         && s >= 1
         && (1..=MAX_G).contains(&g)
         && (V - 1) * s * cin + 4 * g <= 128
-        && p.kernel_h >= 1
-        && p.kernel_h * g <= MAX_TAPS
+        && p.window.kernel_h >= 1
+        && p.window.kernel_h * g <= MAX_TAPS
         && p.output.c >= 1
-        && hp >= p.kernel_h
-        && wp >= p.kernel_w
-        && p.output.h == (hp - p.kernel_h) / s + 1
-        && p.output.w == (wp - p.kernel_w) / s + 1
+        && hp >= p.window.kernel_h
+        && wp >= p.window.kernel_w
+        && p.output.h == (hp - p.window.kernel_h) / s + 1
+        && p.output.w == (wp - p.window.kernel_w) / s + 1
         && epi_supported(p)
         && vbmi()
 }
@@ -62,7 +62,7 @@ fn regions(p: &ConvParams) -> [usize; 4] {
     let cout = p.output.c;
     [
         (hp * wp * p.input.c + SLACK).next_multiple_of(64),
-        cout.next_multiple_of(CH) * p.kernel_h * quads(p) * 4,
+        cout.next_multiple_of(CH) * p.window.kernel_h * quads(p) * 4,
         cout * core::mem::size_of::<Epi>(),
         cout * V,
     ]
@@ -78,7 +78,7 @@ pub fn narrow_scratch(p: &ConvParams) -> usize {
 /// per kernel row either way, and the lanes kernel batches images), or no lanes kernel.
 pub fn narrow_preferred(p: &ConvParams) -> bool {
     narrow_supported(p)
-        && (quads(p) < p.kernel_w || !crate::kernels::lanes_supported(&p.geometry()))
+        && (quads(p) < p.window.kernel_w || !crate::kernels::lanes_supported(&p.geometry()))
 }
 
 /// Same bytes as `scalar::conv2d`, or `false` (output untouched) when [`narrow_supported`]
@@ -93,7 +93,7 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
         return false;
     }
     let (input, output, scratch) = (im.input, im.output, im.scratch);
-    let (cin, s, kh) = (p.input.c, p.stride(), p.kernel_h);
+    let (cin, s, kh) = (p.input.c, p.stride(), p.window.kernel_h);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let wp = p.input.w + 2 * p.pad();
     let g = quads(p);
@@ -177,9 +177,9 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
 // Inlined into `conv2d_narrow`, whose target features reach the intrinsics.
 #[inline(always)]
 unsafe fn weight_quads(p: &ConvParams, wq: *mut i32) {
-    let (kh, g, cout) = (p.kernel_h, quads(p), p.output.c);
+    let (kh, g, cout) = (p.window.kernel_h, quads(p), p.output.c);
     let taps = kh * g;
-    let run = p.kernel_w * p.input.c;
+    let run = p.window.kernel_w * p.input.c;
     // Masked loads and stores: `run` bytes in (never past the weights), 4·G out.
     let (min, mout) = ((1u64 << run) - 1, (1u64 << (4 * g)) - 1);
     for co in 0..cout.next_multiple_of(CH) {
