@@ -496,6 +496,22 @@ mod cortex_m_elsewhere_tests {
     }
 }
 
+/// `--kernels`: `--help` lists the kernel sets with their help; clap refuses other names. The
+/// Cortex-M kernels are accepted but not listed: a program with a command line never runs on
+/// the microcontrollers they are built for.
+#[cfg(feature = "clap")]
+impl clap::ValueEnum for Kernels {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let listed = !matches!(self, Kernels::CortexM);
+        let value = clap::builder::PossibleValue::new(self.name());
+        Some(value.help(self.help()).hide(!listed))
+    }
+}
+
 #[cfg(test)]
 mod mcu_tests {
     use super::Kernels;
@@ -518,21 +534,5 @@ mod mcu_tests {
             auto("x86_64", "thumbv7em-lookalike", "dsp"),
             Kernels::Scalar
         );
-    }
-}
-
-/// `--kernels`: `--help` lists the kernel sets with their help; clap refuses other names. The
-/// Cortex-M kernels are accepted but not listed: a program with a command line never runs on
-/// the microcontrollers they are built for.
-#[cfg(feature = "clap")]
-impl clap::ValueEnum for Kernels {
-    fn value_variants<'a>() -> &'a [Self] {
-        &Self::ALL
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        let listed = !matches!(self, Kernels::CortexM);
-        let value = clap::builder::PossibleValue::new(self.name());
-        Some(value.help(self.help()).hide(!listed))
     }
 }
