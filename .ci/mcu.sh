@@ -26,7 +26,8 @@ MODELS="ic=$imported/pretrainedResnet_quant.o8 kws=$imported/kws_ref_model.o8 \
 ad=$imported/ad01_int8.o8 vww=$imported/vww_96_int8.o8" IMAGES=2 bash bench/mcu.sh check
 # The firmware is outside the workspace: its format and lints, for both targets, here.
 cargo fmt --manifest-path firmware/Cargo.toml -- --check
-inputs=$(realpath "${CARGO_TARGET_DIR:-target}")/mcu/lenet1
+# (bench/mcu.sh starts its work folder afresh each call: the last call's inputs are there.)
+inputs=$(realpath "${CARGO_TARGET_DIR:-target}")/mcu/ad
 (cd firmware && for t in thumbv7em-none-eabihf thumbv7m-none-eabi; do
   OCTET_MCU_INPUTS=$inputs cargo clippy --release -q --target "$t" --all-targets -- -D warnings
 done)
