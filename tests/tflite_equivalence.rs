@@ -211,3 +211,23 @@ fn run_writes_raw_logits() {
         assert_eq!(row[p], max, "{row:?}");
     }
 }
+
+/// The exporter's MobileNetV2 (depthwise convs, ReLU6, adds without a ReLU) and DS-CNN, random
+/// weights calibrated on random images, byte for byte in TFLite Micro too.
+#[test]
+fn exported_depthwise_networks_match_tflite_micro_and_tflite() {
+    use octet_models::ModelKind;
+    let dir = tempfile::tempdir().unwrap();
+    let calibration: Vec<u8> = (0..16 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    for kind in [ModelKind::MobileNetV2, ModelKind::DsCnn] {
+        let (_, o8) =
+            octet_export::speed_model_normalized(kind, &[0.286], &[0.353], 5, &calibration)
+                .unwrap();
+        let name = kind.to_string();
+        if let Some(r) = check(&name, &o8, dir.path()) {
+            assert_within_rounding(&name, &r);
+        }
+    }
+}

@@ -16,7 +16,7 @@ use crate::{check_images, ExportError, ExportOptions, Exported, Result};
 
 /// The lowered graph and its calibration statistics.
 pub struct Calibrated<'a> {
-    model_name: &'static str,
+    model_name: String,
     classes: usize,
     graph: Graph,
     observed: Observed,
@@ -51,7 +51,7 @@ impl<'a> Calibrated<'a> {
         let batch = engine.float_batch(opts.batch);
         let observed = observe(&float, graph.tensors.len(), pixels, batch, engine.progress)?;
         Ok(Calibrated {
-            model_name: input.kind.name(),
+            model_name: input.model.to_string(),
             classes: input.classes,
             graph,
             observed,
@@ -120,7 +120,7 @@ impl<'a> Calibrated<'a> {
             })
             .collect();
         let report = Report {
-            model: self.model_name.into(),
+            model: self.model_name.clone(),
             calibration: opts.calibration,
             weights: opts.weights,
             symmetric_activations: opts.symmetric_activations,

@@ -1,6 +1,7 @@
 //! The folded float graph: the quantizable ops the runtime executes, with float weights.
 //!
 //! Shapes are per image (C, H, W). Weights keep PyTorch's conv layout `[C_out][C_in][kh][kw]`
+//! (a depthwise conv's `[C_out][1][kh][kw]`, output channel o reading input channel o / D)
 //! (the writer transposes to the runtime's `[C_out][kh][kw][C_in]`); fully connected weights are
 //! `[N][K]` with K already in the runtime's HWC order.
 
@@ -51,6 +52,13 @@ pub enum OpKind {
         stride: usize,
         pad: usize,
     },
+    /// Each input channel convolved on its own into C_out / C_in outputs.
+    DepthwiseConv2d {
+        kh: usize,
+        kw: usize,
+        stride: usize,
+        pad: usize,
+    },
     FullyConnected,
     MaxPool {
         k: usize,
@@ -68,6 +76,7 @@ impl OpKind {
     pub fn code(&self) -> u8 {
         match self {
             OpKind::Conv2d { .. } => format::OP_CONV2D,
+            OpKind::DepthwiseConv2d { .. } => format::OP_DEPTHWISE_CONV2D,
             OpKind::FullyConnected => format::OP_FULLY_CONNECTED,
             OpKind::MaxPool { .. } => format::OP_MAX_POOL,
             OpKind::AvgPool { .. } => format::OP_AVG_POOL,
@@ -84,6 +93,12 @@ impl OpKind {
                 kw,
                 stride,
                 pad,
+            }
+            | OpKind::DepthwiseConv2d {
+                kh,
+                kw,
+                stride,
+                pad,
             } => (kh, kw, stride, pad),
             OpKind::MaxPool { k, stride } | OpKind::AvgPool { k, stride } => (k, k, stride, 0),
             OpKind::FullyConnected | OpKind::Add => (0, 0, 0, 0),
@@ -93,6 +108,7 @@ impl OpKind {
     pub fn name(&self) -> &'static str {
         match self {
             OpKind::Conv2d { .. } => "conv2d",
+            OpKind::DepthwiseConv2d { .. } => "depthwise_conv2d",
             OpKind::FullyConnected => "fully_connected",
             OpKind::MaxPool { .. } => "max_pool",
             OpKind::AvgPool { .. } => "avg_pool",
@@ -102,7 +118,10 @@ impl OpKind {
 
     /// Whether the op carries weights and bias.
     pub fn has_weights(&self) -> bool {
-        matches!(self, OpKind::Conv2d { .. } | OpKind::FullyConnected)
+        matches!(
+            self,
+            OpKind::Conv2d { .. } | OpKind::DepthwiseConv2d { .. } | OpKind::FullyConnected
+        )
     }
 }
 
@@ -120,6 +139,8 @@ pub struct FloatOp {
     pub bias: Vec<f32>,
     /// ReLU fused into the output.
     pub relu: bool,
+    /// With `relu`: ReLU6, the output clamped to [0, 6] too.
+    pub relu6: bool,
     /// Real value of each input channel's padding (the first conv pads with the data set's mean,
     /// which is what PyTorch's zero padding of the normalised image means); `None`: pad with 0.
     pub pad_values: Option<Vec<f32>>,
@@ -131,6 +152,7 @@ impl FloatOp {
         let cin = graph.tensors[self.inputs[0]].shape.c;
         match self.kind {
             OpKind::Conv2d { kh, kw, .. } => kh * kw * cin,
+            OpKind::DepthwiseConv2d { kh, kw, .. } => kh * kw,
             OpKind::FullyConnected => graph.tensors[self.inputs[0]].shape.len(),
             _ => 0,
         }

@@ -111,6 +111,40 @@ fn run_op(
                 }
             }
         }
+        OpKind::DepthwiseConv2d {
+            kh,
+            kw,
+            stride,
+            pad,
+        } => {
+            // Weights [kh][kw][C_out]; output channel o reads input channel o / D.
+            let d = so.c / si.c;
+            for oy in 0..so.h {
+                for ox in 0..so.w {
+                    for o in 0..so.c {
+                        let mut acc = op.bias[o];
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (oy * stride + ky) as isize - pad as isize;
+                                let ix = (ox * stride + kx) as isize - pad as isize;
+                                let q = if iy < 0
+                                    || ix < 0
+                                    || iy >= si.h as isize
+                                    || ix >= si.w as isize
+                                {
+                                    zi
+                                } else {
+                                    x[(iy as usize * si.w + ix as usize) * si.c + o / d] as i32
+                                };
+                                acc += q * w[(ky * kw + kx) * so.c + o] as i32;
+                            }
+                        }
+                        let v = r.requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
+                        y[(oy * so.w + ox) * so.c + o] = clamp(v, op.act_min, op.act_max);
+                    }
+                }
+            }
+        }
         OpKind::FullyConnected => {
             let k = x.len();
             for o in 0..so.c {

@@ -1,9 +1,13 @@
-//! Checkpoint tensors → the folded float [`Graph`] of LeNet or ResNet-18.
+//! Checkpoint tensors → the folded float [`Graph`] of a network, walked off its description
+//! ([`NetSpec`]): batch norm folded into the convolution before it, ReLU fused into the layer
+//! before it, flatten a no-op (fully connected layers read HWC), input normalisation folded
+//! into the first layer with weights.
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Tensor};
-use octet_models::{ModelError, ModelKind};
+use octet_models::spec::{Dims, Layer, NetSpec, Resolved, Source};
+use octet_models::{Model, ModelError};
 
 use crate::fold::{fold_batch_norm, fold_input_normalization, BatchNorm};
 use crate::graph::{FloatOp, Graph, OpKind, Shape3, TensorInfo};
@@ -12,7 +16,8 @@ use crate::{ExportError, Result};
 /// What the exporter needs to know about a float model.
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
-    pub kind: ModelKind,
+    /// The network (its description names the tensors and says how they connect).
+    pub model: &'a Model,
     /// Named float tensors (PyTorch `state_dict` names) on the CPU; extra keys are ignored.
     pub tensors: &'a HashMap<String, Tensor>,
     /// The data set's normalisation, one value per channel, applied to `pixel/255`.
@@ -59,10 +64,16 @@ pub fn lower(input: &Input) -> Result<Graph> {
     {
         return Err(ExportError::BadInput("input dimensions exceed u16".into()));
     }
+    let spec = input.model.spec();
+    let resolved = spec
+        .resolve((c, input.height, input.width), input.classes)
+        .map_err(|e| ExportError::BadInput(e.to_string()))?;
+    let fusion = fuse(&spec, &resolved)?;
     let mut b = Builder::new(input);
-    match input.kind {
-        ModelKind::LeNet => lenet(&mut b)?,
-        ModelKind::ResNet18 => resnet18(&mut b)?,
+    let mut tensor = vec![None; fusion.ops.len()];
+    for op in schedule(&fusion, &resolved) {
+        let id = b.emit(&spec, &resolved, &fusion, &tensor, op)?;
+        tensor[op] = Some(id);
     }
     Ok(b.finish())
 }
@@ -76,9 +87,9 @@ struct ConvConfig {
     bias: bool,
     /// The batch norm folded in (its checkpoint prefix).
     bn: Option<String>,
-    relu: bool,
-    /// The output tensor's name; `None`: the layer's.
-    output: Option<String>,
+    act: Act,
+    /// Each input channel on its own (weight `[C_out][1][k][k]`).
+    depthwise: bool,
 }
 
 impl Default for ConvConfig {
@@ -88,9 +99,25 @@ impl Default for ConvConfig {
             pad: 0,
             bias: false,
             bn: None,
-            relu: false,
-            output: None,
+            act: Act::None,
+            depthwise: false,
         }
+    }
+}
+
+/// The clamp fused into an op's output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Act {
+    #[default]
+    None,
+    Relu,
+    Relu6,
+}
+
+impl Act {
+    /// FloatOp's (relu, relu6).
+    fn flags(self) -> (bool, bool) {
+        (self != Act::None, self == Act::Relu6)
     }
 }
 
@@ -194,12 +221,13 @@ impl<'a> Builder<'a> {
             pad,
             bias: has_bias,
             bn,
-            relu,
-            output,
+            act,
+            depthwise,
         } = cfg;
-        let (stride, pad, relu) = (*stride, *pad, *relu);
+        let (stride, pad, depthwise) = (*stride, *pad, *depthwise);
         let s = self.shape(x);
-        let mut weight = self.get(&format!("{name}.weight"), &[cout, s.c, k, k])?;
+        let cin = if depthwise { 1 } else { s.c };
+        let mut weight = self.get(&format!("{name}.weight"), &[cout, cin, k, k])?;
         let mut bias = if *has_bias {
             self.get(&format!("{name}.bias"), &[cout])?
         } else {
@@ -208,6 +236,12 @@ impl<'a> Builder<'a> {
         if let Some(bn) = bn {
             let bn = self.bn(bn, cout)?;
             fold_batch_norm(&mut weight, &mut bias, &bn);
+        }
+        if depthwise && self.first {
+            return Err(ExportError::BadInput(format!(
+                "layer '{name}': the exporter folds the input normalisation into a first layer \
+                 that is a convolution; this one is depthwise"
+            )));
         }
         let pad_values = self.fold_first(&mut weight, &mut bias, pad > 0);
         if s.h + 2 * pad < k || s.w + 2 * pad < k {
@@ -220,22 +254,34 @@ impl<'a> Builder<'a> {
             (s.h + 2 * pad - k) / stride + 1,
             (s.w + 2 * pad - k) / stride + 1,
         );
-        let op = FloatOp {
-            name: name.into(),
-            kind: OpKind::Conv2d {
+        let kind = if depthwise {
+            OpKind::DepthwiseConv2d {
                 kh: k,
                 kw: k,
                 stride,
                 pad,
-            },
+            }
+        } else {
+            OpKind::Conv2d {
+                kh: k,
+                kw: k,
+                stride,
+                pad,
+            }
+        };
+        let (relu, relu6) = act.flags();
+        let op = FloatOp {
+            name: name.into(),
+            kind,
             inputs: vec![x],
             output: 0,
             weight,
             bias,
             relu,
+            relu6,
             pad_values,
         };
-        Ok(self.push(op, output.as_deref().unwrap_or(name), out))
+        Ok(self.push(op, name, out))
     }
 
     /// Folds the input normalisation into the first weighted layer.
@@ -254,7 +300,7 @@ impl<'a> Builder<'a> {
 
     /// Fully connected; a spatial input is flattened in HWC order, so PyTorch's CHW columns are
     /// permuted here.
-    fn fc(&mut self, x: usize, name: &str, n: usize, relu: bool) -> Result<usize> {
+    fn fc(&mut self, x: usize, name: &str, n: usize, act: Act) -> Result<usize> {
         let s = self.shape(x);
         let k = s.len();
         let chw = self.get(&format!("{name}.weight"), &[n, k])?;
@@ -281,13 +327,20 @@ impl<'a> Builder<'a> {
             output: 0,
             weight,
             bias,
-            relu,
+            relu: act.flags().0,
+            relu6: act.flags().1,
             pad_values: None,
         };
         Ok(self.push(op, name, Shape3::new(n, 1, 1)))
     }
 
-    fn pool(&mut self, x: usize, max: bool, k: usize, name: &str) -> Result<usize> {
+    fn pool(
+        &mut self,
+        x: usize,
+        max: bool,
+        (k, stride): (usize, usize),
+        name: &str,
+    ) -> Result<usize> {
         let s = self.shape(x);
         if s.h < k || s.w < k {
             return Err(ExportError::BadInput(format!(
@@ -295,9 +348,9 @@ impl<'a> Builder<'a> {
             )));
         }
         let kind = if max {
-            OpKind::MaxPool { k, stride: k }
+            OpKind::MaxPool { k, stride }
         } else {
-            OpKind::AvgPool { k, stride: k }
+            OpKind::AvgPool { k, stride }
         };
         let op = FloatOp {
             name: name.into(),
@@ -307,16 +360,17 @@ impl<'a> Builder<'a> {
             weight: Vec::new(),
             bias: Vec::new(),
             relu: false,
+            relu6: false,
             pad_values: None,
         };
         Ok(self.push(
             op,
             name,
-            Shape3::new(s.c, (s.h - k) / k + 1, (s.w - k) / k + 1),
+            Shape3::new(s.c, (s.h - k) / stride + 1, (s.w - k) / stride + 1),
         ))
     }
 
-    fn add(&mut self, a: usize, b: usize, name: &str) -> Result<usize> {
+    fn add(&mut self, a: usize, b: usize, name: &str, act: Act) -> Result<usize> {
         let shape = self.shape(a);
         if shape != self.shape(b) {
             return Err(ExportError::BadInput(format!(
@@ -332,86 +386,225 @@ impl<'a> Builder<'a> {
             output: 0,
             weight: Vec::new(),
             bias: Vec::new(),
-            relu: true,
+            relu: act.flags().0,
+            relu6: act.flags().1,
             pad_values: None,
         };
         Ok(self.push(op, name, shape))
     }
 }
 
-fn lenet(b: &mut Builder) -> Result<()> {
-    let conv = ConvConfig {
-        bias: true,
-        relu: true,
-        ..Default::default()
-    };
-    let x = b.conv(0, "conv1", 6, 5, &conv)?;
-    let x = b.pool(x, true, 2, "pool1")?;
-    let x = b.conv(x, "conv2", 16, 5, &conv)?;
-    let x = b.pool(x, true, 2, "pool2")?;
-    let x = b.fc(x, "fc1", 120, true)?;
-    let x = b.fc(x, "fc2", 84, true)?;
-    b.fc(x, "fc3", b.input.classes, false)?;
-    Ok(())
+/// One op of the folded graph: a layer with weights, a pooling or an add (`head`), with the
+/// batch norm and ReLU after it that fold into it.
+#[derive(Debug, Clone, Default)]
+struct Fused {
+    head: usize,
+    bn: Option<usize>,
+    act: Act,
+    /// The last layer of the group: its output is the op's.
+    tail: usize,
 }
 
-/// The basic block `name` (two 3×3 convs and the residual add); the 1×1 projection shortcut
-/// where the shape changes.
-fn basic_block(
-    b: &mut Builder,
-    x: usize,
-    name: &str,
-    (cin, cout, stride): (usize, usize, usize),
-) -> Result<usize> {
-    // The shortcut runs first: it is smaller than the block input it replaces, so the input
-    // dies earlier and the arena is smaller.
-    let short = if stride != 1 || cin != cout {
-        let cfg = ConvConfig {
-            stride,
-            bn: Some(format!("{name}.shortcut.1")),
-            output: Some(format!("{name}.shortcut")),
-            ..Default::default()
+/// Groups the description's layers into the graph's ops: `owner[i]` is the op whose output
+/// layer `i`'s output is (flatten owns no op of its own).
+fn fuse(spec: &NetSpec, r: &Resolved) -> Result<Fusion> {
+    let consumers = r.consumers();
+    let mut ops: Vec<Fused> = Vec::new();
+    let mut owner = vec![usize::MAX; spec.layers.len()];
+    for (i, node) in spec.layers.iter().enumerate() {
+        let refuse = |why: &str| {
+            Err(ExportError::BadInput(format!(
+                "layer {} '{}' ({}): {why}",
+                i + 1,
+                node.name,
+                node.layer.op()
+            )))
         };
-        b.conv(x, &format!("{name}.shortcut.0"), cout, 1, &cfg)?
-    } else {
-        x
-    };
-    // 3×3 conv `{name}.conv{i}` with batch norm `{name}.bn{i}` folded in.
-    let conv_bn = |b: &mut Builder, x, i: usize, stride, relu| {
-        let cfg = ConvConfig {
-            stride,
-            pad: 1,
-            bn: Some(format!("{name}.bn{i}")),
-            relu,
-            ..Default::default()
+        // The op this layer would fold into: the one whose last layer it alone reads.
+        let into = match r.sources[i][0] {
+            Source::Layer(j) if consumers[j] == [i] && ops[owner[j]].tail == j => Some(owner[j]),
+            _ => None,
         };
-        b.conv(x, &format!("{name}.conv{i}"), cout, 3, &cfg)
-    };
-    let y = conv_bn(b, x, 1, stride, true)?;
-    let y = conv_bn(b, y, 2, 1, false)?;
-    b.add(y, short, &format!("{name}.add"))
-}
-
-fn resnet18(b: &mut Builder) -> Result<()> {
-    let stem = ConvConfig {
-        pad: 1,
-        bn: Some("bn1".into()),
-        relu: true,
-        ..Default::default()
-    };
-    let mut x = b.conv(0, "conv1", 64, 3, &stem)?;
-    let mut cin = 64;
-    for (stage, (cout, stride)) in [(64, 1), (128, 2), (256, 2), (512, 2)]
-        .into_iter()
-        .enumerate()
-    {
-        for (i, s) in [stride, 1].into_iter().enumerate() {
-            let name = format!("layer{}.{i}", stage + 1);
-            x = basic_block(b, x, &name, (cin, cout, s))?;
-            cin = cout;
+        match &node.layer {
+            Layer::BatchNorm => match into {
+                Some(o) if matches!(
+                    spec.layers[ops[o].head].layer,
+                    Layer::Conv { .. } | Layer::DepthwiseConv { .. }
+                ) && ops[o].bn.is_none()
+                    && ops[o].act == Act::None =>
+                {
+                    ops[o].bn = Some(i);
+                    ops[o].tail = i;
+                    owner[i] = o;
+                }
+                _ => return refuse("batch norm must follow a convolution that nothing else reads"),
+            },
+            Layer::Relu | Layer::Relu6 => match into {
+                Some(o) if ops[o].act == Act::None
+                    && !matches!(
+                        spec.layers[ops[o].head].layer,
+                        Layer::MaxPool { .. } | Layer::AvgPool { .. } | Layer::GlobalAvgPool
+                    ) =>
+                {
+                    ops[o].act = if node.layer == Layer::Relu6 {
+                        Act::Relu6
+                    } else {
+                        Act::Relu
+                    };
+                    ops[o].tail = i;
+                    owner[i] = o;
+                }
+                _ => {
+                    return refuse(
+                        "int8 ReLU is a clamp of the layer before it: it must follow a conv,                          batch norm, linear or add layer that nothing else reads",
+                    )
+                }
+            },
+            Layer::Flatten => match r.sources[i][0] {
+                Source::Layer(j) => owner[i] = owner[j],
+                Source::Input => return refuse("the exporter needs a layer with weights first"),
+            },
+            _ => {
+                owner[i] = ops.len();
+                ops.push(Fused {
+                    head: i,
+                    tail: i,
+                    ..Fused::default()
+                });
+            }
         }
     }
-    let x = b.pool(x, false, 4, "avgpool")?;
-    b.fc(x, "linear", b.input.classes, false)?;
-    Ok(())
+    Ok(Fusion { ops, owner })
+}
+
+/// The graph's ops and, per layer, the op that computes its output.
+struct Fusion {
+    ops: Vec<Fused>,
+    owner: Vec<usize>,
+}
+
+impl Fusion {
+    /// The ops an op reads: for an add, its input, then the other operand.
+    fn reads(&self, r: &Resolved, op: usize) -> Vec<Option<usize>> {
+        r.sources[self.ops[op].head]
+            .iter()
+            .map(|s| match *s {
+                Source::Input => None,
+                Source::Layer(j) => Some(self.owner[j]),
+            })
+            .collect()
+    }
+}
+
+/// The order the ops run in: each after what it reads, and where two branches meet (a
+/// residual add), the one with fewer ops first — it holds its output longer, but lets the
+/// tensor both branches read die sooner (a ResNet's shortcut runs before its block).
+fn schedule(f: &Fusion, r: &Resolved) -> Vec<usize> {
+    fn pending(f: &Fusion, r: &Resolved, op: usize, done: &[bool], seen: &mut Vec<bool>) -> usize {
+        if done[op] || seen[op] {
+            return 0;
+        }
+        seen[op] = true;
+        1 + f
+            .reads(r, op)
+            .into_iter()
+            .flatten()
+            .map(|d| pending(f, r, d, done, seen))
+            .sum::<usize>()
+    }
+    fn visit(f: &Fusion, r: &Resolved, op: usize, done: &mut Vec<bool>, order: &mut Vec<usize>) {
+        if done[op] {
+            return;
+        }
+        let mut deps: Vec<(usize, usize)> = f
+            .reads(r, op)
+            .into_iter()
+            .flatten()
+            .map(|d| (pending(f, r, d, done, &mut vec![false; done.len()]), d))
+            .collect();
+        deps.sort_by_key(|&(n, _)| n);
+        for (_, d) in deps {
+            visit(f, r, d, done, order);
+        }
+        done[op] = true;
+        order.push(op);
+    }
+    let mut done = vec![false; f.ops.len()];
+    let mut order = Vec::new();
+    let last = f.owner[f.owner.len() - 1];
+    visit(f, r, last, &mut done, &mut order);
+    order
+}
+
+impl Builder<'_> {
+    /// Adds op `op` of `f`, reading the graph tensors its sources became.
+    fn emit(
+        &mut self,
+        spec: &NetSpec,
+        r: &Resolved,
+        f: &Fusion,
+        tensor: &[Option<usize>],
+        op: usize,
+    ) -> Result<usize> {
+        let Fused { head, bn, act, .. } = f.ops[op];
+        let inputs: Vec<usize> = f
+            .reads(r, op)
+            .into_iter()
+            .map(|d| d.map_or(0, |d| tensor[d].expect("scheduled after its inputs")))
+            .collect();
+        let x = inputs[0];
+        let name = spec.layers[head].name.as_str();
+        match &spec.layers[head].layer {
+            &Layer::Conv {
+                out,
+                kernel,
+                stride,
+                padding,
+                bias,
+            } => {
+                let cfg = ConvConfig {
+                    stride,
+                    pad: padding,
+                    bias,
+                    bn: bn.map(|b| spec.layers[b].name.clone()),
+                    act,
+                    depthwise: false,
+                };
+                self.conv(x, name, out, kernel, &cfg)
+            }
+            &Layer::DepthwiseConv {
+                kernel,
+                stride,
+                padding,
+                bias,
+                ..
+            } => {
+                let cfg = ConvConfig {
+                    stride,
+                    pad: padding,
+                    bias,
+                    bn: bn.map(|b| spec.layers[b].name.clone()),
+                    act,
+                    depthwise: true,
+                };
+                self.conv(x, name, r.shapes[head].channels(), kernel, &cfg)
+            }
+            Layer::Linear { .. } => self.fc(x, name, r.shapes[head].len(), act),
+            &Layer::MaxPool { kernel, stride } => {
+                self.pool(x, true, (kernel, stride.unwrap_or(kernel)), name)
+            }
+            &Layer::AvgPool { kernel, stride } => {
+                self.pool(x, false, (kernel, stride.unwrap_or(kernel)), name)
+            }
+            Layer::GlobalAvgPool => match r.shape_of(r.sources[head][0]) {
+                Dims::Map { h, w, .. } if h == w => self.pool(x, false, (h, h), name),
+                d => Err(ExportError::BadInput(format!(
+                    "layer '{name}': the int8 graph pools square windows only, and its input is \
+                     {d}"
+                ))),
+            },
+            Layer::Add { .. } => self.add(x, inputs[1], name, act),
+            other => unreachable!("{other:?} folds into the op before it"),
+        }
+    }
 }

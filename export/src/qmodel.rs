@@ -159,11 +159,16 @@ fn quantize_op(
         shifts: Vec::new(),
         effective: Vec::new(),
         act_min: relu_min,
-        act_max: 127,
+        // ReLU6: 6 as TFLite quantizes it (CalculateActivationRangeQuantized).
+        act_max: if op.relu6 {
+            (sout.zero_point as i64 + (6.0 / sout.scale as f64).round() as i64).min(127) as i32
+        } else {
+            127
+        },
         pad_values: Vec::new(),
     };
     match op.kind {
-        OpKind::Conv2d { .. } | OpKind::FullyConnected => {
+        OpKind::Conv2d { .. } | OpKind::DepthwiseConv2d { .. } | OpKind::FullyConnected => {
             quantize_weighted(graph, op, (sin, sout), scheme, &mut q)?
         }
         OpKind::MaxPool { .. } => {

@@ -95,6 +95,12 @@ impl<'g> Executor<'g> {
                         pad_shift,
                     }
                 }
+                OpKind::DepthwiseConv2d { kh, kw, .. } => Prepared {
+                    // candle's grouped convolution, one group per input channel.
+                    weight: Some(Tensor::from_slice(w, (cout, 1, kh, kw), &device)?),
+                    bias: Some(Tensor::from_vec(b, (1, cout, 1, 1), &device)?),
+                    pad_shift: None,
+                },
                 _ => {
                     let k = graph.tensors[op.inputs[0]].shape.len();
                     let weight = Tensor::from_slice(w, (cout, k), &device)?
@@ -174,6 +180,11 @@ impl<'g> Executor<'g> {
                     x.conv2d(w, pad, stride, 1, 1)?
                         .broadcast_add(p.bias.as_ref().expect("prepared conv"))?
                 }
+                OpKind::DepthwiseConv2d { stride, pad, .. } => {
+                    let w = p.weight.as_ref().expect("prepared depthwise conv");
+                    x.conv2d(w, pad, stride, 1, x.dim(1)?)?
+                        .broadcast_add(p.bias.as_ref().expect("prepared depthwise conv"))?
+                }
                 OpKind::FullyConnected => {
                     // The runtime reads its input in HWC order.
                     let x = x.permute((0, 2, 3, 1))?.flatten_from(1)?;
@@ -186,7 +197,9 @@ impl<'g> Executor<'g> {
                 OpKind::AvgPool { k, stride } => x.avg_pool2d_with_stride(k, stride)?,
                 OpKind::Add => (x + get(op.inputs[1])?)?,
             };
-            if op.relu {
+            if op.relu6 {
+                y = y.clamp(0f32, 6f32)?;
+            } else if op.relu {
                 y = y.relu()?;
             }
             if let Some(a) = &self.activations {

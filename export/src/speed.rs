@@ -40,8 +40,9 @@ pub fn speed_model_normalized(
         .iter()
         .map(|p| (p.name.clone(), p.var.as_tensor().clone()))
         .collect();
+    let model = kind.into();
     let input = Input {
-        kind,
+        model: &model,
         tensors: &tensors,
         mean,
         std,

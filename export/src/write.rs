@@ -315,6 +315,16 @@ fn o8_op(model: &QModel, op: &QOp) -> Result<O8Op> {
             w.kernel_w = u8_of("kernel width", kw)?;
             (O8Kind::Conv2d, w, 0)
         }
+        OpKind::DepthwiseConv2d {
+            kh,
+            kw,
+            stride,
+            pad,
+        } => {
+            let mut w = square(kh, stride, pad)?;
+            w.kernel_w = u8_of("kernel width", kw)?;
+            (O8Kind::DepthwiseConv2d, w, 0)
+        }
         OpKind::FullyConnected => (O8Kind::FullyConnected, Window::default(), 0),
         OpKind::MaxPool { k, stride } => (O8Kind::MaxPool, square(k, stride, 0)?, 0),
         OpKind::AvgPool { k, stride } => (O8Kind::AvgPool, square(k, stride, 0)?, 0),
@@ -357,6 +367,17 @@ pub(crate) fn runtime_weights(model: &QModel, op: &QOp) -> Vec<i8> {
             kh,
             kw,
         ),
+        (Some(w), OpKind::DepthwiseConv2d { kh, kw, .. }) => {
+            // [C_out][kh][kw] → [kh][kw][C_out] (TFLite's layout).
+            let cout = w.scales.len();
+            let mut out = vec![0i8; w.q.len()];
+            for o in 0..cout {
+                for t in 0..kh * kw {
+                    out[t * cout + o] = w.q[o * kh * kw + t];
+                }
+            }
+            out
+        }
         (Some(w), _) => w.q.clone(),
         (None, _) => Vec::new(),
     }

@@ -16,8 +16,10 @@ fn input<'a>(
     std: &'a [f32],
     classes: usize,
 ) -> Input<'a> {
+    // Tests build a handful of inputs: leaking each model keeps the helper's signature small.
+    let model: &'static octet_models::Model = Box::leak(Box::new(kind.into()));
     Input {
-        kind,
+        model,
         tensors,
         mean,
         std,
@@ -97,16 +99,9 @@ fn pytorch_checkpoint(
             Tensor::new(391i64, &Device::Cpu).unwrap(),
         ));
     }
-    let w = all
-        .iter()
-        .find(|(n, _)| n == "conv1.weight")
-        .unwrap()
-        .1
-        .clone();
-    all.push((
-        "optim.momentum.conv1.weight".into(),
-        w.zeros_like().unwrap(),
-    ));
+    let stem = format!("{}.weight", kind.spec().stem().unwrap());
+    let w = all.iter().find(|(n, _)| *n == stem).unwrap().1.clone();
+    all.push((format!("optim.momentum.{stem}"), w.zeros_like().unwrap()));
     // Half precision on disk: the exporter converts.
     let all: Vec<(String, Tensor)> = all
         .into_iter()
@@ -131,6 +126,10 @@ fn pytorch_layout_checkpoints_export_to_valid_files() {
     for (kind, mean, std) in [
         (ModelKind::LeNet, &FASHION_MEAN[..], &FASHION_STD[..]),
         (ModelKind::ResNet18, &CIFAR_MEAN[..], &CIFAR_STD[..]),
+        (ModelKind::ResNet8, &CIFAR_MEAN[..], &CIFAR_STD[..]),
+        (ModelKind::MobileNetV1, &CIFAR_MEAN[..], &CIFAR_STD[..]),
+        (ModelKind::MobileNetV2, &FASHION_MEAN[..], &FASHION_STD[..]),
+        (ModelKind::DsCnn, &FASHION_MEAN[..], &FASHION_STD[..]),
     ] {
         let tensors = pytorch_checkpoint(kind, mean.len(), dir.path());
         assert!(
@@ -162,11 +161,35 @@ fn pytorch_layout_checkpoints_export_to_valid_files() {
                 // The adds are TFLite's with the default (double) rounding.
                 assert_eq!(p.kinds.iter().filter(|&&k| k == 11).count(), 8);
             }
+            ModelKind::ResNet8 => {
+                // stem + 3 blocks × (2 convs + add) + 2 shortcuts + global pool + linear
+                assert_eq!(p.n_ops, 1 + 3 * 3 + 2 + 2);
+                assert_eq!(p.kinds.iter().filter(|&&k| k == 11).count(), 3);
+            }
+            ModelKind::MobileNetV1 => {
+                // stem + 13 × (depthwise + pointwise) + global pool + linear
+                assert_eq!(p.n_ops, 1 + 13 * 2 + 2);
+                assert_eq!(p.kinds.iter().filter(|&&k| k == 6).count(), 13);
+            }
+            ModelKind::MobileNetV2 => {
+                // stem + block 1 (depthwise, projection) + 16 × (expansion, depthwise,
+                // projection) + 11 residual adds (10 within stages; at width 0.35 the 8-channel
+                // floor gives the second stage's first block the shape of its input too) + last
+                // conv + global pool + linear
+                assert_eq!(p.n_ops, 1 + 2 + 16 * 3 + 11 + 1 + 2);
+                assert_eq!(p.kinds.iter().filter(|&&k| k == 6).count(), 17);
+                assert_eq!(p.kinds.iter().filter(|&&k| k == 11).count(), 11);
+            }
+            ModelKind::DsCnn => {
+                assert_eq!(p.n_ops, 1 + 4 * 2 + 2);
+                assert_eq!(p.kinds.iter().filter(|&&k| k == 6).count(), 4);
+            }
         }
         assert_eq!(ex.report.layers.len(), p.n_ops);
         check_records_and_multipliers(&ex);
         let md = ex.report.to_markdown();
-        assert!(md.contains("conv1") && md.contains("SQNR"), "{md}");
+        let stem = kind.spec().stem().unwrap().to_string();
+        assert!(md.contains(&stem) && md.contains("SQNR"), "{md}");
         serde_json::to_string(&ex.report).unwrap();
     }
 }
@@ -457,6 +480,23 @@ fn runtime_matches_the_exporters_integer_interpreter() {
     let ours = run_int8(&ex.model, &ex.plan, &test, 2).unwrap();
     let theirs = runtime_logits(&ex.bytes, &test, 2).unwrap();
     assert_eq!(ours, theirs, "ResNet-18");
+
+    // Depthwise convs (multiplier 1), ReLU6 clamps, residual adds without a ReLU.
+    let (pixels, _) = fashion_test(48);
+    let (calib, test) = pixels.split_at(32 * 1024);
+    let opts = ExportOptions {
+        calibration_images: 32,
+        sqnr_images: 4,
+        ..ExportOptions::default()
+    };
+    for kind in [ModelKind::MobileNetV2, ModelKind::DsCnn] {
+        let (_, tensors) = random_model(kind, 1, 10, 4);
+        let inp = input(kind, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+        let ex = export(&inp, calib, &opts).unwrap();
+        let ours = run_int8(&ex.model, &ex.plan, test, 16).unwrap();
+        let theirs = runtime_logits(&ex.bytes, test, 16).unwrap();
+        assert_eq!(ours, theirs, "{kind}");
+    }
 }
 
 /// The runtime's `format` views read back, field by field, what the model and plan hold; and

@@ -84,6 +84,12 @@ impl BatchNorm2d {
     }
 }
 
+impl candle_nn::ModuleT for BatchNorm2d {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Result<Tensor> {
+        self.forward(xs, train)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

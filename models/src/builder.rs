@@ -25,6 +25,11 @@ impl<'a> LayerBuilder<'a> {
         }
     }
 
+    /// How the network being built holds its activations.
+    pub(crate) fn params_activations(&self) -> Activations {
+        self.activations
+    }
+
     /// The built network's named tensors and settings.
     pub(crate) fn finish(self) -> NetworkParts {
         NetworkParts {

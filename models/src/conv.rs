@@ -5,12 +5,15 @@ use crate::builder::LayerBuilder;
 use crate::{OpsConfig, Role};
 
 /// A convolution's settings beyond its channels and kernel size. `Default`: stride 1, no
-/// padding, a bias (PyTorch's `nn.Conv2d`).
+/// padding, a bias, one group (PyTorch's `nn.Conv2d`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conv2dConfig {
     pub stride: usize,
     pub padding: usize,
     pub bias: bool,
+    /// Input channels split into this many groups, each convolved with its share of the
+    /// outputs; the input channels for a depthwise convolution.
+    pub groups: usize,
 }
 
 impl Default for Conv2dConfig {
@@ -19,11 +22,12 @@ impl Default for Conv2dConfig {
             stride: 1,
             padding: 0,
             bias: true,
+            groups: 1,
         }
     }
 }
 
-/// 2-D convolution, weight `(out, in, k, k)` as in PyTorch.
+/// 2-D convolution, weight `(out, in / groups, k, k)` as in PyTorch.
 #[derive(Debug, Clone)]
 pub struct Conv2d {
     weight: Tensor,
@@ -43,6 +47,7 @@ impl Conv2d {
         cfg: Conv2dConfig,
     ) -> crate::Result<Self> {
         let dev = b.params.device().clone();
+        let cin = cin / cfg.groups.max(1);
         let fan_in = cin * kernel * kernel;
         let w = b
             .init
@@ -91,5 +96,11 @@ impl Conv2d {
             }
             None => Ok(y),
         }
+    }
+}
+
+impl candle_nn::Module for Conv2d {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        Conv2d::forward(self, xs)
     }
 }

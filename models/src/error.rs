@@ -3,8 +3,10 @@ use candle_core::Shape;
 /// Errors of model construction and weight loading. Each names the tensor at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("unknown model '{0}': expected one of lenet, resnet18")]
+    #[error("unknown model '{0}': expected one of {names}", names = crate::ModelKind::ALL.map(|k| k.name()).join(", "))]
     UnknownModel(String),
+    #[error("network description: {0}")]
+    Spec(#[from] crate::spec::SpecError),
     #[error("tensor '{name}' is missing from the checkpoint")]
     MissingTensor { name: String },
     #[error(

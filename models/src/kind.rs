@@ -8,15 +8,30 @@ use crate::ModelError;
 pub enum ModelKind {
     LeNet,
     ResNet18,
+    ResNet8,
+    MobileNetV1,
+    MobileNetV2,
+    DsCnn,
 }
 
 impl ModelKind {
-    pub const ALL: [ModelKind; 2] = [ModelKind::LeNet, ModelKind::ResNet18];
+    pub const ALL: [ModelKind; 6] = [
+        ModelKind::LeNet,
+        ModelKind::ResNet18,
+        ModelKind::ResNet8,
+        ModelKind::MobileNetV1,
+        ModelKind::MobileNetV2,
+        ModelKind::DsCnn,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             ModelKind::LeNet => "lenet",
             ModelKind::ResNet18 => "resnet18",
+            ModelKind::ResNet8 => "resnet8",
+            ModelKind::MobileNetV1 => "mobilenet-v1",
+            ModelKind::MobileNetV2 => "mobilenet-v2",
+            ModelKind::DsCnn => "ds-cnn",
         }
     }
 
@@ -25,6 +40,21 @@ impl ModelKind {
         match self {
             ModelKind::LeNet => "LeNet-5: two 5×5 convolutions and three fully connected layers",
             ModelKind::ResNet18 => "ResNet-18 for small images: 3×3 stem, 8 basic blocks",
+            ModelKind::ResNet8 => {
+                "MLPerf Tiny's ResNet-8: 3×3 stem, 3 basic blocks (16, 32, 64 filters)"
+            }
+            ModelKind::MobileNetV1 => {
+                "MobileNetV1, width 0.25 (MLPerf Tiny's VWW; mobilenet-v1:W for width W): 13 \
+                 depthwise-separable blocks, ReLU6"
+            }
+            ModelKind::MobileNetV2 => {
+                "MobileNetV2, width 0.35 (mobilenet-v2:W for width W): 17 inverted residual \
+                 blocks, ReLU6"
+            }
+            ModelKind::DsCnn => {
+                "MLPerf Tiny's keyword-spotting DS-CNN shape: 64-channel stem, 4 \
+                 depthwise-separable blocks"
+            }
         }
     }
 }
@@ -42,6 +72,10 @@ impl clap::ValueEnum for ModelKind {
         Some(match self {
             ModelKind::LeNet => pv.alias("le-net"),
             ModelKind::ResNet18 => pv.aliases(["resnet-18", "resnet_18"]),
+            ModelKind::ResNet8 => pv.aliases(["resnet-8", "resnet_8"]),
+            ModelKind::MobileNetV1 => pv.aliases(["mobilenetv1", "mobilenet_v1"]),
+            ModelKind::MobileNetV2 => pv.aliases(["mobilenetv2", "mobilenet_v2"]),
+            ModelKind::DsCnn => pv.aliases(["dscnn", "ds_cnn"]),
         })
     }
 }
@@ -59,6 +93,10 @@ impl FromStr for ModelKind {
         match s.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
             "lenet" => Ok(ModelKind::LeNet),
             "resnet18" => Ok(ModelKind::ResNet18),
+            "resnet8" => Ok(ModelKind::ResNet8),
+            "mobilenetv1" => Ok(ModelKind::MobileNetV1),
+            "mobilenetv2" => Ok(ModelKind::MobileNetV2),
+            "dscnn" => Ok(ModelKind::DsCnn),
             _ => Err(ModelError::UnknownModel(s.to_string())),
         }
     }

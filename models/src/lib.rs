@@ -1,4 +1,6 @@
-//! LeNet and ResNet-18 (CIFAR variant) as candle modules.
+//! Networks as candle modules, each defined once as data: a [`spec::NetSpec`] description
+//! (built in: [`zoo`], one file per network; or a user's TOML/JSON file) from which the
+//! layers, the PyTorch names and the exporter's graph all derive.
 //!
 //! Every tensor is named as in the PyTorch `state_dict` of the lab code, so a checkpoint saved
 //! by PyTorch loads here and one saved here loads in PyTorch. Parameters live in [`Params`],
@@ -13,24 +15,32 @@ mod conv;
 mod error;
 mod init;
 mod kind;
-mod lenet;
 mod linear;
+mod model;
+mod network;
 mod params;
-mod resnet;
+pub mod spec;
 mod stats_sync;
+pub mod zoo;
 
 pub use activations::Activations;
 pub use batch_norm::BatchNorm2d;
 pub use conv::{Conv2d, Conv2dConfig};
 pub use error::{ModelError, Result};
 pub use kind::ModelKind;
-pub use lenet::LeNet;
 pub use linear::Linear;
+pub use model::{model_help, Model};
+pub use network::SpecNetwork;
 pub use octet_train_ops::{OpsConfig, StatsSync};
 pub use params::{Param, Params, Role};
-pub use resnet::ResNet18;
 
 use candle_core::{DType, Device, Tensor};
+
+use crate::spec::NetSpec;
+
+/// The image side every data set is brought to (28×28 MNIST-style images are padded): the
+/// input size the built-in networks are built for.
+pub const IMAGE_SIDE: usize = 32;
 
 /// A network that octet trains, evaluates and exports.
 pub trait Network: Send {
@@ -72,18 +82,18 @@ pub struct NetworkConfig {
     pub ops: OpsConfig,
 }
 
-/// Builds `kind` with freshly initialised weights (PyTorch's default initialisation, drawn
+/// Builds `model` with freshly initialised weights (PyTorch's default initialisation, drawn
 /// from a seeded generator so the same seed gives the same model on any device), NCHW
 /// activations and the default ops.
 pub fn build(
-    kind: ModelKind,
+    model: impl Into<Model>,
     in_channels: usize,
     classes: usize,
     seed: u64,
     device: &Device,
 ) -> Result<Box<dyn Network>> {
     build_with(
-        kind,
+        model,
         in_channels,
         classes,
         seed,
@@ -94,8 +104,28 @@ pub fn build(
 
 /// [`build`] as `cfg` says.
 pub fn build_with(
-    kind: ModelKind,
+    model: impl Into<Model>,
     in_channels: usize,
+    classes: usize,
+    seed: u64,
+    device: &Device,
+    cfg: &NetworkConfig,
+) -> Result<Box<dyn Network>> {
+    build_spec(
+        &model.into().spec(),
+        (in_channels, IMAGE_SIDE, IMAGE_SIDE),
+        classes,
+        seed,
+        device,
+        cfg,
+    )
+}
+
+/// Builds the network `spec` describes for `(channels, height, width)` images, as
+/// [`build_with`].
+pub fn build_spec(
+    spec: &NetSpec,
+    image: (usize, usize, usize),
     classes: usize,
     seed: u64,
     device: &Device,
@@ -108,8 +138,5 @@ pub fn build_with(
     }
     let mut init = init::Init::new(seed);
     let b = builder::LayerBuilder::new(device, &mut init, cfg);
-    Ok(match kind {
-        ModelKind::LeNet => Box::new(LeNet::new(b, in_channels, classes)?),
-        ModelKind::ResNet18 => Box::new(ResNet18::new(b, in_channels, classes)?),
-    })
+    Ok(Box::new(SpecNetwork::new(b, spec, image, classes)?))
 }

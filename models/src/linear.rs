@@ -42,3 +42,9 @@ impl Linear {
         x.matmul(&w.t()?)?.broadcast_add(&b)
     }
 }
+
+impl candle_nn::Module for Linear {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        Linear::forward(self, xs)
+    }
+}

@@ -65,6 +65,39 @@ fn conv2d_on_cpu_is_candles_conv2d_bit_for_bit() -> Result<()> {
     Ok(())
 }
 
+/// Grouped and depthwise convolutions: the public op and the custom op (its grouped backward
+/// included) give candle's grouped conv2d (one convolution per group) bit for bit.
+#[test]
+fn grouped_conv2d_on_cpu_is_candles_bit_for_bit() -> Result<()> {
+    let dev = Device::Cpu;
+    for (i, &(n, ci, co, s, k, st, p, g)) in common::GROUPED_CASES.iter().enumerate() {
+        let seed = 700 + 100 * i as u64;
+        let x = uniform(&[n, ci, s, s], -1.0, 1.0, seed, &dev)?;
+        let w = uniform(&[co, ci / g, k, k], -0.5, 0.5, seed + 1, &dev)?;
+        let reference = conv_run(|x, w| x.conv2d(w, p, st, 1, g), &x, &w, seed + 2)?;
+        let ops = OpsConfig::default();
+        let public = conv_run(|x, w| ops.conv2d(x, w, p, st), &x, &w, seed + 2)?;
+        let op = Conv2dOp {
+            padding: p,
+            stride: st,
+            channels_last: false,
+            tf32: false,
+        };
+        let custom = conv_run(|x, w| x.apply_op2(w, op), &x, &w, seed + 2)?;
+        for (j, r) in reference.iter().enumerate() {
+            assert!(same_bits(&public[j], r)?, "case {i}, output {j}: public");
+            assert!(same_bits(&custom[j], r)?, "case {i}, output {j}: Conv2dOp");
+        }
+    }
+    // Channels that do not divide into groups are refused.
+    let x = Tensor::zeros((1, 6, 5, 5), candle_core::DType::F32, &dev)?;
+    let w = Tensor::zeros((4, 4, 3, 3), candle_core::DType::F32, &dev)?;
+    assert!(OpsConfig::default().conv2d(&x, &w, 1, 1).is_err());
+    let w = Tensor::zeros((5, 2, 3, 3), candle_core::DType::F32, &dev)?;
+    assert!(OpsConfig::default().conv2d(&x, &w, 1, 1).is_err());
+    Ok(())
+}
+
 /// Batch norm `f` and the reference on each CPU case's inputs: `(case, f's, reference's)`.
 fn against_reference(f: common::BnFn) -> Result<Vec<(usize, common::BnOut, common::BnOut)>> {
     let dev = Device::Cpu;

@@ -39,10 +39,14 @@ fn conv_run(
 }
 
 fn conv_check(dev: &Device, ops: &OpsConfig, dtype: DType, tol: f32, what: &str) -> Result<()> {
-    for (i, &(n, ci, co, s, k, st, p)) in common::CONV_CASES.iter().enumerate() {
+    // Ungrouped cases, then grouped and depthwise ones.
+    let cases = (common::CONV_CASES.iter())
+        .map(|&(n, ci, co, s, k, st, p)| (n, ci, co, s, k, st, p, 1))
+        .chain(common::GROUPED_CASES);
+    for (i, (n, ci, co, s, k, st, p, g)) in cases.enumerate() {
         let seed = 100 * i as u64;
         let x = uniform(&[n, ci, s, s], -1.0, 1.0, seed, &Device::Cpu)?;
-        let w = uniform(&[co, ci, k, k], -0.5, 0.5, seed + 1, &Device::Cpu)?;
+        let w = uniform(&[co, ci / g, k, k], -0.5, 0.5, seed + 1, &Device::Cpu)?;
         let oh = (s + 2 * p - k) / st + 1;
         let r = uniform(&[n, co, oh, oh], -1.0, 1.0, seed + 2, &Device::Cpu)?;
         let reference = conv_run(ops, &x, &w, &r, (p, st), &Device::Cpu, DType::F32)?;
@@ -57,7 +61,7 @@ fn conv_check(dev: &Device, ops: &OpsConfig, dtype: DType, tol: f32, what: &str)
                 assert!(
                     e <= tol,
                     "{what}, case {i} {:?}, round {round}: {name} off by {e} (tolerance {tol})",
-                    common::CONV_CASES[i]
+                    (n, ci, co, s, k, st, p, g)
                 );
             }
         }

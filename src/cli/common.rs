@@ -4,17 +4,21 @@
 use std::path::Path;
 
 use anyhow::Context;
-use octet_models::ModelKind;
+use octet_models::Model;
 use octet_trainer::checkpoint::{self, Checkpoint};
 use octet_trainer::data::{self, DataSource, DataSplit, Dataset, Normalization};
 
 /// The commit this binary was built from (build.rs), recorded in reports and checkpoints.
 pub const COMMIT: &str = env!("OCTET_COMMIT");
 
+/// `--model` of the commands that read a checkpoint.
+pub const MODEL_HELP: &str = "Architecture, for checkpoints without octet metadata (PyTorch \
+                              files) [default: the one the checkpoint's metadata names].";
+
 /// A checkpoint, the architecture it holds and the data it belongs with.
 pub struct Trained {
     pub ck: Checkpoint,
-    pub kind: ModelKind,
+    pub model: Model,
     pub in_channels: usize,
     pub classes: usize,
     pub split: DataSplit,
@@ -26,7 +30,7 @@ impl Trained {
     /// What the exporter needs: architecture, tensors, normalisation, shapes.
     pub fn export_input(&self) -> octet_export::Input<'_> {
         octet_export::Input {
-            kind: self.kind,
+            model: &self.model,
             tensors: &self.ck.tensors,
             mean: &self.norm.mean,
             std: &self.norm.std,
@@ -42,15 +46,15 @@ impl Trained {
 /// overrides the data set the checkpoint was trained on.
 pub fn open_trained(
     path: &Path,
-    model: Option<ModelKind>,
+    model: Option<&Model>,
     data: Option<&DataSource>,
 ) -> anyhow::Result<Trained> {
     // Finite tensors and consistent metadata (architecture, shapes, normalisation), before
     // any data is loaded.
     let ck = checkpoint::load_checked(path)?;
     let hint = model;
-    let kind = ck.model_kind(hint)?;
-    if let Some(h) = hint.filter(|&h| h != kind) {
+    let kind = ck.model(hint)?;
+    if let Some(h) = hint.filter(|&h| *h != kind) {
         anyhow::bail!(
             "--model {h}, but {} is a {kind} checkpoint (its metadata says so): drop --model",
             path.display()
@@ -58,8 +62,8 @@ pub fn open_trained(
     }
     // Names and shapes against the architecture, for the commands that use the tensors
     // without building the model (export).
-    ck.check_model(kind)?;
-    let (in_channels, classes) = ck.io_shape(kind)?;
+    ck.check_model(&kind)?;
+    let (in_channels, classes) = ck.io_shape(&kind)?;
     let source = match (data, &ck.meta) {
         (Some(d), _) => d.clone(),
         (None, Some(m)) => m.config.data.parse()?,
@@ -81,7 +85,7 @@ pub fn open_trained(
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(Trained {
         ck,
-        kind,
+        model: kind,
         in_channels,
         classes,
         split,

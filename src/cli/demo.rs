@@ -77,7 +77,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
 
     let test = &t.split.test;
     let dev = DeviceSpec::Cpu.open()?;
-    let model = octet_models::build(t.kind, t.in_channels, t.classes, 0, &dev)?;
+    let model = octet_models::build(&t.model, t.in_channels, t.classes, 0, &dev)?;
     t.ck.restore_model(model.params())?;
     let clock = Instant::now();
     let float = evaluate(

@@ -1,13 +1,13 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use octet_models::ModelKind;
+use octet_models::Model;
 use octet_trainer::data::DataSource;
 use octet_trainer::device::DeviceSpec;
 use octet_trainer::eval::evaluate;
 use octet_trainer::Normalizer;
 
-use super::common::{at_least_one, open_trained};
+use super::common::{at_least_one, open_trained, MODEL_HELP};
 use super::values;
 
 #[derive(Args)]
@@ -21,8 +21,8 @@ pub struct EvalArgs {
     data: Option<DataSource>,
     /// Architecture, for checkpoints without octet metadata (PyTorch files) [default: the one
     /// the checkpoint's metadata names].
-    #[arg(long, short, ignore_case = true)]
-    model: Option<ModelKind>,
+    #[arg(long, short, value_parser = super::values::model, long_help = octet_models::model_help(MODEL_HELP))]
+    model: Option<Model>,
     /// Evaluate the training split instead of the test split.
     #[arg(long)]
     train_split: bool,
@@ -38,8 +38,8 @@ pub struct EvalArgs {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<()> {
-    let t = open_trained(&a.checkpoint, a.model, a.data.as_ref())?;
-    let (kind, split) = (t.kind, &t.split);
+    let t = open_trained(&a.checkpoint, a.model.as_ref(), a.data.as_ref())?;
+    let (kind, split) = (&t.model, &t.split);
     let ds = if a.train_split {
         &split.train
     } else {

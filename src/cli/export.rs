@@ -6,12 +6,12 @@ use octet_export::{
     ablation_on, summary, write_histograms, Ablation, Calibrated, Calibration, Engine,
     ExportOptions, Exported, Phase, Phases, WeightScheme,
 };
-use octet_models::ModelKind;
+use octet_models::Model;
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::{DataSource, Dataset, Sampler};
 use octet_trainer::device::DeviceSpec;
 
-use super::common::{accuracy, at_least_one, first, open_trained, run_o8, Trained};
+use super::common::{accuracy, at_least_one, first, open_trained, run_o8, Trained, MODEL_HELP};
 use super::convert::{self, write_tflite, Format};
 use super::values::{self, CalibrationChoice};
 
@@ -25,8 +25,8 @@ pub struct ExportArgs {
     out: Option<PathBuf>,
     /// Architecture, for checkpoints without octet metadata [default: the one the
     /// checkpoint's metadata names].
-    #[arg(long, short, ignore_case = true)]
-    model: Option<ModelKind>,
+    #[arg(long, short, value_parser = super::values::model, long_help = octet_models::model_help(MODEL_HELP))]
+    model: Option<Model>,
     /// Data for calibration (training split) and the report (test split): auto, bundled,
     /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST[:SEED]]]
     /// [default: the checkpoint's data set].
@@ -141,7 +141,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     // A build without CUDA, or a GPU that cannot be opened, says so before anything is loaded.
     let device = a.device.open()?;
-    let t = open_trained(&a.checkpoint, a.model, a.data.as_ref())?;
+    let t = open_trained(&a.checkpoint, a.model.as_ref(), a.data.as_ref())?;
     let (out, report_dir) = destinations(&a)?;
     let phases = Phases::new(!a.json);
     let engine = Engine {
@@ -165,7 +165,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<()> {
     };
     phases.say(&format!(
         "calibrating {} ({}) on {n_cal} training images on {}",
-        t.kind,
+        t.model,
         a.checkpoint.display(),
         a.device
     ));
@@ -299,7 +299,7 @@ fn write_report(
         write_histograms(exported, &dir.join("histograms"))?
     };
     let json = serde_json::json!({
-        "checkpoint": a.checkpoint, "model": t.kind.to_string(), "data": t.split.name,
+        "checkpoint": a.checkpoint, "model": t.model.to_string(), "data": t.split.name,
         "o8": o8, "tflite": tflite, "o8_bytes": exported.bytes.len(), "commit": super::common::COMMIT,
         "calibration_search": tried, "report": exported.report, "ablation": abl,
         "histograms": plots, "seconds": s.start.elapsed().as_secs_f64(),
@@ -312,7 +312,7 @@ fn write_report(
     let md = format!(
         "# int8 export of {}\n\n{} on {}; `.o8` {} bytes, arena {} bytes.\n\n## Ablation\n\n{}\n## Layers\n\n{}",
         a.checkpoint.display(),
-        t.kind,
+        t.model,
         t.split.name,
         exported.bytes.len(),
         exported.report.arena_bytes,

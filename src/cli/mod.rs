@@ -3,6 +3,7 @@ mod common;
 mod convert;
 mod curves;
 mod demo;
+mod describe;
 mod eval;
 mod export;
 #[cfg(test)]
@@ -74,6 +75,8 @@ enum Command {
     Import(import::ImportArgs),
     /// Show what a checkpoint or an .o8 model holds.
     Inspect(inspect::InspectArgs),
+    /// A network's layers, output shapes and parameters; its description file with --json.
+    Describe(describe::DescribeArgs),
     /// The main job on the bundled data: train LeNet, export it to int8, compare.
     Demo(demo::DemoArgs),
     /// Measure training speed (the lab's timing protocol).
@@ -93,6 +96,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Convert(a) => convert::run(a),
         Command::Import(a) => import::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Describe(a) => describe::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(b) => bench::run(b),
     }?;

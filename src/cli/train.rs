@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use candle_core::Device;
 use clap::{Arg, Args};
-use octet_models::ModelKind;
+use octet_models::{Model, ModelKind};
 use octet_trainer::checkpoint::Checkpoint;
 use octet_trainer::config::LrScaling;
 use octet_trainer::data::{self, DataSource, DataSplit};
@@ -27,9 +27,9 @@ use super::values;
 #[derive(Args)]
 #[command(mut_args(show_defaults))]
 pub struct TrainArgs {
-    /// Architecture.
-    #[arg(long, short, ignore_case = true)]
-    model: Option<ModelKind>,
+    /// Architecture: a built-in network or a .toml/.json description file.
+    #[arg(long, short, value_parser = values::model, long_help = octet_models::model_help("Architecture."))]
+    model: Option<Model>,
     /// Data: auto (full Fashion-MNIST if installed, else the bundled subset), bundled,
     /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST[:SEED]]].
     #[arg(long, short, value_parser = values::data())]
@@ -129,9 +129,9 @@ pub struct TrainArgs {
 }
 
 /// A fresh run's settings: `TrainConfig`'s, with fewer epochs for ResNet-18.
-fn fresh_config(kind: ModelKind) -> TrainConfig {
-    let mut c = TrainConfig::new(kind, &DataSource::Auto.to_string());
-    if kind == ModelKind::ResNet18 {
+fn fresh_config(model: &Model) -> TrainConfig {
+    let mut c = TrainConfig::new(model, &DataSource::Auto.to_string());
+    if model.kind() == Some(ModelKind::ResNet18) {
         c.epochs = 10;
     }
     c
@@ -148,12 +148,12 @@ fn step_default() -> (usize, f64) {
 /// Appends `[default: …]`, as clap prints it, to the help of each setting a fresh run takes
 /// from [`fresh_config`].
 fn show_defaults(arg: Arg) -> Arg {
-    let c = fresh_config(ModelKind::LeNet);
+    let c = fresh_config(&ModelKind::LeNet.into());
     let shown = match arg.get_id().as_str() {
         "model" => c.model,
         "data" => c.data,
         "epochs" => ModelKind::ALL
-            .map(|k| format!("{} for {k}", fresh_config(k).epochs))
+            .map(|k| format!("{} for {k}", fresh_config(&k.into()).epochs))
             .join(", "),
         "batch_size" => c.batch_size.to_string(),
         "eval_batch_size" => c.eval_batch_size.to_string(),
@@ -186,11 +186,11 @@ impl TrainArgs {
     fn config(&self, base: Option<TrainConfig>) -> anyhow::Result<TrainConfig> {
         let mut c = match base {
             Some(c) => c,
-            None => fresh_config(self.model.unwrap_or(ModelKind::LeNet)),
+            None => fresh_config(self.model.as_ref().unwrap_or(&ModelKind::LeNet.into())),
         };
-        if let Some(kind) = self.model {
+        if let Some(kind) = &self.model {
             anyhow::ensure!(
-                kind.to_string() == c.model,
+                kind.name() == c.model && kind.described() == c.net.as_ref(),
                 "--model {kind} differs from the resumed checkpoint's {}",
                 c.model
             );
@@ -300,7 +300,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     };
     if let Some(ck) = &init {
         // A file without octet metadata does not say its architecture: --model must.
-        ck.model_kind(a.model)?;
+        ck.model(a.model.as_ref())?;
     }
     let mut cfg = a.checked_config(resume.as_ref())?;
     let source: DataSource = cfg.data.parse()?;

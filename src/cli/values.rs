@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::{Error, ErrorKind};
 use octet_export::Calibration;
+use octet_models::Model;
 use octet_trainer::data::DataSource;
 use octet_trainer::device::DeviceSpec;
 use octet_trainer::TrainError;
@@ -52,6 +53,12 @@ impl<T: Clone + Send + Sync + 'static> TypedValueParser for Forms<T> {
         let message = format!("invalid value '{s}' for '{name}': {why}\n");
         Err(Error::raw(ErrorKind::ValueValidation, message).with_cmd(cmd))
     }
+}
+
+/// `--model`: a built-in network's name, or a `.toml`/`.json` description, read and checked
+/// here (errors name the line and the layer).
+pub fn model(s: &str) -> Result<Model, String> {
+    Model::parse(s).map_err(|e| e.to_string())
 }
 
 /// `--data`: the forms of [`DataSource`].

@@ -1,5 +1,6 @@
 //! 2-D convolution (NCHW, or channels-last NHWC with a `(K, R, S, C)` weight; square stride
-//! and padding, no dilation or groups) whose CUDA forward and both backward passes call cuDNN. candle's own CUDA backward runs a naive
+//! and padding, no dilation; grouped — depthwise included — when the weight reads fewer
+//! channels than the input has, `groups = C_in / C_w`) whose CUDA forward and both backward passes call cuDNN. candle's own CUDA backward runs a naive
 //! transposed-convolution kernel for the input gradient; cuDNN's backward-data and
 //! backward-filter are what PyTorch uses.
 
@@ -36,11 +37,18 @@ impl OpsConfig {
 
     /// `op` through cuDNN where it applies, else candle's conv2d in the op's layout.
     fn conv_in(&self, x: &Tensor, w: &Tensor, op: Conv2dOp) -> Result<Tensor> {
+        let cl = op.channels_last;
+        check_geom(
+            &logical(x.dims(), cl),
+            &logical(w.dims(), cl),
+            op.padding,
+            op.stride,
+        )?;
         if self.uses_cudnn(x, w) {
             return x.contiguous()?.apply_op2(&w.contiguous()?, op);
         }
         in_nchw(x, w, op.channels_last, |x, w| {
-            x.conv2d(w, op.padding, op.stride, 1, 1)
+            x.conv2d(w, op.padding, op.stride, 1, groups(x, w)?)
         })
     }
 
@@ -129,15 +137,20 @@ pub struct Conv2dBackward {
     pub shape: Shape,
 }
 
+/// The groups of a convolution of NCHW `x` with `w`: input channels per weight channel.
+fn groups(x: &Tensor, w: &Tensor) -> Result<usize> {
+    Ok(x.dim(1)? / w.dim(1)?.max(1))
+}
+
 fn check_geom(x: &[usize], w: &[usize], padding: usize, stride: usize) -> Result<()> {
     if x.len() != 4 || w.len() != 4 {
         bail!("conv2d: expected 4-d input and weight, got {x:?} and {w:?}")
     }
-    if x[1] != w[1] {
+    if w[1] == 0 || !x[1].is_multiple_of(w[1]) || !w[0].is_multiple_of((x[1] / w[1]).max(1)) {
         bail!(
-            "conv2d: input has {} channels, weight expects {}",
-            x[1],
-            w[1]
+            "conv2d: input has {} channels, weight {w:?}: the input's channels must be the \
+             weight's times the groups, and the groups must divide the output channels",
+            x[1]
         )
     }
     if stride == 0 || x[2] + 2 * padding < w[2] || x[3] + 2 * padding < w[3] {
@@ -154,6 +167,18 @@ fn reference_grad_x(
     pad: usize,
     stride: usize,
 ) -> Result<Tensor> {
+    let groups = x_shape.dims()[1] / w.dim(1)?;
+    if groups > 1 {
+        // Per group: its output channels' gradient through its weights, to its input channels.
+        let mut part = x_shape.dims().to_vec();
+        part[1] /= groups;
+        let part = Shape::from(part);
+        let dxs = (dy.chunk(groups, 1)?.iter())
+            .zip(&w.chunk(groups, 0)?)
+            .map(|(dy, w)| reference_grad_x(&dy.contiguous()?, w, &part, pad, stride))
+            .collect::<Result<Vec<_>>>()?;
+        return Tensor::cat(&dxs, 1);
+    }
     let x_h = x_shape.dims()[2];
     let out_size = (dy.dim(2)? - 1) * stride + (w.dim(2)? - 1) + 1 - 2 * pad;
     let dx = dy.conv_transpose2d(w, pad, x_h - out_size, stride, 1)?;
@@ -174,6 +199,19 @@ fn reference_grad_w(
     pad: usize,
     stride: usize,
 ) -> Result<Tensor> {
+    let groups = x.dim(1)? / w_shape.dims()[1];
+    if groups > 1 {
+        let mut part = w_shape.dims().to_vec();
+        part[0] /= groups;
+        let part = Shape::from(part);
+        let gws = (x.chunk(groups, 1)?.iter())
+            .zip(&dy.chunk(groups, 1)?)
+            .map(|(x, dy)| {
+                reference_grad_w(&x.contiguous()?, &dy.contiguous()?, &part, pad, stride)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        return Tensor::cat(&gws, 0);
+    }
     let gw = x
         .transpose(0, 1)?
         .conv2d(&dy.transpose(0, 1)?, pad, 1, stride, 1)?
@@ -202,7 +240,7 @@ impl Conv2dOp {
         )?;
         let (x, w) = (cpu::tensor(s1, l1)?, cpu::tensor(s2, l2)?);
         let y = in_nchw(&x, &w, cl, |x, w| {
-            x.conv2d(w, self.padding, self.stride, 1, 1)
+            x.conv2d(w, self.padding, self.stride, 1, groups(x, w)?)
         })?;
         Ok((cpu::storage(&y)?, y.shape().clone()))
     }
@@ -341,6 +379,7 @@ mod cuda {
             h: x[2],
             w: x[3],
             c_out: w[0],
+            groups: x[1] / w[1],
             k_h: w[2],
             k_w: w[3],
             stride,

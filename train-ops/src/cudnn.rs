@@ -23,7 +23,9 @@ use sys::cudnnBackendAttributeName_t as Attr;
 use sys::cudnnBackendAttributeType_t as Ty;
 use sys::cudnnBackendDescriptorType_t as Kind;
 
-/// Geometry of one convolution in NCHW terms (the memory layout is the plan's) with a square kernel, stride and padding.
+/// Geometry of one convolution in NCHW terms (the memory layout is the plan's) with a square kernel, stride and padding;
+/// grouped when the weight reads `c_in / groups` channels (cuDNN's backend infers the groups
+/// from the channel counts of x and w).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct ConvGeom {
     pub n: usize,
@@ -31,6 +33,7 @@ pub(crate) struct ConvGeom {
     pub h: usize,
     pub w: usize,
     pub c_out: usize,
+    pub groups: usize,
     pub k_h: usize,
     pub k_w: usize,
     pub stride: usize,
@@ -48,7 +51,7 @@ impl ConvGeom {
         self.n * self.c_in * self.h * self.w
     }
     pub fn w_elems(&self) -> usize {
-        self.c_out * self.c_in * self.k_h * self.k_w
+        self.c_out * (self.c_in / self.groups) * self.k_h * self.k_w
     }
     pub fn y_elems(&self) -> usize {
         self.n * self.c_out * self.out_h() * self.out_w()
@@ -328,7 +331,7 @@ fn build(handle: &Handle, key: &PlanKey) -> Result<Plan> {
     // x, w and y, each in (N, C, H, W) order.
     let shapes = [
         [g.n, g.c_in, g.h, g.w],
-        [g.c_out, g.c_in, g.k_h, g.k_w],
+        [g.c_out, g.c_in / g.groups, g.k_h, g.k_w],
         [g.n, g.c_out, g.out_h(), g.out_w()],
     ];
     let tensors = [X, W, Y]

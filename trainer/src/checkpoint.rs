@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use octet_models::{ModelKind, Params};
+use octet_models::{Model, ModelKind, Params};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::write_atomic;
@@ -252,19 +252,16 @@ impl Checkpoint {
         let Some(m) = &self.meta else {
             return Ok(());
         };
-        let kind: ModelKind = m
-            .model
-            .parse()
+        let model = Model::from_record(&m.model, m.config.net.as_ref())
             .map_err(|e| bad(format!("metadata model: {e}")))?;
-        let trained: std::result::Result<ModelKind, _> = m.config.model.parse();
-        if trained.ok() != Some(kind) {
+        if m.config.model != m.model {
             return Err(bad(format!(
                 "metadata says model {} but its training configuration says {}: the metadata \
                  was edited or damaged",
                 m.model, m.config.model
             )));
         }
-        let (c, classes) = self.io_shape(kind)?;
+        let (c, classes) = self.io_shape(&model)?;
         if (c, classes) != (m.in_channels, m.classes) {
             return Err(bad(format!(
                 "metadata says {} input channel(s) and {} classes, the tensors hold {c} and \
@@ -278,11 +275,12 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// The architecture: from the metadata, or else from `hint` (for PyTorch files).
-    pub fn model_kind(&self, hint: Option<ModelKind>) -> Result<ModelKind> {
+    /// The architecture: from the metadata (a described network's description included), or
+    /// else from `hint` (for PyTorch files).
+    pub fn model(&self, hint: Option<&Model>) -> Result<Model> {
         match (&self.meta, hint) {
-            (Some(m), _) => Ok(m.model.parse()?),
-            (None, Some(k)) => Ok(k),
+            (Some(m), _) => Ok(Model::from_record(&m.model, m.config.net.as_ref())?),
+            (None, Some(k)) => Ok(k.clone()),
             (None, None) => Err(TrainError::Checkpoint {
                 path: self.path.clone(),
                 reason: format!(
@@ -294,12 +292,17 @@ impl Checkpoint {
         }
     }
 
-    /// Input channels and classes, read off the first and last layer's weights.
-    pub fn io_shape(&self, kind: ModelKind) -> Result<(usize, usize)> {
-        let last = match kind {
-            ModelKind::LeNet => "fc3.weight",
-            ModelKind::ResNet18 => "linear.weight",
+    /// Input channels and classes, read off the first and last layer's weights (their names
+    /// from the network's description).
+    pub fn io_shape(&self, kind: impl Into<Model>) -> Result<(usize, usize)> {
+        let kind = kind.into();
+        let spec = kind.spec();
+        let (Some(stem), Some(classifier)) = (spec.stem(), spec.classifier()) else {
+            return Err(TrainError::Config(format!(
+                "{kind} has no layer with weights to read its input channels or no classifier"
+            )));
         };
+        let (first, last) = (format!("{stem}.weight"), format!("{classifier}.weight"));
         let dim = |name: &str, d: usize| -> Result<usize> {
             let t = self
                 .tensors
@@ -320,7 +323,7 @@ impl Checkpoint {
                     ),
                 })
         };
-        Ok((dim("conv1.weight", 1)?, dim(last, 0)?))
+        Ok((dim(&first, 1)?, dim(&last, 0)?))
     }
 
     /// Copies the model tensors into `params`; names the first missing, mis-shaped or
@@ -360,9 +363,10 @@ impl Checkpoint {
     /// Checks, before any use, that the tensors are those of a `kind` model: every one there
     /// with its shape, none foreign. For the commands that read the tensors without building
     /// the model (export); the others get the same check from [`Checkpoint::restore_model`].
-    pub fn check_model(&self, kind: ModelKind) -> Result<()> {
-        let (c, classes) = self.io_shape(kind)?;
-        let model = octet_models::build(kind, c, classes, 0, &Device::Cpu)?;
+    pub fn check_model(&self, kind: impl Into<Model>) -> Result<()> {
+        let kind = kind.into();
+        let (c, classes) = self.io_shape(&kind)?;
+        let model = octet_models::build(&kind, c, classes, 0, &Device::Cpu)?;
         self.restore_model(model.params())
     }
 

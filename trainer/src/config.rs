@@ -1,7 +1,8 @@
 //! `TrainConfig`: everything that decides the result of a run, checked before any work and
 //! stored in every checkpoint.
 
-use octet_models::{ModelKind, OpsConfig};
+use octet_models::spec::NetSpec;
+use octet_models::{Model, OpsConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::choice::named_choice;
@@ -13,7 +14,11 @@ use crate::{Precision, Result, TrainError};
 /// continues exactly the run that was interrupted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
+    /// The network's name: a built-in one, or a described one's (see `net`).
     pub model: String,
+    /// A user's network description (`--model net.toml`); `None` for the built-in networks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetSpec>,
     pub data: String,
     pub epochs: usize,
     pub batch_size: usize,
@@ -89,10 +94,17 @@ impl TrainConfig {
         }
     }
 
+    /// The network this configuration trains.
+    pub fn model(&self) -> Result<Model> {
+        Ok(Model::from_record(&self.model, self.net.as_ref())?)
+    }
+
     /// The lab recipe: SGD lr 0.1, momentum 0.9, weight decay 5e-4, cosine, augmentation on.
-    pub fn new(model: ModelKind, data: &str) -> Self {
+    pub fn new(model: impl Into<Model>, data: &str) -> Self {
+        let model = model.into();
         Self {
             model: model.to_string(),
+            net: model.described().cloned(),
             data: data.to_string(),
             epochs: 15,
             batch_size: 128,

@@ -234,10 +234,10 @@ fn exercise(path: &Path, t: &mut Tally) -> Result<(), String> {
         t.refused_later += 1;
         Ok(())
     };
-    let Ok(kind) = ck.model_kind(Some(ModelKind::LeNet)) else {
+    let Ok(kind) = ck.model(Some(&ModelKind::LeNet.into())) else {
         return later(t);
     };
-    let Ok((c, classes)) = ck.io_shape(kind) else {
+    let Ok((c, classes)) = ck.io_shape(&kind) else {
         return later(t);
     };
     let norm = ck
@@ -252,7 +252,7 @@ fn exercise(path: &Path, t: &mut Tally) -> Result<(), String> {
         return later(t);
     }
     let dev = Device::Cpu;
-    let Ok(model) = octet_models::build(kind, c, classes, 0, &dev) else {
+    let Ok(model) = octet_models::build(&kind, c, classes, 0, &dev) else {
         return later(t);
     };
     if let Err(e) = ck.restore_model(model.params()) {

@@ -171,12 +171,17 @@ fn options(
             let t = fb::Conv2DOptions::create(fbb, &args);
             (BuiltinOptions::Conv2DOptions, t.as_union_value())
         }
-        Options::Depthwise { stride, act } => {
+        Options::Depthwise {
+            padding,
+            stride,
+            multiplier,
+            act,
+        } => {
             let args = fb::DepthwiseConv2DOptionsArgs {
-                padding: fb::Padding::VALID,
+                padding,
                 stride_w: stride,
                 stride_h: stride,
-                depth_multiplier: 1,
+                depth_multiplier: multiplier,
                 fused_activation_function: act,
                 ..Default::default()
             };

@@ -53,9 +53,11 @@ pub enum Options {
         stride: i32,
         act: ActivationFunctionType,
     },
-    /// Depthwise conv, depth multiplier 1.
+    /// Depthwise conv.
     Depthwise {
+        padding: Padding,
         stride: i32,
+        multiplier: i32,
         act: ActivationFunctionType,
     },
     FullyConnected {

@@ -13,11 +13,14 @@
 //!   channel (or one value for all), the int8 input tensor gets that pad value as its zero point
 //!   (the uint8 zero point moves with it, so q is unchanged) and the bias absorbs the
 //!   difference; with a value per channel, CONCATENATION frames the input with them.
+//! - depthwise_conv2d: DEPTHWISE_CONV_2D with the `.o8`'s `[1][kh][kw][C_out]` weights,
+//!   per-channel scales along dimension 3, the depth multiplier C_out / C_in.
 //! - max_pool: MAX_POOL_2D (VALID). avg_pool: a DEPTHWISE_CONV_2D of weights 1 and bias 0, so
 //!   acc = Σ(q − z_in) and the requantization are octet's; TFLite's AVERAGE_POOL_2D divides with
 //!   its own rounding and cannot change the scale.
 //! - add: ADD (TFLite derives its own fixed-point parameters from the three scales).
-//! - Output clamps: NONE for [−128, 127], RELU for [max(z_out, −128), 127].
+//! - Output clamps: NONE for [−128, 127], RELU for [max(z_out, −128), 127], RELU6 for that
+//!   with the top at z_out + round(6 / s_out).
 
 use octet_runtime::{Model, OpInfo, OpKind, TensorInfo};
 use serde::Serialize;
@@ -73,14 +76,14 @@ pub fn lower(model: &Model) -> Result<(Graph, MultiplierCheck)> {
     l.input()?;
     for op in model.ops() {
         match op.kind {
-            OpKind::Conv2d | OpKind::FullyConnected => l.weighted(&op)?,
+            OpKind::Conv2d | OpKind::DepthwiseConv2d | OpKind::FullyConnected => l.weighted(&op)?,
             OpKind::MaxPool => l.max_pool(&op)?,
             OpKind::AvgPool => l.avg_pool(&op)?,
             OpKind::Add | OpKind::TfliteAdd => l.add(&op)?,
             other => {
                 return Err(unsupported(format!(
                     "op {} is {}: convert writes the ops of octet's exports (conv2d, \
-                     fully_connected, max_pool, avg_pool, add, tflite_add)",
+                     depthwise_conv2d, fully_connected, max_pool, avg_pool, add, tflite_add)",
                     op.index,
                     other.name()
                 )))
@@ -155,7 +158,7 @@ impl Lowering<'_, '_> {
     fn weighted(&mut self, op: &OpInfo) -> Result<()> {
         let (tin, tout) = (self.tensor(op.input0)?, self.tensor(op.output)?);
         let z_in = self.zero_points[op.input0 as usize];
-        let act = fused_activation(op, tout.zero_point)?;
+        let act = fused_activation(op, &tout)?;
         let cout = tout.c as usize;
         let per = op.weights.len() / cout.max(1);
         let mut scales = Vec::with_capacity(cout);
@@ -165,10 +168,18 @@ impl Lowering<'_, '_> {
             let s_w = self.weight_scale(op, c, (tin.scale, tout.scale), (m0, shift));
             scales.push(s_w);
             // The .o8 bias holds −z_in·Σw (DESIGN.md); TFLite subtracts z_in itself.
-            let sum_w: i64 = op.weights[c * per..(c + 1) * per]
-                .iter()
-                .map(|&w| w as i64)
-                .sum();
+            let sum_w: i64 = if op.kind == OpKind::DepthwiseConv2d {
+                // [kh][kw][C_out]: channel c's weights are every C_out-th.
+                op.weights
+                    .iter()
+                    .skip(c)
+                    .step_by(cout)
+                    .map(|&w| w as i64)
+                    .sum()
+            } else {
+                let row = &op.weights[c * per..(c + 1) * per];
+                row.iter().map(|&w| w as i64).sum()
+            };
             let b = op.bias.get(c) as i64 + z_in as i64 * sum_w;
             let b = i32::try_from(b).map_err(|_| {
                 unsupported(format!(
@@ -188,6 +199,12 @@ impl Lowering<'_, '_> {
             bias,
         );
         let w_shape = match op.kind {
+            OpKind::DepthwiseConv2d => vec![
+                1,
+                op.window.kernel_h as i32,
+                op.window.kernel_w as i32,
+                cout as i32,
+            ],
             OpKind::Conv2d => vec![
                 cout as i32,
                 op.window.kernel_h as i32,
@@ -196,11 +213,17 @@ impl Lowering<'_, '_> {
             ],
             _ => vec![cout as i32, per as i32],
         };
+        // Per-channel scales along the output channels: TFLite's dimension 3 for depthwise.
+        let axis = if op.kind == OpKind::DepthwiseConv2d {
+            3
+        } else {
+            0
+        };
         let w = self.g.constant(
             format!("{name}/weights"),
             w_shape,
             TensorType::INT8,
-            Some(Quant::per_channel(scales, 0)),
+            Some(Quant::per_channel(scales, axis)),
             op.weights.iter().map(|&v| v as u8).collect(),
         );
         let x = self.id(op.input0)?;
@@ -213,10 +236,19 @@ impl Lowering<'_, '_> {
         let (x, padding) = self.padded(op, &tin, z_in, x)?;
         let y = self.output(op, nhwc(&tout))?;
         let stride = uniform(op)?.1 as i32;
-        let options = Options::Conv {
-            padding,
-            stride,
-            act,
+        let options = if op.kind == OpKind::DepthwiseConv2d {
+            Options::Depthwise {
+                padding,
+                stride,
+                multiplier: (cout / tin.c as usize) as i32,
+                act,
+            }
+        } else {
+            Options::Conv {
+                padding,
+                stride,
+                act,
+            }
         };
         self.g.op(options, vec![x, w, b], vec![y]);
         Ok(())
@@ -333,7 +365,7 @@ impl Lowering<'_, '_> {
 
     fn max_pool(&mut self, op: &OpInfo) -> Result<()> {
         let tout = self.tensor(op.output)?;
-        let act = fused_activation(op, tout.zero_point)?;
+        let act = fused_activation(op, &tout)?;
         let x = self.id(op.input0)?;
         let y = self.output(op, nhwc(&tout))?;
         let (_, stride, _) = uniform(op)?;
@@ -349,7 +381,7 @@ impl Lowering<'_, '_> {
     /// avg_pool → DEPTHWISE_CONV_2D with weights 1, bias 0 and the pool's multiplier.
     fn avg_pool(&mut self, op: &OpInfo) -> Result<()> {
         let (tin, tout) = (self.tensor(op.input0)?, self.tensor(op.output)?);
-        let act = fused_activation(op, tout.zero_point)?;
+        let act = fused_activation(op, &tout)?;
         let pair = (op.multipliers.get(0), op.shifts.get(0));
         let s_w = self.weight_scale(op, 0, (tin.scale, tout.scale), pair);
         let c = tin.c as usize;
@@ -373,7 +405,9 @@ impl Lowering<'_, '_> {
         let x = self.id(op.input0)?;
         let y = self.output(op, nhwc(&tout))?;
         let options = Options::Depthwise {
+            padding: Padding::VALID,
             stride: stride as i32,
+            multiplier: 1,
             act,
         };
         self.g.op(options, vec![x, w, b], vec![y]);
@@ -382,7 +416,7 @@ impl Lowering<'_, '_> {
 
     fn add(&mut self, op: &OpInfo) -> Result<()> {
         let tout = self.tensor(op.output)?;
-        let act = fused_activation(op, tout.zero_point)?;
+        let act = fused_activation(op, &tout)?;
         let in1 = op
             .input1
             .ok_or_else(|| unsupported(format!("add {} has one input", op.index)))?;
@@ -427,15 +461,19 @@ fn same_places_like(n: usize, k: usize, s: usize, pad: usize) -> bool {
     ours == same && total / 2 == pad
 }
 
-/// The fused activation whose clamp TFLite derives from the output zero point equal to op's
-/// (act_min, act_max): NONE for [−128, 127], RELU for [max(z_out, −128), 127].
-fn fused_activation(op: &OpInfo, z_out: i32) -> Result<ActivationFunctionType> {
+/// The fused activation whose clamp TFLite derives from the output tensor equal to op's
+/// (act_min, act_max): NONE for [−128, 127], RELU for [max(z_out, −128), 127], RELU6 for
+/// [max(z_out, −128), min(z_out + round(6 / s_out), 127)].
+fn fused_activation(op: &OpInfo, tout: &TensorInfo) -> Result<ActivationFunctionType> {
+    let z_out = tout.zero_point;
+    let six = (z_out as i64 + (6.0 / tout.scale as f64).round() as i64).min(127) as i32;
     match (op.act_min, op.act_max) {
         (-128, 127) => Ok(ActivationFunctionType::NONE),
         (lo, 127) if lo == z_out.max(-128) => Ok(ActivationFunctionType::RELU),
+        (lo, hi) if lo == z_out.max(-128) && hi == six => Ok(ActivationFunctionType::RELU6),
         (lo, hi) => Err(unsupported(format!(
-            "op {} clamps to [{lo}, {hi}] with output zero point {z_out}: neither no activation \
-             nor ReLU",
+            "op {} clamps to [{lo}, {hi}] with output zero point {z_out}: neither no activation, \
+             ReLU nor ReLU6",
             op.index
         ))),
     }

@@ -161,9 +161,9 @@ pub fn check_o8(b: &[u8]) -> Parsed {
         let r = &b[op_off + 80 * i..op_off + 80 * (i + 1)];
         let kind = r[0];
         kinds.push(kind);
-        // octet's exports: conv, fc, max pool, avg pool, and the add (octet's, or TFLite's
-        // for the double rounding).
-        assert!((1..=5).contains(&kind) || kind == 11);
+        // octet's exports: conv, fc, max pool, avg pool, depthwise conv, and the add (octet's,
+        // or TFLite's for the double rounding).
+        assert!((1..=6).contains(&kind) || kind == 11);
         let add = kind == 5 || kind == 11;
         let (i0, i1, o) = (u16_at(r, 2), u16_at(r, 4), u16_at(r, 6));
         assert!(i0 < nt && o < nt);
@@ -205,6 +205,14 @@ pub fn check_o8(b: &[u8]) -> Parsed {
                 let pv = arr(4).1;
                 assert!(pv == 0 || pv == cin);
                 [cout * kh * kw * cin, 4 * cout, 4 * cout, 4 * cout, pv]
+            }
+            6 => {
+                assert!(kh >= 1 && kw >= 1 && stride >= 1);
+                assert_eq!(to.1, (ti.1 + 2 * pad - kh) / stride + 1);
+                assert_eq!(to.2, (ti.2 + 2 * pad - kw) / stride + 1);
+                assert_eq!(cout % cin, 0, "depth multiplier");
+                assert_eq!(arr(4).1, 0, "depthwise convs pad with z_in");
+                [cout * kh * kw, 4 * cout, 4 * cout, 4 * cout, 0]
             }
             2 => {
                 let k = ti.6;

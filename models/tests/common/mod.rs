@@ -55,6 +55,20 @@ pub const CONV_CASES: [(usize, usize, usize, usize, usize, usize, usize); 8] = [
     (8, 32, 64, 16, 3, 1, 1),
 ];
 
+/// A grouped convolution `(n, c_in, c_out, size, kernel, stride, padding, groups)`.
+pub type GroupedCase = (usize, usize, usize, usize, usize, usize, usize, usize);
+
+/// Grouped convolutions `(n, c_in, c_out, size, kernel, stride, padding, groups)`: depthwise
+/// (groups = c_in) with depth multipliers 1 and 2, strides 1 and 2, MobileNet's and DS-CNN's
+/// shapes, and two groups of several channels.
+pub const GROUPED_CASES: [GroupedCase; 5] = [
+    (2, 8, 8, 9, 3, 1, 1, 8),
+    (2, 6, 12, 10, 3, 2, 1, 6),
+    (1, 4, 6, 7, 3, 1, 0, 2),
+    (4, 32, 32, 16, 3, 2, 1, 32),
+    (2, 16, 16, 12, 3, 1, 1, 16),
+];
+
 /// Batch-norm shapes `(n, c, h, w)` of the NCHW tests: the CPU tests take the first five, the
 /// GPU tests all (one value a channel, and ResNet-18's first layer at batch 16).
 pub const BN_CASES: [(usize, usize, usize, usize); 7] = [

@@ -13,7 +13,7 @@ mod timing;
 use std::sync::Arc;
 
 use candle_core::Device;
-use octet_models::{ModelKind, Network, NetworkConfig};
+use octet_models::{Model, Network, NetworkConfig};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
 use crate::data::{DataSplit, Dataset, Sampler};
@@ -29,7 +29,7 @@ pub use options::{RunOptions, Summary};
 /// A model, its optimiser and its data on one device.
 pub struct Trainer {
     cfg: TrainConfig,
-    kind: ModelKind,
+    arch: Model,
     model: Box<dyn Network>,
     opt: Sgd,
     plan: LrPlan,
@@ -105,7 +105,7 @@ impl Trainer {
         coll: Arc<dyn Collective>,
     ) -> Result<Self> {
         cfg.validate()?;
-        let kind: ModelKind = cfg.model.parse()?;
+        let arch = cfg.model()?;
         let ds = &data.train;
         if ds.is_empty() {
             return Err(TrainError::Config("the training set is empty".into()));
@@ -115,7 +115,7 @@ impl Trainer {
             activations: act,
             ops: cfg.ops,
         };
-        let model = octet_models::build_with(kind, ds.channels, ds.classes, cfg.seed, dev, &net)?;
+        let model = octet_models::build_with(&arch, ds.channels, ds.classes, cfg.seed, dev, &net)?;
         let opt = Sgd::new(model.params(), cfg.momentum, cfg.weight_decay)?;
         let world = coll.world();
         let per_rank = Sampler::new(ds.len(), true, cfg.seed)
@@ -130,7 +130,7 @@ impl Trainer {
             cfg.epochs,
         );
         let at = match resume {
-            Some(ck) => restore(ck, kind, model.as_ref(), &opt, steps_per_epoch)?,
+            Some(ck) => restore(ck, &arch, model.as_ref(), &opt, steps_per_epoch)?,
             None => Progress::default(),
         };
         if cfg.bn == BnMode::Sync && world > 1 {
@@ -144,7 +144,7 @@ impl Trainer {
             norm: Normalizer::new(&data.norm, dev)?,
             train: Arc::new(data.train.clone()),
             cfg,
-            kind,
+            arch,
             model,
             opt,
             plan,
@@ -170,12 +170,12 @@ impl Trainer {
             ));
         }
         ck.validate()?;
-        let kind = ck.model_kind(Some(self.kind))?;
-        if kind != self.kind {
+        let held = ck.model(Some(&self.arch))?;
+        if held != self.arch {
             return Err(TrainError::Config(format!(
-                "--init {} holds a {kind} model, the run trains {}: pass --model {kind}",
+                "--init {} holds a {held} model, the run trains {}: pass --model {held}",
                 ck.path.display(),
-                self.kind
+                self.arch
             )));
         }
         ck.restore_model(self.model.params())?;
@@ -240,7 +240,7 @@ impl Trainer {
     fn meta(&self, commit: &str) -> CheckpointMeta {
         CheckpointMeta {
             format: checkpoint::FORMAT.into(),
-            model: self.kind.to_string(),
+            model: self.arch.to_string(),
             in_channels: self.train.channels,
             classes: self.train.classes,
             dataset: self.data.name.clone(),
@@ -254,19 +254,19 @@ impl Trainer {
     }
 }
 
-/// The model, momentum, epoch and history of `ck`, which must hold a `kind` model.
+/// The model, momentum, epoch and history of `ck`, which must hold an `arch` model.
 fn restore(
     ck: &Checkpoint,
-    kind: ModelKind,
+    arch: &Model,
     model: &dyn Network,
     opt: &Sgd,
     steps_per_epoch: usize,
 ) -> Result<Progress> {
     ck.validate()?;
     if let Some(m) = &ck.meta {
-        if m.model.parse::<ModelKind>().ok() != Some(kind) {
+        if ck.model(None).ok().as_ref() != Some(arch) {
             return Err(TrainError::Config(format!(
-                "the configuration trains {kind}, the checkpoint {} holds {}",
+                "the configuration trains {arch}, the checkpoint {} holds {}",
                 ck.path.display(),
                 m.model
             )));
