@@ -53,6 +53,20 @@ fn clamp(v: i64, lo: i32, hi: i32) -> i8 {
     v.clamp(lo as i64, hi as i64) as i8
 }
 
+/// The input pixel (row-major) that tap (ky, kx) of output pixel (oy, ox) reads; `None` in the
+/// padding.
+fn tap(
+    si: crate::graph::Shape3,
+    (oy, ox): (usize, usize),
+    (ky, kx): (usize, usize),
+    stride: usize,
+    pad: usize,
+) -> Option<usize> {
+    let iy = (oy * stride + ky).checked_sub(pad)?;
+    let ix = (ox * stride + kx).checked_sub(pad)?;
+    (iy < si.h && ix < si.w).then_some(iy * si.w + ix)
+}
+
 fn run_op(
     model: &QModel,
     op: &crate::qmodel::QOp,
@@ -85,17 +99,9 @@ fn run_op(
                         let mut acc = op.bias[o];
                         for ky in 0..kh {
                             for kx in 0..kw {
-                                let iy = (oy * stride + ky) as isize - pad as isize;
-                                let ix = (ox * stride + kx) as isize - pad as isize;
-                                let row = if iy < 0
-                                    || ix < 0
-                                    || iy >= si.h as isize
-                                    || ix >= si.w as isize
-                                {
-                                    &pad_row[..]
-                                } else {
-                                    let p = (iy as usize * si.w + ix as usize) * cin;
-                                    &x[p..p + cin]
+                                let row = match tap(si, (oy, ox), (ky, kx), stride, pad) {
+                                    Some(p) => &x[p * cin..(p + 1) * cin],
+                                    None => &pad_row[..],
                                 };
                                 let wr = &w[((o * kh + ky) * kw + kx) * cin..][..cin];
                                 acc += row
@@ -125,16 +131,9 @@ fn run_op(
                         let mut acc = op.bias[o];
                         for ky in 0..kh {
                             for kx in 0..kw {
-                                let iy = (oy * stride + ky) as isize - pad as isize;
-                                let ix = (ox * stride + kx) as isize - pad as isize;
-                                let q = if iy < 0
-                                    || ix < 0
-                                    || iy >= si.h as isize
-                                    || ix >= si.w as isize
-                                {
-                                    zi
-                                } else {
-                                    x[(iy as usize * si.w + ix as usize) * si.c + o / d] as i32
+                                let q = match tap(si, (oy, ox), (ky, kx), stride, pad) {
+                                    Some(p) => x[p * si.c + o / d] as i32,
+                                    None => zi,
                                 };
                                 acc += q * w[(ky * kw + kx) * so.c + o] as i32;
                             }

@@ -554,25 +554,16 @@ impl Builder<'_> {
             .collect();
         let x = inputs[0];
         let name = spec.layers[head].name.as_str();
-        match &spec.layers[head].layer {
+        let layer = &spec.layers[head].layer;
+        match layer {
             &Layer::Conv {
-                out,
                 kernel,
                 stride,
                 padding,
                 bias,
-            } => {
-                let cfg = ConvConfig {
-                    stride,
-                    pad: padding,
-                    bias,
-                    bn: bn.map(|b| spec.layers[b].name.clone()),
-                    act,
-                    depthwise: false,
-                };
-                self.conv(x, name, out, kernel, &cfg)
+                ..
             }
-            &Layer::DepthwiseConv {
+            | &Layer::DepthwiseConv {
                 kernel,
                 stride,
                 padding,
@@ -585,7 +576,7 @@ impl Builder<'_> {
                     bias,
                     bn: bn.map(|b| spec.layers[b].name.clone()),
                     act,
-                    depthwise: true,
+                    depthwise: matches!(layer, Layer::DepthwiseConv { .. }),
                 };
                 self.conv(x, name, r.shapes[head].channels(), kernel, &cfg)
             }

@@ -305,25 +305,16 @@ fn o8_op(model: &QModel, op: &QOp) -> Result<O8Op> {
         ))
     };
     let (kind, window, param) = match op.kind {
-        OpKind::Conv2d {
-            kh,
-            kw,
-            stride,
-            pad,
-        } => {
+        OpKind::Conv2d { .. } | OpKind::DepthwiseConv2d { .. } => {
+            let (kh, kw, stride, pad) = op.kind.window();
             let mut w = square(kh, stride, pad)?;
             w.kernel_w = u8_of("kernel width", kw)?;
-            (O8Kind::Conv2d, w, 0)
-        }
-        OpKind::DepthwiseConv2d {
-            kh,
-            kw,
-            stride,
-            pad,
-        } => {
-            let mut w = square(kh, stride, pad)?;
-            w.kernel_w = u8_of("kernel width", kw)?;
-            (O8Kind::DepthwiseConv2d, w, 0)
+            let kind = if let OpKind::Conv2d { .. } = op.kind {
+                O8Kind::Conv2d
+            } else {
+                O8Kind::DepthwiseConv2d
+            };
+            (kind, w, 0)
         }
         OpKind::FullyConnected => (O8Kind::FullyConnected, Window::default(), 0),
         OpKind::MaxPool { k, stride } => (O8Kind::MaxPool, square(k, stride, 0)?, 0),
