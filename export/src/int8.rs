@@ -67,6 +67,38 @@ fn tap(
     (iy < si.h && ix < si.w).then_some(iy * si.w + ix)
 }
 
+/// A depthwise conv: weights `[kh][kw][C_out]`, output channel o reads input channel o / D.
+fn depthwise(model: &QModel, op: &crate::qmodel::QOp, w: &[i8], x: &[i8], y: &mut [i8]) {
+    let si = model.tensors[op.inputs[0]].shape;
+    let so = model.tensors[op.output].shape;
+    let zi = model.tensors[op.inputs[0]].qparams.zero_point;
+    let zo = model.tensors[op.output].qparams.zero_point as i64;
+    let (kh, kw, stride, pad) = op.kind.window();
+    let d = so.c / si.c;
+    for oy in 0..so.h {
+        for ox in 0..so.w {
+            for o in 0..so.c {
+                let mut acc = op.bias[o];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let q = match tap(si, (oy, ox), (ky, kx), stride, pad) {
+                            Some(p) => x[p * si.c + o / d] as i32,
+                            None => zi,
+                        };
+                        acc += q * w[(ky * kw + kx) * so.c + o] as i32;
+                    }
+                }
+                let v = model
+                    .rounding
+                    .requantize(acc, op.multipliers[o], op.shifts[o])
+                    as i64
+                    + zo;
+                y[(oy * so.w + ox) * so.c + o] = clamp(v, op.act_min, op.act_max);
+            }
+        }
+    }
+}
+
 fn run_op(
     model: &QModel,
     op: &crate::qmodel::QOp,
@@ -117,33 +149,7 @@ fn run_op(
                 }
             }
         }
-        OpKind::DepthwiseConv2d {
-            kh,
-            kw,
-            stride,
-            pad,
-        } => {
-            // Weights [kh][kw][C_out]; output channel o reads input channel o / D.
-            let d = so.c / si.c;
-            for oy in 0..so.h {
-                for ox in 0..so.w {
-                    for o in 0..so.c {
-                        let mut acc = op.bias[o];
-                        for ky in 0..kh {
-                            for kx in 0..kw {
-                                let q = match tap(si, (oy, ox), (ky, kx), stride, pad) {
-                                    Some(p) => x[p * si.c + o / d] as i32,
-                                    None => zi,
-                                };
-                                acc += q * w[(ky * kw + kx) * so.c + o] as i32;
-                            }
-                        }
-                        let v = r.requantize(acc, op.multipliers[o], op.shifts[o]) as i64 + zo;
-                        y[(oy * so.w + ox) * so.c + o] = clamp(v, op.act_min, op.act_max);
-                    }
-                }
-            }
-        }
+        OpKind::DepthwiseConv2d { .. } => depthwise(model, op, w, x, &mut y),
         OpKind::FullyConnected => {
             let k = x.len();
             for o in 0..so.c {
