@@ -152,9 +152,19 @@ fn show_defaults(arg: Arg) -> Arg {
     let shown = match arg.get_id().as_str() {
         "model" => c.model,
         "data" => c.data,
-        "epochs" => ModelKind::ALL
-            .map(|k| format!("{} for {k}", fresh_config(&k.into()).epochs))
-            .join(", "),
+        "epochs" => {
+            // The usual count, then the networks that differ from it.
+            let epochs = ModelKind::ALL.map(|k| (k, fresh_config(&k.into()).epochs));
+            let usual = c.epochs;
+            let others: Vec<String> = (epochs.iter())
+                .filter(|(_, e)| *e != usual)
+                .map(|(k, e)| format!("{e} for {k}"))
+                .collect();
+            match others.is_empty() {
+                true => usual.to_string(),
+                false => format!("{usual}; {}", others.join(", ")),
+            }
+        }
         "batch_size" => c.batch_size.to_string(),
         "eval_batch_size" => c.eval_batch_size.to_string(),
         "lr" => c.lr.to_string(),
@@ -589,7 +599,7 @@ mod tests {
             format!("Peak learning rate [default: {}]", c.lr),
             format!("[default: {}]", c.batch_size),
             format!("[default: {}]", c.weight_decay),
-            "[default: 15 for lenet, 10 for resnet18]".into(),
+            "[default: 15; 10 for resnet18]".into(),
             "[default: cosine]".into(),
         ] {
             assert!(help.contains(&shown), "no {shown:?} in:\n{help}");
