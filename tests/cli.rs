@@ -119,7 +119,7 @@ fn user_errors_are_clear() {
     // Values clap can check are usage errors (exit code 2) listing what is accepted.
     let o = octet(&["train", "--model", "vgg16", "--data", "synthetic:64:0"]);
     failed_with(&o, "invalid value 'vgg16' for '--model <MODEL>'");
-    failed_with(&o, "[possible values: lenet, resnet18]");
+    failed_with(&o, "[possible values: lenet, resnet18, resnet8");
     assert_eq!(o.status.code(), Some(2));
 
     let dir = tempfile::tempdir().unwrap();

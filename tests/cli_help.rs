@@ -202,7 +202,7 @@ fn help_lists_values_and_defaults() {
         "Peak learning rate [default: 0.1]",
         "Images per optimiser step [default: 128]",
         "[default: 0.9]",
-        "[default: 15 for lenet, 10 for resnet18]",
+        "[default: 15; 10 for resnet18]",
         "[default: cosine] [possible values: constant, step, cosine, onecycle]",
     ] {
         assert!(t.contains(s), "no {s:?} in:\n{t}");

@@ -14,7 +14,7 @@ use super::values;
 #[derive(Args)]
 pub struct DescribeArgs {
     /// A built-in network or a description file.
-    #[arg(value_parser = values::model, long_help = octet_models::model_help("The network."))]
+    #[arg(value_parser = values::model(), long_help = octet_models::model_help("The network."))]
     model: Model,
     /// Input channels (1: Fashion-MNIST, 3: CIFAR-10).
     #[arg(long, default_value_t = 1, value_parser = super::common::at_least_one)]

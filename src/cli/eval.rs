@@ -21,7 +21,7 @@ pub struct EvalArgs {
     data: Option<DataSource>,
     /// Architecture, for checkpoints without octet metadata (PyTorch files) [default: the one
     /// the checkpoint's metadata names].
-    #[arg(long, short, value_parser = super::values::model, long_help = octet_models::model_help(MODEL_HELP))]
+    #[arg(long, short, value_parser = super::values::model(), long_help = octet_models::model_help(MODEL_HELP))]
     model: Option<Model>,
     /// Evaluate the training split instead of the test split.
     #[arg(long)]

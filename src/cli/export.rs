@@ -25,7 +25,7 @@ pub struct ExportArgs {
     out: Option<PathBuf>,
     /// Architecture, for checkpoints without octet metadata [default: the one the
     /// checkpoint's metadata names].
-    #[arg(long, short, value_parser = super::values::model, long_help = octet_models::model_help(MODEL_HELP))]
+    #[arg(long, short, value_parser = super::values::model(), long_help = octet_models::model_help(MODEL_HELP))]
     model: Option<Model>,
     /// Data for calibration (training split) and the report (test split): auto, bundled,
     /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST[:SEED]]]

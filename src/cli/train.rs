@@ -28,7 +28,7 @@ use super::values;
 #[command(mut_args(show_defaults))]
 pub struct TrainArgs {
     /// Architecture: a built-in network or a .toml/.json description file.
-    #[arg(long, short, value_parser = values::model, long_help = octet_models::model_help("Architecture."))]
+    #[arg(long, short, value_parser = values::model(), long_help = octet_models::model_help("Architecture."))]
     model: Option<Model>,
     /// Data: auto (full Fashion-MNIST if installed, else the bundled subset), bundled,
     /// fashion-mnist[:DIR], cifar10:DIR, synthetic[:TRAIN[:TEST[:SEED]]].

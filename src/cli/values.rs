@@ -55,10 +55,45 @@ impl<T: Clone + Send + Sync + 'static> TypedValueParser for Forms<T> {
     }
 }
 
-/// `--model`: a built-in network's name, or a `.toml`/`.json` description, read and checked
-/// here (errors name the line and the layer).
-pub fn model(s: &str) -> Result<Model, String> {
-    Model::parse(s).map_err(|e| e.to_string())
+/// `--model`: a built-in network's name (`NAME:WIDTH` for a width), or a `.toml`/`.json`
+/// description, read and checked here (errors name the line and the layer). An unknown name
+/// gets clap's invalid-value error: the built-in names and the nearest.
+#[derive(Clone)]
+pub struct ModelParser;
+
+/// [`ModelParser`], as the `value_parser` attributes name it.
+pub fn model() -> ModelParser {
+    ModelParser
+}
+
+impl TypedValueParser for ModelParser {
+    type Value = Model;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<Model, Error> {
+        let s = value
+            .to_str()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidUtf8).with_cmd(cmd))?;
+        let why = match Model::parse(s) {
+            Ok(m) => return Ok(m),
+            Err(e) => e.to_string(),
+        };
+        let name = s.split(':').next().unwrap_or(s);
+        let file = std::path::Path::new(s)
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("toml") || e.eq_ignore_ascii_case("json"));
+        if !file && name.parse::<octet_models::ModelKind>().is_err() {
+            let names = octet_models::ModelKind::ALL.map(|k| k.name());
+            PossibleValuesParser::new(names).parse_ref(cmd, arg, OsStr::new(name))?;
+        }
+        let arg = arg.map(ToString::to_string).unwrap_or_default();
+        let message = format!("invalid value '{s}' for '{arg}': {why}\n");
+        Err(Error::raw(ErrorKind::ValueValidation, message).with_cmd(cmd))
+    }
 }
 
 /// `--data`: the forms of [`DataSource`].
