@@ -19,10 +19,7 @@ impl Model {
     /// `.json` description (named after the file).
     pub fn parse(arg: &str) -> Result<Self, ModelError> {
         let path = Path::new(arg);
-        let is_file = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("toml") || e.eq_ignore_ascii_case("json"));
-        if !is_file {
+        if !Self::names_file(arg) {
             // `mobilenet-v1:0.5`: a built-in network at another width, recorded as described.
             if let Some((name, width)) = arg.split_once(':') {
                 let kind: ModelKind = name.parse()?;
@@ -51,6 +48,14 @@ impl Model {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| arg.to_string());
         Ok(Model::Described { name, spec })
+    }
+
+    /// Whether `--model arg` names a description file (`.toml`, `.json`) rather than a
+    /// built-in network.
+    pub fn names_file(arg: &str) -> bool {
+        Path::new(arg)
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("toml") || e.eq_ignore_ascii_case("json"))
     }
 
     /// A name and, for a described network, its description: as a checkpoint records them.

@@ -83,10 +83,7 @@ impl TypedValueParser for ModelParser {
             Err(e) => e.to_string(),
         };
         let name = s.split(':').next().unwrap_or(s);
-        let file = std::path::Path::new(s)
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("toml") || e.eq_ignore_ascii_case("json"));
-        if !file && name.parse::<octet_models::ModelKind>().is_err() {
+        if !Model::names_file(s) && name.parse::<octet_models::ModelKind>().is_err() {
             let names = octet_models::ModelKind::ALL.map(|k| k.name());
             PossibleValuesParser::new(names).parse_ref(cmd, arg, OsStr::new(name))?;
         }

@@ -37,6 +37,11 @@ impl OpsConfig {
 
     /// `op` through cuDNN where it applies, else candle's conv2d in the op's layout.
     fn conv_in(&self, x: &Tensor, w: &Tensor, op: Conv2dOp) -> Result<Tensor> {
+        if self.uses_cudnn(x, w) {
+            // The op checks the shapes itself.
+            return x.contiguous()?.apply_op2(&w.contiguous()?, op);
+        }
+        // candle's grouped conv2d would split channels that do not divide into groups.
         let cl = op.channels_last;
         check_geom(
             &logical(x.dims(), cl),
@@ -44,9 +49,6 @@ impl OpsConfig {
             op.padding,
             op.stride,
         )?;
-        if self.uses_cudnn(x, w) {
-            return x.contiguous()?.apply_op2(&w.contiguous()?, op);
-        }
         in_nchw(x, w, op.channels_last, |x, w| {
             x.conv2d(w, op.padding, op.stride, 1, groups(x, w)?)
         })
