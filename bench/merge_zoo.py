@@ -4,7 +4,7 @@ full Fashion-MNIST (per-channel weights, and the ablation's per-tensor row), and
 octet and the PyTorch peer (its best mode per precision) on the same GPU, as ratios.
 
 usage: python3 bench/merge_zoo.py OUT_DIR ... [--out bench/results/zoo_fashion_mnist.json]
-       [--commit SHA] [--command TEXT]
+       [--commit SHA] [--command TEXT] [--note TEXT ...]
 """
 import argparse, glob, json, os
 
@@ -15,6 +15,7 @@ def main():
     ap.add_argument("--out", default="bench/results/zoo_fashion_mnist.json")
     ap.add_argument("--commit", default="")
     ap.add_argument("--command", default="")
+    ap.add_argument("--note", action="append", default=[], help="a remark kept in the JSON")
     a = ap.parse_args()
     models, gpu, peer_meta = {}, "", {}
     octet_rows, peer_rows = [], []
@@ -70,6 +71,7 @@ def main():
     out = {
         "what": "built-in networks trained on full Fashion-MNIST on one GPU: the float test accuracy on the whole test split (float_test_accuracy_full_split, the last epoch's), the export's ablation on its first test_images test images (float, int8 per-channel weights, int8 per-tensor weights: the runtime's bytes), and epoch times (50,000 random 3x32x32 images, epoch 2 of 2) of octet and the PyTorch peer built from the same descriptions (bench/peer_zoo.py), best mode per precision",
         "gpu": gpu, "peer": peer_meta, "commit": a.commit, "command": a.command,
+        "notes": a.note,
         "models": models,
     }
     tmp = a.out + ".tmp"

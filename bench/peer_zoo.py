@@ -91,6 +91,9 @@ def epoch_times(layers, batch, amp, n_images, compile_):
     if amp:
         net = net.to(memory_format=torch.channels_last)
     if compile_:
+        # A fresh compiler state per run: one process compiles every (network, precision),
+        # and dynamo's recompile limit (8) would otherwise send the later ones to eager.
+        torch._dynamo.reset()
         net = torch.compile(net)
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     crit = nn.CrossEntropyLoss()

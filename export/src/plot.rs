@@ -199,10 +199,10 @@ fn weights_panel(exported: &Exported, op: &FloatOp, qw: &QuantizedWeights) -> Pa
         counts[(((x - min) as f64 / width) as usize).min(DISPLAY_BINS - 1)] += 1;
     }
     let smax = qw.scales.iter().fold(0f32, |a, &b| a.max(b)) as f64 * 127.0;
-    let kind = if matches!(op.kind, OpKind::Conv2d { .. }) {
-        "conv"
-    } else {
-        "fc"
+    let kind = match op.kind {
+        OpKind::Conv2d { .. } => "conv",
+        OpKind::DepthwiseConv2d { .. } => "depthwise conv",
+        _ => "fc",
     };
     let title = format!(
         "{} {kind} weights (folded), {:?}",

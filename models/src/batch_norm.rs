@@ -1,5 +1,6 @@
 use candle_core::{Result, Tensor, Var};
 use octet_train_ops::batch_norm::{self as bn, BnConfig, BnLayout, BnParams};
+use octet_train_ops::Activation;
 
 use crate::builder::LayerBuilder;
 use crate::stats_sync::StatsSyncSlot;
@@ -44,19 +45,30 @@ impl BatchNorm2d {
     /// Training mode uses the batch's statistics and updates the running ones (fused
     /// kernels on CUDA, candle's ops elsewhere); inference mode the running ones.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        self.forward_in(x, train, BnLayout::Nchw, false)
+        self.forward_in(x, train, BnLayout::Nchw, None)
     }
 
-    /// [`Self::forward`] on a channels-last `(n, h, w, c)` input, followed by a ReLU when
-    /// `relu` (fused into the batch-norm kernels on CUDA).
-    pub fn forward_channels_last(&self, x: &Tensor, train: bool, relu: bool) -> Result<Tensor> {
-        self.forward_in(x, train, BnLayout::ChannelsLast, relu)
+    /// [`Self::forward`] on a channels-last `(n, h, w, c)` input, followed by the rectifier
+    /// `act` (fused into the batch-norm kernels on CUDA).
+    pub fn forward_channels_last(
+        &self,
+        x: &Tensor,
+        train: bool,
+        act: Option<Activation>,
+    ) -> Result<Tensor> {
+        self.forward_in(x, train, BnLayout::ChannelsLast, act)
     }
 
-    fn forward_in(&self, x: &Tensor, train: bool, layout: BnLayout, relu: bool) -> Result<Tensor> {
+    fn forward_in(
+        &self,
+        x: &Tensor,
+        train: bool,
+        layout: BnLayout,
+        act: Option<Activation>,
+    ) -> Result<Tensor> {
         let cfg = BnConfig {
             layout,
-            relu,
+            act,
             ..BnConfig::default()
         };
         let p = BnParams {
@@ -65,7 +77,10 @@ impl BatchNorm2d {
             running_mean: &self.running_mean,
             running_var: &self.running_var,
         };
-        let then_relu = |y: Tensor| if relu { self.ops.relu(&y) } else { Ok(y) };
+        let then_relu = |y: Tensor| match act {
+            Some(a) => self.ops.rectify(&y, a),
+            None => Ok(y),
+        };
         if let Some(sync) = self.sync.get().filter(|_| train) {
             return then_relu(bn::batch_norm_train_synced(x, &p, &cfg, sync.as_ref())?);
         }

@@ -1,10 +1,11 @@
 //! A network built from its description: the candle layers of every [`Layer`] with weights,
 //! and a forward pass that walks the description. It runs the fused ops the hand-written
-//! networks ran: batch norm + ReLU in one kernel on channels-last activations, add + ReLU in
-//! one everywhere, pooling before the classifier in f32.
+//! networks ran: batch norm + ReLU (or ReLU6) in one kernel on channels-last activations,
+//! add + ReLU in one everywhere, pooling before the classifier in f32.
 
 use candle_core::{Result, Tensor};
 use octet_train_ops::permute::{nchw, nhwc};
+use octet_train_ops::Activation;
 
 use crate::activations::nchw_f32;
 use crate::builder::LayerBuilder;
@@ -25,8 +26,8 @@ pub struct SpecNetwork {
     spec: NetSpec,
     resolved: Resolved,
     modules: Vec<Module>,
-    /// Layer `i` runs with the ReLU after it fused in (that ReLU, layer `i + 1`, is skipped).
-    fused_relu: Vec<bool>,
+    /// Layer `i` runs with the rectifier after it fused in (that layer, `i + 1`, is skipped).
+    fused: Vec<Option<Activation>>,
     /// Layer `i` (a pooling) feeds only the classifier head, so it pools in f32 NCHW.
     head: Vec<bool>,
     /// The last layer reading each layer's output, after which it is dropped.
@@ -92,18 +93,23 @@ impl SpecNetwork {
         let consumers = resolved.consumers();
         let channels_last = lb.params_activations().channels_last();
         let n = spec.layers.len();
-        let sole_relu_after = |i: usize| {
-            i + 1 < n
+        // The rectifier that alone reads layer i's output, directly after it.
+        let sole_act_after = |i: usize| {
+            let sole = i + 1 < n
                 && consumers[i] == [i + 1]
-                && spec.layers[i + 1].layer == Layer::Relu
-                && resolved.sources[i + 1] == [Source::Layer(i)]
+                && resolved.sources[i + 1] == [Source::Layer(i)];
+            match spec.layers.get(i + 1).map(|l| &l.layer) {
+                Some(Layer::Relu) if sole => Some(Activation::Relu),
+                Some(Layer::Relu6) if sole => Some(Activation::Relu6),
+                _ => None,
+            }
         };
-        let fused_relu = (0..n)
+        let fused = (0..n)
             .map(|i| match spec.layers[i].layer {
-                Layer::Add { .. } => sole_relu_after(i),
-                // cuDNN-side fusion: NCHW batch norm keeps its separate ReLU, as before.
-                Layer::BatchNorm => channels_last && sole_relu_after(i),
-                _ => false,
+                Layer::Add { .. } => sole_act_after(i).filter(|&a| a == Activation::Relu),
+                // NCHW batch norm keeps its separate one-kernel rectifier, as before.
+                Layer::BatchNorm if channels_last => sole_act_after(i),
+                _ => None,
             })
             .collect();
         let head = (0..n)
@@ -121,7 +127,7 @@ impl SpecNetwork {
             spec: spec.clone(),
             resolved,
             modules,
-            fused_relu,
+            fused,
             head,
             last_use,
             parts: lb.finish(),
@@ -146,7 +152,7 @@ impl SpecNetwork {
     fn layer(&self, i: usize, x: &Value, vals: &[Option<Value>], train: bool) -> Result<Value> {
         let ops = &self.parts.ops;
         let (t, cl) = (&x.0, x.1);
-        let relu = self.fused_relu[i];
+        let act = self.fused[i];
         let pool = |f: &dyn Fn(&Tensor) -> Result<Tensor>| -> Result<Value> {
             match (cl, self.head[i]) {
                 (false, _) => Ok((f(t)?, false)),
@@ -159,11 +165,11 @@ impl SpecNetwork {
             (_, Module::Conv(c)) if cl => (c.forward_channels_last(t)?, true),
             (_, Module::Conv(c)) => (c.forward(t)?, false),
             (Layer::BatchNorm, Module::BatchNorm(bn)) if cl => {
-                (bn.forward_channels_last(t, train, relu)?, true)
+                (bn.forward_channels_last(t, train, act)?, true)
             }
             (Layer::BatchNorm, Module::BatchNorm(bn)) => (bn.forward(t, train)?, false),
             (Layer::Relu, _) => (ops.relu(t)?, cl),
-            (Layer::Relu6, _) => (t.clamp(0f32, 6f32)?, cl),
+            (Layer::Relu6, _) => (ops.relu6(t)?, cl),
             (Layer::MaxPool { kernel, stride }, _) => {
                 let s = stride.unwrap_or(*kernel);
                 pool(&|t| t.max_pool2d_with_stride(*kernel, s))?
@@ -185,7 +191,7 @@ impl SpecNetwork {
                     (Some((o, ocl)), _) if *ocl == cl => o.clone(),
                     _ => candle_core::bail!("add: operands in different layouts"),
                 };
-                let y = if relu {
+                let y = if act.is_some() {
                     ops.add_relu(t, &other)?
                 } else {
                     (t + &other)?
@@ -228,8 +234,8 @@ impl Network for SpecNetwork {
                     }
                 }
             }
-            if self.fused_relu[i] {
-                // The ReLU after it ran fused: it holds the same value.
+            if self.fused[i].is_some() {
+                // The rectifier after it ran fused: it holds the same value.
                 vals[i + 1] = Some(y);
                 i += 2;
             } else {

@@ -96,22 +96,23 @@ const BN_CASES: [(usize, usize, usize, usize); 4] =
     [(2, 8, 4, 4), (3, 5, 3, 7), (8, 16, 6, 6), (4, 3, 1, 1)];
 
 /// The fused channels-last ops' CPU versions against candle's NCHW reference, f32 and bf16,
-/// with and without the fused ReLU.
+/// with no rectifier, the fused ReLU and the fused ReLU6.
 #[test]
 fn fused_channels_last_batch_norm_matches_reference_on_cpu() -> Result<()> {
     for (dtype, tol_y, tol_g) in [(DType::F32, 1e-5, 1e-4), (DType::BF16, 1e-2, 2e-2)] {
         for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
-            for relu in [false, true] {
+            for act in common::BN_ACTS {
                 let inputs = common::bn_inputs(n, c, h, w, 40 + i as u64)?;
+                let inputs = common::bn_inputs_for(&inputs, act)?;
                 let (got, reference) = bn_cl_pair(
                     ops::batch_norm_train_fused,
                     &inputs,
-                    relu,
+                    act,
                     dtype,
                     &Device::Cpu,
                 )?;
                 let (y, g, r) = bn_errors(&got, &reference)?;
-                let case = format!("{dtype:?} case {i} relu {relu}");
+                let case = format!("{dtype:?} case {i} {act:?}");
                 assert!(y <= tol_y, "{case}: output off by {y}");
                 for (e, what) in g.iter().zip(["x", "gamma", "beta"]) {
                     assert!(*e <= tol_g, "{case}: gradient of {what} off by {e}");
@@ -129,17 +130,18 @@ fn fused_channels_last_batch_norm_matches_reference_on_cpu() -> Result<()> {
 #[test]
 fn channels_last_batch_norm_on_cpu_is_the_reference() -> Result<()> {
     let inputs = common::bn_inputs(4, 6, 5, 5, 3)?;
-    for relu in [false, true] {
-        let (a, _) = bn_cl_pair(bn_dispatch, &inputs, relu, DType::F32, &Device::Cpu)?;
+    for act in common::BN_ACTS {
+        let inputs = common::bn_inputs_for(&inputs, act)?;
+        let (a, _) = bn_cl_pair(bn_dispatch, &inputs, act, DType::F32, &Device::Cpu)?;
         let (b, _) = bn_cl_pair(
             ops::batch_norm_train_reference,
             &inputs,
-            relu,
+            act,
             DType::F32,
             &Device::Cpu,
         )?;
         for (what, got, want) in bn_parts(&a, &b) {
-            assert!(common::same_bits(got, want)?, "relu {relu}: {what}");
+            assert!(common::same_bits(got, want)?, "{act:?}: {what}");
         }
     }
     Ok(())

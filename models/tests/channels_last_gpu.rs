@@ -100,12 +100,13 @@ const BN_CASES: [(usize, usize, usize, usize); 8] = [
 fn channels_last_bf16_batch_norm_matches_f32_reference() -> Result<()> {
     let (_gpu, dev) = common::gpu();
     for (i, &(n, c, h, w)) in BN_CASES.iter().enumerate() {
-        for relu in [false, true] {
+        for act in common::BN_ACTS {
             let inputs = common::bn_inputs(n, c, h, w, 500 + i as u64)?;
-            let case = format!("case {i} {:?}, relu {relu}", BN_CASES[i]);
+            let inputs = common::bn_inputs_for(&inputs, act)?;
+            let case = format!("case {i} {:?}, {act:?}", BN_CASES[i]);
             let mut first: Option<common::BnOut> = None;
             for f in [bn_dispatch as common::BnFn, ops::batch_norm_train_fused] {
-                let (got, reference) = bn_cl_pair(f, &inputs, relu, DType::BF16, &dev)?;
+                let (got, reference) = bn_cl_pair(f, &inputs, act, DType::BF16, &dev)?;
                 let (y, g, r) = bn_errors(&got, &reference)?;
                 println!("{case}: output {y:.1e}, gradients {g:?}, running {r:?}");
                 // Output and input gradient are stored in bf16; the statistics and the

@@ -293,6 +293,40 @@ fn relu_matches_candle_on_cpu() -> Result<()> {
     Ok(())
 }
 
+/// The one-kernel ReLU6 on the GPU gives its CPU version's output and gradient bit for bit,
+/// in f32 and bf16, with values at 0, 6 and past it, both vector and scalar paths (odd
+/// length).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --features cuda -- --include-ignored"]
+fn relu6_matches_its_cpu_version() -> Result<()> {
+    let (_gpu, dev) = common::gpu();
+    for (shape, seed) in [(vec![4, 8, 16, 16], 9u64), (vec![3, 5, 7], 10)] {
+        let x = (uniform(&shape, -2.0, 2.0, seed, &Device::Cpu)? * 5.0)?;
+        // Exact 0 and 6 where the value is near them: the gradient stops at both.
+        let x = x.abs()?.ge(0.5)?.where_cond(&x, &x.zeros_like()?)?;
+        let x = ((&x - 6.0)?.abs()?.ge(0.5)?).where_cond(&x, &(x.ones_like()? * 6.0)?)?;
+        let r = uniform(&shape, -1.0, 1.0, seed + 1, &Device::Cpu)?;
+        for dtype in [DType::F32, DType::BF16] {
+            let run = |dev: &Device, fused: bool| -> Result<(Vec<f32>, Vec<f32>)> {
+                let xv = Var::from_tensor(&x.to_dtype(dtype)?.to_device(dev)?)?;
+                let y = match fused {
+                    true => ops::relu6_fused(xv.as_tensor())?,
+                    false => OpsConfig::default().relu6(xv.as_tensor())?,
+                };
+                let g = (&y * &r.to_dtype(dtype)?.to_device(dev)?)?
+                    .sum_all()?
+                    .backward()?;
+                let dx = g.get(xv.as_tensor()).expect("input gradient");
+                let f = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+                Ok((f(&y)?, f(dx)?))
+            };
+            let (gpu, cpu) = (run(&dev, false)?, run(&Device::Cpu, true)?);
+            assert_eq!(gpu, cpu, "shape {shape:?} {dtype:?}");
+        }
+    }
+    Ok(())
+}
+
 /// Inference on bf16 inputs (f32 weights cast per layer, cuDNN bf16 convolutions) gives the
 /// f32 logits up to bf16 rounding.
 #[test]

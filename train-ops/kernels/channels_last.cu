@@ -197,11 +197,24 @@ __device__ __forceinline__ float scale_of(const float* stats, const float* gamma
     return gamma[ch] * (1.0f / sqrtf(stats[c + ch] + eps));
 }
 
-// y = (x - mean) * a + beta, then max(y, 0) when relu.
+// The fused rectifier, by the flag `act` (Activation::code): 0 none, 1 ReLU, 2 ReLU6.
+__device__ __forceinline__ float rectify(float r, int act) {
+    if (act == 0) return r;
+    r = fmaxf(r, 0.0f);
+    return act == 2 ? fminf(r, 6.0f) : r;
+}
+
+// Whether the gradient passes where the rectifier's output is o: strictly inside its linear
+// range (PyTorch's threshold and hardtanh backward).
+__device__ __forceinline__ bool passes(float o, int act) {
+    return o > 0.0f && (act != 2 || o < 6.0f);
+}
+
+// y = (x - mean) * a + beta, then the rectifier act.
 template <int V>
 __device__ void apply(const bf16* __restrict__ x, const float* __restrict__ stats,
                       const float* __restrict__ gamma, const float* __restrict__ beta,
-                      bf16* __restrict__ y, int c, long long items, float eps, int relu) {
+                      bf16* __restrict__ y, int c, long long items, float eps, int act) {
     __shared__ __align__(16) float tab[3 * TABLE_CH];
     const bool tabled = c <= TABLE_CH;
     if (tabled)
@@ -232,7 +245,7 @@ __device__ void apply(const bf16* __restrict__ x, const float* __restrict__ stat
 #pragma unroll
         for (int i = 0; i < V; i++) {
             float r = (v[i] - mean[i]) * a[i] + b[i];
-            v[i] = relu ? fmaxf(r, 0.0f) : r;
+            v[i] = rectify(r, act);
         }
         store<V>(y + k * V, v);
     }
@@ -241,21 +254,21 @@ __device__ void apply(const bf16* __restrict__ x, const float* __restrict__ stat
 extern "C" __global__ void cl_apply(const bf16* __restrict__ x, const float* __restrict__ stats,
                                     const float* __restrict__ gamma, const float* __restrict__ beta,
                                     bf16* __restrict__ y, int c, long long items, float eps,
-                                    int relu, int vec) {
-    if (vec) apply<8>(x, stats, gamma, beta, y, c, items, eps, relu);
-    else apply<1>(x, stats, gamma, beta, y, c, items, eps, relu);
+                                    int act, int vec) {
+    if (vec) apply<8>(x, stats, gamma, beta, y, c, items, eps, act);
+    else apply<1>(x, stats, gamma, beta, y, c, items, eps, act);
 }
 
-// The gradient reaching the normalisation: dy, or dy where the fused ReLU's output y > 0.
+// The gradient reaching the normalisation: dy, or dy where the fused rectifier passes it.
 template <int V>
 __device__ __forceinline__ void grad_in(const bf16* __restrict__ dy, const bf16* __restrict__ y,
-                                        long long at, int relu, float* g) {
+                                        long long at, int act, float* g) {
     load<V>(dy + at, g);
-    if (relu) {
+    if (act) {
         float o[V];
         load<V>(y + at, o);
 #pragma unroll
-        for (int i = 0; i < V; i++) g[i] = o[i] > 0.0f ? g[i] : 0.0f;
+        for (int i = 0; i < V; i++) g[i] = passes(o[i], act) ? g[i] : 0.0f;
     }
 }
 
@@ -265,7 +278,7 @@ template <int V>
 __device__ void bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__ dy,
                             const bf16* __restrict__ y, const float* __restrict__ stats,
                             float* __restrict__ part, int c, int m, int chunk, int splits,
-                            int relu) {
+                            int act) {
     __shared__ float sh[2][256 * 8];
     Tile t(c / V, m, chunk, splits);
     float sdy[V], sdyx[V], mean[V];
@@ -279,7 +292,7 @@ __device__ void bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__
             long long at = r * c + (long long)t.g * V;
             float v[V], g[V];
             load<V>(x + at, v);
-            grad_in<V>(dy, y, at, relu, g);
+            grad_in<V>(dy, y, at, act, g);
 #pragma unroll
             for (int i = 0; i < V; i++) {
                 sdy[i] += g[i];
@@ -320,9 +333,9 @@ __device__ void bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__
 extern "C" __global__ void cl_bwd_partial(const bf16* __restrict__ x, const bf16* __restrict__ dy,
                                           const bf16* __restrict__ y,
                                           const float* __restrict__ stats, float* __restrict__ part,
-                                          int c, int m, int chunk, int splits, int relu, int vec) {
-    if (vec) bwd_partial<8>(x, dy, y, stats, part, c, m, chunk, splits, relu);
-    else bwd_partial<1>(x, dy, y, stats, part, c, m, chunk, splits, relu);
+                                          int c, int m, int chunk, int splits, int act, int vec) {
+    if (vec) bwd_partial<8>(x, dy, y, stats, part, c, m, chunk, splits, act);
+    else bwd_partial<1>(x, dy, y, stats, part, c, m, chunk, splits, act);
 }
 
 // dx = gamma * inv * (g - sum(g) / m - xhat * sum(g * xhat) / m)
@@ -344,7 +357,7 @@ __device__ void bwd_dx(const bf16* __restrict__ x, const bf16* __restrict__ dy,
                        const bf16* __restrict__ y, const float* __restrict__ stats,
                        const float* __restrict__ gamma, const float* __restrict__ sums,
                        bf16* __restrict__ dx, int c, long long items, float m, float eps,
-                       int relu) {
+                       int act) {
     __shared__ __align__(16) float tab[4 * TABLE_CH];
     const bool tabled = c <= TABLE_CH;
     if (tabled)
@@ -377,7 +390,7 @@ __device__ void bwd_dx(const bf16* __restrict__ x, const bf16* __restrict__ dy,
         }
         float v[V], g[V];
         load<V>(x + k * V, v);
-        grad_in<V>(dy, y, k * V, relu, g);
+        grad_in<V>(dy, y, k * V, act, g);
 #pragma unroll
         for (int i = 0; i < V; i++) v[i] = a[i] * (g[i] - sg[i]) - (v[i] - mean[i]) * q[i];
         store<V>(dx + k * V, v);
@@ -388,9 +401,9 @@ extern "C" __global__ void cl_bwd_dx(const bf16* __restrict__ x, const bf16* __r
                                      const bf16* __restrict__ y, const float* __restrict__ stats,
                                      const float* __restrict__ gamma, const float* __restrict__ sums,
                                      bf16* __restrict__ dx, int c, long long items, float m,
-                                     float eps, int relu, int vec) {
-    if (vec) bwd_dx<8>(x, dy, y, stats, gamma, sums, dx, c, items, m, eps, relu);
-    else bwd_dx<1>(x, dy, y, stats, gamma, sums, dx, c, items, m, eps, relu);
+                                     float eps, int act, int vec) {
+    if (vec) bwd_dx<8>(x, dy, y, stats, gamma, sums, dx, c, items, m, eps, act);
+    else bwd_dx<1>(x, dy, y, stats, gamma, sums, dx, c, items, m, eps, act);
 }
 
 // ReLU on bf16 (candle's gradient: dy where x >= 0); items counts 8-value vectors when vec.
@@ -403,6 +416,19 @@ __device__ void relu_f(const bf16* __restrict__ x, bf16* __restrict__ y, long lo
         // candle's bf16 ReLU: x where x >= 0 (so -0 stays -0), else +0 (NaN included).
 #pragma unroll
         for (int i = 0; i < V; i++) v[i] = v[i] >= 0.0f ? v[i] : 0.0f;
+        store<V>(y + k * V, v);
+    }
+}
+
+// ReLU6 on bf16, min(max(x, 0), 6) (exact: every result is x, 0 or 6).
+template <int V>
+__device__ void relu6_f(const bf16* __restrict__ x, bf16* __restrict__ y, long long items) {
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
+         k += (long long)gridDim.x * blockDim.x) {
+        float v[V];
+        load<V>(x + k * V, v);
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = rectify(v[i], 2);
         store<V>(y + k * V, v);
     }
 }
@@ -425,6 +451,11 @@ __device__ void pointwise2(const bf16* __restrict__ a, const bf16* __restrict__ 
 // candle's ReLU gradient: dy where x >= 0.
 struct ReluBwd {
     __device__ float operator()(float x, float g) const { return x >= 0.0f ? g : 0.0f; }
+};
+
+// ReLU6's gradient from its input: dy where 0 < x < 6 (PyTorch's hardtanh backward).
+struct Relu6Bwd {
+    __device__ float operator()(float x, float g) const { return passes(x, 2) ? g : 0.0f; }
 };
 
 // A residual block's end, max(a + b, 0): the sum rounded to bf16 first, as candle's add then
@@ -452,6 +483,12 @@ extern "C" __global__ void relu_fwd_bf16(const bf16* __restrict__ x, bf16* __res
     else relu_f<1>(x, y, items);
 }
 
+extern "C" __global__ void relu6_fwd_bf16(const bf16* __restrict__ x, bf16* __restrict__ y,
+                                          long long items, int vec) {
+    if (vec) relu6_f<8>(x, y, items);
+    else relu6_f<1>(x, y, items);
+}
+
 // One kernel per element-wise op of two bf16 tensors: `out = Op(a, b)`.
 #define POINTWISE2_KERNEL(name, Op)                                                       \
     extern "C" __global__ void name(const bf16* __restrict__ a, const bf16* __restrict__ b, \
@@ -461,6 +498,7 @@ extern "C" __global__ void relu_fwd_bf16(const bf16* __restrict__ x, bf16* __res
     }
 
 POINTWISE2_KERNEL(relu_bwd_bf16, ReluBwd)      // (x, dy) -> dx
+POINTWISE2_KERNEL(relu6_bwd_bf16, Relu6Bwd)    // (x, dy) -> dx
 POINTWISE2_KERNEL(add_relu_bf16, AddRelu)      // (a, b) -> y
 POINTWISE2_KERNEL(add_bf16, Add)               // (a, b) -> y
 POINTWISE2_KERNEL(relu_out_bwd_bf16, ReluOutBwd)  // (y, dy) -> dx

@@ -344,3 +344,43 @@ extern "C" __global__ void relu_bwd(const float* __restrict__ x, const float* __
         }
     }
 }
+
+// ReLU6 forward, min(max(x, 0), 6), and backward from the input (dy where 0 < x < 6, PyTorch's
+// hardtanh backward); n counts float4s when vec.
+__device__ __forceinline__ float relu6_y(float x) { return fminf(fmaxf(x, 0.0f), 6.0f); }
+__device__ __forceinline__ float relu6_dx(float x, float g) {
+    return x > 0.0f && x < 6.0f ? g : 0.0f;
+}
+
+extern "C" __global__ void relu6_fwd(const float* __restrict__ x, float* __restrict__ y, int n,
+                                     int vec) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (vec) {
+            float4 v = reinterpret_cast<const float4*>(x)[i];
+            v.x = relu6_y(v.x);
+            v.y = relu6_y(v.y);
+            v.z = relu6_y(v.z);
+            v.w = relu6_y(v.w);
+            reinterpret_cast<float4*>(y)[i] = v;
+        } else {
+            y[i] = relu6_y(x[i]);
+        }
+    }
+}
+
+extern "C" __global__ void relu6_bwd(const float* __restrict__ x, const float* __restrict__ dy,
+                                     float* __restrict__ dx, int n, int vec) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (vec) {
+            float4 v = reinterpret_cast<const float4*>(x)[i];
+            float4 g = reinterpret_cast<const float4*>(dy)[i];
+            g.x = relu6_dx(v.x, g.x);
+            g.y = relu6_dx(v.y, g.y);
+            g.z = relu6_dx(v.z, g.z);
+            g.w = relu6_dx(v.w, g.w);
+            reinterpret_cast<float4*>(dx)[i] = g;
+        } else {
+            dx[i] = relu6_dx(x[i], dy[i]);
+        }
+    }
+}

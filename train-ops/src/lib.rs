@@ -1,6 +1,6 @@
 //! candle custom ops for training on GPUs: cuDNN convolution (forward, backward-data,
 //! backward-filter; NCHW or channels-last), one fused batch-norm op family (NCHW f32, and
-//! bf16 channels-last with an optional fused ReLU), a one-kernel ReLU backward, fused
+//! bf16 channels-last with an optional fused ReLU or ReLU6), one-kernel ReLU and ReLU6, fused
 //! residual adds, the cast of conv weights to the channels-last layout, and the loader of the
 //! CUDA kernels (`kernels/*.cu`, also the trainer's fused SGD). candle's own CUDA backward
 //! for conv2d (a naive transposed convolution) and its many-small-op batch norm dominate a
@@ -12,6 +12,7 @@
 //! wiring is tested without a GPU; the dispatching methods still pick candle's own ops on
 //! the CPU so CPU results stay bit-identical to plain candle.
 
+mod activation;
 pub mod batch_norm;
 mod config;
 pub mod conv2d;
@@ -28,12 +29,13 @@ mod pointwise;
 mod stats_sync;
 mod weight_layout;
 
+pub use activation::Activation;
 pub use batch_norm::{
     batch_norm_train_fused, batch_norm_train_reference, batch_norm_train_synced, BnConfig,
     BnLayout, BnParams,
 };
 pub use config::OpsConfig;
 pub use conv2d::{Conv2dBackward, Conv2dOp, ConvGrad};
-pub use pointwise::{add_fused, add_relu_fused, grad_sum, relu_fused};
+pub use pointwise::{add_fused, add_relu_fused, grad_sum, relu6_fused, relu_fused};
 pub use stats_sync::StatsSync;
 pub use weight_layout::weight_channels_last_fused;

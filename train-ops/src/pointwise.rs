@@ -1,4 +1,4 @@
-//! The one-kernel element-wise ops: ReLU (f32 and bf16) whose backward is one kernel,
+//! The one-kernel element-wise ops: ReLU and ReLU6 (f32 and bf16) whose backward is one kernel,
 //! `dx = x >= 0 ? dy : 0` (candle's own backward builds the mask with a comparison and a
 //! cast, then multiplies: three full passes over the activation and a tensor of zeros, for
 //! each of a ResNet-18's seventeen ReLUs), a residual block's add + ReLU, and the bf16 sum of
@@ -10,7 +10,7 @@ use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Ten
 #[cfg(feature = "cuda")]
 use crate::custom_op::CudaArgs;
 use crate::custom_op::{custom_op, CpuArgs};
-use crate::{cpu, OpsConfig};
+use crate::{cpu, Activation, OpsConfig};
 
 impl OpsConfig {
     /// `max(x, 0)`. One-kernel forward and backward for f32 and bf16 tensors on a CUDA
@@ -25,6 +25,29 @@ impl OpsConfig {
             relu_fused(x)
         } else {
             x.relu()
+        }
+    }
+
+    /// `min(max(x, 0), 6)`, MobileNets' ReLU6. One-kernel forward and backward for f32 and
+    /// bf16 tensors on a CUDA device (the gradient PyTorch's: `dy` where `0 < x < 6`),
+    /// candle's `clamp` elsewhere (some dozen kernels a step on a GPU).
+    pub fn relu6(&self, x: &Tensor) -> Result<Tensor> {
+        if cfg!(feature = "cuda")
+            && self.fast
+            && x.device().is_cuda()
+            && matches!(x.dtype(), DType::F32 | DType::BF16)
+        {
+            relu6_fused(x)
+        } else {
+            x.clamp(0f32, 6f32)
+        }
+    }
+
+    /// The rectifier `act` of `x` ([`Self::relu`] or [`Self::relu6`]).
+    pub fn rectify(&self, x: &Tensor, act: Activation) -> Result<Tensor> {
+        match act {
+            Activation::Relu => self.relu(x),
+            Activation::Relu6 => self.relu6(x),
         }
     }
 
@@ -45,6 +68,11 @@ impl OpsConfig {
 /// The fused ReLU on any device (the CPU version exists to test its autograd wiring).
 pub fn relu_fused(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Relu)
+}
+
+/// The fused ReLU6 on any device (the CPU version exists to test its autograd wiring).
+pub fn relu6_fused(x: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op1(Relu6)
 }
 
 /// The fused residual add + ReLU on any device (the CPU version exists to test its autograd
@@ -81,6 +109,7 @@ pub fn add_fused(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 struct Relu;
+struct Relu6;
 
 /// An element-wise op of two tensors of one shape and dtype: `f` on the CPU (in f32, the
 /// result rounded to the dtype), the CUDA kernel `kernel` (f32) or `kernel_bf16`.
@@ -103,6 +132,15 @@ static RELU_BACKWARD: Pointwise2 = Pointwise2 {
     kernel: "relu_bwd",
     f32_kernel: true,
     f: |x, g| if x >= 0.0 { g } else { 0.0 },
+    grad_from_output: None,
+};
+
+/// `(x, dy) → dx`, ReLU6's gradient: `dy` where `0 < x < 6`.
+static RELU6_BACKWARD: Pointwise2 = Pointwise2 {
+    name: "relu6 backward",
+    kernel: "relu6_bwd",
+    f32_kernel: true,
+    f: |x, g| if Activation::Relu6.passes(x) { g } else { 0.0 },
     grad_from_output: None,
 };
 
@@ -160,6 +198,31 @@ impl Relu {
 
     fn backward(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(x.apply_op2_no_bwd(&dy.contiguous()?, &RELU_BACKWARD)?))
+    }
+}
+
+custom_op!(
+    CustomOp1 for Relu6, "octet-relu6", (s, l),
+    bwd(x, y, dy) -> Grads1 = backward
+);
+
+impl Relu6 {
+    /// Exact in either dtype: every result is x, 0 or 6.
+    fn cpu(&self, [(s, l)]: CpuArgs<1>) -> Result<(CpuStorage, Shape)> {
+        let x = cpu::to_f32(s, l)?;
+        let y = x.iter().map(|&v| Activation::Relu6.apply(v)).collect();
+        Ok((cpu::from_f32(s.dtype(), y)?, l.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(&self, [(s, l)]: CudaArgs<1>) -> Result<(candle_core::CudaStorage, Shape)> {
+        Ok((cuda::launch("relu6_fwd", &[(s, l)])?, l.shape().clone()))
+    }
+
+    fn backward(&self, x: &Tensor, _y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(
+            x.apply_op2_no_bwd(&dy.contiguous()?, &RELU6_BACKWARD)?,
+        ))
     }
 }
 
@@ -324,8 +387,8 @@ mod cuda {
             b.arg(v);
         }
         b.arg(&mut y).arg(&items_i).arg(&vflag);
-        // SAFETY: argument types and counts match relu_fwd (x, y, n, vec), relu_bwd (x, dy,
-        // dx, n, vec) and their bf16 versions (items an i64), add_bf16, add_relu_bf16 and
+        // SAFETY: argument types and counts match relu_fwd and relu6_fwd (x, y, n, vec),
+        // relu_bwd and relu6_bwd (x, dy, dx, n, vec) and their bf16 versions (items an i64), add_bf16, add_relu_bf16 and
         // relu_out_bwd_bf16 (a, b, out, items, vec).
         unsafe { b.launch(launch::elementwise(items))? };
         Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
@@ -352,6 +415,29 @@ mod tests {
             g_ours.get(x.as_tensor()).unwrap().to_vec3::<f32>()?,
             g_theirs.get(x.as_tensor()).unwrap().to_vec3::<f32>()?
         );
+        Ok(())
+    }
+
+    /// The fused ReLU6 is candle's `clamp(0, 6)` forward, in f32 and bf16, and passes the
+    /// gradient strictly inside (0, 6), PyTorch's hardtanh backward: 0 at 0 and at 6.
+    #[test]
+    fn relu6_clamps_and_passes_the_gradient_inside() -> Result<()> {
+        let v: Vec<f32> = (0..32).map(|i| (i as f32 - 12.0) * 0.5).collect();
+        let w: Vec<f32> = (0..32).map(|i| i as f32 + 1.0).collect();
+        for dtype in [DType::F32, DType::BF16] {
+            let x = Var::from_tensor(&Tensor::new(v.as_slice(), &Device::Cpu)?.to_dtype(dtype)?)?;
+            let wt = Tensor::new(w.as_slice(), &Device::Cpu)?.to_dtype(dtype)?;
+            let y = relu6_fused(x.as_tensor())?;
+            let want = x.as_tensor().clamp(0f32, 6f32)?;
+            let f32s = |t: &Tensor| t.to_dtype(DType::F32)?.to_vec1::<f32>();
+            assert_eq!(f32s(&y)?, f32s(&want)?, "{dtype:?}");
+            let g = (y * &wt)?.sum_all()?.backward()?;
+            let got = f32s(g.get(x.as_tensor()).unwrap())?;
+            let expected: Vec<f32> = (v.iter().zip(&w))
+                .map(|(&x, &w)| if x > 0.0 && x < 6.0 { w } else { 0.0 })
+                .collect();
+            assert_eq!(got, expected, "{dtype:?}");
+        }
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Result, Tensor, Var};
 use octet_models::OpsConfig;
-use octet_train_ops::{batch_norm_train_reference, BnConfig, BnLayout, BnParams};
+use octet_train_ops::{batch_norm_train_reference, Activation, BnConfig, BnLayout, BnParams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -151,23 +151,38 @@ pub fn rounded(t: &Tensor, dtype: candle_core::DType) -> Result<Tensor> {
 
 pub use octet_train_ops::permute::{nchw, nhwc};
 
-/// Runs a channels-last batch norm (then ReLU when `relu`) on `dev` with activations in
+/// The rectifiers a batch norm runs with: none, ReLU, ReLU6.
+pub const BN_ACTS: [Option<Activation>; 3] =
+    [None, Some(Activation::Relu), Some(Activation::Relu6)];
+
+/// `inputs` for a run with `act`: for ReLU6 gamma ×4, so that outputs pass 6 and its clip and
+/// mask are exercised.
+pub fn bn_inputs_for(inputs: &[Tensor; 5], act: Option<Activation>) -> Result<[Tensor; 5]> {
+    let mut i = inputs.clone();
+    if act == Some(Activation::Relu6) {
+        i[1] = (&i[1] * 4.0)?;
+    }
+    Ok(i)
+}
+
+/// Runs a channels-last batch norm (then the rectifier `act`) on `dev` with activations in
 /// `dtype`, and candle's f32 NCHW reference on the CPU on the same (rounded) values, under
 /// loss Σ y·r. Returns (under test, reference), both NCHW f32 on the CPU.
 pub fn bn_cl_pair(
     f: BnFn,
     inputs: &[Tensor; 5],
-    relu: bool,
+    act: Option<Activation>,
     dtype: candle_core::DType,
     dev: &Device,
 ) -> Result<(BnOut, BnOut)> {
     use candle_core::DType;
     let x = rounded(&inputs[0], dtype)?;
     let r = rounded(&uniform(x.dims(), -1.0, 1.0, 99, &Device::Cpu)?, dtype)?;
-    // `mask`: the reference's ReLU keeps where the output under test is positive. Where the
-    // normalised value is within rounding of zero the two runs may otherwise disagree on
-    // the sign, and one flipped element moves the gradients by a whole dy.
-    let run = |cl: bool, dev: &Device, mask: Option<&Tensor>| -> Result<BnOut> {
+    // `mask`: the reference's rectifier passes where the output under test is inside its
+    // linear range (and is 6 where that is 6). Where the normalised value is within rounding
+    // of 0 (or 6) the two runs may otherwise disagree on the side, and one flipped element
+    // moves the gradients by a whole dy.
+    let run = |cl: bool, dev: &Device, mask: Option<&(Tensor, Tensor)>| -> Result<BnOut> {
         let xin = if cl {
             nhwc(&x)?.to_dtype(dtype)?
         } else {
@@ -185,16 +200,16 @@ pub fn bn_cl_pair(
         let y = if cl {
             let cfg = BnConfig {
                 layout: BnLayout::ChannelsLast,
-                relu,
+                act,
                 ..BnConfig::default()
             };
             f(xv.as_tensor(), &p, &cfg)?
         } else {
             let y = batch_norm_train_reference(xv.as_tensor(), &p, &BnConfig::default())?;
-            match mask {
-                Some(m) if relu => (y * m)?,
-                _ if relu => y.relu()?,
-                _ => y,
+            match (mask, act) {
+                (Some((pass, sat)), Some(_)) => ((y * pass)? + (sat * 6.0)?)?,
+                (None, Some(_)) => unreachable!("the reference runs with the mask"),
+                (_, None) => y,
             }
         };
         let rr = if cl {
@@ -226,8 +241,14 @@ pub fn bn_cl_pair(
         })
     };
     let got = run(true, dev, None)?;
-    let mask = got.y.gt(0f32)?.to_dtype(DType::F32)?;
-    let reference = run(false, &Device::Cpu, Some(&mask))?;
+    let top = if act == Some(Activation::Relu6) {
+        6f32
+    } else {
+        f32::INFINITY
+    };
+    let pass = (got.y.gt(0f32)?.to_dtype(DType::F32)? * got.y.lt(top)?.to_dtype(DType::F32)?)?;
+    let sat = got.y.ge(top)?.to_dtype(DType::F32)?;
+    let reference = run(false, &Device::Cpu, Some(&(pass, sat)))?;
     Ok((got, reference))
 }
 

@@ -16,6 +16,7 @@ use super::BnLayout;
 use crate::custom_op::CudaArgs;
 use crate::kernels::{self, KernelModule, CHANNELS_LAST, NCHW};
 use crate::launch::{self, RowSplit, Split};
+use crate::Activation;
 
 fn i32_of(v: usize) -> Result<i32> {
     launch::i32_arg(v, "batch norm")
@@ -107,13 +108,14 @@ struct Plan {
     chunk: i32,
     splits: i32,
     partial: LaunchConfig,
-    relu: i32,
+    /// The fused rectifier's flag ([`Activation::code`]).
+    act: i32,
     vec: i32,
 }
 
 impl Plan {
     /// The geometry of `g` with every operand of `layouts` allowing vector loads or not.
-    fn new(g: &Geom, layouts: &[&Layout], relu: bool) -> Result<Self> {
+    fn new(g: &Geom, layouts: &[&Layout], act: Option<Activation>) -> Result<Self> {
         let total = g.m * g.c;
         let (vec, hw, m, items, split, partial) = match g.layout {
             BnLayout::Nchw => {
@@ -171,7 +173,7 @@ impl Plan {
             chunk: i32_of(split.1)?,
             splits: i32_of(split.0)?,
             partial,
-            relu: relu as i32,
+            act: Activation::code(act),
             vec: vec as i32,
         })
     }
@@ -220,11 +222,11 @@ impl Plan {
         };
     }
 
-    /// The trailing flags: NCHW `vec`; channels-last `relu, vec` (`with_relu`: kernels that
+    /// The trailing flags: NCHW `vec`; channels-last `act, vec` (`with_act`: kernels that
     /// take one).
-    fn push_flags<'b>(&'b self, b: &mut LaunchArgs<'b>, with_relu: bool) {
-        if with_relu && self.layout == BnLayout::ChannelsLast {
-            b.arg(&self.relu);
+    fn push_flags<'b>(&'b self, b: &mut LaunchArgs<'b>, with_act: bool) {
+        if with_act && self.layout == BnLayout::ChannelsLast {
+            b.arg(&self.act);
         }
         b.arg(&self.vec);
     }
@@ -293,7 +295,7 @@ fn reduce(
     // SAFETY: argument types and counts match bn_stats_partial (x, part, c, hw, m, chunk,
     // splits, vec), cl_stats_partial (x, part, c, m, chunk, splits, vec), bn_bwd_partial
     // (x, dy, stats, part, c, hw, m, chunk, splits, vec) and cl_bwd_partial (x, dy, y,
-    // stats, part, c, m, chunk, splits, relu, vec).
+    // stats, part, c, m, chunk, splits, act, vec).
     unsafe { b.launch(plan.partial)? };
     drop(b);
     let (stream, f) = NCHW.func(dev, r.last)?;
@@ -315,7 +317,7 @@ fn reduce(
 
 pub(super) fn stats(s: &CudaStorage, l: &Layout, g: &Geom) -> Result<CudaStorage> {
     let dev = &s.device;
-    let plan = Plan::new(g, &[l], false)?;
+    let plan = Plan::new(g, &[l], None)?;
     let x = Act::of(s, l, g.layout)?;
     let out = reduce(dev, &plan, &STATS, &[&x], None, None)?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
@@ -359,7 +361,7 @@ pub(super) fn apply(
 ) -> Result<CudaStorage> {
     let dev = &s1.device;
     let g = Geom::of(l1, op.layout)?;
-    let plan = Plan::new(&g, &[l1], op.relu)?;
+    let plan = Plan::new(&g, &[l1], op.act)?;
     let (x, gamma, beta) = (
         Act::of(s1, l1, op.layout)?,
         view_f32(s2, l2)?,
@@ -377,7 +379,7 @@ pub(super) fn apply(
         b.arg(&op.eps);
         plan.push_flags(&mut b, true);
         // SAFETY: argument types and counts match bn_apply (x, stats, gamma, beta, y, c, hw,
-        // total, eps, vec) and cl_apply (x, stats, gamma, beta, y, c, items, eps, relu, vec).
+        // total, eps, vec) and cl_apply (x, stats, gamma, beta, y, c, items, eps, act, vec).
         unsafe { b.launch(launch::elementwise(plan.items))? };
         Ok(())
     })?;
@@ -386,7 +388,7 @@ pub(super) fn apply(
 
 /// `(x, dy, y) → (2, c)` sums.
 pub(super) fn bwd_reduce([x, dy, y]: CudaArgs<3>, op: &BwdReduce) -> Result<CudaStorage> {
-    let b = BackwardIn::new([x, dy], Some(y), op.layout, op.relu)?;
+    let b = BackwardIn::new([x, dy], Some(y), op.layout, op.act)?;
     let out = with_held(&op.stats, |st| {
         reduce(
             b.dev,
@@ -400,7 +402,7 @@ pub(super) fn bwd_reduce([x, dy, y]: CudaArgs<3>, op: &BwdReduce) -> Result<Cuda
     Ok(CudaStorage::wrap_cuda_slice(out, b.dev.clone()))
 }
 
-/// `(x, dy, sums) → dx`, the op's held output `y` for the channels-last ReLU mask.
+/// `(x, dy, sums) → dx`, the op's held output `y` for the channels-last rectifier's mask.
 pub(super) fn bwd_dx([x, dy, (s3, l3)]: CudaArgs<3>, op: &BwdDx) -> Result<CudaStorage> {
     let held = (op.layout == BnLayout::ChannelsLast).then(|| op.y.storage_and_layout());
     let y = match &held {
@@ -412,7 +414,7 @@ pub(super) fn bwd_dx([x, dy, (s3, l3)]: CudaArgs<3>, op: &BwdDx) -> Result<CudaS
         }
         None => None,
     };
-    let b = BackwardIn::new([x, dy], y, op.layout, op.relu)?;
+    let b = BackwardIn::new([x, dy], y, op.layout, op.act)?;
     let sums = view_f32(s3, l3)?;
     // SAFETY: the kernel writes every element.
     let mut dx = unsafe { ActOut::alloc(b.dev, op.layout, x.1.shape().elem_count())? };
@@ -431,7 +433,7 @@ pub(super) fn bwd_dx([x, dy, (s3, l3)]: CudaArgs<3>, op: &BwdDx) -> Result<CudaS
             b.plan.push_flags(&mut l, true);
             // SAFETY: argument types and counts match bn_bwd_dx (x, dy, stats, gamma, sums,
             // dx, c, hw, total, m, eps, vec) and cl_bwd_dx (x, dy, y, stats, gamma, sums, dx,
-            // c, items, m, eps, relu, vec).
+            // c, items, m, eps, act, vec).
             unsafe { l.launch(launch::elementwise(b.plan.items))? };
             Ok(())
         })
@@ -440,7 +442,7 @@ pub(super) fn bwd_dx([x, dy, (s3, l3)]: CudaArgs<3>, op: &BwdDx) -> Result<CudaS
 }
 
 /// What both backward kernels read: `x`, `dy` and, channels-last, the output `y` for the
-/// fused ReLU's mask (the NCHW kernels have no ReLU), checked to be of one shape, and the
+/// fused rectifier's mask (the NCHW kernels fuse none), checked to be of one shape, and the
 /// launch plan over them.
 struct BackwardIn<'a> {
     dev: &'a CudaDevice,
@@ -456,7 +458,7 @@ impl<'a> BackwardIn<'a> {
         [(xs, xl), (ds, dl)]: CudaArgs<'a, 2>,
         y: Option<(&'a CudaStorage, &'a Layout)>,
         layout: BnLayout,
-        relu: bool,
+        act: Option<Activation>,
     ) -> Result<Self> {
         let geom = Geom::of(xl, layout)?;
         check_same(xl, dl)?;
@@ -466,7 +468,7 @@ impl<'a> BackwardIn<'a> {
             check_same(xl, yl)?;
             layouts.push(yl);
         }
-        let plan = Plan::new(&geom, &layouts, relu)?;
+        let plan = Plan::new(&geom, &layouts, act)?;
         Ok(Self {
             dev: &xs.device,
             geom,

@@ -1,7 +1,7 @@
 //! Training-mode batch norm over (N, H, W) per channel with PyTorch's semantics: the batch's
 //! biased variance normalises, the unbiased one enters the running estimate
 //! (`running = (1 - momentum) * running + momentum * batch`). One op family for both
-//! layouts ([`BnLayout`]) and an optional following ReLU: statistics, running update, apply,
+//! layouts ([`BnLayout`]) and an optional following rectifier ([`Activation`]): statistics, running update, apply,
 //! backward sums and input gradient, each a custom op ([`op`], described by [`params`]) with one launcher ([`cuda`])
 //! that picks the layout's kernels. Statistics, the affine parameters and their gradients are
 //! f32; the activations keep their dtype (f32 NCHW, bf16 channels-last for
@@ -17,7 +17,7 @@ mod params;
 
 use candle_core::{bail, DType, Result, Tensor, Var};
 
-use crate::{OpsConfig, StatsSync};
+use crate::{Activation, OpsConfig, StatsSync};
 
 /// How a batch-norm input holds its channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,14 +58,14 @@ pub struct BnParams<'a> {
 }
 
 /// How one training-mode batch norm runs. `Default`: PyTorch's BatchNorm2d (momentum 0.1,
-/// eps 1e-5), NCHW, no ReLU.
+/// eps 1e-5), NCHW, no rectifier.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BnConfig {
     pub momentum: f64,
     pub eps: f64,
     pub layout: BnLayout,
-    /// `max(·, 0)` after the normalisation (fused into the channels-last kernels).
-    pub relu: bool,
+    /// The rectifier after the normalisation (fused into the channels-last kernels).
+    pub act: Option<Activation>,
 }
 
 impl Default for BnConfig {
@@ -74,13 +74,13 @@ impl Default for BnConfig {
             momentum: 0.1,
             eps: 1e-5,
             layout: BnLayout::Nchw,
-            relu: false,
+            act: None,
         }
     }
 }
 
 impl OpsConfig {
-    /// Training-mode batch norm of `x`, then a ReLU when `cfg.relu`, updating the running
+    /// Training-mode batch norm of `x`, then the rectifier `cfg.act`, updating the running
     /// statistics. Fused kernels on a CUDA device (f32 NCHW, bf16 channels-last), candle's
     /// ops ([`batch_norm_train_reference`]) everywhere else.
     pub fn batch_norm_train(&self, x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Result<Tensor> {
@@ -97,14 +97,13 @@ impl OpsConfig {
             && [p.running_mean.dtype(), p.running_var.dtype()] == [DType::F32; 2];
         match (fused, cfg.layout) {
             (true, _) => batch_norm_train_fused(x, p, cfg),
-            // As before the op family: NCHW's ReLU is the dispatching one, channels-last's
-            // candle's.
+            // As before the op family: NCHW's rectifier is the dispatching one,
+            // channels-last's candle's.
             (false, BnLayout::Nchw) => {
                 let y = train_over(x, p, cfg)?;
-                if cfg.relu {
-                    self.relu(&y)
-                } else {
-                    Ok(y)
+                match cfg.act {
+                    Some(act) => self.rectify(&y, act),
+                    None => Ok(y),
                 }
             }
             (false, BnLayout::ChannelsLast) => batch_norm_train_reference(x, p, cfg),
@@ -114,13 +113,13 @@ impl OpsConfig {
 
 /// [`OpsConfig::batch_norm_train`] with candle's ops, exactly as octet computed it before the
 /// fused ops (CPU results depend on it bit for bit): computed in f32 for 16-bit input and
-/// returned in its dtype, then candle's ReLU when `cfg.relu`.
+/// returned in its dtype, then the rectifier `cfg.act` with candle's ops.
 pub fn batch_norm_train_reference(x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Result<Tensor> {
     let y = train_over(x, p, cfg)?;
-    if cfg.relu {
-        y.relu()
-    } else {
-        Ok(y)
+    match cfg.act {
+        Some(Activation::Relu) => y.relu(),
+        Some(Activation::Relu6) => y.clamp(0f32, 6f32),
+        None => Ok(y),
     }
 }
 
@@ -133,7 +132,7 @@ fn compute_dtype(dtype: DType) -> DType {
     }
 }
 
-/// The reference batch norm (no ReLU) over either layout.
+/// The reference batch norm (no rectifier) over either layout.
 fn train_over(x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Result<Tensor> {
     let dtype = x.dtype();
     let x = x.to_dtype(compute_dtype(dtype))?;
@@ -157,7 +156,7 @@ fn train_over(x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Result<Tensor> {
 /// Training-mode batch norm with statistics over every rank of a data-parallel job
 /// (SyncBatchNorm): per-channel sums, sums of squares and counts are summed by `sync`, whose
 /// gradient flows back to every rank. Candle's ops on any device and either layout; 16-bit
-/// input is computed in f32 and returned in its dtype. `cfg.relu` is the caller's (the
+/// input is computed in f32 and returned in its dtype. `cfg.act` is the caller's (the
 /// result is the normalisation alone).
 pub fn batch_norm_train_synced(
     x: &Tensor,
@@ -223,16 +222,17 @@ pub fn normalize(
 
 /// Batch norm through the fused custom ops on any device (plain loops on the CPU, which is
 /// how the ops' arithmetic and wiring are tested without a GPU). On CUDA: f32 NCHW, or bf16
-/// channels-last; on the CPU f32 or bf16 activations; everything else f32. An NCHW ReLU is
-/// the one-kernel ReLU after the normalisation ([`crate::relu_fused`]); a channels-last one
-/// is fused into the apply kernel and its backward.
+/// channels-last; on the CPU f32 or bf16 activations; everything else f32. An NCHW rectifier
+/// is the one-kernel op after the normalisation ([`crate::relu_fused`],
+/// [`crate::relu6_fused`]); a channels-last one is fused into the apply kernel and its
+/// backward.
 pub fn batch_norm_train_fused(x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Result<Tensor> {
     let x = x.contiguous()?;
     let geom = params::Geom::of(x.layout(), cfg.layout)?;
     check_channels(geom.c, &x, p)?;
     let stats = x.apply_op1_no_bwd(&params::Stats { layout: cfg.layout })?;
     update_running(p, &stats, geom.m, cfg.momentum)?;
-    let fuse_relu = cfg.relu && cfg.layout == BnLayout::ChannelsLast;
+    let fused_act = cfg.act.filter(|_| cfg.layout == BnLayout::ChannelsLast);
     let y = x.apply_op3(
         &p.gamma.contiguous()?,
         &p.beta.contiguous()?,
@@ -240,13 +240,13 @@ pub fn batch_norm_train_fused(x: &Tensor, p: &BnParams, cfg: &BnConfig) -> Resul
             stats,
             eps: cfg.eps as f32,
             layout: cfg.layout,
-            relu: fuse_relu,
+            act: fused_act,
         },
     )?;
-    if cfg.relu && !fuse_relu {
-        crate::relu_fused(&y)
-    } else {
-        Ok(y)
+    match (cfg.act, fused_act) {
+        (Some(Activation::Relu), None) => crate::relu_fused(&y),
+        (Some(Activation::Relu6), None) => crate::relu6_fused(&y),
+        _ => Ok(y),
     }
 }
 

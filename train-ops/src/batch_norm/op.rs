@@ -5,10 +5,10 @@ use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, InplaceOp2, Layout, Result, Shape, Storage, Tensor};
 
 use super::params::{Apply, BwdDx, BwdReduce, Geom, RunningUpdate, Stats};
-use crate::cpu;
 #[cfg(feature = "cuda")]
 use crate::custom_op::CudaArgs;
 use crate::custom_op::{custom_op, CpuArgs, Grads3};
+use crate::{cpu, Activation};
 
 /// The elements of a CPU tensor held by an op (statistics, gamma, a bf16 output) as f32.
 fn held_cpu(t: &Tensor) -> Result<Vec<f32>> {
@@ -23,15 +23,16 @@ fn inv_std(var: f32, eps: f32) -> f32 {
     1.0 / (var + eps).sqrt()
 }
 
-/// The gradient reaching the normalisation (dy, masked where the fused ReLU gave 0).
-fn masked(dy: Vec<f32>, y: Option<Vec<f32>>) -> Vec<f32> {
-    match y {
-        Some(y) => dy
+/// The gradient reaching the normalisation: dy, masked where the fused rectifier `act`
+/// (with output `y`) passes none.
+fn masked(dy: Vec<f32>, y: Option<Vec<f32>>, act: Option<Activation>) -> Vec<f32> {
+    match (y, act) {
+        (Some(y), Some(act)) => dy
             .iter()
             .zip(&y)
-            .map(|(&g, &o)| if o > 0.0 { g } else { 0.0 })
+            .map(|(&g, &o)| if act.passes(o) { g } else { 0.0 })
             .collect(),
-        None => dy,
+        _ => dy,
     }
 }
 
@@ -119,11 +120,7 @@ impl Apply {
                 let ch = g.channel(i);
                 let inv = inv_std(stats[g.c + ch], self.eps);
                 let r = (v - stats[ch]) * (gamma[ch] * inv) + beta[ch];
-                if self.relu {
-                    r.max(0.0)
-                } else {
-                    r
-                }
+                self.act.map_or(r, |a| a.apply(r))
             })
             .collect();
         Ok((cpu::from_f32(s1.dtype(), y)?, l1.shape().clone()))
@@ -150,7 +147,7 @@ impl Apply {
                 stats: self.stats.clone(),
                 eps: self.eps,
                 layout: self.layout,
-                relu: self.relu,
+                act: self.act,
             },
         )?;
         let dx = x.apply_op3_no_bwd(
@@ -162,7 +159,7 @@ impl Apply {
                 y: y.clone(),
                 eps: self.eps,
                 layout: self.layout,
-                relu: self.relu,
+                act: self.act,
             },
         )?;
         Ok((Some(dx), Some(sums.get(0)?), Some(sums.get(1)?)))
@@ -175,8 +172,8 @@ impl BwdReduce {
     fn cpu(&self, [(s1, l1), (s2, l2), (s3, l3)]: CpuArgs<3>) -> Result<(CpuStorage, Shape)> {
         let geom = Geom::of(l1, self.layout)?;
         let x = cpu::to_f32(s1, l1)?;
-        let y = self.relu.then(|| cpu::to_f32(s3, l3)).transpose()?;
-        let g = masked(cpu::to_f32(s2, l2)?, y);
+        let y = self.act.map(|_| cpu::to_f32(s3, l3)).transpose()?;
+        let g = masked(cpu::to_f32(s2, l2)?, y, self.act);
         let stats = held_cpu(&self.stats)?;
         let c = geom.c;
         let mut out = vec![0f32; 2 * c];
@@ -207,8 +204,8 @@ impl BwdDx {
         let geom = Geom::of(l1, self.layout)?;
         let x = cpu::to_f32(s1, l1)?;
         let sums = cpu::slice::<f32>(s3, l3)?;
-        let y = self.relu.then(|| held_cpu(&self.y)).transpose()?;
-        let g = masked(cpu::to_f32(s2, l2)?, y);
+        let y = self.act.map(|_| held_cpu(&self.y)).transpose()?;
+        let g = masked(cpu::to_f32(s2, l2)?, y, self.act);
         let (stats, gamma) = (held_cpu(&self.stats)?, held_cpu(&self.gamma)?);
         let (c, m) = (geom.c, geom.m as f32);
         let dx = x

@@ -4,6 +4,7 @@
 use candle_core::{bail, Layout, Result, Tensor};
 
 use super::BnLayout;
+use crate::Activation;
 
 /// How the ops walk a batch-norm input: `m` values in each of `c` channels, `hw` values a
 /// plane.
@@ -58,29 +59,29 @@ pub(super) struct RunningUpdate {
     pub take: f32,
 }
 
-/// `(x, gamma, beta) → y` using the held statistics, then `max(·, 0)` when `relu`.
+/// `(x, gamma, beta) → y` using the held statistics, then the rectifier `act`.
 pub(super) struct Apply {
     pub stats: Tensor,
     pub eps: f32,
     pub layout: BnLayout,
-    pub relu: bool,
+    pub act: Option<Activation>,
 }
 
 /// `(x, dy, y) → (2, c)`: `[Σ g·x̂; Σ g]` per channel (the gradients of gamma and beta),
-/// g = dy masked by the ReLU's output y when `relu`.
+/// g = dy masked by the rectifier's output y when `act`.
 pub(super) struct BwdReduce {
     pub stats: Tensor,
     pub eps: f32,
     pub layout: BnLayout,
-    pub relu: bool,
+    pub act: Option<Activation>,
 }
 
-/// `(x, dy, sums) → dx`, `y` held for the ReLU mask.
+/// `(x, dy, sums) → dx`, `y` held for the rectifier's mask.
 pub(super) struct BwdDx {
     pub stats: Tensor,
     pub gamma: Tensor,
     pub y: Tensor,
     pub eps: f32,
     pub layout: BnLayout,
-    pub relu: bool,
+    pub act: Option<Activation>,
 }

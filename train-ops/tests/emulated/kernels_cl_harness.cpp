@@ -1,7 +1,7 @@
 // The channels-last kernels (kernels/channels_last.cu, on the include path the Rust test
 // gives) run under shim.h against double-precision references: batch-norm statistics,
-// apply (with and without ReLU), backward sums and input gradient, the bf16 ReLU (exact, -0 and
-// NaN included) and the weight cast (exact against an independent round-to-nearest-even, any
+// apply (with no rectifier, ReLU and ReLU6), backward sums and input gradient, the bf16 ReLU
+// and ReLU6 (exact, -0 and NaN included) and the weight cast (exact against an independent round-to-nearest-even, any
 // bit pattern); partial results poisoned with NaN first, so an unwritten one fails. The host
 // code mirrors RowSplit::new from src/launch.rs for the launch geometry.
 #include "shim.h"
@@ -79,23 +79,29 @@ int main() {
     std::vector<float> gamma(c), beta(c);
     for (int i = 0; i < c; i++) { gamma[i] = 0.5f + (i % 7) * 0.1f; beta[i] = -0.3f + (i % 5) * 0.1f; }
     float eps = 1e-5f;
-    for (int relu = 0; relu < 2; relu++) {
+    // act: the fused rectifier (0 none, 1 ReLU, 2 ReLU6); ReLU6's runs with gamma x4 so that
+    // outputs reach past 6 and its upper clip and mask are exercised.
+    auto pass = [](float o, int act) { return !act || (o > 0 && (act != 2 || o < 6)); };
+    for (int act = 0; act < 3; act++) {
+      std::vector<float> ga(gamma);
+      if (act == 2) for (auto& v : ga) v *= 4;
       long long items = vec ? (long long)m * c / 8 : (long long)m * c;
       std::vector<bf16> y(m * c, 0xffff);
-      launch(3, 256, [&] { cl_apply(x.data(), stats.data(), gamma.data(), beta.data(), y.data(), c, items, eps, relu, vec); });
+      launch(3, 256, [&] { cl_apply(x.data(), stats.data(), ga.data(), beta.data(), y.data(), c, items, eps, act, vec); });
       int bad = 0;
       for (int i = 0; i < m * c; i++) {
         int ch = i % c;
         float inv = 1.0f / sqrtf(stats[c + ch] + eps);
-        float r = (f(x[i]) - stats[ch]) * (gamma[ch] * inv) + beta[ch];
-        if (relu) r = std::max(r, 0.0f);
+        float r = (f(x[i]) - stats[ch]) * (ga[ch] * inv) + beta[ch];
+        if (act) r = std::max(r, 0.0f);
+        if (act == 2) r = std::min(r, 6.0f);
         float want = f(ref_bf16(r)), got = f(y[i]);
         if (!(std::fabs(got - want) <= std::fabs(want) * (1.0f / 128) + 1e-6f)) bad++;
       }
-      CHECK(bad == 0, "m=%d c=%d relu=%d: %d outputs wrong", m, c, relu, bad);
+      CHECK(bad == 0, "m=%d c=%d act=%d: %d outputs wrong", m, c, act, bad);
       // backward sums
       std::vector<float> bpart(2 * c * sp.splits, NAN);
-      launch(sp.tiles * sp.splits, 256, [&] { cl_bwd_partial(x.data(), dy.data(), y.data(), stats.data(), bpart.data(), c, m, sp.chunk, sp.splits, relu, vec); });
+      launch(sp.tiles * sp.splits, 256, [&] { cl_bwd_partial(x.data(), dy.data(), y.data(), stats.data(), bpart.data(), c, m, sp.chunk, sp.splits, act, vec); });
       std::vector<float> sums(2 * c);
       double sworst = 0;
       for (int ch = 0; ch < c; ch++) {
@@ -103,7 +109,7 @@ int main() {
         for (int s = 0; s < sp.splits; s++) { a += bpart[2 * (ch * sp.splits + s)]; b += bpart[2 * (ch * sp.splits + s) + 1]; }
         for (int r = 0; r < m; r++) {
           int i = r * c + ch;
-          double g = (!relu || f(y[i]) > 0) ? f(dy[i]) : 0;
+          double g = pass(f(y[i]), act) ? f(dy[i]) : 0;
           ra += g * (f(x[i]) - stats[ch]); rb += g; scale += std::fabs(g * (f(x[i]) - stats[ch])) + std::fabs(g);
         }
         CHECK(!std::isnan(a) && !std::isnan(b), "m=%d c=%d: bwd partial unwritten", m, c);
@@ -111,21 +117,21 @@ int main() {
         float inv = 1.0f / sqrtf(stats[c + ch] + eps);
         sums[ch] = (float)ra * inv; sums[c + ch] = (float)rb;
       }
-      CHECK(sworst < 1e-5, "m=%d c=%d relu=%d: backward sums off by %g", m, c, relu, sworst);
+      CHECK(sworst < 1e-5, "m=%d c=%d act=%d: backward sums off by %g", m, c, act, sworst);
       std::vector<bf16> dx(m * c, 0xffff);
-      launch(3, 256, [&] { cl_bwd_dx(x.data(), dy.data(), y.data(), stats.data(), gamma.data(), sums.data(), dx.data(), c, items, (float)m, eps, relu, vec); });
+      launch(3, 256, [&] { cl_bwd_dx(x.data(), dy.data(), y.data(), stats.data(), ga.data(), sums.data(), dx.data(), c, items, (float)m, eps, act, vec); });
       double dmax = 1e-6, derr = 0;
       for (int i = 0; i < m * c; i++) {
         int ch = i % c;
         float inv = 1.0f / sqrtf(stats[c + ch] + eps);
-        float g = (!relu || f(y[i]) > 0) ? f(dy[i]) : 0.0f;
+        float g = pass(f(y[i]), act) ? f(dy[i]) : 0.0f;
         float xhat = (f(x[i]) - stats[ch]) * inv;
-        float want = gamma[ch] * inv * (g - sums[c + ch] / m - xhat * (sums[ch] / m));
+        float want = ga[ch] * inv * (g - sums[c + ch] / m - xhat * (sums[ch] / m));
         dmax = std::max(dmax, (double)std::fabs(want));
         derr = std::max(derr, (double)std::fabs(f(dx[i]) - want));
       }
-      CHECK(derr / dmax < 1e-2, "m=%d c=%d relu=%d: dx off by %g", m, c, relu, derr / dmax);
-      printf("   relu=%d: apply ok=%d, sums worst %.2e, dx worst %.2e\n", relu, bad == 0, sworst, derr / dmax);
+      CHECK(derr / dmax < 1e-2, "m=%d c=%d act=%d: dx off by %g", m, c, act, derr / dmax);
+      printf("   act=%d: apply ok=%d, sums worst %.2e, dx worst %.2e\n", act, bad == 0, sworst, derr / dmax);
     }
     // relu forward/backward, exact
     long long n = (long long)m * c, ritems = vec ? n / 8 : n;
@@ -142,6 +148,21 @@ int main() {
       if (ry[i] != want || rdx[i] != wantg) rbad++;
     }
     CHECK(rbad == 0, "m=%d c=%d: relu %d wrong", m, c, rbad);
+    // relu6 forward/backward, exact (values compared, so -0 and +0 are one zero); values at,
+    // past and below 6 placed
+    std::vector<bf16> x6(xr);
+    if (n > 6) { x6[3] = 0x40e0; x6[4] = 0x40c0; x6[5] = 0x40b0; x6[6] = 0xc0e0; }  // 7, 6, 5.5, -7
+    std::vector<bf16> y6(n, 1), dx6(n, 1);
+    launch(2, 256, [&] { relu6_fwd_bf16(x6.data(), y6.data(), ritems, vec); });
+    launch(2, 256, [&] { relu6_bwd_bf16(x6.data(), dy.data(), dx6.data(), ritems, vec); });
+    int bad6 = 0;
+    for (long long i = 0; i < n; i++) {
+      float v = f(x6[i]);
+      float want = v > 0.0f ? std::min(v, 6.0f) : 0.0f;
+      bf16 wantg = (v > 0.0f && v < 6.0f) ? dy[i] : 0;
+      if (f(y6[i]) != want || dx6[i] != wantg) bad6++;
+    }
+    CHECK(bad6 == 0, "m=%d c=%d: relu6 %d wrong", m, c, bad6);
     // residual add + relu and its backward from the output, exact
     std::vector<bf16> ay(n, 1), adx(n, 1);
     launch(2, 256, [&] { add_relu_bf16(xr.data(), dy.data(), ay.data(), ritems, vec); });
