@@ -50,7 +50,7 @@ class Net(nn.Module):
                 out = l.get("out") or classes
                 self.mods[key] = nn.Linear(n, out)
                 shape = out
-            else:  # relu, relu6, add keep the shape
+            else:  # relu, relu6, add, dropout keep the shape
                 shape = shapes[src]
             shapes[l["name"]] = shape
             prev = l["name"]
@@ -77,6 +77,8 @@ class Net(nn.Module):
                 y = t.flatten(1)
             elif op == "add":
                 y = t + vals[l["with"]]
+            elif op == "dropout":
+                y = F.dropout(t, l["p"], self.training)
             else:
                 raise ValueError(f"unknown op {op}")
             vals[l["name"]] = y

@@ -460,7 +460,8 @@ fn fuse(spec: &NetSpec, r: &Resolved) -> Result<Fusion> {
                     )
                 }
             },
-            Layer::Flatten => match r.sources[i][0] {
+            // Flatten reshapes and dropout is the identity at inference: neither is an op.
+            Layer::Flatten | Layer::Dropout { .. } => match r.sources[i][0] {
                 Source::Layer(j) => owner[i] = owner[j],
                 Source::Input => return refuse("the exporter needs a layer with weights first"),
             },

@@ -12,6 +12,7 @@ mod activations;
 mod batch_norm;
 mod builder;
 mod conv;
+pub mod dropout;
 mod error;
 mod init;
 mod kind;
@@ -63,6 +64,9 @@ pub trait Network: Send {
     fn ops(&self) -> &OpsConfig {
         &self.parts().ops
     }
+    /// Seeds the dropout masks of the next training forward pass ([`dropout::key`]): the
+    /// same key, the same masks. Networks without dropout ignore it.
+    fn set_dropout_key(&self, _key: u64) {}
 }
 
 /// Every network's named tensors and the settings it was built with.

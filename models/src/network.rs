@@ -9,6 +9,7 @@ use octet_train_ops::Activation;
 
 use crate::activations::nchw_f32;
 use crate::builder::LayerBuilder;
+use crate::dropout::DropoutKey;
 use crate::spec::{Dims, Layer, NetSpec, Resolved, Source};
 use crate::{BatchNorm2d, Conv2d, Conv2dConfig, Linear, Network, NetworkParts};
 
@@ -32,6 +33,7 @@ pub struct SpecNetwork {
     head: Vec<bool>,
     /// The last layer reading each layer's output, after which it is dropped.
     last_use: Vec<usize>,
+    dropout: DropoutKey,
     parts: NetworkParts,
 }
 
@@ -130,6 +132,7 @@ impl SpecNetwork {
             fused,
             head,
             last_use,
+            dropout: DropoutKey::default(),
             parts: lb.finish(),
         })
     }
@@ -170,6 +173,8 @@ impl SpecNetwork {
             (Layer::BatchNorm, Module::BatchNorm(bn)) => (bn.forward(t, train)?, false),
             (Layer::Relu, _) => (ops.relu(t)?, cl),
             (Layer::Relu6, _) => (ops.relu6(t)?, cl),
+            (Layer::Dropout { p }, _) if train => (self.dropout.apply(t, *p, i)?, cl),
+            (Layer::Dropout { .. }, _) => x.clone(),
             (Layer::MaxPool { kernel, stride }, _) => {
                 let s = stride.unwrap_or(*kernel);
                 pool(&|t| t.max_pool2d_with_stride(*kernel, s))?
@@ -248,6 +253,10 @@ impl Network for SpecNetwork {
 
     fn parts(&self) -> &NetworkParts {
         &self.parts
+    }
+
+    fn set_dropout_key(&self, key: u64) {
+        self.dropout.set(key);
     }
 }
 

@@ -6,7 +6,8 @@ mod common;
 use std::collections::HashMap;
 
 use candle_core::{Device, Tensor};
-use octet_models::ModelKind;
+use octet_models::spec::{Layer, Node};
+use octet_models::{Model, ModelKind};
 use octet_trainer::checkpoint;
 use octet_trainer::data::DataSplit;
 use octet_trainer::train::{RunOptions, TrainConfig, Trainer};
@@ -18,7 +19,11 @@ fn small_split() -> DataSplit {
 }
 
 fn config() -> TrainConfig {
-    let mut c = TrainConfig::new(ModelKind::LeNet, "bundled");
+    config_of(ModelKind::LeNet.into())
+}
+
+fn config_of(model: Model) -> TrainConfig {
+    let mut c = TrainConfig::new(model, "bundled");
     c.epochs = 2;
     c.batch_size = 64;
     c.lr = 0.05;
@@ -48,6 +53,28 @@ fn tensors(path: &std::path::Path) -> HashMap<String, Vec<f32>> {
 
 #[test]
 fn resume_is_bit_identical_to_an_uninterrupted_run() {
+    resume_matches_straight_run(config());
+}
+
+/// With dropout before each of LeNet's linear layers too: a resumed run draws the masks the
+/// uninterrupted one drew.
+#[test]
+fn resume_with_dropout_is_bit_identical() {
+    let mut spec = ModelKind::LeNet.spec();
+    let linears: Vec<usize> = (spec.layers.iter().enumerate())
+        .filter(|(_, n)| matches!(n.layer, Layer::Linear { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    for (k, i) in linears.into_iter().enumerate().rev() {
+        let node = Node::new(format!("drop{k}"), Layer::Dropout { p: 0.3 });
+        spec.layers.insert(i, node);
+    }
+    let name = "lenet-dropout".to_string();
+    resume_matches_straight_run(config_of(Model::Described { name, spec }));
+}
+
+fn resume_matches_straight_run(config: TrainConfig) {
+    let config = || config.clone();
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut straight = Trainer::new(config(), small_split(), &Device::Cpu, None).unwrap();
     let s1 = straight.run(&opts(a.path()), &mut |_| {}).unwrap();

@@ -59,6 +59,11 @@ pub enum Layer {
     },
     /// `(n, c, h, w)` → `(n, c·h·w)` in PyTorch's order.
     Flatten,
+    /// `nn.Dropout`: in training each value is zeroed with probability `p` (in [0, 1)) and
+    /// the rest scaled by 1/(1 − p); the identity in evaluation and in the int8 model.
+    Dropout {
+        p: f32,
+    },
     /// `nn.Linear` on a flat input; `out` omitted: as many outputs as the data has classes.
     Linear {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +93,7 @@ impl Layer {
             Layer::GlobalAvgPool => "global_avg_pool",
             Layer::Add { .. } => "add",
             Layer::Flatten => "flatten",
+            Layer::Dropout { .. } => "dropout",
             Layer::Linear { .. } => "linear",
         }
     }

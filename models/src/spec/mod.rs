@@ -333,6 +333,12 @@ fn output_shape(
             x
         }
         Layer::Relu | Layer::Relu6 => x,
+        Layer::Dropout { p } => {
+            if !(0.0..1.0).contains(p) {
+                return Err(format!("p is {p}; it must be in [0, 1)"));
+            }
+            x
+        }
         Layer::MaxPool { kernel, stride } | Layer::AvgPool { kernel, stride } => {
             let (c, h, w) = map(layer.op())?;
             let (h, w) = window(h, w, *kernel, stride.unwrap_or(*kernel), 0)?;

@@ -92,6 +92,8 @@ fn fails(from: &str, to: &str, line: usize, needle: &str) {
 fn bad_descriptions_name_the_line_and_layer() {
     // Errors point at the layer's `[[layer]]` line.
     fails("op = \"relu\"", "op = \"gelu\"", 15, "gelu");
+    fails("op = \"relu\"", "op = \"dropout\"\np = 1.5", 15, "[0, 1)");
+    fails("op = \"relu\"", "op = \"dropout\"", 15, "missing field `p`");
     fails(
         "kernel = 3\npadding = 1\nbias",
         "kernal = 3\npadding = 1\nbias",

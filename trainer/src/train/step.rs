@@ -63,6 +63,9 @@ impl Trainer {
     ) -> Result<StepResult> {
         let batch_size = self.cfg.batch_size;
         let on_device = |e| TrainError::from_step(e, batch_size);
+        // Dropout's masks from the seed, step and micro-batch: a resumed run draws the same.
+        let key = octet_models::dropout::key(self.cfg.seed, self.step, acc.micro);
+        self.model.set_dropout_key(key);
         acc.micro += 1;
         let scale = 1.0 / self.cfg.accumulate as f64;
         let (grads, loss, correct) =
