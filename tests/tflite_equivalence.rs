@@ -221,7 +221,7 @@ fn exported_depthwise_networks_match_tflite_micro_and_tflite() {
     let calibration: Vec<u8> = (0..16 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
-    for kind in [ModelKind::MobileNetV2, ModelKind::DsCnn] {
+    for kind in [ModelKind::MOBILENET_V2, ModelKind::DS_CNN] {
         let (_, o8) =
             octet_export::speed_model_normalized(kind, &[0.286], &[0.353], 5, &calibration)
                 .unwrap();

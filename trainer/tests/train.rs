@@ -18,7 +18,7 @@ fn small_split() -> DataSplit {
 }
 
 fn config() -> TrainConfig {
-    let mut c = TrainConfig::new(ModelKind::LeNet, "bundled");
+    let mut c = TrainConfig::new(ModelKind::LENET, "bundled");
     c.epochs = 2;
     c.batch_size = 64;
     c.lr = 0.05;
