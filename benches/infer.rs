@@ -43,7 +43,7 @@ fn bench(c: &mut Criterion) {
     kernel_sets.extend(Kernels::available().filter(|&k| {
         k != Kernels::Scalar && k != Kernels::Auto && k.resolved_name().ok() != Some(auto)
     }));
-    for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
+    for kind in [ModelKind::LENET, ModelKind::RESNET18] {
         for norm in [Normalization::cifar10(), Normalization::fashion_mnist()] {
             let ch = norm.mean.len();
             let name = if ch == 3 {
@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
             let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
             let model = model.prepare(&mut table).expect("prepare");
             let mut g = c.benchmark_group(&name);
-            g.sample_size(if kind == ModelKind::ResNet18 { 10 } else { 50 });
+            g.sample_size(if kind == ModelKind::RESNET18 { 10 } else { 50 });
             for batch in [1usize, 64] {
                 let px = pixels(batch, ch, 2);
                 g.throughput(Throughput::Elements(batch as u64));

@@ -177,7 +177,7 @@ fn save_pytorch_state_dict(kind: octet_models::ModelKind, channels: usize, path:
 fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("torch.safetensors");
-    save_pytorch_state_dict(octet_models::ModelKind::LeNet, 1, &p);
+    save_pytorch_state_dict(octet_models::ModelKind::LENET, 1, &p);
     fails(
         &["eval", p.to_str().unwrap(), "--data", "bundled"],
         "--model",
@@ -200,7 +200,7 @@ fn pytorch_layout_checkpoint_evaluates_with_model_flag() {
 fn pytorch_resnet18_checkpoint_exports_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("torch_resnet.safetensors");
-    save_pytorch_state_dict(octet_models::ModelKind::ResNet18, 1, &ck);
+    save_pytorch_state_dict(octet_models::ModelKind::RESNET18, 1, &ck);
     let o8 = dir.path().join("r.o8");
     let v = octet_json(&[
         "export",
@@ -350,7 +350,7 @@ fn device_flag_of_run_and_export_is_checked() {
 fn run_and_export_on_cuda_match_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("torch_resnet.safetensors");
-    save_pytorch_state_dict(octet_models::ModelKind::ResNet18, 1, &ck);
+    save_pytorch_state_dict(octet_models::ModelKind::RESNET18, 1, &ck);
     let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     let export = |device: &str| {
         octet_json(&[

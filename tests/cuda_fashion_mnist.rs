@@ -68,7 +68,7 @@ fn gpu_bytes_equal_cpu_bytes_on_the_fashion_mnist_test_set() {
     let split = fashion_mnist();
     let test = &split.test;
     assert_eq!(test.len(), 10_000);
-    for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
+    for kind in [ModelKind::LENET, ModelKind::RESNET18] {
         let tensors = train(kind, &split, &dev);
         let input = Input {
             kind,

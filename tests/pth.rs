@@ -58,9 +58,9 @@ fn bundled() -> DataSplit {
 fn lenet(path: &Path) -> Box<dyn octet_models::Network> {
     let ck = checkpoint::load_checked(path).unwrap();
     assert!(ck.meta.is_none());
-    ck.check_model(ModelKind::LeNet).unwrap();
-    let (c, classes) = ck.io_shape(ModelKind::LeNet).unwrap();
-    let model = octet_models::build(ModelKind::LeNet, c, classes, 0, &Device::Cpu).unwrap();
+    ck.check_model(ModelKind::LENET).unwrap();
+    let (c, classes) = ck.io_shape(ModelKind::LENET).unwrap();
+    let model = octet_models::build(ModelKind::LENET, c, classes, 0, &Device::Cpu).unwrap();
     ck.restore_model(model.params()).unwrap();
     model
 }
@@ -133,7 +133,7 @@ fn tensors(path: &Path) -> HashMap<String, Vec<f32>> {
 fn checkpoint_dicts_wrapped_names_and_other_dtypes_load() {
     let plain = tensors(&data("lenet.pth"));
     let ck = checkpoint::load_checked(&data("lenet_checkpoint.pth")).unwrap();
-    ck.check_model(ModelKind::LeNet).unwrap();
+    ck.check_model(ModelKind::LENET).unwrap();
     assert!(ck.tensors.contains_key("bn.num_batches_tracked"));
     let wrapped = tensors(&data("lenet_checkpoint.pth"));
     assert_eq!(wrapped.len(), plain.len());
@@ -203,7 +203,7 @@ fn tensors_are_checked_against_the_architecture() {
             tensors,
             meta: None,
         };
-        c.check_model(ModelKind::LeNet).unwrap_err().to_string()
+        c.check_model(ModelKind::LENET).unwrap_err().to_string()
     };
     let e = with(&|t| {
         t.remove("fc2.bias");
@@ -231,7 +231,7 @@ fn tensors_are_checked_against_the_architecture() {
         e.contains("'fc2.bias' is missing") && e.contains("such as 'fc_2.bias'"),
         "{e}"
     );
-    let e = ck.check_model(ModelKind::ResNet18).unwrap_err().to_string();
+    let e = ck.check_model(ModelKind::RESNET18).unwrap_err().to_string();
     assert!(e.contains("is this a resnet18 checkpoint?"), "{e}");
 }
 

@@ -234,12 +234,12 @@ fn every_built_in_network_matches_tflite_micro_and_tflite() {
     let calibration: Vec<u8> = (0..16 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
-    for kind in ModelKind::ALL {
+    for &kind in ModelKind::all() {
         let (_, o8) =
             octet_export::speed_model_normalized(kind, &[0.286], &[0.353], 5, &calibration)
                 .unwrap();
         let name = kind.to_string();
-        let images = if kind == ModelKind::ResNet18 {
+        let images = if kind == ModelKind::RESNET18 {
             20
         } else {
             IMAGES

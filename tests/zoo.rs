@@ -64,20 +64,18 @@ fn resnet8_and_the_example_description_learn_on_bundled_data_and_run_as_int8() {
     }
 }
 
-/// The larger and the depthwise networks on a few synthetic images (the CPU's grouped
-/// convolutions are slow): every layer kind trains, exports and runs as int8; a width-0.5
-/// MobileNetV2 too, which the checkpoint records as a description.
+/// Every other built-in network on a few synthetic images (the CPU's grouped convolutions
+/// are slow): every layer kind trains, exports and runs as int8; so does each network with a
+/// width multiplier at width 0.5, which the checkpoint records as a description.
 #[test]
 fn every_other_builtin_network_trains_exports_and_runs() {
     let dir = tempfile::tempdir().unwrap();
-    for model in [
-        "resnet18",
-        "mobilenet-v1",
-        "mobilenet-v2",
-        "ds-cnn",
-        "mobilenet-v2:0.5",
-    ] {
-        train_export_run(model, "synthetic:32:200", dir.path());
+    for &kind in octet_models::ModelKind::all() {
+        let mut models = vec![kind.to_string()];
+        models.extend(kind.width().map(|_| format!("{kind}:0.5")));
+        for model in models.iter().filter(|m| *m != "resnet8") {
+            train_export_run(model, "synthetic:32:200", dir.path());
+        }
     }
     let o = octet(&["train", "--model", "resnet8:0.5", "--data", "bundled"]);
     assert!(

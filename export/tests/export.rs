@@ -72,13 +72,13 @@ fn check_folded_matches_model(kind: ModelKind, mean: &[f32], std: &[f32], n: usi
 
 #[test]
 fn folded_lenet_matches_the_candle_model() {
-    check_folded_matches_model(ModelKind::LeNet, &FASHION_MEAN, &FASHION_STD, 8);
-    check_folded_matches_model(ModelKind::LeNet, &CIFAR_MEAN, &CIFAR_STD, 8);
+    check_folded_matches_model(ModelKind::LENET, &FASHION_MEAN, &FASHION_STD, 8);
+    check_folded_matches_model(ModelKind::LENET, &CIFAR_MEAN, &CIFAR_STD, 8);
 }
 
 #[test]
 fn folded_resnet18_matches_the_candle_model() {
-    check_folded_matches_model(ModelKind::ResNet18, &CIFAR_MEAN, &CIFAR_STD, 4);
+    check_folded_matches_model(ModelKind::RESNET18, &CIFAR_MEAN, &CIFAR_STD, 4);
 }
 
 /// A checkpoint as PyTorch's `save_file(model.state_dict())` writes it, plus octet's extras.
@@ -123,17 +123,15 @@ fn pytorch_checkpoint(
 #[test]
 fn pytorch_layout_checkpoints_export_to_valid_files() {
     let dir = tempfile::tempdir().unwrap();
-    for (kind, mean, std) in [
-        (ModelKind::LeNet, &FASHION_MEAN[..], &FASHION_STD[..]),
-        (ModelKind::ResNet18, &CIFAR_MEAN[..], &CIFAR_STD[..]),
-        (ModelKind::ResNet8, &CIFAR_MEAN[..], &CIFAR_STD[..]),
-        (ModelKind::MobileNetV1, &CIFAR_MEAN[..], &CIFAR_STD[..]),
-        (ModelKind::MobileNetV2, &FASHION_MEAN[..], &FASHION_STD[..]),
-        (ModelKind::DsCnn, &FASHION_MEAN[..], &FASHION_STD[..]),
-    ] {
+    // Every built-in network, alternately on 1- and 3-channel images.
+    for (i, &kind) in ModelKind::all().iter().enumerate() {
+        let (mean, std) = match i % 2 {
+            0 => (&FASHION_MEAN[..], &FASHION_STD[..]),
+            _ => (&CIFAR_MEAN[..], &CIFAR_STD[..]),
+        };
         let tensors = pytorch_checkpoint(kind, mean.len(), dir.path());
         assert!(
-            tensors.keys().any(|k| k.ends_with("num_batches_tracked")) || kind == ModelKind::LeNet
+            tensors.keys().any(|k| k.ends_with("num_batches_tracked")) || kind == ModelKind::LENET
         );
         let inp = input(kind, &tensors, mean, std, 10);
         let pixels = random_pixels(8, inp.image_len(), 5);
@@ -153,25 +151,25 @@ fn pytorch_layout_checkpoints_export_to_valid_files() {
             "{kind}: arena {} should reuse memory (sum {sum})",
             p.arena_bytes
         );
-        match kind {
-            ModelKind::LeNet => assert_eq!(p.kinds, [1, 3, 1, 3, 2, 2, 2]),
-            ModelKind::ResNet18 => {
+        match kind.name() {
+            "lenet" => assert_eq!(p.kinds, [1, 3, 1, 3, 2, 2, 2]),
+            "resnet18" => {
                 // stem + 8 blocks × (2 convs + add) + 3 shortcuts + avgpool + linear
                 assert_eq!(p.n_ops, 1 + 8 * 3 + 3 + 2);
                 // The adds are TFLite's with the default (double) rounding.
                 assert_eq!(p.kinds.iter().filter(|&&k| k == 11).count(), 8);
             }
-            ModelKind::ResNet8 => {
+            "resnet8" => {
                 // stem + 3 blocks × (2 convs + add) + 2 shortcuts + global pool + linear
                 assert_eq!(p.n_ops, 1 + 3 * 3 + 2 + 2);
                 assert_eq!(p.kinds.iter().filter(|&&k| k == 11).count(), 3);
             }
-            ModelKind::MobileNetV1 => {
+            "mobilenet-v1" => {
                 // stem + 13 × (depthwise + pointwise) + global pool + linear
                 assert_eq!(p.n_ops, 1 + 13 * 2 + 2);
                 assert_eq!(p.kinds.iter().filter(|&&k| k == 6).count(), 13);
             }
-            ModelKind::MobileNetV2 => {
+            "mobilenet-v2" => {
                 // stem + block 1 (depthwise, projection) + 16 × (expansion, depthwise,
                 // projection) + 11 residual adds (10 within stages; at width 0.35 the 8-channel
                 // floor gives the second stage's first block the shape of its input too) + last
@@ -180,10 +178,11 @@ fn pytorch_layout_checkpoints_export_to_valid_files() {
                 assert_eq!(p.kinds.iter().filter(|&&k| k == 6).count(), 17);
                 assert_eq!(p.kinds.iter().filter(|&&k| k == 11).count(), 11);
             }
-            ModelKind::DsCnn => {
+            "ds-cnn" => {
                 assert_eq!(p.n_ops, 1 + 4 * 2 + 2);
                 assert_eq!(p.kinds.iter().filter(|&&k| k == 6).count(), 4);
             }
+            _ => {}
         }
         assert_eq!(ex.report.layers.len(), p.n_ops);
         check_records_and_multipliers(&ex);
@@ -206,9 +205,9 @@ fn sqnr_db(reference: &[f32], test: &[f32]) -> f64 {
 
 #[test]
 fn lenet_int8_tracks_float_on_fashion_mnist() {
-    let (net_tensors, classes) = (random_model(ModelKind::LeNet, 1, 10, 21).1, 10);
+    let (net_tensors, classes) = (random_model(ModelKind::LENET, 1, 10, 21).1, 10);
     let inp = input(
-        ModelKind::LeNet,
+        ModelKind::LENET,
         &net_tensors,
         &FASHION_MEAN,
         &FASHION_STD,
@@ -311,8 +310,8 @@ fn lenet_int8_tracks_float_on_fashion_mnist() {
 /// A random-weight ResNet-18 (CIFAR-10 shapes) exported after calibrating on `calib_images`
 /// random images.
 fn exported_resnet18(calib_images: usize, sqnr_images: usize) -> Exported {
-    let (_, tensors) = random_model(ModelKind::ResNet18, 3, 10, 5);
-    let inp = input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
+    let (_, tensors) = random_model(ModelKind::RESNET18, 3, 10, 5);
+    let inp = input(ModelKind::RESNET18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
     let calib = random_pixels(calib_images, inp.image_len(), 1);
     let opts = ExportOptions {
         sqnr_images,
@@ -342,8 +341,8 @@ fn resnet18_int8_tracks_float() {
 
 #[test]
 fn every_option_exports_a_valid_file() {
-    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 9);
-    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (_, tensors) = random_model(ModelKind::LENET, 1, 10, 9);
+    let inp = input(ModelKind::LENET, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
     let (pixels, _) = fashion_test(64);
     for calibration in [
         Calibration::MinMax,
@@ -379,12 +378,12 @@ fn every_option_exports_a_valid_file() {
 
 #[test]
 fn bad_inputs_are_errors_that_name_the_culprit() {
-    let (_, mut tensors) = random_model(ModelKind::ResNet18, 3, 10, 1);
+    let (_, mut tensors) = random_model(ModelKind::RESNET18, 3, 10, 1);
     let pixels = random_pixels(2, 3 * 32 * 32, 1);
     let opts = ExportOptions::default();
     tensors.remove("layer2.0.shortcut.1.running_var");
     let err = export(
-        &input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10),
+        &input(ModelKind::RESNET18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10),
         &pixels,
         &opts,
     )
@@ -394,13 +393,13 @@ fn bad_inputs_are_errors_that_name_the_culprit() {
         "{err}"
     );
 
-    let (_, mut tensors) = random_model(ModelKind::LeNet, 1, 10, 1);
+    let (_, mut tensors) = random_model(ModelKind::LENET, 1, 10, 1);
     tensors.insert(
         "fc1.weight".into(),
         Tensor::zeros((120, 401), DType::F32, &Device::Cpu).unwrap(),
     );
     let err = lower(&input(
-        ModelKind::LeNet,
+        ModelKind::LENET,
         &tensors,
         &FASHION_MEAN,
         &FASHION_STD,
@@ -409,8 +408,8 @@ fn bad_inputs_are_errors_that_name_the_culprit() {
     .unwrap_err();
     assert!(err.to_string().contains("fc1.weight"), "{err}");
 
-    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 1);
-    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (_, tensors) = random_model(ModelKind::LENET, 1, 10, 1);
+    let inp = input(ModelKind::LENET, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
     assert!(matches!(
         export(&inp, &[0u8; 1000], &opts),
         Err(ExportError::BadInput(_))
@@ -421,7 +420,7 @@ fn bad_inputs_are_errors_that_name_the_culprit() {
     ));
     // Wrong channel count for the checkpoint: a shape error, not a panic.
     let err = lower(&input(
-        ModelKind::LeNet,
+        ModelKind::LENET,
         &tensors,
         &CIFAR_MEAN,
         &CIFAR_STD,
@@ -431,7 +430,7 @@ fn bad_inputs_are_errors_that_name_the_culprit() {
     assert!(err.to_string().contains("conv1.weight"), "{err}");
     // Bad normalisation.
     let err = lower(&input(
-        ModelKind::LeNet,
+        ModelKind::LENET,
         &tensors,
         &FASHION_MEAN,
         &[0.0],
@@ -449,8 +448,8 @@ fn bad_inputs_are_errors_that_name_the_culprit() {
 #[test]
 #[ignore]
 fn resnet18_reference_throughput() {
-    let (_, tensors) = random_model(ModelKind::ResNet18, 3, 10, 5);
-    let inp = input(ModelKind::ResNet18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
+    let (_, tensors) = random_model(ModelKind::RESNET18, 3, 10, 5);
+    let inp = input(ModelKind::RESNET18, &tensors, &CIFAR_MEAN, &CIFAR_STD, 10);
     let graph = lower(&inp).unwrap();
     let px = random_pixels(256, inp.image_len(), 1);
     let t = std::time::Instant::now();
@@ -466,8 +465,8 @@ fn resnet18_reference_throughput() {
 /// bytes, for LeNet on Fashion-MNIST and ResNet-18 on random pixels.
 #[test]
 fn runtime_matches_the_exporters_integer_interpreter() {
-    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 21);
-    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (_, tensors) = random_model(ModelKind::LENET, 1, 10, 21);
+    let inp = input(ModelKind::LENET, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
     let (pixels, _) = fashion_test(300);
     let (calib, test) = pixels.split_at(200 * 1024);
     let ex = export(&inp, calib, &ExportOptions::default()).unwrap();
@@ -489,7 +488,7 @@ fn runtime_matches_the_exporters_integer_interpreter() {
         sqnr_images: 4,
         ..ExportOptions::default()
     };
-    for kind in [ModelKind::MobileNetV2, ModelKind::DsCnn] {
+    for kind in [ModelKind::MOBILENET_V2, ModelKind::DS_CNN] {
         let (_, tensors) = random_model(kind, 1, 10, 4);
         let inp = input(kind, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
         let ex = export(&inp, calib, &opts).unwrap();
@@ -588,8 +587,8 @@ fn check_records_and_multipliers(ex: &Exported) {
 
 #[test]
 fn stored_records_and_multipliers_are_the_runtimes() {
-    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 21);
-    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (_, tensors) = random_model(ModelKind::LENET, 1, 10, 21);
+    let inp = input(ModelKind::LENET, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
     let (pixels, _) = fashion_test(64);
     for weights in [WeightScheme::PerChannel, WeightScheme::PerTensor] {
         let opts = ExportOptions {
@@ -621,8 +620,8 @@ impl Progress for Recorder {
 /// counted: both calibration passes, the SQNR pass, each ablation row.
 #[test]
 fn calibrated_once_serves_every_option_and_reports_progress() {
-    let (_, tensors) = random_model(ModelKind::LeNet, 1, 10, 3);
-    let inp = input(ModelKind::LeNet, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
+    let (_, tensors) = random_model(ModelKind::LENET, 1, 10, 3);
+    let inp = input(ModelKind::LENET, &tensors, &FASHION_MEAN, &FASHION_STD, 10);
     let px = random_pixels(40, inp.image_len(), 9);
     let opts = ExportOptions {
         calibration_images: 30,

@@ -3,7 +3,7 @@ use candle_core::Shape;
 /// Errors of model construction and weight loading. Each names the tensor at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("unknown model '{0}': expected one of {names}", names = crate::ModelKind::ALL.map(|k| k.name()).join(", "))]
+    #[error("unknown model '{0}': expected one of {names}", names = crate::ModelKind::all().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "))]
     UnknownModel(String),
     #[error("network description: {0}")]
     Spec(#[from] crate::spec::SpecError),

@@ -28,15 +28,9 @@ impl Model {
                 if !(w > 0.0 && w <= 4.0) {
                     return Err(bad());
                 }
-                let spec = match kind {
-                    ModelKind::MobileNetV1 => crate::zoo::mobilenet_v1(w),
-                    ModelKind::MobileNetV2 => crate::zoo::mobilenet_v2(w),
-                    _ => {
-                        return Err(ModelError::UnknownModel(format!(
-                            "{arg} ({kind} has no width multiplier)"
-                        )))
-                    }
-                };
+                let spec = kind.at_width(w).ok_or_else(|| {
+                    ModelError::UnknownModel(format!("{arg} ({kind} has no width multiplier)"))
+                })?;
                 let name = format!("{kind}-{width}");
                 return Ok(Model::Described { name, spec });
             }
@@ -123,7 +117,7 @@ pub fn model_help(lead: &str) -> String {
         "{lead}\n\nA built-in network, or a description file (.toml or .json; the README has an \
          example):\n"
     );
-    for k in ModelKind::ALL {
+    for k in ModelKind::all() {
         s.push_str(&format!("\n- {}: {}", k.name(), k.help()));
     }
     s

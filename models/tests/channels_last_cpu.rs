@@ -57,7 +57,7 @@ fn step_difference(kind: ModelKind, act: Activations, n: usize) -> Result<(f32, 
 /// In f32, channels-last differs from NCHW only in the order batch norm sums its channels.
 #[test]
 fn channels_last_f32_networks_match_nchw() -> Result<()> {
-    for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
+    for kind in [ModelKind::LENET, ModelKind::RESNET18] {
         let (logits, grads, name) =
             step_difference(kind, Activations::ChannelsLast(DType::F32), 2)?;
         println!("{kind}: logits {logits:.2e}, worst gradient/buffer {grads:.2e} ({name})");
@@ -72,7 +72,7 @@ fn channels_last_f32_networks_match_nchw() -> Result<()> {
 #[test]
 fn bf16_on_cpu_is_a_clear_error() {
     let err = octet_models::build_with(
-        ModelKind::LeNet,
+        ModelKind::LENET,
         3,
         10,
         0,

@@ -147,7 +147,7 @@ fn bf16_networks_step_follows_f32() -> Result<()> {
     let x = uniform(&[32, 3, 32, 32], -2.0, 2.0, 5, &Device::Cpu)?;
     let labels: Vec<u32> = (0..32).map(|i| (i * 7 + 3) % 10).collect();
     let labels = Tensor::new(labels.as_slice(), &Device::Cpu)?;
-    for kind in [ModelKind::LeNet, ModelKind::ResNet18] {
+    for kind in [ModelKind::LENET, ModelKind::RESNET18] {
         let step = |d: &Device, activations: Activations| {
             let cfg = NetworkConfig {
                 activations,

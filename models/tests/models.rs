@@ -5,7 +5,7 @@ use octet_models::{build, ModelError, ModelKind, Role};
 
 #[test]
 fn resnet18_has_the_pytorch_parameter_count_and_names() -> anyhow::Result<()> {
-    let m = build(ModelKind::ResNet18, 3, 10, 0, &Device::Cpu)?;
+    let m = build(ModelKind::RESNET18, 3, 10, 0, &Device::Cpu)?;
     assert_eq!(m.params().num_trainable(), 11_173_962);
     let names: Vec<&str> = m.params().iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
@@ -42,9 +42,9 @@ fn resnet18_has_the_pytorch_parameter_count_and_names() -> anyhow::Result<()> {
 
 #[test]
 fn lenet_shapes_and_count() -> anyhow::Result<()> {
-    let m = build(ModelKind::LeNet, 3, 10, 0, &Device::Cpu)?;
+    let m = build(ModelKind::LENET, 3, 10, 0, &Device::Cpu)?;
     assert_eq!(m.params().num_trainable(), 62_006);
-    let m1 = build(ModelKind::LeNet, 1, 10, 0, &Device::Cpu)?;
+    let m1 = build(ModelKind::LENET, 1, 10, 0, &Device::Cpu)?;
     let x = Tensor::randn(0f32, 1.0, (4, 1, 32, 32), &Device::Cpu)?;
     assert_eq!(m1.forward(&x, true)?.dims(), [4, 10]);
     Ok(())
@@ -53,7 +53,7 @@ fn lenet_shapes_and_count() -> anyhow::Result<()> {
 #[test]
 fn same_seed_same_weights_other_seed_other_weights() -> anyhow::Result<()> {
     let w = |seed| -> anyhow::Result<Vec<f32>> {
-        let m = build(ModelKind::LeNet, 1, 10, seed, &Device::Cpu)?;
+        let m = build(ModelKind::LENET, 1, 10, seed, &Device::Cpu)?;
         Ok(m.params()
             .get("conv2.weight")
             .unwrap()
@@ -68,7 +68,7 @@ fn same_seed_same_weights_other_seed_other_weights() -> anyhow::Result<()> {
 
 #[test]
 fn resnet18_forward_backward_reaches_every_weight() -> anyhow::Result<()> {
-    let m = build(ModelKind::ResNet18, 3, 10, 1, &Device::Cpu)?;
+    let m = build(ModelKind::RESNET18, 3, 10, 1, &Device::Cpu)?;
     let x = Tensor::randn(0f32, 1.0, (2, 3, 32, 32), &Device::Cpu)?;
     let y = m.forward(&x, true)?;
     assert_eq!(y.dims(), [2, 10]);
@@ -89,8 +89,8 @@ fn resnet18_forward_backward_reaches_every_weight() -> anyhow::Result<()> {
 
 #[test]
 fn load_checks_names_and_shapes_and_leaves_model_intact() -> anyhow::Result<()> {
-    let src = build(ModelKind::LeNet, 1, 10, 3, &Device::Cpu)?;
-    let dst = build(ModelKind::LeNet, 1, 10, 4, &Device::Cpu)?;
+    let src = build(ModelKind::LENET, 1, 10, 3, &Device::Cpu)?;
+    let dst = build(ModelKind::LENET, 1, 10, 4, &Device::Cpu)?;
     let mut map: HashMap<String, Tensor> = src
         .params()
         .iter()

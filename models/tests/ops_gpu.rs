@@ -137,7 +137,7 @@ fn resnet18_step_matches_cpu() -> Result<()> {
         ..NetworkConfig::default()
     };
     let step =
-        |d: &Device| common::train_step(octet_models::ModelKind::ResNet18, &cfg, (&x, &labels), d);
+        |d: &Device| common::train_step(octet_models::ModelKind::RESNET18, &cfg, (&x, &labels), d);
     let (ref_logits, ref_grads) = step(&Device::Cpu)?;
     let (logits, grads) = step(&dev)?;
     // Twenty layers deep at batch 4: rounding differences compound through every batch norm
@@ -334,8 +334,8 @@ fn relu6_matches_its_cpu_version() -> Result<()> {
 fn bf16_inference_follows_f32() -> Result<()> {
     let (_gpu, dev) = common::gpu();
     for kind in [
-        octet_models::ModelKind::LeNet,
-        octet_models::ModelKind::ResNet18,
+        octet_models::ModelKind::LENET,
+        octet_models::ModelKind::RESNET18,
     ] {
         let net = octet_models::build(kind, 3, 10, 4, &dev).map_err(candle_core::Error::wrap)?;
         let x = uniform(&[8, 3, 32, 32], -1.0, 1.0, 9, &dev)?;

@@ -34,7 +34,7 @@ pub struct DemoArgs {
 /// int8 accuracy and speed on the test split.
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let split = data::load(&DataSource::Bundled)?;
-    let mut cfg = TrainConfig::new(ModelKind::LeNet, &DataSource::Bundled.to_string());
+    let mut cfg = TrainConfig::new(ModelKind::LENET, &DataSource::Bundled.to_string());
     cfg.epochs = a.epochs;
     // Eight epochs over 6,000 images are few steps: unaugmented data converges faster.
     cfg.augment = false;

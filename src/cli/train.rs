@@ -128,11 +128,11 @@ pub struct TrainArgs {
     timeline: Option<PathBuf>,
 }
 
-/// A fresh run's settings: `TrainConfig`'s, with fewer epochs for ResNet-18.
+/// A fresh run's settings: `TrainConfig`'s, with a built-in network's own epochs.
 fn fresh_config(model: &Model) -> TrainConfig {
     let mut c = TrainConfig::new(model, &DataSource::Auto.to_string());
-    if model.kind() == Some(ModelKind::ResNet18) {
-        c.epochs = 10;
+    if let Some(epochs) = model.kind().and_then(ModelKind::epochs) {
+        c.epochs = epochs;
     }
     c
 }
@@ -148,15 +148,17 @@ fn step_default() -> (usize, f64) {
 /// Appends `[default: …]`, as clap prints it, to the help of each setting a fresh run takes
 /// from [`fresh_config`].
 fn show_defaults(arg: Arg) -> Arg {
-    let c = fresh_config(&ModelKind::LeNet.into());
+    let c = fresh_config(&ModelKind::LENET.into());
     let shown = match arg.get_id().as_str() {
         "model" => c.model,
         "data" => c.data,
         "epochs" => {
             // The usual count, then the networks that differ from it.
-            let epochs = ModelKind::ALL.map(|k| (k, fresh_config(&k.into()).epochs));
+            let epochs = ModelKind::all()
+                .iter()
+                .map(|&k| (k, fresh_config(&k.into()).epochs));
             let usual = c.epochs;
-            let others: Vec<String> = (epochs.iter())
+            let others: Vec<String> = epochs
                 .filter(|(_, e)| *e != usual)
                 .map(|(k, e)| format!("{e} for {k}"))
                 .collect();
@@ -196,7 +198,7 @@ impl TrainArgs {
     fn config(&self, base: Option<TrainConfig>) -> anyhow::Result<TrainConfig> {
         let mut c = match base {
             Some(c) => c,
-            None => fresh_config(self.model.as_ref().unwrap_or(&ModelKind::LeNet.into())),
+            None => fresh_config(self.model.as_ref().unwrap_or(&ModelKind::LENET.into())),
         };
         if let Some(kind) = &self.model {
             anyhow::ensure!(
@@ -545,11 +547,11 @@ mod tests {
     /// where the parsers ignored it.
     #[test]
     fn flags_parse_to_the_same_configuration() {
-        let mut want = TrainConfig::new(ModelKind::LeNet, "auto");
+        let mut want = TrainConfig::new(ModelKind::LENET, "auto");
         want.ops.tf32 = true;
         assert_eq!(config(&[]), want);
 
-        let mut want = TrainConfig::new(ModelKind::ResNet18, "synthetic:64:8");
+        let mut want = TrainConfig::new(ModelKind::RESNET18, "synthetic:64:8");
         want.epochs = 10;
         want.schedule = Schedule::Step {
             every: 5,
@@ -594,7 +596,7 @@ mod tests {
     #[test]
     fn help_shows_the_configuration_defaults() {
         let help = Train::command().render_help().to_string();
-        let c = TrainConfig::new(ModelKind::LeNet, "auto");
+        let c = TrainConfig::new(ModelKind::LENET, "auto");
         for shown in [
             format!("Peak learning rate [default: {}]", c.lr),
             format!("[default: {}]", c.batch_size),

@@ -84,7 +84,7 @@ impl TypedValueParser for ModelParser {
         };
         let name = s.split(':').next().unwrap_or(s);
         if !Model::names_file(s) && name.parse::<octet_models::ModelKind>().is_err() {
-            let names = octet_models::ModelKind::ALL.map(|k| k.name());
+            let names = octet_models::ModelKind::all().iter().map(|k| k.name());
             PossibleValuesParser::new(names).parse_ref(cmd, arg, OsStr::new(name))?;
         }
         let arg = arg.map(ToString::to_string).unwrap_or_default();

@@ -286,7 +286,10 @@ impl Checkpoint {
                 reason: format!(
                     "has no octet metadata (a PyTorch file?), so it does not say which \
                      architecture it holds: name it with --model ({})",
-                    ModelKind::ALL.map(|k| k.to_string()).join(" or ")
+                    (ModelKind::all().iter())
+                        .map(|k| k.name())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
                 ),
             }),
         }

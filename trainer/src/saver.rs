@@ -109,7 +109,7 @@ mod tests {
             },
             epoch,
             step: 10 * epoch,
-            config: TrainConfig::new(ModelKind::LeNet, "test"),
+            config: TrainConfig::new(ModelKind::LENET, "test"),
             commit: "test".into(),
             history: Vec::new(),
         }
@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn writes_in_the_background_and_the_last_submit_wins() -> Result<()> {
         let dir = std::env::temp_dir().join(format!("octet-saver-{}", std::process::id()));
-        let model = build(ModelKind::LeNet, 1, 10, 7, &Device::Cpu)?;
+        let model = build(ModelKind::LENET, 1, 10, 7, &Device::Cpu)?;
         let (path, csv) = (dir.join("last.safetensors"), dir.join("metrics.csv"));
         let mut saver = Saver::default();
         for epoch in 1..=3 {
@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_failed_write_is_reported_by_the_next_wait() -> Result<()> {
-        let model = build(ModelKind::LeNet, 1, 10, 7, &Device::Cpu)?;
+        let model = build(ModelKind::LENET, 1, 10, 7, &Device::Cpu)?;
         // A directory where the file should go: the rename fails.
         let dir = std::env::temp_dir().join(format!("octet-saver-bad-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("last.safetensors")).unwrap();

@@ -31,7 +31,7 @@ fn bf16_follows_the_f32_loss_curve() {
         ..OpsConfig::default()
     };
     let run = |kind, precision| common::loss_curve(&dev, ops, kind, precision, EPOCHS, 4096);
-    for kind in [ModelKind::ResNet18, ModelKind::LeNet] {
+    for kind in [ModelKind::RESNET18, ModelKind::LENET] {
         // f32 itself is not repeatable on cuDNN (its backward-filter algorithms sum with
         // atomics): two f32 runs of one seed were 2.5% apart at epoch 2. bf16 is compared
         // with the nearer of two.

@@ -22,7 +22,7 @@ fn small_split() -> DataSplit {
 /// LeNet has no batch norm, so splitting a batch over ranks changes nothing but the order of
 /// float sums; augmentation is off because its random stream depends on the rank.
 fn config(batch: usize) -> TrainConfig {
-    let mut c = TrainConfig::new(ModelKind::LeNet, "bundled");
+    let mut c = TrainConfig::new(ModelKind::LENET, "bundled");
     c.epochs = 2;
     c.batch_size = batch;
     c.lr = 0.05;

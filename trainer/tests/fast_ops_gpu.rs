@@ -24,7 +24,7 @@ fn run(dev: &Device, fast: bool) -> Vec<(f64, f64)> {
         tf32: false,
         ..OpsConfig::default()
     };
-    common::loss_curve(dev, ops, ModelKind::ResNet18, Precision::F32, 2, 2048)
+    common::loss_curve(dev, ops, ModelKind::RESNET18, Precision::F32, 2, 2048)
 }
 
 #[test]

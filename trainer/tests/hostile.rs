@@ -29,7 +29,7 @@ fn split() -> DataSplit {
 }
 
 fn config() -> TrainConfig {
-    let mut c = TrainConfig::new(ModelKind::LeNet, "synthetic:64:16");
+    let mut c = TrainConfig::new(ModelKind::LENET, "synthetic:64:16");
     c.epochs = 3;
     c.batch_size = 32;
     c
@@ -97,7 +97,7 @@ fn metadata_that_would_not_read_back_is_never_written() {
     let dir = tempfile::tempdir().unwrap();
     let ck = checkpoint::load(&trained(dir.path())).unwrap();
     let mut meta = ck.meta.clone().unwrap();
-    let model = octet_models::build(ModelKind::LeNet, 3, 10, 0, &Device::Cpu).unwrap();
+    let model = octet_models::build(ModelKind::LENET, 3, 10, 0, &Device::Cpu).unwrap();
     meta.config.schedule = Schedule::Step {
         every: 1,
         gamma: f64::INFINITY,
@@ -142,7 +142,7 @@ fn non_finite_tensors_are_refused_on_load_and_never_written() {
     }
     // The writer: a snapshot with a NaN weight is not written, the old file stays.
     let ck = checkpoint::load(&dir.path().join("last.safetensors")).unwrap();
-    let model = octet_models::build(ModelKind::LeNet, 3, 10, 0, &Device::Cpu).unwrap();
+    let model = octet_models::build(ModelKind::LENET, 3, 10, 0, &Device::Cpu).unwrap();
     let w = model.params().get("fc1.bias").unwrap();
     let mut v = w.var.as_tensor().to_vec1::<f32>().unwrap();
     v[0] = f32::NAN;
@@ -234,7 +234,7 @@ fn exercise(path: &Path, t: &mut Tally) -> Result<(), String> {
         t.refused_later += 1;
         Ok(())
     };
-    let Ok(kind) = ck.model(Some(&ModelKind::LeNet.into())) else {
+    let Ok(kind) = ck.model(Some(&ModelKind::LENET.into())) else {
         return later(t);
     };
     let Ok((c, classes)) = ck.io_shape(&kind) else {

@@ -32,8 +32,8 @@ fn fused_sgd_matches_cpu_bit_for_bit() -> Result<()> {
     let dev = common::cuda();
     for (momentum, wd) in [(0.9, 5e-4), (0.0, 0.0), (0.9, 0.0), (0.0, 5e-4)] {
         let cpu =
-            build(ModelKind::LeNet, 1, 10, 3, &Device::Cpu).map_err(candle_core::Error::wrap)?;
-        let gpu = build(ModelKind::LeNet, 1, 10, 3, &dev).map_err(candle_core::Error::wrap)?;
+            build(ModelKind::LENET, 1, 10, 3, &Device::Cpu).map_err(candle_core::Error::wrap)?;
+        let gpu = build(ModelKind::LENET, 1, 10, 3, &dev).map_err(candle_core::Error::wrap)?;
         gpu.params()
             .load(|name| cpu.params().get(name).map(|p| p.var.as_tensor().clone()))
             .map_err(candle_core::Error::wrap)?;

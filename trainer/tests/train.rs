@@ -19,7 +19,7 @@ fn small_split() -> DataSplit {
 }
 
 fn config() -> TrainConfig {
-    config_of(ModelKind::LeNet.into())
+    config_of(ModelKind::LENET.into())
 }
 
 fn config_of(model: Model) -> TrainConfig {
@@ -60,7 +60,7 @@ fn resume_is_bit_identical_to_an_uninterrupted_run() {
 /// uninterrupted one drew.
 #[test]
 fn resume_with_dropout_is_bit_identical() {
-    let mut spec = ModelKind::LeNet.spec();
+    let mut spec = ModelKind::LENET.spec();
     let linears: Vec<usize> = (spec.layers.iter().enumerate())
         .filter(|(_, n)| matches!(n.layer, Layer::Linear { .. }))
         .map(|(i, _)| i)

@@ -46,7 +46,7 @@ op = "linear"
 
 #[test]
 fn every_builtin_network_resolves() {
-    for kind in ModelKind::ALL {
+    for &kind in ModelKind::all() {
         for c in [1, 3] {
             let r = kind.spec().resolve((c, 32, 32), 10).unwrap();
             assert_eq!(*r.shapes.last().unwrap(), Dims::Flat(10), "{kind}");
@@ -69,7 +69,7 @@ fn toml_description_reads_and_resolves() {
 
 #[test]
 fn json_round_trips_every_builtin_network() {
-    for kind in ModelKind::ALL {
+    for &kind in ModelKind::all() {
         let spec = kind.spec();
         let json = serde_json::to_string_pretty(&spec).unwrap();
         assert_eq!(from_json(&json).unwrap(), spec, "{kind}");

@@ -1,8 +1,23 @@
+use super::{Builtin, Describe};
 use crate::spec::{Layer, NetSpec, Node};
+use crate::ModelKind;
+
+impl ModelKind {
+    pub const LENET: ModelKind = ModelKind(&Builtin {
+        name: "lenet",
+        aliases: &["le-net"],
+        help: "LeNet-5: two 5×5 convolutions and three fully connected layers",
+        rank: 10,
+        spec: Describe::Fixed(lenet),
+        epochs: None,
+    });
+}
+
+pub(crate) const BUILTINS: &[ModelKind] = &[ModelKind::LENET];
 
 /// The lab's LeNet-style CNN: conv 5×5→6, max-pool 2, conv 5×5→16, max-pool 2, fc →120→84→
 /// classes, ReLU between (fc1 has 400 inputs on 32×32 images).
-pub fn lenet() -> NetSpec {
+fn lenet() -> NetSpec {
     let conv = |out| Layer::Conv {
         out,
         kernel: 5,

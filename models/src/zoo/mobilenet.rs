@@ -1,4 +1,35 @@
+use super::{Builtin, Describe};
 use crate::spec::{Layer, NetSpec, Node};
+use crate::ModelKind;
+
+impl ModelKind {
+    pub const MOBILENET_V1: ModelKind = ModelKind(&Builtin {
+        name: "mobilenet-v1",
+        aliases: &["mobilenetv1", "mobilenet_v1"],
+        help: "MobileNetV1 (MLPerf Tiny's VWW): 13 depthwise-separable blocks, ReLU6",
+        rank: 40,
+        // MLPerf Tiny's visual wake words model's width.
+        spec: Describe::Width {
+            default: 0.25,
+            at: mobilenet_v1,
+        },
+        epochs: None,
+    });
+    pub const MOBILENET_V2: ModelKind = ModelKind(&Builtin {
+        name: "mobilenet-v2",
+        aliases: &["mobilenetv2", "mobilenet_v2"],
+        help: "MobileNetV2: 17 inverted residual blocks, ReLU6",
+        rank: 50,
+        // The smallest of the paper's widths.
+        spec: Describe::Width {
+            default: 0.35,
+            at: mobilenet_v2,
+        },
+        epochs: None,
+    });
+}
+
+pub(crate) const BUILTINS: &[ModelKind] = &[ModelKind::MOBILENET_V1, ModelKind::MOBILENET_V2];
 
 /// `channels` scaled by the width multiplier, at least 8.
 fn scaled(channels: usize, width: f32) -> usize {
@@ -46,7 +77,7 @@ fn head(mut l: Vec<Node>) -> NetSpec {
 /// average pooling, a classifier. For small images the stem has stride 1, so 32×32 inputs
 /// end at 2×2 after the four stride-2 blocks (MLPerf Tiny's visual wake words runs it at
 /// width 0.25 on 96×96).
-pub fn mobilenet_v1(width: f32) -> NetSpec {
+fn mobilenet_v1(width: f32) -> NetSpec {
     let mut l = Vec::new();
     unit(&mut l, "stem", conv(scaled(32, width), 3, 1), true);
     let blocks = [
@@ -81,7 +112,7 @@ pub fn mobilenet_v1(width: f32) -> NetSpec {
 /// (1×1 expansion, depthwise 3×3, linear 1×1 projection; a residual add where the shape
 /// stays), a 1×1 convolution to 1280 channels, global average pooling, a classifier. For
 /// small images the stem and the second stage have stride 1 (the usual CIFAR variant).
-pub fn mobilenet_v2(width: f32) -> NetSpec {
+fn mobilenet_v2(width: f32) -> NetSpec {
     let mut l = Vec::new();
     let mut cin = scaled(32, width);
     unit(&mut l, "stem", conv(cin, 3, 1), true);

@@ -1,8 +1,32 @@
+use super::{Builtin, Describe};
 use crate::spec::{Layer, NetSpec, Node};
+use crate::ModelKind;
+
+impl ModelKind {
+    pub const RESNET18: ModelKind = ModelKind(&Builtin {
+        name: "resnet18",
+        aliases: &["resnet-18", "resnet_18"],
+        help: "ResNet-18 for small images: 3×3 stem, 8 basic blocks",
+        rank: 20,
+        spec: Describe::Fixed(resnet18),
+        // 11 M parameters: an epoch takes long, and 10 reach the lab's accuracy.
+        epochs: Some(10),
+    });
+    pub const RESNET8: ModelKind = ModelKind(&Builtin {
+        name: "resnet8",
+        aliases: &["resnet-8", "resnet_8"],
+        help: "MLPerf Tiny's ResNet-8: 3×3 stem, 3 basic blocks (16, 32, 64 filters)",
+        rank: 30,
+        spec: Describe::Fixed(resnet8),
+        epochs: None,
+    });
+}
+
+pub(crate) const BUILTINS: &[ModelKind] = &[ModelKind::RESNET18, ModelKind::RESNET8];
 
 /// ResNet-18, CIFAR variant: 3×3 stem, four stages of two basic blocks (64, 128, 256, 512),
 /// average pool 4, linear. 11,173,962 trained parameters with 3 input channels.
-pub fn resnet18() -> NetSpec {
+fn resnet18() -> NetSpec {
     resnet(
         64,
         &[(64, 1), (128, 2), (256, 2), (512, 2)],
@@ -17,7 +41,7 @@ pub fn resnet18() -> NetSpec {
 
 /// MLPerf Tiny's image-classification ResNet-8: 3×3 stem of 16, three stages of one basic
 /// block (16, 32, 64), 1×1 convolution shortcuts with a bias, global average pool, linear.
-pub fn resnet8() -> NetSpec {
+fn resnet8() -> NetSpec {
     resnet(
         16,
         &[(16, 1), (32, 2), (64, 2)],
@@ -29,7 +53,7 @@ pub fn resnet8() -> NetSpec {
 
 /// How a block whose shape changes projects its input.
 #[derive(Clone, Copy)]
-enum Shortcut {
+pub(crate) enum Shortcut {
     /// 1×1 convolution and batch norm (`shortcut.0`, `shortcut.1`), as the CIFAR ResNets.
     ConvBn,
     /// 1×1 convolution with a bias (`shortcut`), as MLPerf Tiny's Keras ResNet-8.
@@ -47,8 +71,8 @@ fn conv(out: usize, kernel: usize, stride: usize, bias: bool) -> Layer {
 }
 
 /// Stem (conv, batch norm, ReLU), `stages` of `blocks` basic blocks (`layer{s}.{b}`), `pool`,
-/// flatten, classifier (`linear`).
-fn resnet(
+/// flatten, classifier (`linear`). The other ResNet files build on it.
+pub(crate) fn resnet(
     stem: usize,
     stages: &[(usize, usize)],
     blocks: usize,

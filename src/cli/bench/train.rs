@@ -15,7 +15,7 @@ use crate::cli::common::at_least_one;
 #[derive(Args)]
 pub struct TrainBench {
     /// Models to time, comma-separated.
-    #[arg(long, value_enum, ignore_case = true, default_values_t = ModelKind::ALL, value_delimiter = ',')]
+    #[arg(long, value_enum, ignore_case = true, default_values_t = ModelKind::all().to_vec(), value_delimiter = ',')]
     models: Vec<ModelKind>,
     /// Batch sizes to time, comma-separated (a size that runs out of memory ends the list).
     #[arg(long, default_value = "32,128,512,2048", value_delimiter = ',', value_parser = at_least_one)]

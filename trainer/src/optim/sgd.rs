@@ -123,7 +123,7 @@ mod tests {
     /// Three steps against the update rule written out by hand for one scalar.
     #[test]
     fn follows_torch_sgd() -> Result<()> {
-        let m = build(ModelKind::LeNet, 1, 10, 0, &Device::Cpu).unwrap();
+        let m = build(ModelKind::LENET, 1, 10, 0, &Device::Cpu).unwrap();
         let p = &m.params().get("fc3.bias").unwrap().var;
         let mut opt = Sgd::new(m.params(), 0.9, 5e-4)?;
         let (mut w, mut b) = (p.to_vec1::<f32>()?[0] as f64, 0.0f64);

@@ -142,7 +142,7 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         file_rows(&a, f, threads, gpu.is_some(), &mut rows)?;
     }
     let default_models = if a.files.is_empty() {
-        vec![ModelKind::ResNet18, ModelKind::LeNet]
+        vec![ModelKind::RESNET18, ModelKind::LENET]
     } else {
         Vec::new()
     };

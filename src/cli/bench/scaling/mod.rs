@@ -30,7 +30,7 @@ pub struct ScalingBench {
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least_one)]
     gpus: Vec<usize>,
     /// Model of the timing runs.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = ModelKind::ResNet18)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ModelKind::RESNET18)]
     model: ModelKind,
     /// Batch sizes per GPU.
     #[arg(long, value_delimiter = ',', default_value = "32,128,512", value_parser = at_least_one)]
