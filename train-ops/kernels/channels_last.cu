@@ -406,32 +406,30 @@ extern "C" __global__ void cl_bwd_dx(const bf16* __restrict__ x, const bf16* __r
     else bwd_dx<1>(x, dy, y, stats, gamma, sums, dx, c, items, m, eps, act);
 }
 
-// ReLU on bf16 (candle's gradient: dy where x >= 0); items counts 8-value vectors when vec.
-template <int V>
-__device__ void relu_f(const bf16* __restrict__ x, bf16* __restrict__ y, long long items) {
+// y = op(x) element-wise over a bf16 tensor; items counts 8-value vectors when vec.
+template <int V, class Op>
+__device__ void pointwise1(const bf16* __restrict__ x, bf16* __restrict__ y, long long items,
+                           Op op) {
     for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
          k += (long long)gridDim.x * blockDim.x) {
         float v[V];
         load<V>(x + k * V, v);
-        // candle's bf16 ReLU: x where x >= 0 (so -0 stays -0), else +0 (NaN included).
 #pragma unroll
-        for (int i = 0; i < V; i++) v[i] = v[i] >= 0.0f ? v[i] : 0.0f;
+        for (int i = 0; i < V; i++) v[i] = op(v[i]);
         store<V>(y + k * V, v);
     }
 }
 
-// ReLU6 on bf16, min(max(x, 0), 6) (exact: every result is x, 0 or 6).
-template <int V>
-__device__ void relu6_f(const bf16* __restrict__ x, bf16* __restrict__ y, long long items) {
-    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < items;
-         k += (long long)gridDim.x * blockDim.x) {
-        float v[V];
-        load<V>(x + k * V, v);
-#pragma unroll
-        for (int i = 0; i < V; i++) v[i] = rectify(v[i], 2);
-        store<V>(y + k * V, v);
-    }
-}
+// candle's bf16 ReLU: x where x >= 0 (so -0 stays -0), else +0 (NaN included); its gradient
+// is ReluBwd's.
+struct Relu {
+    __device__ float operator()(float v) const { return v >= 0.0f ? v : 0.0f; }
+};
+
+// ReLU6, min(max(x, 0), 6) (exact in bf16: every result is x, 0 or 6).
+struct Relu6 {
+    __device__ float operator()(float v) const { return rectify(v, 2); }
+};
 
 // out = op(a, b) element-wise over two bf16 tensors of one length.
 template <int V, class Op>
@@ -479,14 +477,14 @@ struct ReluOutBwd {
 
 extern "C" __global__ void relu_fwd_bf16(const bf16* __restrict__ x, bf16* __restrict__ y,
                                          long long items, int vec) {
-    if (vec) relu_f<8>(x, y, items);
-    else relu_f<1>(x, y, items);
+    if (vec) pointwise1<8>(x, y, items, Relu());
+    else pointwise1<1>(x, y, items, Relu());
 }
 
 extern "C" __global__ void relu6_fwd_bf16(const bf16* __restrict__ x, bf16* __restrict__ y,
                                           long long items, int vec) {
-    if (vec) relu6_f<8>(x, y, items);
-    else relu6_f<1>(x, y, items);
+    if (vec) pointwise1<8>(x, y, items, Relu6());
+    else pointwise1<1>(x, y, items, Relu6());
 }
 
 // One kernel per element-wise op of two bf16 tensors: `out = Op(a, b)`.
