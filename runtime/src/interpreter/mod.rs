@@ -286,7 +286,7 @@ fn exec(k: Resolved, p: &PreparedOp, work: &mut [u8], scratch: Range<usize>) -> 
         OpParams::MaxPool(pool) => kernels::max_pool(k, pool, x, y),
         OpParams::AvgPool(pool) => kernels::avg_pool(k, pool, x, y),
         OpParams::Add(add, _) => kernels::add(k, add, x, x1, y),
-        OpParams::DepthwiseConv2d(d) => kernels::depthwise_conv2d(k, d, x, y),
+        OpParams::DepthwiseConv2d(d) => kernels::depthwise_conv2d(k, d, x, y, scratch),
         OpParams::TfliteAvgPool(pool) => kernels::tflite_avg_pool(k, pool, x, y),
         OpParams::Softmax(s) => kernels::softmax(k, s, x, y),
         OpParams::Reshape => kernels::reshape(k, x, y),

@@ -194,10 +194,23 @@ pub(crate) fn add(k: Resolved, p: &AddRequant, a: &[i8], b: &[i8], output: &mut 
     scalar::add(p, a, b, output)
 }
 
-/// depthwise_conv2d with the chosen kernels: the scalar reference in every set.
-pub(crate) fn depthwise_conv2d(k: Resolved, p: &DepthwiseParams, input: &[i8], output: &mut [i8]) {
-    let _ = k;
-    scalar::depthwise_conv2d(p, input, output)
+/// depthwise_conv2d with the chosen kernels: Cortex-M's own (which runs the scalar reference
+/// for what it does not cover), the scalar reference in every other set.
+pub(crate) fn depthwise_conv2d(
+    k: Resolved,
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    match k {
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::depthwise_conv2d(p, input, output, scratch),
+        _ => {
+            let _ = scratch;
+            scalar::depthwise_conv2d(p, input, output)
+        }
+    }
 }
 
 /// tflite_avg_pool with the chosen kernels: the scalar reference in every set.

@@ -214,18 +214,12 @@ impl<'a> ConvParams<'a> {
 
     /// The op's geometry, for the scratch rules ([`crate::Kernels::scratch_bytes`]).
     pub const fn geometry(&self) -> OpGeometry {
-        OpGeometry {
-            kind: crate::format::OP_CONV2D,
-            uniform: self.is_uniform(),
-            kernel_h: self.window.kernel_h as u32,
-            kernel_w: self.window.kernel_w as u32,
-            stride: self.window.stride_h as u32,
-            pad: self.window.pad_top as u32,
-            c_in: self.input.c as u32,
-            h_in: self.input.h as u32,
-            w_in: self.input.w as u32,
-            c_out: self.output.c as u32,
-        }
+        OpGeometry::new(
+            crate::format::OP_CONV2D,
+            &self.window,
+            self.input,
+            self.output,
+        )
     }
 
     /// Output pixel `pi`'s patch (its K values in the weights' OHWI order), piece by piece at
@@ -393,6 +387,14 @@ pub struct DepthwiseParams<'a> {
     pub input_zero_point: i32,
     /// Output zero point, clamp and rounding.
     pub out: OutputQuant,
+}
+
+impl DepthwiseParams<'_> {
+    /// The op's geometry, for the scratch rules ([`crate::Kernels::scratch_bytes`]).
+    pub const fn geometry(&self) -> OpGeometry {
+        let kind = crate::format::OP_DEPTHWISE_CONV2D;
+        OpGeometry::new(kind, &self.window, self.input, self.output)
+    }
 }
 
 /// softmax parameters (TFLite's integer softmax over the channels of each pixel; the output

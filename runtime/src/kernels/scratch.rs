@@ -9,8 +9,8 @@
 //! a working area is the activation arena the file plans followed by the largest scratch of
 //! any op for the chosen set (`Model::working_bytes`), live only during its op.
 
-use super::Kernels;
-use crate::format::OP_CONV2D;
+use super::{Kernels, Placement, Shape};
+use crate::format::{OP_CONV2D, OP_DEPTHWISE_CONV2D};
 
 /// With VNNI kernels, convs with K = kh·kw·C_in below this (or fewer than
 /// [`VNNI_MIN_COUT`] output channels) run the AVX2 kernel. The VNNI kernel's vectorized
@@ -26,9 +26,9 @@ pub const CONV_PIXEL_BLOCK: usize = 4;
 /// Output pixels whose u8 patches the VNNI conv packs at once (rows of `align64(K)` bytes).
 pub const VNNI_PIXEL_BLOCK: usize = 64;
 
-/// What the scratch rules need to know about an op: its kind, its window (stride and pad are
-/// those of a uniform window, `uniform`) and its input and output shapes (zero where they do
-/// not apply).
+/// What the scratch rules need to know about an op: its kind, its window (`stride` and `pad`
+/// are the vertical ones, a uniform window's only ones) and its input and output shapes (zero
+/// where they do not apply).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpGeometry {
     /// Op kind code (`format::OP_*`).
@@ -39,10 +39,16 @@ pub struct OpGeometry {
     pub kernel_h: u32,
     /// Kernel width.
     pub kernel_w: u32,
-    /// Stride.
+    /// Stride (vertical).
     pub stride: u32,
-    /// Padding.
+    /// Padding (rows above).
     pub pad: u32,
+    /// Horizontal stride.
+    pub stride_w: u32,
+    /// Columns of padding on the left.
+    pub pad_left: u32,
+    /// Whether the window is dilated (a dilation other than 1).
+    pub dilated: bool,
     /// Input channels.
     pub c_in: u32,
     /// Input height.
@@ -51,6 +57,33 @@ pub struct OpGeometry {
     pub w_in: u32,
     /// Output channels.
     pub c_out: u32,
+    /// Output height.
+    pub h_out: u32,
+    /// Output width.
+    pub w_out: u32,
+}
+
+impl OpGeometry {
+    /// An op of kind `kind` (`format::OP_*`) with window `w` over `input`, giving `output`.
+    pub const fn new(kind: u8, w: &Placement, input: Shape, output: Shape) -> OpGeometry {
+        OpGeometry {
+            kind,
+            uniform: w.is_uniform(input, output),
+            kernel_h: w.kernel_h as u32,
+            kernel_w: w.kernel_w as u32,
+            stride: w.stride_h as u32,
+            pad: w.pad_top as u32,
+            stride_w: w.stride_w as u32,
+            pad_left: w.pad_left as u32,
+            dilated: w.dilation_h != 1 || w.dilation_w != 1,
+            c_in: input.c as u32,
+            h_in: input.h as u32,
+            w_in: input.w as u32,
+            c_out: output.c as u32,
+            h_out: output.h as u32,
+            w_out: output.w as u32,
+        }
+    }
 }
 
 /// Images a batch runs together, op by op, each in its own working area (the VNNI conv covers
@@ -317,7 +350,9 @@ pub const CORTEX_M_WEIGHTS_BUDGET: usize = 8 << 10;
 /// The Cortex-M conv's scratch (`cortex_m::conv2d`, after CMSIS-NN's `arm_convolve_s8`): a band
 /// of input rows widened to 16 bits, then (8-aligned) the patches of a block of pixels and the
 /// widened weights, both in pairs of `pair` bytes (a pixel pair's or a channel pair's kh kernel
-/// rows of ⌈kw·C_in/2⌉ words each).
+/// rows of ⌈kw·C_in/2⌉ words each). Any undilated window: a band row holds the
+/// (W_out − 1)·stride_w + kw padded columns the output reads (pad values left and right of the
+/// input, wherever the window puts them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CortexMConv {
     /// Bytes of a pixel pair's patches or of a channel pair's weights.
@@ -336,17 +371,22 @@ impl CortexMConv {
     /// The layout of a conv of geometry `g` (saturating: geometries come from files).
     pub const fn new(g: &OpGeometry) -> Self {
         let (kh, kw, cin) = (g.kernel_h as usize, g.kernel_w as usize, g.c_in as usize);
-        let row = (g.w_in as usize)
-            .saturating_add(2 * g.pad as usize)
-            .saturating_mul(cin)
-            .saturating_mul(2);
+        let wo = g.w_out as usize;
+        let columns = if wo == 0 {
+            0
+        } else {
+            (wo - 1)
+                .saturating_mul(g.stride_w as usize)
+                .saturating_add(kw)
+        };
+        let row = columns.saturating_mul(cin).saturating_mul(2);
         CortexMConv {
             pair: kh
                 .saturating_mul(kw.saturating_mul(cin).div_ceil(2))
                 .saturating_mul(8),
             row,
             ring: kh.saturating_mul(2).saturating_mul(row),
-            wo: out_width(g),
+            wo,
             pairs: (g.c_out as usize).div_ceil(2),
         }
     }
@@ -373,21 +413,82 @@ impl CortexMConv {
     }
 }
 
-/// The scratch of a uniform conv2d with the Cortex-M set: its best plan,
+/// The scratch of an undilated conv2d with the Cortex-M set: its best plan,
 /// [`CortexMConv::best`].
 pub const fn cortex_m_conv_scratch_bytes(g: &OpGeometry) -> usize {
-    if g.kind != OP_CONV2D || !g.uniform {
+    if g.kind != OP_CONV2D || g.dilated || g.stride == 0 || g.stride_w == 0 {
         return 0;
     }
     CortexMConv::new(g).best()
 }
 
+/// The Cortex-M depthwise conv's scratch (`cortex_m::depthwise_conv2d`, depth multiplier 1,
+/// no dilation): one channel's padded input as 16-bit values (a byte to align them), `rows`
+/// rows of `cols`: the (H_out − 1)·stride_h + kh rows and (W_out − 1)·stride_w + kw columns
+/// the output reads, one more column that an odd last tap's pair reads against its zero
+/// weight, to an even count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CortexMDepthwise {
+    /// Rows of the plane.
+    pub rows: usize,
+    /// 16-bit values per row (even).
+    pub cols: usize,
+}
+
+impl CortexMDepthwise {
+    /// The layout of a depthwise conv of geometry `g` (saturating: geometries come from files).
+    pub const fn new(g: &OpGeometry) -> Self {
+        let (kh, kw) = (g.kernel_h as usize, g.kernel_w as usize);
+        let (ho, wo) = (g.h_out as usize, g.w_out as usize);
+        if ho == 0 || wo == 0 {
+            return CortexMDepthwise { rows: 0, cols: 0 };
+        }
+        CortexMDepthwise {
+            rows: span(ho, g.stride, kh),
+            cols: span(wo, g.stride_w, kw).saturating_add(2) & !1,
+        }
+    }
+
+    /// Bytes of the plane and the byte aligning it.
+    pub const fn bytes(&self) -> usize {
+        self.rows
+            .saturating_mul(self.cols)
+            .saturating_mul(2)
+            .saturating_add(1)
+    }
+}
+
+/// The padded extent `o` outputs at stride `s` read with a kernel of `k` (o ≥ 1).
+const fn span(o: usize, s: u32, k: usize) -> usize {
+    (o - 1).saturating_mul(s as usize).saturating_add(k)
+}
+
+/// Whether the Cortex-M depthwise conv covers an op of geometry `g`: depth multiplier 1, no
+/// dilation, strides of at least 1.
+pub const fn cortex_m_depthwise_covered(g: &OpGeometry) -> bool {
+    g.kind == OP_DEPTHWISE_CONV2D
+        && g.c_in == g.c_out
+        && !g.dilated
+        && g.stride > 0
+        && g.stride_w > 0
+}
+
+/// The scratch of an op with the Cortex-M set: a conv's ([`cortex_m_conv_scratch_bytes`]), a
+/// depthwise conv's it covers ([`CortexMDepthwise::bytes`]), 0 for the rest.
+pub const fn cortex_m_scratch_bytes(g: &OpGeometry) -> usize {
+    if cortex_m_depthwise_covered(g) {
+        return CortexMDepthwise::new(g).bytes();
+    }
+    cortex_m_conv_scratch_bytes(g)
+}
+
 impl Kernels {
     /// The scratch bytes this kernel set needs for an op of geometry `g` (TensorFlow Lite
     /// Micro's `RequestScratchBufferInArena`, stated when the model is prepared): 0 for the
-    /// scalar reference and for every op but a uniform conv2d, which each other set runs in
-    /// the best plan of its own conv kernels: [`conv_scratch_bytes`] (x86),
-    /// [`neon_conv_scratch_bytes`], [`cortex_m_conv_scratch_bytes`]. `Auto` states the need of
+    /// scalar reference and for every op but a conv2d (uniform, or on Cortex-M undilated),
+    /// which each other set runs in the best plan of its own conv kernels, and on Cortex-M a
+    /// depthwise conv: [`conv_scratch_bytes`] (x86), [`neon_conv_scratch_bytes`],
+    /// [`cortex_m_scratch_bytes`]. `Auto` states the need of
     /// the set it resolves to on this CPU; the other sets state theirs on any CPU (a
     /// firmware's arena is sized on the host).
     pub fn scratch_bytes(self, g: &OpGeometry) -> usize {
@@ -398,7 +499,7 @@ impl Kernels {
         match set {
             Kernels::Scalar => 0,
             Kernels::Neon | Kernels::NeonDot => neon_conv_scratch_bytes(g),
-            Kernels::CortexM => cortex_m_conv_scratch_bytes(g),
+            Kernels::CortexM => cortex_m_scratch_bytes(g),
             Kernels::Avx2 | Kernels::AvxVnni | Kernels::Avx512Vnni => conv_scratch_bytes(g),
             // `resolved_kernels` never gives `Auto`.
             Kernels::Auto => 0,

@@ -7,8 +7,8 @@
 use core::ops::Range;
 
 use crate::kernels::{
-    ConvImage, ConvParams, FcParams, I32Array, OpGeometry, OutputQuant, Placement, PoolParams,
-    Rounding, Shape, TfliteAddParams, TfliteAddTables,
+    ConvImage, ConvParams, DepthwiseParams, FcParams, I32Array, OpGeometry, OutputQuant, Placement,
+    PoolParams, Rounding, Shape, TfliteAddParams, TfliteAddTables,
 };
 
 /// A fast conv kernel under test: (params, input, output, scratch).
@@ -142,9 +142,7 @@ impl ConvData {
     }
 
     fn new(c: &ConvCase, layer: fn(&mut Rng, usize, usize) -> LayerData) -> Option<Self> {
-        if c.h + 2 * c.pad < c.kh || c.w + 2 * c.pad < c.kw {
-            return None;
-        }
+        c.window()?;
         let mut rng = Rng(c.seed | 1);
         let input = rng.i8s(c.cin * c.h * c.w, -128, 127);
         let mut layer = layer(&mut rng, c.cout, c.kh * c.kw * c.cin);
@@ -171,6 +169,7 @@ impl ConvData {
     /// The conv these values make.
     pub fn params(&self) -> ConvParams<'_> {
         let (c, l) = (&self.case, &self.layer);
+        let (window, ho, wo) = c.window().expect("ConvData::new checked the window");
         ConvParams {
             input: Shape {
                 c: c.cin,
@@ -179,13 +178,10 @@ impl ConvData {
             },
             output: Shape {
                 c: c.cout,
-                h: (c.h + 2 * c.pad - c.kh) / c.stride + 1,
-                w: (c.w + 2 * c.pad - c.kw) / c.stride + 1,
+                h: ho,
+                w: wo,
             },
-            window: Placement {
-                kernel_w: c.kw,
-                ..Placement::square(c.kh, c.stride, c.pad)
-            },
+            window,
             weights: &l.weights,
             bias: I32Array::new(&l.bias),
             multiplier: I32Array::new(&l.mult),
@@ -200,9 +196,7 @@ impl ConvData {
 /// The shape of `c` as conv parameters with no values (weights and arrays empty), for tests of
 /// scratch plans, which read shapes only; `None` where the kernel outgrows the padded input.
 pub fn conv_shape(c: &ConvCase) -> Option<ConvParams<'static>> {
-    if c.h + 2 * c.pad < c.kh || c.w + 2 * c.pad < c.kw {
-        return None;
-    }
+    let (window, ho, wo) = c.window()?;
     Some(ConvParams {
         input: Shape {
             c: c.cin,
@@ -211,13 +205,10 @@ pub fn conv_shape(c: &ConvCase) -> Option<ConvParams<'static>> {
         },
         output: Shape {
             c: c.cout,
-            h: (c.h + 2 * c.pad - c.kh) / c.stride + 1,
-            w: (c.w + 2 * c.pad - c.kw) / c.stride + 1,
+            h: ho,
+            w: wo,
         },
-        window: Placement {
-            kernel_w: c.kw,
-            ..Placement::square(c.kh, c.stride, c.pad)
-        },
+        window,
         weights: &[],
         bias: I32Array::new(&[]),
         multiplier: I32Array::new(&[]),
@@ -239,6 +230,10 @@ pub struct ConvCase {
     pub kw: usize,
     pub stride: usize,
     pub pad: usize,
+    /// TensorFlow's SAME padding instead of `pad`: an output of ⌈h/stride⌉ × ⌈w/stride⌉, the
+    /// padding it needs split with the odd row and column at the bottom and right (the
+    /// MLPerf Tiny models' stride-2 convs: a window no uniform kernel covers).
+    pub same: bool,
     pub seed: u64,
     /// The rounding; `None`: drawn from the seed.
     pub rounding: Option<Rounding>,
@@ -264,9 +259,44 @@ impl ConvCase {
             kw: k,
             stride,
             pad,
+            same: false,
             seed,
             rounding: None,
         }
+    }
+
+    /// This case with TensorFlow's SAME padding ([`ConvCase::same`]).
+    pub const fn with_same(self) -> Self {
+        ConvCase { same: true, ..self }
+    }
+
+    /// The window and the output height and width; `None` where the kernel outgrows the
+    /// padded input.
+    pub fn window(&self) -> Option<(Placement, usize, usize)> {
+        let (s, (kh, kw)) = (self.stride, (self.kh, self.kw));
+        if self.same {
+            let (ho, wo) = (self.h.div_ceil(s), self.w.div_ceil(s));
+            let pad = |o: usize, k: usize, n: usize| ((o - 1) * s + k).saturating_sub(n) / 2;
+            let window = Placement {
+                kernel_w: kw,
+                pad_left: pad(wo, kw, self.w),
+                ..Placement::square(kh, s, pad(ho, kh, self.h))
+            };
+            return Some((window, ho, wo));
+        }
+        let p = self.pad;
+        if self.h + 2 * p < kh || self.w + 2 * p < kw {
+            return None;
+        }
+        let window = Placement {
+            kernel_w: kw,
+            ..Placement::square(kh, s, p)
+        };
+        Some((
+            window,
+            (self.h + 2 * p - kh) / s + 1,
+            (self.w + 2 * p - kw) / s + 1,
+        ))
     }
 
     /// This case in rounding `r`.
@@ -279,10 +309,12 @@ impl ConvCase {
 }
 
 /// The convs of the models here: LeNet (1 and 3 channels in), ResNet-18's stem (1 and 3), its
-/// 3×3 and 1×1 convs at every width, and odd shapes, each in both roundings; every conv
+/// 3×3 and 1×1 convs at every width, odd shapes, and the MLPerf Tiny models' windows no uniform
+/// kernel covers (TensorFlow's SAME padding at stride 2: ResNet-8's, DS-CNN's 10×4 first layer
+/// on 49×10, MobileNet's stem) and their 1×1 convs, each in both roundings; every conv
 /// kernel's fixed cases.
 pub fn model_convs() -> impl Iterator<Item = ConvCase> {
-    [
+    let square = [
         (1, 6, 32, 5, 1, 0),
         (3, 6, 32, 5, 1, 0),
         (6, 16, 14, 5, 1, 0),
@@ -299,16 +331,37 @@ pub fn model_convs() -> impl Iterator<Item = ConvCase> {
         (33, 3, 5, 5, 1, 2),
     ]
     .into_iter()
-    .enumerate()
-    .flat_map(|(i, (cin, cout, hw, k, stride, pad))| {
-        let c = ConvCase::square(cin, cout, hw, k, stride, pad, 40 + i as u64);
+    .map(|(cin, cout, hw, k, stride, pad)| ConvCase::square(cin, cout, hw, k, stride, pad, 0));
+    let mlperf = [
+        ConvCase::square(16, 32, 32, 3, 2, 0, 0).with_same(),
+        ConvCase::square(32, 64, 16, 3, 2, 0, 0).with_same(),
+        ConvCase::square(3, 8, 96, 3, 2, 0, 0).with_same(),
+        ConvCase {
+            h: 49,
+            w: 10,
+            kw: 4,
+            ..ConvCase::square(1, 64, 0, 10, 2, 0, 0).with_same()
+        },
+        ConvCase {
+            h: 25,
+            w: 5,
+            ..ConvCase::square(64, 64, 0, 1, 1, 0, 0)
+        },
+        ConvCase::square(16, 32, 32, 1, 2, 0, 0),
+    ];
+    square.chain(mlperf).enumerate().flat_map(|(i, c)| {
+        let c = ConvCase {
+            seed: 40 + i as u64,
+            ..c
+        };
         Rounding::ALL.map(|r| c.with_rounding(r))
     })
 }
 
 /// Random conv cases over what the kernels special-case: channel counts below, at and past
-/// their quads, groups and vectors; kernels 1–5 (square or not); strides 1–2; pads 0–3; widths
-/// that do and do not fill a vector; either rounding.
+/// their quads, groups and vectors; kernels 1–5 (square or not); strides 1–2; pads 0–3 or
+/// TensorFlow's SAME (a quarter of the cases); widths that do and do not fill a vector; either
+/// rounding.
 pub fn conv_cases() -> impl proptest::strategy::Strategy<Value = ConvCase> {
     use proptest::prelude::*;
     (
@@ -316,11 +369,11 @@ pub fn conv_cases() -> impl proptest::strategy::Strategy<Value = ConvCase> {
         prop::sample::select(vec![1usize, 2, 3, 5, 6, 8, 13, 16, 17, 24]),
         (1usize..14, 1usize..24),
         (1usize..=5, 1usize..=5),
-        (1usize..=2, 0usize..=3),
+        (1usize..=2, 0usize..=3, prop::bool::weighted(0.25)),
         (any::<u64>(), prop::sample::select(Rounding::ALL.to_vec())),
     )
         .prop_map(
-            |(cin, cout, (h, w), (kh, kw), (stride, pad), (seed, rounding))| ConvCase {
+            |(cin, cout, (h, w), (kh, kw), (stride, pad, same), (seed, rounding))| ConvCase {
                 cin,
                 cout,
                 h,
@@ -329,6 +382,7 @@ pub fn conv_cases() -> impl proptest::strategy::Strategy<Value = ConvCase> {
                 kw,
                 stride,
                 pad,
+                same,
                 seed,
                 rounding: Some(rounding),
             },
@@ -448,6 +502,135 @@ macro_rules! conv_suite {
     };
 }
 pub(crate) use conv_suite;
+
+/// A fast depthwise kernel under test: (params, input, output, scratch).
+pub type DepthwiseKernel<'f> = dyn FnMut(&DepthwiseParams, &[i8], &mut [i8], &mut [u8]) + 'f;
+
+/// A depthwise conv of `case`'s shape (C_out = `cout`, a multiple of `cin`: the depth
+/// multiplier), values drawn from its seed ([`LayerData::random`]: any multiplier, shift,
+/// clamp and rounding; any input zero point), run by the scalar reference and by `fast` with
+/// `scratch(geometry)` bytes of scratch: the bytes must be equal.
+pub fn depthwise_matches_scalar_in(
+    case: &ConvCase,
+    scratch: &dyn Fn(&OpGeometry) -> usize,
+    fast: &mut DepthwiseKernel,
+) {
+    let Some((window, ho, wo)) = case.window() else {
+        return;
+    };
+    assert!(case.cout.is_multiple_of(case.cin), "{case:?}");
+    let mut rng = Rng(case.seed | 1);
+    let input = rng.i8s(case.cin * case.h * case.w, -128, 127);
+    let mut l = LayerData::random(&mut rng, case.cout, case.kh * case.kw);
+    if let Some(r) = case.rounding {
+        l.out.rounding = r;
+    }
+    let p = DepthwiseParams {
+        input: Shape {
+            c: case.cin,
+            h: case.h,
+            w: case.w,
+        },
+        output: Shape {
+            c: case.cout,
+            h: ho,
+            w: wo,
+        },
+        window,
+        depth_multiplier: case.cout / case.cin,
+        weights: &l.weights,
+        bias: I32Array::new(&l.bias),
+        multiplier: I32Array::new(&l.mult),
+        shift: I32Array::new(&l.shift),
+        input_zero_point: rng.range(-128, 127) as i32,
+        out: l.out,
+    };
+    let mut want = vec![0i8; p.output.len()];
+    let mut got = vec![0x55i8; p.output.len()];
+    crate::kernels::scalar::depthwise_conv2d(&p, &input, &mut want);
+    let mut scratch = vec![0xAAu8; scratch(&p.geometry())];
+    fast(&p, &input, &mut got, &mut scratch);
+    assert_eq!(want, got, "{case:?}");
+}
+
+/// The depthwise convs of the models here: the MLPerf Tiny DS-CNN's (3×3 over 25×5×64, SAME)
+/// and MobileNet v1's (3×3, SAME, strides 1 and 2, 8 to 256 channels), a depth multiplier of
+/// 2, each in both roundings.
+pub fn model_depthwise() -> impl Iterator<Item = ConvCase> {
+    let dw = |c: usize, h: usize, w: usize, s: usize| ConvCase {
+        h,
+        w,
+        ..ConvCase::square(c, c, 0, 3, s, 0, 0).with_same()
+    };
+    [
+        dw(64, 25, 5, 1),
+        dw(8, 48, 48, 1),
+        dw(16, 48, 48, 2),
+        dw(64, 12, 12, 1),
+        dw(256, 3, 3, 1),
+        dw(128, 6, 6, 2),
+        ConvCase::square(3, 6, 7, 3, 1, 1, 0),
+    ]
+    .into_iter()
+    .enumerate()
+    .flat_map(|(i, c)| {
+        let c = ConvCase {
+            seed: 60 + i as u64,
+            ..c
+        };
+        Rounding::ALL.map(|r| c.with_rounding(r))
+    })
+}
+
+/// Random depthwise cases: channels below, at and past a word; depth multipliers 1 to 3;
+/// kernels 1–5 (square or not); strides 1–3 (per axis alike); pads 0–2 or TensorFlow's SAME
+/// (a third of the cases); either rounding.
+pub fn depthwise_cases() -> impl proptest::strategy::Strategy<Value = ConvCase> {
+    use proptest::prelude::*;
+    (
+        prop::sample::select(vec![1usize, 2, 3, 4, 5, 8, 16, 17, 64]),
+        prop::sample::select(vec![1usize, 1, 1, 2, 3]),
+        (1usize..14, 1usize..14),
+        (1usize..=5, 1usize..=5),
+        (1usize..=3, 0usize..=2, prop::bool::weighted(0.33)),
+        (any::<u64>(), prop::sample::select(Rounding::ALL.to_vec())),
+    )
+        .prop_map(
+            |(cin, dm, (h, w), (kh, kw), (stride, pad, same), (seed, rounding))| ConvCase {
+                cin,
+                cout: cin * dm,
+                h,
+                w,
+                kh,
+                kw,
+                stride,
+                pad,
+                same,
+                seed,
+                rounding: Some(rounding),
+            },
+        )
+}
+
+/// The depthwise suite every depthwise kernel instantiates: the models' depthwise convs
+/// ([`model_depthwise`]) and random cases ([`depthwise_cases`]), each through `$check` (a
+/// `fn(&ConvCase)`, e.g. with [`depthwise_matches_scalar_in`]).
+macro_rules! depthwise_suite {
+    ($check:path) => {
+        #[test]
+        fn model_depthwise_shapes() {
+            $crate::kernels::test_util::model_depthwise().for_each(|c| $check(&c));
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn depthwise_equals_scalar(c in $crate::kernels::test_util::depthwise_cases()) {
+                $check(&c);
+            }
+        }
+    };
+}
+pub(crate) use depthwise_suite;
 
 /// The fully connected suite every fc kernel instantiates: [`FC_SHAPES`] and random shapes,
 /// each through `$check` (a `fn(k, n, seed)`, e.g. with [`fc_matches_scalar`]).

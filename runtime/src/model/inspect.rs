@@ -190,20 +190,8 @@ impl OpInfo<'_> {
     /// The op's geometry for the scratch rules ([`crate::Kernels::scratch_bytes`]), given its
     /// input and output tensors.
     pub fn geometry(&self, input: &TensorInfo, output: &TensorInfo) -> OpGeometry {
-        let w = &self.window;
-        let p = crate::kernels::Placement::from(w);
-        OpGeometry {
-            kind: self.kind.code(),
-            uniform: p.is_uniform(input.shape(), output.shape()),
-            kernel_h: w.kernel_h.into(),
-            kernel_w: w.kernel_w.into(),
-            stride: w.stride_h.into(),
-            pad: w.pad_top.into(),
-            c_in: input.c.into(),
-            h_in: input.h.into(),
-            w_in: input.w.into(),
-            c_out: output.c.into(),
-        }
+        let p = crate::kernels::Placement::from(&self.window);
+        OpGeometry::new(self.kind.code(), &p, input.shape(), output.shape())
     }
 }
 

@@ -3,8 +3,10 @@
 //! `arm_convolve_s8`.
 //!
 //! In HWC, kernel row ky of output pixel ox reads kw·C_in consecutive values of one input row,
-//! from (ox·s − pad)·C_in on. The band holds the kh input rows of an output row with their
-//! padding (the pad values in its columns, a row of them above and below the input), widened
+//! from (ox·s_w − pad_left)·C_in on. Any window without dilation is covered (strides, kernel
+//! sides and padding per axis, TensorFlow's SAME with its odd row and column at the bottom and
+//! right): the band holds the kh input rows of an output row with their padding (the pad
+//! values in its columns, rows of them above and below the input), widened
 //! (`SXTB16`, `SXTB16 ROR #8`, and `PKHBT`/`PKHTB` to restore the order) in natural order, so
 //! every kernel row of every pixel is a contiguous segment of it that reads as 16-bit pairs
 //! from any offset (unaligned words: one `LDR` on Armv7-M). A pixel's patch is then its kh
@@ -44,10 +46,12 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
     if p.output.is_empty() {
         return;
     }
-    // The bands are a uniform window's.
-    if !p.is_uniform() {
+    // Any window without dilation: the band holds its padded rows and columns.
+    let w = &p.window;
+    if w.dilation_h != 1 || w.dilation_w != 1 || w.stride_h == 0 || w.stride_w == 0 {
         return scalar::conv2d(p, input, output);
     }
+    let (sh, sw) = (w.stride_h, w.stride_w);
     let plan = match plan(p, scratch.len()) {
         Some(plan)
             if input.len() >= p.input.len()
@@ -79,7 +83,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         kh: p.window.kernel_h,
         rw: (p.window.kernel_w * p.input.c).div_ceil(2),
         row: plan.row,
-        step: 2 * p.stride() * p.input.c,
+        step: 2 * sw * p.input.c,
     };
     let e = Epilogue::new(&p.out);
     // The channel pairs' loop in the op's rounding, chosen once.
@@ -99,10 +103,10 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
             let np = (wo - x0).min(plan.block);
             // Band row ky (kernel row ky's input row) and the block's first pixel there.
             let (view, first): (&[i8], usize) = if plan.ring {
-                (&band[oy * p.stride() % g.kh * g.row..], x0)
+                (&band[oy * sh % g.kh * g.row..], x0)
             } else {
                 for (ky, dst) in band.chunks_exact_mut(g.row).enumerate() {
-                    fill_row(p, input, oy * p.stride() + ky, x0 * p.stride(), dst);
+                    fill_row(p, input, oy * sh + ky, x0 * sw, dst);
                 }
                 (band, 0)
             };
@@ -153,11 +157,16 @@ struct Plan {
 /// pair's weights. The block takes whatever room is left, up to a whole output row. `None`
 /// where not even a one-pixel strip fits, which the Cortex-M set's scratch never gives.
 fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
-    let (kh, kw, cin, s) = (p.window.kernel_h, p.window.kernel_w, p.input.c, p.stride());
+    let (kh, kw, cin, s) = (
+        p.window.kernel_h,
+        p.window.kernel_w,
+        p.input.c,
+        p.window.stride_w,
+    );
     let wo = p.output.w;
     let l = CortexMConv::new(&p.geometry());
     let (pair, row, ring) = (l.pair, l.row, l.ring);
-    if pair == 0 || s == 0 {
+    if pair == 0 || s == 0 || p.window.stride_h == 0 {
         return None;
     }
     // Bytes for a band of `band` bytes, `px` pixels' patches and `wp` weight pairs.
@@ -309,23 +318,86 @@ fn pixels(
 fn dot2x2(mut a: [i32; 4], x: &[u64], w: &[u64]) -> [i32; 4] {
     let n = x.len().min(w.len());
     let (mut x, mut w) = (x.as_ptr(), w.as_ptr());
-    for _ in 0..n {
-        // SAFETY: n words from each start.
+    if n % 2 == 1 {
+        // SAFETY: n ≥ 1 words from each start.
         let ((v0, v1), (w0, w1)) = unsafe { (ldrd_inc(&mut x), ldrd_inc(&mut w)) };
         a[0] = smlad(w0, v0, a[0]);
         a[1] = smlad(w0, v1, a[1]);
         a[2] = smlad(w1, v0, a[2]);
         a[3] = smlad(w1, v1, a[3]);
     }
+    if n >= 2 {
+        // SAFETY: n − n % 2 more words from each (even, at least 2).
+        unsafe { dot2x2_pairs(&mut a, x, w, n / 2) };
+    }
     a
 }
 
-/// Brings the ring to output row `oy`: padded rows t = oy·s .. oy·s + kh (input row t − pad,
-/// or pad values above and below the input) must be contiguous from band row (oy·s) mod kh on,
-/// so each is written at row t mod kh and again kh rows further; only the rows output row
-/// oy − 1 did not read are widened.
+/// [`dot2x2`]'s steps two at a time over `pairs` pairs of words from `x` and `w`: on Arm with
+/// DSP written out (14 instructions for two steps; LLVM's unrolled loop spilled), elsewhere the
+/// same sums in plain Rust.
+///
+/// # Safety
+/// `x` and `w` are valid (and 8-aligned) for reads of `pairs` ≥ 1 pairs of 8-byte words.
+#[inline(always)]
+unsafe fn dot2x2_pairs(a: &mut [i32; 4], x: *const u64, w: *const u64, pairs: usize) {
+    #[cfg(octet_arm_dsp)]
+    {
+        let [mut a0, mut a1, mut a2, mut a3] = *a;
+        // SAFETY: the caller's guarantee; reads memory, writes registers only.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "ldrd {v0}, {v1}, [{x}], #8",
+                "ldrd {w0}, {w1}, [{w}], #8",
+                "smlad {a0}, {w0}, {v0}, {a0}",
+                "smlad {a1}, {w0}, {v1}, {a1}",
+                "smlad {a2}, {w1}, {v0}, {a2}",
+                "smlad {a3}, {w1}, {v1}, {a3}",
+                "ldrd {v0}, {v1}, [{x}], #8",
+                "ldrd {w0}, {w1}, [{w}], #8",
+                "smlad {a0}, {w0}, {v0}, {a0}",
+                "smlad {a1}, {w0}, {v1}, {a1}",
+                "smlad {a2}, {w1}, {v0}, {a2}",
+                "smlad {a3}, {w1}, {v1}, {a3}",
+                "cmp {x}, {end}",
+                "bne 2b",
+                x = inout(reg) x => _,
+                w = inout(reg) w => _,
+                end = in(reg) x.wrapping_add(2 * pairs),
+                v0 = out(reg) _,
+                v1 = out(reg) _,
+                w0 = out(reg) _,
+                w1 = out(reg) _,
+                a0 = inout(reg) a0,
+                a1 = inout(reg) a1,
+                a2 = inout(reg) a2,
+                a3 = inout(reg) a3,
+                options(readonly, nostack)
+            );
+        }
+        *a = [a0, a1, a2, a3];
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        let (mut x, mut w) = (x, w);
+        for _ in 0..2 * pairs {
+            // SAFETY: the caller's guarantee.
+            let ((v0, v1), (w0, w1)) = unsafe { (ldrd_inc(&mut x), ldrd_inc(&mut w)) };
+            a[0] = smlad(w0, v0, a[0]);
+            a[1] = smlad(w0, v1, a[1]);
+            a[2] = smlad(w1, v0, a[2]);
+            a[3] = smlad(w1, v1, a[3]);
+        }
+    }
+}
+
+/// Brings the ring to output row `oy`: padded rows t = oy·s .. oy·s + kh (s the vertical
+/// stride; input row t − pad_top, or pad values above and below the input) must be contiguous
+/// from band row (oy·s) mod kh on, so each is written at row t mod kh and again kh rows
+/// further; only the rows output row oy − 1 did not read are widened.
 fn advance_ring(p: &ConvParams, input: &[i8], oy: usize, band: &mut [i8], row: usize) {
-    let (kh, s) = (p.window.kernel_h, p.stride());
+    let (kh, s) = (p.window.kernel_h, p.window.stride_h);
     let first = if oy == 0 {
         0
     } else {
@@ -339,12 +411,13 @@ fn advance_ring(p: &ConvParams, input: &[i8], oy: usize, band: &mut [i8], row: u
     }
 }
 
-/// Padded row `t` (input row t − pad, or pad values above and below the input) from padded
-/// column `c0` on, widened into `dst` (as many columns as it holds): pad values in the padding,
-/// the input's values between.
+/// Padded row `t` (input row t − pad_top, or pad values above and below the input) from padded
+/// column `c0` on (input column c0 − pad_left), widened into `dst` (as many columns as it
+/// holds): pad values in the padding, the input's values between.
 fn fill_row(p: &ConvParams, input: &[i8], t: usize, c0: usize, dst: &mut [i8]) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
-    let iy = t.wrapping_sub(pad);
+    let (cin, h, w) = (p.input.c, p.input.h, p.input.w);
+    let (top, pad) = (p.window.pad_top, p.window.pad_left);
+    let iy = t.wrapping_sub(top);
     if iy >= h {
         return fill_pad(p, dst);
     }
@@ -403,20 +476,32 @@ fn put16(d: &mut [i8], v: i16) {
 
 /// Channels `c0` and `c0 + 1` (zeros past C_out) widened into `pair`: kernel row ky's kw·C_in
 /// values as i16 pairs, a zero after an odd count; each element holds the two channels' words
-/// (channel `c0` in the low half).
+/// (channel `c0` in the low half). Four values at a time, as [`widen_natural`] widens the input.
 fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
     let (k, run) = (p.k(), p.window.kernel_w * p.input.c);
     let rw = run.div_ceil(2);
-    pair.fill(0);
+    // SAFETY: each u64 is two u32s, the low one first (little-endian targets: the kernels'
+    // `LDRD` reads the low word first), every bit pattern valid for both.
+    let words =
+        unsafe { core::slice::from_raw_parts_mut(pair.as_mut_ptr().cast::<u32>(), 2 * pair.len()) };
     for (half, c) in [c0, c0 + 1].into_iter().enumerate() {
         if c >= p.output.c {
-            break;
+            words[half..].iter_mut().step_by(2).for_each(|w| *w = 0);
+            continue;
         }
         let rows = p.weights[c * k..][..k].chunks_exact(run);
-        for (dst, row) in pair.chunks_exact_mut(rw).zip(rows) {
-            for (d, v) in dst.iter_mut().zip(row.chunks(2)) {
-                let hi = v.get(1).map_or(0, |&b| b as i16 as u16 as u64);
-                *d |= (v[0] as i16 as u16 as u64 | hi << 16) << (32 * half);
+        for (dst, row) in words.chunks_exact_mut(2 * rw).zip(rows) {
+            let groups = row.chunks_exact(4);
+            let (tail, done) = (groups.remainder(), 2 * (run / 4));
+            for (g, d) in groups.zip(dst.chunks_exact_mut(4)) {
+                let (a, b) = widen(word(g));
+                d[half] = (a & 0xFFFF) | (b << 16);
+                d[2 + half] = (b & 0xFFFF_0000) | (a >> 16);
+            }
+            let d = dst[2 * done..].iter_mut().skip(half).step_by(2);
+            for (v, d) in tail.chunks(2).zip(d) {
+                let hi = v.get(1).map_or(0, |&b| b as i16 as u16 as u32);
+                *d = v[0] as i16 as u16 as u32 | hi << 16;
             }
         }
     }
@@ -443,7 +528,7 @@ mod tests {
         let least = (1..=scratch_bytes(p))
             .find(|&n| plan(p, n).is_some())
             .unwrap();
-        let row = (p.input.w + 2 * p.pad()) * p.input.c * 2;
+        let row = CortexMConv::new(&p.geometry()).row;
         let pair = plan(p, least).unwrap().pair;
         let ring =
             2 * p.window.kernel_h * row + 9 + (p.output.w.min(PIXEL_BLOCK).div_ceil(2) + 1) * pair;
@@ -535,8 +620,9 @@ mod tests {
         fn stated_scratch_is_the_best_plan(
             (cin, cout) in (1usize..600, 1usize..600), (h, w) in (1usize..300, 1usize..300),
             (kh, kw) in (1usize..12, 1usize..12), stride in 1usize..40, pad in 0usize..6,
+            same in any::<bool>(),
         ) {
-            let c = ConvCase { cin, cout, h, w, kh, kw, stride, pad, seed: 0, rounding: None };
+            let c = ConvCase { cin, cout, h, w, kh, kw, stride, pad, same, seed: 0, rounding: None };
             let Some(p) = conv_shape(&c) else { return Ok(()) };
             let len = scratch_bytes(&p);
             prop_assert_eq!(plan(&p, len), Some(best(&p)));

@@ -1,5 +1,6 @@
 //! Cortex-M kernels for cores with the DSP extension (Armv7E-M: Cortex-M4, M7): conv2d,
-//! fully_connected and max_pool, bit-identical to `kernels::scalar`, in the manner of CMSIS-NN.
+//! depthwise_conv2d, fully_connected and max_pool, bit-identical to `kernels::scalar`, in the
+//! manner of CMSIS-NN.
 //!
 //! Inner products use `SMLAD` (two 16-bit multiply-adds into a 32-bit accumulator): int8 values
 //! are widened four at a time by `SXTB16` (bytes 0 and 2 into the two halves) and `SXTB16` with
@@ -18,10 +19,12 @@
 //! only). The kernels are safe functions: they need nothing the target does not guarantee.
 
 mod conv2d;
+mod depthwise_conv2d;
 mod fully_connected;
 mod max_pool;
 
 pub use conv2d::conv2d;
+pub use depthwise_conv2d::depthwise_conv2d;
 pub use fully_connected::fully_connected;
 pub use max_pool::max_pool;
 

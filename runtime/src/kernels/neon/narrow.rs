@@ -603,6 +603,7 @@ mod tests {
                 kw,
                 stride: s,
                 pad,
+                same: false,
                 seed: 0,
                 rounding: None,
             };

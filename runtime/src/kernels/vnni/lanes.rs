@@ -1145,8 +1145,8 @@ mod tests {
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    /// Declines only outside the lanes geometry or for a shift beyond the i64 epilogue's range
-    /// (below −23), in either rounding. Whole, and in bands of rows.
+    /// Declines only outside a uniform window and the lanes geometry or for a shift beyond the
+    /// i64 epilogue's range (below −23), in either rounding. Whole, and in bands of rows.
     fn check(c: &ConvCase) {
         if !Kernels::vnni_available() {
             return;
@@ -1154,7 +1154,7 @@ mod tests {
         let declines = |p: &ConvParams, _| {
             let low_shift = (0..p.output.c).any(|c| p.shift.get(c) < -23);
             let empty_clamp = p.out.act_min.max(-128) > p.out.act_max.min(127);
-            !lanes_supported(&p.geometry()) || low_shift || empty_clamp
+            !p.is_uniform() || !lanes_supported(&p.geometry()) || low_shift || empty_clamp
         };
         // SAFETY: AVX-512 VNNI checked above.
         check_conv_rows(
