@@ -291,7 +291,7 @@ fn exec(k: Resolved, p: &PreparedOp, work: &mut [u8], scratch: Range<usize>) -> 
         OpParams::Softmax(s) => kernels::softmax(k, s, x, y),
         OpParams::Reshape => kernels::reshape(k, x, y),
         OpParams::Pad(pad) => kernels::pad(k, pad, x, y),
-        OpParams::TfliteAdd(add, _) => kernels::tflite_add(k, add, x, x1, y),
+        OpParams::TfliteAdd(add, _) => kernels::tflite_add(k, add, x, x1, y, scratch),
     }
     Ok(())
 }

@@ -33,22 +33,14 @@ impl TfliteAddTables {
     /// [−128, 127], a left shift outside [0, 23], an invalid output pair), which the kernels
     /// leave to the scalar reference.
     pub fn new(p: &TfliteAddParams) -> Option<Self> {
-        let [z0, z1] = p.zero_points;
-        let [(m0, s0), (m1, s1), (mo, so)] = p.multipliers;
-        let zo = p.out.zero_point;
-        let byte = -128..=127;
-        let valid = byte.contains(&z0)
-            && byte.contains(&z1)
-            && byte.contains(&zo)
-            && (0..=TFLITE_ADD_MAX_SHIFT).contains(&p.left_shift)
-            && valid_multiplier(mo, so);
-        if !valid {
+        if !Self::covers(p) {
             return None;
         }
-        let r = p.out.rounding;
-        let ls = p.left_shift as u32;
-        let table = |z: i32, m: i32, s: i32| {
-            core::array::from_fn(|i| r.requantize((i as i32 - 128 - z) << ls, m, s))
+        let ((mo, so), zo, r) = (p.multipliers[2], p.out.zero_point, p.out.rounding);
+        let table = |i: usize| {
+            let mut t = [0; 256];
+            Self::input_table(p, i, &mut t);
+            t
         };
         // `OutputQuant::clamp64`'s bounds within i8: min(max(v, lo), hi) as it computes them.
         let (lo, hi) = (
@@ -56,13 +48,37 @@ impl TfliteAddTables {
             p.out.act_max.clamp(-128, 127),
         );
         Some(TfliteAddTables {
-            a: table(z0, m0, s0),
-            b: table(z1, m1, s1),
+            a: table(0),
+            b: table(1),
             out: HighRequant::new(mo, so, r),
             zero_point: zo,
             lo: lo - zo,
             hi: hi - zo,
         })
+    }
+
+    /// Whether the tables cover `p`: zero points within [−128, 127], a left shift within
+    /// [0, 23], a valid output pair (what the format accepts); kernels leave the rest to the
+    /// scalar reference.
+    pub fn covers(p: &TfliteAddParams) -> bool {
+        let byte = -128..=127;
+        let [z0, z1] = p.zero_points;
+        let (mo, so) = p.multipliers[2];
+        byte.contains(&z0)
+            && byte.contains(&z1)
+            && byte.contains(&p.out.zero_point)
+            && (0..=TFLITE_ADD_MAX_SHIFT).contains(&p.left_shift)
+            && valid_multiplier(mo, so)
+    }
+
+    /// Input `i`'s (0 or 1) table: `requant_i((q − z_i)·2^ls)` at `q + 128`, each by the
+    /// definition (`Rounding::requantize`). For parameters [`TfliteAddTables::covers`].
+    pub fn input_table(p: &TfliteAddParams, i: usize, dst: &mut [i32; 256]) {
+        let (z, (m, s)) = (p.zero_points[i], p.multipliers[i]);
+        let (r, ls) = (p.out.rounding, p.left_shift as u32);
+        for (q, d) in (-128..).zip(dst.iter_mut()) {
+            *d = r.requantize((q - z) << ls, m, s);
+        }
     }
 
     /// One element as the SIMD kernels compute it (the tests' statement of their form).

@@ -237,8 +237,21 @@ pub(crate) fn reshape(k: Resolved, input: &[i8], output: &mut [i8]) {
     scalar::reshape(input, output)
 }
 
-/// tflite_add with the chosen kernels ([`tflite_add_with`] on this call's tables).
-pub(crate) fn tflite_add(k: Resolved, p: &TfliteAddParams, a: &[i8], b: &[i8], output: &mut [i8]) {
+/// tflite_add with the chosen kernels ([`tflite_add_with`] on this call's tables; Cortex-M's
+/// tables in the op's scratch).
+pub(crate) fn tflite_add(
+    k: Resolved,
+    p: &TfliteAddParams,
+    a: &[i8],
+    b: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    #[cfg(octet_arm_dsp)]
+    if k == Resolved::CortexM {
+        return cortex_m::tflite_add(p, a, b, output, scratch);
+    }
+    let _ = scratch;
     // Only where a set has tables: elsewhere (microcontrollers) no 2 KiB of them on the stack.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     if let Some(t) = tflite_add_tables(k, p) {

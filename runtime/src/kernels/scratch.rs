@@ -10,7 +10,7 @@
 //! any op for the chosen set (`Model::working_bytes`), live only during its op.
 
 use super::{Kernels, Placement, Shape};
-use crate::format::{OP_CONV2D, OP_DEPTHWISE_CONV2D};
+use crate::format::{OP_CONV2D, OP_DEPTHWISE_CONV2D, OP_TFLITE_ADD};
 
 /// With VNNI kernels, convs with K = kh·kw·C_in below this (or fewer than
 /// [`VNNI_MIN_COUT`] output channels) run the AVX2 kernel. The VNNI kernel's vectorized
@@ -365,7 +365,15 @@ pub struct CortexMConv {
     pub wo: usize,
     /// Channel pairs, ⌈C_out/2⌉.
     pub pairs: usize,
+    /// Whether the conv is pointwise ([`CortexMConv::is_pointwise`]): its pixels taken in
+    /// blocks of [`CORTEX_M_PW_BLOCK`] straight from the input, no band.
+    pub pointwise: bool,
+    /// Output pixels, H_out·W_out.
+    pub pixels: usize,
 }
+
+/// Output pixels per block of the Cortex-M pointwise conv.
+pub const CORTEX_M_PW_BLOCK: usize = 16;
 
 impl CortexMConv {
     /// The layout of a conv of geometry `g` (saturating: geometries come from files).
@@ -388,7 +396,25 @@ impl CortexMConv {
             ring: kh.saturating_mul(2).saturating_mul(row),
             wo,
             pairs: (g.c_out as usize).div_ceil(2),
+            pointwise: Self::is_pointwise(g),
+            pixels: wo.saturating_mul(g.h_out as usize),
         }
+    }
+
+    /// Whether a conv is pointwise: a 1×1 kernel at stride 1, no padding, the output the
+    /// input's size, C_in a multiple of 4 (its pixels' values widen a word at a time).
+    pub const fn is_pointwise(g: &OpGeometry) -> bool {
+        g.kernel_h == 1
+            && g.kernel_w == 1
+            && g.stride == 1
+            && g.stride_w == 1
+            && g.pad == 0
+            && g.pad_left == 0
+            && !g.dilated
+            && g.h_out == g.h_in
+            && g.w_out == g.w_in
+            && g.c_in > 0
+            && g.c_in.is_multiple_of(4)
     }
 
     /// Bytes for a band of `band` bytes (and the 2 bytes its last segment reads past it), up
@@ -404,11 +430,20 @@ impl CortexMConv {
         self.pairs.saturating_mul(self.pair) <= CORTEX_M_WEIGHTS_BUDGET
     }
 
-    /// The stated plan's bytes: the ring of whole rows, blocks of a whole output row, and every
-    /// channel pair's weights widened once per call where [`CortexMConv::all_weights`], else
-    /// one pair at a time.
+    /// The stated plan's bytes: the ring of whole rows, blocks of a whole output row (a
+    /// pointwise conv: no band, blocks of [`CORTEX_M_PW_BLOCK`] pixels), and every channel
+    /// pair's weights widened once per call where [`CortexMConv::all_weights`], else one pair
+    /// at a time.
     pub const fn best(&self) -> usize {
         let pairs = if self.all_weights() { self.pairs } else { 1 };
+        if self.pointwise {
+            let px = if self.pixels < CORTEX_M_PW_BLOCK {
+                self.pixels
+            } else {
+                CORTEX_M_PW_BLOCK
+            };
+            return self.bytes(0, px, pairs);
+        }
         self.bytes(self.ring, self.wo, pairs)
     }
 }
@@ -473,11 +508,19 @@ pub const fn cortex_m_depthwise_covered(g: &OpGeometry) -> bool {
         && g.stride_w > 0
 }
 
+/// The Cortex-M tflite_add's scratch (`cortex_m::tflite_add`): its two input tables, 256 i32
+/// each, and up to 3 bytes to align them.
+pub const CORTEX_M_ADD_SCRATCH: usize = 2 * 256 * 4 + 3;
+
 /// The scratch of an op with the Cortex-M set: a conv's ([`cortex_m_conv_scratch_bytes`]), a
-/// depthwise conv's it covers ([`CortexMDepthwise::bytes`]), 0 for the rest.
+/// depthwise conv's it covers ([`CortexMDepthwise::bytes`]), a tflite_add's
+/// ([`CORTEX_M_ADD_SCRATCH`]), 0 for the rest.
 pub const fn cortex_m_scratch_bytes(g: &OpGeometry) -> usize {
     if cortex_m_depthwise_covered(g) {
         return CortexMDepthwise::new(g).bytes();
+    }
+    if g.kind == OP_TFLITE_ADD {
+        return CORTEX_M_ADD_SCRATCH;
     }
     cortex_m_conv_scratch_bytes(g)
 }

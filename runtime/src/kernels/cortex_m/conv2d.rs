@@ -52,6 +52,10 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         return scalar::conv2d(p, input, output);
     }
     let (sh, sw) = (w.stride_h, w.stride_w);
+    let l = CortexMConv::new(&p.geometry());
+    if l.pointwise && super::pointwise::pointwise(p, &l, input, output, scratch) {
+        return;
+    }
     let plan = match plan(p, scratch.len()) {
         Some(plan)
             if input.len() >= p.input.len()
@@ -255,13 +259,13 @@ fn gather<const RW: usize>(band: &[i8], x0: usize, np: usize, g: &Geometry, cols
 }
 
 /// [`block`] in one rounding.
-type Block = fn(&ConvParams, &[u64], &[u64], &mut [i8], usize, &Epilogue);
+pub(super) type Block = fn(&ConvParams, &[u64], &[u64], &mut [i8], usize, &Epilogue);
 
 /// Channels `c0`, `c0 + 1` (when below C_out) of the block's pixels: `cols` holds their patches
 /// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out); `R` is the
 /// op's rounding.
 #[inline(never)]
-fn block<R: Round>(
+pub(super) fn block<R: Round>(
     p: &ConvParams,
     cols: &[u64],
     wt: &[u64],
@@ -538,11 +542,28 @@ mod tests {
     /// Every plan, each against the scalar reference, from the scratch the Cortex-M set states
     /// (the best plan: [`best`]) down to the least.
     fn check(c: &ConvCase) {
+        if conv_shape(c).is_some_and(|p| CortexMConv::new(&p.geometry()).pointwise) {
+            return check_pointwise(c);
+        }
         for which in 0..4 {
             let mut run = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
                 assert_eq!(plan(p, s.len()), Some(best(p)), "{c:?}");
                 // The lesser plans' lengths may pass the best one's for small convs.
                 let n = lengths(p)[which].min(s.len());
+                conv2d(p, x, y, &mut s[..n]);
+            };
+            conv_matches_scalar_in(c, &cortex_m_conv_scratch_bytes, &mut run);
+        }
+    }
+
+    /// A pointwise conv: with the scratch the set states (blocks of `CORTEX_M_PW_BLOCK` pixels,
+    /// every weight pair where they fit the budget), with room for one pixel pair and one weight
+    /// pair, and with less (the band kernel, or the scalar one).
+    fn check_pointwise(c: &ConvCase) {
+        for which in 0..3 {
+            let mut run = |p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]| {
+                let pair = CortexMConv::new(&p.geometry()).pair;
+                let n = [s.len(), 2 * pair + 7, 2 * pair - 1][which].min(s.len());
                 conv2d(p, x, y, &mut s[..n]);
             };
             conv_matches_scalar_in(c, &cortex_m_conv_scratch_bytes, &mut run);
@@ -624,6 +645,8 @@ mod tests {
         ) {
             let c = ConvCase { cin, cout, h, w, kh, kw, stride, pad, same, seed: 0, rounding: None };
             let Some(p) = conv_shape(&c) else { return Ok(()) };
+            // A pointwise conv has its own plan (`pointwise`).
+            prop_assume!(!CortexMConv::new(&p.geometry()).pointwise);
             let len = scratch_bytes(&p);
             prop_assert_eq!(plan(&p, len), Some(best(&p)));
             prop_assert_ne!(plan(&p, len - 1), Some(best(&p)));

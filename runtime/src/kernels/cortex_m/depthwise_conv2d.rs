@@ -44,8 +44,9 @@ pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8], sc
         Rounding::Single => channel::<Single>,
         Rounding::Double => channel::<Double>,
     };
+    fill_padding(p, plane, l.cols);
     for ch in 0..c {
-        fill_plane(p, input, ch, plane, l.cols);
+        fill_body(p, input, ch, plane, l.cols);
         channel(p, ch, plane, l.cols, output);
     }
 }
@@ -78,39 +79,32 @@ fn channel<R: Round>(p: &DepthwiseParams, ch: usize, plane: &[i16], cols: usize,
         c,
     };
     let mut sums = [0i32; CHUNK];
-    let three = kh == 3 && kw == 3;
-    // Pixels a plane row holds at stride sw: consecutive output rows (sh = 1) are then
-    // consecutive runs of `per_row` pixels, the last cols/sw − wo of each a sum nobody reads.
-    let per_row = cols / sw;
-    if three && sh == 1 && cols.is_multiple_of(sw) && wo <= CHUNK {
-        let at_once = (CHUNK - wo) / per_row + 1;
-        let mut oy = 0;
-        while oy < p.output.h {
-            let group: usize = at_once.min(p.output.h - oy);
-            let n = (group - 1) * per_row + wo;
-            let w: &[u32; 6] = wt[..6].try_into().unwrap();
-            sums3x3(&plane[oy * cols..], cols, w, sw, &mut sums[..n]);
-            // The group's pixels are consecutive outputs.
-            let out = &mut out[oy * wo * c..][..group * wo * c];
-            o.put(out, &sums[..n], group * wo, wo, per_row);
-            oy += group;
+    let (ho, step) = (p.output.h, sh * cols);
+    if kh == 3 && kw == 3 && wo <= CHUNK {
+        // As many whole output rows at once as the sums hold.
+        let w: &[u32; 6] = wt[..6].try_into().unwrap();
+        let at_once = CHUNK / wo;
+        for oy in (0..ho).step_by(at_once) {
+            let n = at_once.min(ho - oy) * wo;
+            sums3x3(&plane[oy * step..], cols, step, w, sw, wo, &mut sums[..n]);
+            o.put(&mut out[oy * wo * c..], &sums[..n]);
         }
         return;
     }
-    for (oy, out) in out.chunks_exact_mut(wo * c).take(p.output.h).enumerate() {
-        let rows = &plane[oy * sh * cols..][..kh * cols];
+    for (oy, out) in out.chunks_exact_mut(wo * c).take(ho).enumerate() {
+        let rows = &plane[oy * step..][..kh * cols];
         for x0 in (0..wo).step_by(CHUNK) {
             let sums = &mut sums[..(wo - x0).min(CHUNK)];
-            if three {
+            let n = sums.len();
+            if kh == 3 && kw == 3 {
                 let w: &[u32; 6] = wt[..6].try_into().unwrap();
-                sums3x3(&rows[x0 * sw..], cols, w, sw, sums);
+                sums3x3(&rows[x0 * sw..], cols, step, w, sw, n, sums);
             } else {
                 for (i, s) in sums.iter_mut().enumerate() {
                     *s = dot_any(rows, cols, &wt[..kh * pairs], pairs, (x0 + i) * sw, 0);
                 }
             }
-            let n = sums.len();
-            o.put(&mut out[x0 * c..], sums, n, n, n);
+            o.put(&mut out[x0 * c..], sums);
         }
     }
 }
@@ -130,115 +124,118 @@ struct Outputs<R: Round> {
 }
 
 impl<R: Round> Outputs<R> {
-    /// `n` consecutive output pixels (`out`: theirs, all channels) from their sums less the
-    /// bias, requantized, pairs through the two-lane epilogue: pixel k's sum at
-    /// (k / wo)·stride + k mod wo (rows of `wo` pixels among runs of `stride` sums).
+    /// Consecutive output pixels (`out`: from the first, all channels) from their sums less
+    /// the bias, requantized, pairs through the two-lane epilogue.
     #[inline(always)]
-    fn put(&self, out: &mut [i8], sums: &[i32], n: usize, wo: usize, stride: usize) {
-        let (c, b) = (self.c, self.bias);
+    fn put(&self, out: &mut [i8], sums: &[i32]) {
+        let (c, b, n) = (self.c, self.bias, sums.len());
         if n == 0 {
             return;
         }
         let out = &mut out[self.ch..];
-        assert!(
-            wo > 0
-                && stride >= wo
-                && (n - 1) * c < out.len()
-                && (n - 1) / wo * stride + (n - 1) % wo < sums.len()
-        );
-        let (mut s, mut col) = (sums.as_ptr(), 0);
-        let mut next = || {
-            // SAFETY: the n sums lie in `sums` (asserted); `s` moves to the next one.
-            unsafe {
-                let v = (*s).wrapping_add(b);
-                col += 1;
-                s = s.add(if col == wo { stride - wo + 1 } else { 1 });
-                col = if col == wo { 0 } else { col };
-                v
-            }
-        };
-        let mut y = out.as_mut_ptr();
-        let mut k = 0;
+        assert!((n - 1) * c < out.len());
+        let (mut y, mut k) = (out.as_mut_ptr(), 0);
         if let Some(q2) = &self.q2 {
-            while k + 2 <= n {
-                let (a0, a1) = (next(), next());
-                let [y0, y1] = q2.apply(a0, a1);
+            for s in sums.chunks_exact(2) {
+                let [y0, y1] = q2.apply(s[0].wrapping_add(b), s[1].wrapping_add(b));
                 // SAFETY: pixels k, k + 1 < n of `out` (asserted).
                 unsafe {
                     *y = y0;
                     *y.add(c) = y1;
                     y = y.add(2 * c);
                 }
-                k += 2;
             }
+            k = n & !1;
         }
-        while k < n {
-            let v = self.q.apply(next(), &self.e);
+        for &s in &sums[k..] {
+            let v = self.q.apply(s.wrapping_add(b), &self.e);
             // SAFETY: pixel k < n of `out` (asserted).
             unsafe {
                 *y = v;
                 y = y.add(c);
             }
-            k += 1;
         }
     }
 }
 
-/// The sums of a 3×3 window at `sums.len()` output pixels `sw` values apart, the first at the
-/// start of `rows` (its three rows `cols` apart): per row, taps 0 and 1 as one word, tap 2
-/// with the column after it against a zero weight. Strides 1 and 2 on Arm with DSP run
-/// [`row3x3_words`].
+/// The sums of a 3×3 window at `sums.len()` output pixels, rows of `wo` pixels `sw` values
+/// apart, `step` values from one output row's first pixel to the next's, the first at the
+/// start of `rows` (its three kernel rows `cols` apart): per kernel row, taps 0 and 1 as one
+/// word, tap 2 with the column after it against a zero weight. Strides 1 and 2 on Arm with DSP
+/// run [`rows3x3_words`].
 #[inline(never)]
-fn sums3x3(rows: &[i16], cols: usize, w: &[u32; 6], sw: usize, sums: &mut [i32]) {
+fn sums3x3(
+    rows: &[i16],
+    cols: usize,
+    step: usize,
+    w: &[u32; 6],
+    sw: usize,
+    wo: usize,
+    sums: &mut [i32],
+) {
     let n = sums.len();
-    assert!(n > 0 && (n - 1) * sw + 4 + 2 * cols <= rows.len());
-    // SAFETY: pixel i reads values i·sw .. i·sw + 4 of the three rows, within `rows`
-    // (asserted).
+    assert!(n > 0 && wo > 0 && n.is_multiple_of(wo) && step >= wo * sw);
+    let last = (n / wo - 1) * step + (wo - 1) * sw;
+    assert!(last + 4 + 2 * cols <= rows.len());
+    // SAFETY: pixel (r, x) reads values r·step + x·sw .. + 4 of the three kernel rows, within
+    // `rows` (asserted for the last, the furthest).
     unsafe {
         let r = rows.as_ptr();
         #[cfg(octet_arm_dsp)]
         match sw {
-            1 => return row3x3_words::<2>(r, cols, w, sums),
-            2 => return row3x3_words::<4>(r, cols, w, sums),
+            1 => return rows3x3_words::<2>(r, cols, step - wo, w, wo, sums),
+            2 => return rows3x3_words::<4>(r, cols, step - 2 * wo, w, wo, sums),
             _ => {}
         }
         let [w0, w1, w2, w3, w4, w5] = *w;
-        let mut r = r;
-        for s in sums.iter_mut() {
-            let (r1, r2) = (r.add(cols), r.add(2 * cols));
-            let mut a = smlad(load(r.cast()), w0, 0);
-            a = smlad(load(r.add(2).cast()), w1, a);
-            a = smlad(load(r1.cast()), w2, a);
-            a = smlad(load(r1.add(2).cast()), w3, a);
-            a = smlad(load(r2.cast()), w4, a);
-            *s = smlad(load(r2.add(2).cast()), w5, a);
-            r = r.add(sw);
+        for (row, sums) in sums.chunks_exact_mut(wo).enumerate() {
+            let mut r = r.add(row * step);
+            for s in sums {
+                let (r1, r2) = (r.add(cols), r.add(2 * cols));
+                let mut a = smlad(load(r.cast()), w0, 0);
+                a = smlad(load(r.add(2).cast()), w1, a);
+                a = smlad(load(r1.cast()), w2, a);
+                a = smlad(load(r1.add(2).cast()), w3, a);
+                a = smlad(load(r2.cast()), w4, a);
+                *s = smlad(load(r2.add(2).cast()), w5, a);
+                r = r.add(sw);
+            }
         }
     }
 }
 
-/// [`sums3x3`]'s loop written out, the pixels `STEP` bytes apart (stride 1 or 2): the six
-/// weight words, three row pointers (post-incremented), the sum, a loaded word and the output
-/// pointer take the 12 registers `asm!` may use, the end on the stack; 16 instructions a pixel
-/// (left to itself, LLVM spilled the weights: 30).
+/// [`sums3x3`]'s loops written out, the pixels `STEP` bytes apart (stride 1 or 2) and `skip`
+/// values from a row's end to the next row's start: the six weight words, three kernel-row
+/// pointers (post-incremented), the sum, a loaded word and the output pointer take the 12
+/// registers `asm!` may use; the row's end, the skip, the end and the row's bytes live on the
+/// stack. 16 instructions a pixel (left to itself, LLVM spilled the weights: 30), 11 a row.
 ///
 /// # Safety
-/// `r` and the rows `cols` and `2·cols` values further are valid for reads of
-/// (sums.len() − 1)·STEP + 8 bytes; `sums` is not empty.
+/// As [`sums3x3`] asserts: `r` and the kernel rows `cols` and `2·cols` values further are valid
+/// for the reads of `sums.len()` pixels, rows of `wo`; `sums` is a non-empty multiple of `wo`.
 #[cfg(octet_arm_dsp)]
 #[inline(always)]
-unsafe fn row3x3_words<const STEP: usize>(
+unsafe fn rows3x3_words<const STEP: usize>(
     r: *const i16,
     cols: usize,
+    skip: usize,
     w: &[u32; 6],
+    wo: usize,
     sums: &mut [i32],
 ) {
     let out = sums.as_mut_ptr();
-    let end = out.wrapping_add(sums.len());
-    // SAFETY: the caller's guarantee; the stack word pushed is popped before the end.
+    let ctl = [4 * wo, 2 * skip, out.wrapping_add(sums.len()) as usize];
+    // SAFETY: the caller's guarantee; the 16 bytes of stack taken are given back.
     unsafe {
         core::arch::asm!(
-            "str {t}, [sp, #-8]!",
+            "ldr {a}, [{t}, #4]",
+            "str {a}, [sp, #-16]!",
+            "ldr {a}, [{t}, #8]",
+            "str {a}, [sp, #4]",
+            "ldr {a}, [{t}]",
+            "str {a}, [sp, #8]",
+            "add {a}, {out}, {a}",
+            "str {a}, [sp, #12]",
             "2:",
             "ldr {t}, [{p0}, #4]",
             "smuad {a}, {t}, {w1}",
@@ -253,16 +250,26 @@ unsafe fn row3x3_words<const STEP: usize>(
             "ldr {t}, [{p2}], #{step}",
             "smlad {a}, {t}, {w4}, {a}",
             "str {a}, [{out}], #4",
-            "ldr {t}, [sp]",
+            "ldr {t}, [sp, #12]",
             "cmp {out}, {t}",
             "bne 2b",
-            "add sp, sp, #8",
+            "ldr {t}, [sp]",
+            "add {p0}, {p0}, {t}",
+            "add {p1}, {p1}, {t}",
+            "add {p2}, {p2}, {t}",
+            "ldrd {t}, {a}, [sp, #8]",
+            "add {a}, {a}, {t}",
+            "str {a}, [sp, #12]",
+            "ldr {t}, [sp, #4]",
+            "cmp {out}, {t}",
+            "bne 2b",
+            "add sp, sp, #16",
             step = const STEP,
             p0 = inout(reg) r => _,
             p1 = inout(reg) r.wrapping_add(cols) => _,
             p2 = inout(reg) r.wrapping_add(2 * cols) => _,
             out = inout(reg) out => _,
-            t = inout(reg) end => _,
+            t = inout(reg) ctl.as_ptr() => _,
             a = out(reg) _,
             w0 = in(reg) w[0],
             w1 = in(reg) w[1],
@@ -287,31 +294,40 @@ fn dot_any(rows: &[i16], cols: usize, wt: &[u32], pairs: usize, x: usize, mut ac
     acc
 }
 
-/// Channel `ch` of the padded input as a plane of `cols` values a row: input row t − pad_top,
-/// column x − pad_left at (t, x), the input zero point elsewhere (padding, the spare column).
-fn fill_plane(p: &DepthwiseParams, input: &[i8], ch: usize, plane: &mut [i16], cols: usize) {
-    let (c, h, w) = (p.input.c, p.input.h, p.input.w);
+/// The plane's padding, every value no input value covers: the input zero point (padded taps
+/// read it, as the reference's do; the spare column's is multiplied by 0). The same for every
+/// channel, so written once per call.
+fn fill_padding(p: &DepthwiseParams, plane: &mut [i16], cols: usize) {
     let z = p.input_zero_point.clamp(-128, 127) as i16;
-    let (top, pad) = (p.window.pad_top, p.window.pad_left);
-    // Padded columns [lo, hi) hold input columns 0 .. hi − lo.
-    let (lo, hi) = (pad.min(cols), (w + pad).min(cols));
+    let (top, left) = (p.window.pad_top, p.window.pad_left);
+    let (h, w) = (p.input.h, p.input.w);
     for (t, row) in plane.chunks_exact_mut(cols).enumerate() {
-        let iy = t.wrapping_sub(top);
-        if iy >= h {
-            row.fill(z);
-            continue;
+        let input_row = t >= top && t - top < h;
+        for (x, v) in row.iter_mut().enumerate() {
+            if !(input_row && x >= left && x - left < w) {
+                *v = z;
+            }
         }
-        let src = &input[(iy * w) * c + ch..];
-        let body = hi.max(lo) - lo;
-        assert!(body == 0 || (body - 1) * c < src.len());
-        let (left, rest) = row.split_at_mut(lo);
-        let (mid, right) = rest.split_at_mut(body);
-        for d in left.iter_mut().chain(right) {
-            *d = z;
-        }
+    }
+}
+
+/// Channel `ch` of the input into the plane's body: input row y, column x at plane row
+/// y + pad_top, column x + pad_left (what of the input the plane holds).
+fn fill_body(p: &DepthwiseParams, input: &[i8], ch: usize, plane: &mut [i16], cols: usize) {
+    let (c, h, w) = (p.input.c, p.input.h, p.input.w);
+    let (top, left) = (p.window.pad_top, p.window.pad_left);
+    let rows = plane.len() / cols;
+    let (x0, x1) = (left.min(cols), (left + w).min(cols));
+    let n = x1 - x0;
+    if n == 0 {
+        return;
+    }
+    for t in top..(top + h).min(rows) {
+        let src = &input[(t - top) * w * c + ch..];
+        assert!((n - 1) * c < src.len());
         let mut x = src.as_ptr();
-        for d in mid {
-            // SAFETY: the body's values lie within `src` (asserted): at most w of them.
+        for d in &mut plane[t * cols + x0..][..n] {
+            // SAFETY: n values c apart from the start of `src` (asserted).
             unsafe {
                 *d = *x as i16;
                 x = x.add(c);

@@ -1,5 +1,6 @@
-//! Cortex-M kernels for cores with the DSP extension (Armv7E-M: Cortex-M4, M7): conv2d,
-//! depthwise_conv2d, fully_connected and max_pool, bit-identical to `kernels::scalar`, in the
+//! Cortex-M kernels for cores with the DSP extension (Armv7E-M: Cortex-M4, M7): conv2d (and
+//! its pointwise form), depthwise_conv2d, fully_connected, max_pool and tflite_add,
+//! bit-identical to `kernels::scalar`, in the
 //! manner of CMSIS-NN.
 //!
 //! Inner products use `SMLAD` (two 16-bit multiply-adds into a 32-bit accumulator): int8 values
@@ -22,11 +23,14 @@ mod conv2d;
 mod depthwise_conv2d;
 mod fully_connected;
 mod max_pool;
+mod pointwise;
+mod tflite_add;
 
 pub use conv2d::conv2d;
 pub use depthwise_conv2d::depthwise_conv2d;
 pub use fully_connected::fully_connected;
 pub use max_pool::max_pool;
+pub use tflite_add::tflite_add;
 
 use crate::kernels::OutputQuant;
 use crate::requant::ChannelRequant;
