@@ -282,7 +282,7 @@ fn exec(k: Resolved, p: &PreparedOp, work: &mut [u8], scratch: Range<usize>) -> 
     let y = as_i8_mut(y);
     match &p.params {
         OpParams::Conv2d(c) => kernels::conv2d(k, c, x, y, scratch),
-        OpParams::FullyConnected(f) => kernels::fully_connected(k, f, x, y),
+        OpParams::FullyConnected(f) => kernels::fully_connected(k, f, x, y, scratch),
         OpParams::MaxPool(pool) => kernels::max_pool(k, pool, x, y),
         OpParams::AvgPool(pool) => kernels::avg_pool(k, pool, x, y),
         OpParams::Add(add, _) => kernels::add(k, add, x, x1, y),

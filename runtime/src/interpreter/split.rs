@@ -274,7 +274,7 @@ impl ThreadPart {
         let (n0, n1) = share.of(f.n, 4);
         if n0 < n1 {
             let out = core::slice::from_raw_parts_mut(area.at(p.output).add(n0), n1 - n0);
-            kernels::fully_connected(k, &f.outputs(n0, n1), area.tensor(p.input), out);
+            kernels::fully_connected(k, &f.outputs(n0, n1), area.tensor(p.input), out, &mut []);
         }
     }
 

@@ -153,8 +153,15 @@ pub(crate) fn max_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [
     }
 }
 
-/// fully_connected with the chosen kernels.
-pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &mut [i8]) {
+/// fully_connected with the chosen kernels (`scratch`: Cortex-M's widened input).
+pub(crate) fn fully_connected(
+    k: Resolved,
+    p: &FcParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    let _ = &scratch;
     match k {
         Resolved::Scalar => scalar::fully_connected(p, input, output),
         #[cfg(target_arch = "x86_64")]
@@ -170,7 +177,7 @@ pub(crate) fn fully_connected(k: Resolved, p: &FcParams, input: &[i8], output: &
         // SAFETY: Resolved::NeonDot is only produced when NEON and dotprod are available.
         Resolved::NeonDot => unsafe { neon::fully_connected_dot(p, input, output) },
         #[cfg(octet_arm_dsp)]
-        Resolved::CortexM => cortex_m::fully_connected(p, input, output),
+        Resolved::CortexM => cortex_m::fully_connected(p, input, output, scratch),
     }
 }
 

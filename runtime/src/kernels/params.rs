@@ -34,6 +34,11 @@ pub struct I32Array<'a> {
 }
 
 impl<'a> I32Array<'a> {
+    /// Whether every value equals the first (true when empty).
+    pub fn all_equal(&self) -> bool {
+        self.bytes.chunks_exact(4).all(|c| c == &self.bytes[..4])
+    }
+
     /// Values `start..end` (clamped to the array).
     pub fn slice(&self, start: usize, end: usize) -> Self {
         let n = self.len();
@@ -308,11 +313,20 @@ pub struct FcParams<'a> {
     pub multiplier: I32Array<'a>,
     /// Shift per output.
     pub shift: I32Array<'a>,
+    /// Whether every output has the same multiplier and shift (TFLite's per-tensor fully
+    /// connected): found once at prepare ([`FcParams::per_tensor_of`]), so kernels may decode
+    /// the requantization once.
+    pub per_tensor: bool,
     /// Output zero point and clamp.
     pub out: OutputQuant,
 }
 
 impl<'a> FcParams<'a> {
+    /// [`FcParams::per_tensor`] of these multipliers and shifts.
+    pub fn per_tensor_of(multiplier: &I32Array, shift: &I32Array) -> bool {
+        multiplier.all_equal() && shift.all_equal()
+    }
+
     /// Outputs `n0..n1` only (the same bytes for those outputs).
     pub fn outputs(&self, n0: usize, n1: usize) -> FcParams<'a> {
         FcParams {

@@ -10,7 +10,7 @@
 //! any op for the chosen set (`Model::working_bytes`), live only during its op.
 
 use super::{Kernels, Placement, Shape};
-use crate::format::{OP_CONV2D, OP_DEPTHWISE_CONV2D, OP_TFLITE_ADD};
+use crate::format::{OP_CONV2D, OP_DEPTHWISE_CONV2D, OP_FULLY_CONNECTED, OP_TFLITE_ADD};
 
 /// With VNNI kernels, convs with K = kh·kw·C_in below this (or fewer than
 /// [`VNNI_MIN_COUT`] output channels) run the AVX2 kernel. The VNNI kernel's vectorized
@@ -508,19 +508,32 @@ pub const fn cortex_m_depthwise_covered(g: &OpGeometry) -> bool {
         && g.stride_w > 0
 }
 
+/// The Cortex-M fully_connected's scratch (`cortex_m::fully_connected`) for K inputs: the
+/// input's whole groups of 4 widened to two words each, and up to 3 bytes to align them.
+pub const fn cortex_m_fc_scratch_bytes(k: usize) -> usize {
+    (k / 4).saturating_mul(8).saturating_add(3)
+}
+
 /// The Cortex-M tflite_add's scratch (`cortex_m::tflite_add`): its two input tables, 256 i32
 /// each, and up to 3 bytes to align them.
 pub const CORTEX_M_ADD_SCRATCH: usize = 2 * 256 * 4 + 3;
 
 /// The scratch of an op with the Cortex-M set: a conv's ([`cortex_m_conv_scratch_bytes`]), a
 /// depthwise conv's it covers ([`CortexMDepthwise::bytes`]), a tflite_add's
-/// ([`CORTEX_M_ADD_SCRATCH`]), 0 for the rest.
+/// ([`CORTEX_M_ADD_SCRATCH`]), a fully_connected's ([`cortex_m_fc_scratch_bytes`]), 0 for the
+/// rest.
 pub const fn cortex_m_scratch_bytes(g: &OpGeometry) -> usize {
     if cortex_m_depthwise_covered(g) {
         return CortexMDepthwise::new(g).bytes();
     }
     if g.kind == OP_TFLITE_ADD {
         return CORTEX_M_ADD_SCRATCH;
+    }
+    if g.kind == OP_FULLY_CONNECTED {
+        let k = (g.c_in as usize)
+            .saturating_mul(g.h_in as usize)
+            .saturating_mul(g.w_in as usize);
+        return cortex_m_fc_scratch_bytes(k);
     }
     cortex_m_conv_scratch_bytes(g)
 }

@@ -693,6 +693,7 @@ impl FcData {
             bias: I32Array::new(&l.bias),
             multiplier: I32Array::new(&l.mult),
             shift: I32Array::new(&l.shift),
+            per_tensor: FcParams::per_tensor_of(&I32Array::new(&l.mult), &I32Array::new(&l.shift)),
             out: l.out,
         }
     }

@@ -305,6 +305,7 @@ impl<'a> Model<'a> {
             bias: o.bias,
             multiplier: o.multipliers,
             shift: o.shifts,
+            per_tensor: FcParams::per_tensor_of(&o.multipliers, &o.shifts),
             out: output_quant(o, tout, r),
         }
     }
