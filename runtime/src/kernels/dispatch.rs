@@ -220,8 +220,13 @@ pub(crate) fn depthwise_conv2d(
     }
 }
 
-/// tflite_avg_pool with the chosen kernels: the scalar reference in every set.
+/// tflite_avg_pool with the chosen kernels: Cortex-M's own, the scalar reference in every
+/// other set.
 pub(crate) fn tflite_avg_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
+    #[cfg(octet_arm_dsp)]
+    if k == Resolved::CortexM {
+        return cortex_m::tflite_avg_pool(p, input, output);
+    }
     let _ = k;
     scalar::tflite_avg_pool(p, input, output)
 }

@@ -312,26 +312,32 @@ fn fill_padding(p: &DepthwiseParams, plane: &mut [i16], cols: usize) {
 }
 
 /// Channel `ch` of the input into the plane's body: input row y, column x at plane row
-/// y + pad_top, column x + pad_left (what of the input the plane holds).
+/// y + pad_top, column x + pad_left (what of the input the plane holds), in one pass over the
+/// input's pixels.
 fn fill_body(p: &DepthwiseParams, input: &[i8], ch: usize, plane: &mut [i16], cols: usize) {
     let (c, h, w) = (p.input.c, p.input.h, p.input.w);
     let (top, left) = (p.window.pad_top, p.window.pad_left);
-    let rows = plane.len() / cols;
-    let (x0, x1) = (left.min(cols), (left + w).min(cols));
-    let n = x1 - x0;
-    if n == 0 {
+    let rows = (plane.len() / cols).saturating_sub(top).min(h);
+    let n = (left + w).min(cols).saturating_sub(left);
+    if rows == 0 || n == 0 {
         return;
     }
-    for t in top..(top + h).min(rows) {
-        let src = &input[(t - top) * w * c + ch..];
-        assert!((n - 1) * c < src.len());
-        let mut x = src.as_ptr();
-        for d in &mut plane[t * cols + x0..][..n] {
-            // SAFETY: n values c apart from the start of `src` (asserted).
-            unsafe {
+    // The last value read and written lie in the buffers.
+    assert!(((rows - 1) * w + n - 1) * c + ch < input.len());
+    assert!((top + rows - 1) * cols + left + n <= plane.len());
+    // SAFETY: rows × n values, the last within both buffers (asserted); the pointers step
+    // past them only after the last (wrapping, never read).
+    unsafe {
+        let mut x = input.as_ptr().add(ch);
+        let mut d = plane.as_mut_ptr().add(top * cols + left);
+        for _ in 0..rows {
+            for _ in 0..n {
                 *d = *x as i16;
-                x = x.add(c);
+                d = d.wrapping_add(1);
+                x = x.wrapping_add(c);
             }
+            d = d.wrapping_add(cols - n);
+            x = x.wrapping_add((w - n) * c);
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Cortex-M kernels for cores with the DSP extension (Armv7E-M: Cortex-M4, M7): conv2d (and
-//! its pointwise form), depthwise_conv2d, fully_connected, max_pool and tflite_add,
+//! its pointwise form), depthwise_conv2d, fully_connected, max_pool, tflite_add and
+//! tflite_avg_pool,
 //! bit-identical to `kernels::scalar`, in the
 //! manner of CMSIS-NN.
 //!
@@ -25,12 +26,14 @@ mod fully_connected;
 mod max_pool;
 mod pointwise;
 mod tflite_add;
+mod tflite_avg_pool;
 
 pub use conv2d::conv2d;
 pub use depthwise_conv2d::depthwise_conv2d;
 pub use fully_connected::fully_connected;
 pub use max_pool::max_pool;
 pub use tflite_add::tflite_add;
+pub use tflite_avg_pool::tflite_avg_pool;
 
 use crate::kernels::OutputQuant;
 use crate::requant::ChannelRequant;
@@ -120,6 +123,34 @@ unsafe fn ldrd_inc(p: &mut *const u64) -> (u32, u32) {
         let v = unsafe { p.read() };
         *p = p.wrapping_add(1);
         (v as u32, (v >> 32) as u32)
+    }
+}
+
+/// `SXTAB16 acc, acc, x, ROR #ROT` (ROT 0 or 8): bytes ROT/8 and ROT/8 + 2 of `x`,
+/// sign-extended, added to the two 16-bit lanes of `acc` (modulo 2^16 each).
+#[inline(always)]
+fn sxtab16<const ROT: u32>(acc: u32, x: u32) -> u32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let r: u32;
+        // SAFETY: register-only, no flags.
+        unsafe {
+            core::arch::asm!(
+                "sxtab16 {r}, {a}, {x}, ror #{rot}",
+                r = lateout(reg) r,
+                a = in(reg) acc,
+                x = in(reg) x,
+                rot = const ROT,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        r
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        let v = sxtb16::<ROT>(x);
+        let lane = |a: u32, i: u32| ((a >> (16 * i)) as u16).wrapping_add((v >> (16 * i)) as u16);
+        lane(acc, 0) as u32 | (lane(acc, 1) as u32) << 16
     }
 }
 
@@ -521,6 +552,16 @@ mod tests {
             let p = |x: u32, y: u32| (x as i16 as i64) * (y as i16 as i64);
             let exact = acc as i64 + p(a, b) + p(a >> 16, b >> 16);
             prop_assert_eq!(smlad(a, b, acc), exact as i32);
+        }
+
+        #[test]
+        fn sxtab16_adds_lanes(acc in any::<u32>(), x in any::<u32>()) {
+            let b = x.to_le_bytes().map(|v| v as i8 as i16);
+            let l = |a: u32, i: u32| (a >> (16 * i)) as i16;
+            let pack = |v: [i16; 2]| v[0] as u16 as u32 | (v[1] as u16 as u32) << 16;
+            let add = |i: usize, j: usize| pack([l(acc, 0).wrapping_add(b[i]), l(acc, 1).wrapping_add(b[j])]);
+            prop_assert_eq!(sxtab16::<0>(acc, x), add(0, 2));
+            prop_assert_eq!(sxtab16::<8>(acc, x), add(1, 3));
         }
 
         #[test]

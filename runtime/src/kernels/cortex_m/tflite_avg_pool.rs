@@ -1,0 +1,120 @@
+//! tflite_avg_pool (TensorFlow Lite's AVERAGE_POOL_2D): four channels per word, their sums in
+//! the two 16-bit lanes of two registers (`SXTAB16`, bytes 0 and 2, then 1 and 3), exact for
+//! windows of up to 256 taps (|sum| ≤ 256·128); the division rounds half away from zero as the
+//! reference's does.
+
+use super::{load, sxtab16, Epilogue};
+use crate::kernels::{scalar, PoolParams};
+
+/// Most taps a window may hold for the 16-bit lane sums to be exact.
+const MAX_TAPS: usize = 256;
+
+/// Same bytes as [`scalar::tflite_avg_pool`]. Channels go 4 at a time, the last word the last
+/// 4 channels (overlapping the one before where C is not a multiple of 4). Fewer than 4
+/// channels, more than [`MAX_TAPS`] taps or dilation run the scalar kernel.
+pub fn tflite_avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
+    let (c, h, w) = (p.input.c, p.input.h, p.input.w);
+    let (ho, wo) = (p.output.h, p.output.w);
+    let g = &p.window;
+    if c < 4
+        || g.kernel_h * g.kernel_w > MAX_TAPS
+        || g.dilation_h != 1
+        || g.dilation_w != 1
+        || input.len() < p.input.len()
+        || output.len() < ho * wo * c
+    {
+        return scalar::tflite_avg_pool(p, input, output);
+    }
+    let e = Epilogue::new(&p.out);
+    for (i, o) in output.chunks_exact_mut(c).take(ho * wo).enumerate() {
+        let (oy, ox) = (i / wo, i % wo);
+        let rows = PoolParams::taps(oy, g.stride_h, g.pad_top, g.kernel_h, h);
+        let cols = PoolParams::taps(ox, g.stride_w, g.pad_left, g.kernel_w, w);
+        // Validation keeps every window's count ≥ 1.
+        let count = ((rows.len() * cols.len()) as i32).max(1);
+        let mut at = 0;
+        loop {
+            let at4 = at.min(c - 4);
+            let (mut s02, mut s13) = (0u32, 0u32);
+            for iy in rows.clone().filter(|_| !cols.is_empty()) {
+                // The window's pixels in this row, the last one's 4 values ending it.
+                let len = (cols.len() - 1) * c + 4;
+                let row = &input[(iy * w + cols.start) * c + at4..][..len];
+                for px in row.chunks(c) {
+                    // SAFETY: at4 + 4 ≤ C values of the pixel.
+                    let v = unsafe { load(px.as_ptr()) };
+                    s02 = sxtab16::<0>(s02, v);
+                    s13 = sxtab16::<8>(s13, v);
+                }
+            }
+            let sums = [s02, s13, s02 >> 16, s13 >> 16].map(|s| s as i16 as i32);
+            for (y, s) in o[at4..at4 + 4].iter_mut().zip(sums) {
+                let avg = match s > 0 {
+                    true => (s + count / 2) / count,
+                    false => (s - count / 2) / count,
+                };
+                *y = avg.max(e.lo).min(e.hi) as i8;
+            }
+            if at4 + 4 == c {
+                break;
+            }
+            at += 4;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{pool_cases, PoolCase, Rng};
+    use proptest::prelude::*;
+
+    /// `case` with padding `pad` above and left (and the output that SAME-like padding on
+    /// both sides gives), random input: the scalar reference's bytes.
+    fn check(case: &PoolCase, pad: usize) {
+        let mut p = case.params();
+        let (kh, kw, s) = (case.kh, case.kw, case.stride);
+        let pad = pad.min(kh - 1).min(kw - 1);
+        if case.h + 2 * pad < kh || case.w + 2 * pad < kw {
+            return;
+        }
+        p.window.pad_top = pad;
+        p.window.pad_left = pad;
+        p.output.h = (case.h + 2 * pad - kh) / s + 1;
+        p.output.w = (case.w + 2 * pad - kw) / s + 1;
+        let input = Rng(case.seed | 1).i8s(case.c * case.h * case.w, -128, 127);
+        let mut want = vec![0i8; p.output.len()];
+        let mut got = vec![0x55i8; p.output.len()];
+        scalar::tflite_avg_pool(&p, &input, &mut want);
+        tflite_avg_pool(&p, &input, &mut got);
+        assert_eq!(want, got, "{case:?} pad {pad}");
+    }
+
+    proptest! {
+        #[test]
+        fn equals_scalar(c in pool_cases(false, -200..=200), pad in 0usize..3) {
+            check(&c, pad);
+        }
+    }
+
+    /// The models' global pools (MLPerf Tiny DS-CNN's 25×5, ResNet-8's 8×8), the largest
+    /// window of exact lane sums (16×16, all −128) and one past it (the scalar kernel).
+    #[test]
+    fn global_pools() {
+        for (c, h, w) in [(64, 25, 5), (64, 8, 8), (5, 16, 16), (8, 17, 16)] {
+            let case = PoolCase {
+                h,
+                w,
+                kh: h,
+                kw: w,
+                ..PoolCase::square(c, 0, 0, 1)
+            };
+            check(&case, 0);
+        }
+        let p = PoolCase::square(4, 16, 16, 1).params();
+        let input = vec![-128i8; 4 * 256];
+        let mut got = [0i8; 4];
+        tflite_avg_pool(&p, &input, &mut got);
+        assert_eq!(got, [-128; 4]);
+    }
+}
