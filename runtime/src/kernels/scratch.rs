@@ -366,14 +366,23 @@ pub struct CortexMConv {
     /// Channel pairs, ⌈C_out/2⌉.
     pub pairs: usize,
     /// Whether the conv is pointwise ([`CortexMConv::is_pointwise`]): its pixels taken in
-    /// blocks of [`CORTEX_M_PW_BLOCK`] straight from the input, no band.
+    /// blocks of [`CORTEX_M_FLAT_BLOCK`] straight from the input, no band.
     pub pointwise: bool,
     /// Output pixels, H_out·W_out.
     pub pixels: usize,
+    /// Bytes of the whole padded input widened: the (H_out − 1)·stride + kh rows the output
+    /// reads.
+    pub image: usize,
 }
 
-/// Output pixels per block of the Cortex-M pointwise conv.
-pub const CORTEX_M_PW_BLOCK: usize = 16;
+/// Output pixels per block where the Cortex-M conv takes pixels in flat order, across rows
+/// (the pointwise conv, the whole-image plan).
+pub const CORTEX_M_FLAT_BLOCK: usize = 16;
+
+/// The most bytes of widened padded input the Cortex-M conv keeps for a whole call (the
+/// whole-image plan: small inputs such as DS-CNN's 49×10 spectrogram or a 32×32×3 image,
+/// their pixels then taken in flat order, no row's odd pixel wasted).
+pub const CORTEX_M_IMAGE_BUDGET: usize = 8 << 10;
 
 impl CortexMConv {
     /// The layout of a conv of geometry `g` (saturating: geometries come from files).
@@ -398,6 +407,32 @@ impl CortexMConv {
             pairs: (g.c_out as usize).div_ceil(2),
             pointwise: Self::is_pointwise(g),
             pixels: wo.saturating_mul(g.h_out as usize),
+            image: match g.h_out {
+                0 => 0,
+                ho => (ho as usize - 1)
+                    .saturating_mul(g.stride as usize)
+                    .saturating_add(kh)
+                    .saturating_mul(row),
+            },
+        }
+    }
+
+    /// Whether the stated plan widens the whole padded input once per call: a conv other than
+    /// pointwise whose image fits [`CORTEX_M_IMAGE_BUDGET`] and whose rows leave a pixel
+    /// unpaired or fall short of a block (rows of an even [`CORTEX_M_FLAT_BLOCK`] or more
+    /// pixels run faster as the ring's whole-row blocks).
+    pub const fn image_fits(&self) -> bool {
+        !self.pointwise
+            && self.image <= CORTEX_M_IMAGE_BUDGET
+            && (self.wo % 2 == 1 || self.wo < CORTEX_M_FLAT_BLOCK)
+    }
+
+    /// Pixels per block in flat order: [`CORTEX_M_FLAT_BLOCK`], or all of them.
+    pub const fn flat_block(&self) -> usize {
+        if self.pixels < CORTEX_M_FLAT_BLOCK {
+            self.pixels
+        } else {
+            CORTEX_M_FLAT_BLOCK
         }
     }
 
@@ -431,18 +466,17 @@ impl CortexMConv {
     }
 
     /// The stated plan's bytes: the ring of whole rows, blocks of a whole output row (a
-    /// pointwise conv: no band, blocks of [`CORTEX_M_PW_BLOCK`] pixels), and every channel
+    /// pointwise conv: no band, blocks of [`CORTEX_M_FLAT_BLOCK`] pixels; where
+    /// [`CortexMConv::image_fits`], the whole image and such blocks), and every channel
     /// pair's weights widened once per call where [`CortexMConv::all_weights`], else one pair
     /// at a time.
     pub const fn best(&self) -> usize {
         let pairs = if self.all_weights() { self.pairs } else { 1 };
         if self.pointwise {
-            let px = if self.pixels < CORTEX_M_PW_BLOCK {
-                self.pixels
-            } else {
-                CORTEX_M_PW_BLOCK
-            };
-            return self.bytes(0, px, pairs);
+            return self.bytes(0, self.flat_block(), pairs);
+        }
+        if self.image_fits() {
+            return self.bytes(self.image, self.flat_block(), pairs);
         }
         self.bytes(self.ring, self.wo, pairs)
     }

@@ -95,6 +95,47 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         Rounding::Single => block::<Single>,
         Rounding::Double => block::<Double>,
     };
+    let mut run_block = |band: &[i8], px: Pixels, np: usize, out: &mut [i8]| {
+        let cols = &mut cols[..np.div_ceil(2) * len];
+        // Kernel rows of up to 8 words (kw·C_in ≤ 16: few input channels) unroll.
+        match g.rw {
+            1 => gather::<1>(band, px, np, &g, cols),
+            2 => gather::<2>(band, px, np, &g, cols),
+            3 => gather::<3>(band, px, np, &g, cols),
+            4 => gather::<4>(band, px, np, &g, cols),
+            5 => gather::<5>(band, px, np, &g, cols),
+            6 => gather::<6>(band, px, np, &g, cols),
+            7 => gather::<7>(band, px, np, &g, cols),
+            8 => gather::<8>(band, px, np, &g, cols),
+            _ => gather::<0>(band, px, np, &g, cols),
+        }
+        for c0 in (0..cout).step_by(2) {
+            let wt: &[u64] = if plan.all_weights {
+                &wts[c0 / 2 * len..][..len]
+            } else {
+                widen_weights(p, c0, wts);
+                wts
+            };
+            block(p, cols, wt, out, c0, &e);
+        }
+    };
+    if plan.image {
+        // The whole padded image once, then blocks of pixels in flat order across rows.
+        for (t, dst) in band.chunks_exact_mut(g.row).enumerate() {
+            fill_row(p, input, t, 0, dst);
+        }
+        let n = p.output.h * wo;
+        for k0 in (0..n).step_by(plan.block) {
+            let np = (n - k0).min(plan.block);
+            let px = Pixels {
+                first: k0,
+                wo,
+                row_step: sh * g.row,
+            };
+            run_block(band, px, np, &mut output[k0 * cout..][..np * cout]);
+        }
+        return;
+    }
     for (oy, out) in output
         .chunks_exact_mut(wo * cout)
         .take(p.output.h)
@@ -114,29 +155,12 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
                 }
                 (band, 0)
             };
-            let cols = &mut cols[..np.div_ceil(2) * len];
-            // Kernel rows of up to 8 words (kw·C_in ≤ 16: few input channels) unroll.
-            match g.rw {
-                1 => gather::<1>(view, first, np, &g, cols),
-                2 => gather::<2>(view, first, np, &g, cols),
-                3 => gather::<3>(view, first, np, &g, cols),
-                4 => gather::<4>(view, first, np, &g, cols),
-                5 => gather::<5>(view, first, np, &g, cols),
-                6 => gather::<6>(view, first, np, &g, cols),
-                7 => gather::<7>(view, first, np, &g, cols),
-                8 => gather::<8>(view, first, np, &g, cols),
-                _ => gather::<0>(view, first, np, &g, cols),
-            }
-            let out = &mut out[x0 * cout..][..np * cout];
-            for c0 in (0..cout).step_by(2) {
-                let wt: &[u64] = if plan.all_weights {
-                    &wts[c0 / 2 * len..][..len]
-                } else {
-                    widen_weights(p, c0, wts);
-                    wts
-                };
-                block(p, cols, wt, out, c0, &e);
-            }
+            let px = Pixels {
+                first,
+                wo: usize::MAX,
+                row_step: 0,
+            };
+            run_block(view, px, np, &mut out[x0 * cout..][..np * cout]);
         }
     }
 }
@@ -147,6 +171,8 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
 /// channel pair `pair` bytes (kh kernel rows of ⌈kw·C_in/2⌉ words for each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Plan {
+    /// The whole padded image in the band, blocks of pixels in flat order.
+    image: bool,
     ring: bool,
     row: usize,
     band: usize,
@@ -176,15 +202,31 @@ fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
     // Bytes for a band of `band` bytes, `px` pixels' patches and `wp` weight pairs.
     let need = |band: usize, px: usize, wp: usize| l.bytes(band, px, wp);
     let weights = [(p.output.c.div_ceil(2), true), (1, false)];
-    for (wp, all_weights) in weights
+    let weights = weights
         .into_iter()
-        .filter(|&(_, all)| !all || l.all_weights())
-    {
+        .filter(|&(_, all)| !all || l.all_weights());
+    if l.image_fits() {
+        for (wp, all_weights) in weights.clone() {
+            if need(l.image, l.flat_block(), wp) <= len {
+                return Some(Plan {
+                    image: true,
+                    ring: false,
+                    row,
+                    band: l.image + 2,
+                    pair,
+                    block: l.flat_block(),
+                    all_weights,
+                });
+            }
+        }
+    }
+    for (wp, all_weights) in weights {
         if need(ring, wo.min(PIXEL_BLOCK), wp) <= len {
             // The rest holds this many pixels.
             let block = ((len - need(ring, 0, wp)) / pair * 2).min(wo);
             let band = ring + 2;
             return Some(Plan {
+                image: false,
                 ring: true,
                 row,
                 band,
@@ -213,6 +255,7 @@ fn plan(p: &ConvParams, len: usize) -> Option<Plan> {
     }
     let row = strip_row(lo);
     Some(Plan {
+        image: false,
         ring: false,
         row,
         band: kh * row + 2,
@@ -231,21 +274,44 @@ struct Geometry {
     step: usize,
 }
 
-/// The patches of `np` pixels, the first at pixel position `x0` of the band's rows, into `cols`,
-/// a pair of pixels per `cols.len() / ⌈np/2⌉` words (an odd last pixel twice). `RW`: `g.rw`
-/// when not 0, a constant so the loop over a kernel row unrolls.
+/// Where a block's pixels lie in the band: pixel i of the block is pixel `first + i` of the
+/// conv's flat order (rows of `wo`), its window's top left `(k / wo)·row_step + (k mod wo)·step`
+/// bytes in (a ring's or strip's block: within one row, `wo` unbounded).
+#[derive(Clone, Copy)]
+struct Pixels {
+    first: usize,
+    wo: usize,
+    row_step: usize,
+}
+
+impl Pixels {
+    /// Byte offset of the block's pixel `i` in the band, `step` bytes a pixel within a row.
+    #[inline(always)]
+    fn at(&self, i: usize, step: usize) -> usize {
+        let k = self.first + i;
+        (k / self.wo) * self.row_step + (k % self.wo) * step
+    }
+}
+
+/// The patches of `np` pixels (`px`: where they lie in the band's rows) into `cols`, a pair
+/// of pixels per `cols.len() / ⌈np/2⌉` words (an odd last pixel twice). `RW`: `g.rw` when not
+/// 0, a constant so the loop over a kernel row unrolls.
 #[inline(always)]
-fn gather<const RW: usize>(band: &[i8], x0: usize, np: usize, g: &Geometry, cols: &mut [u64]) {
+fn gather<const RW: usize>(band: &[i8], px: Pixels, np: usize, g: &Geometry, cols: &mut [u64]) {
     let rw = if RW > 0 { RW } else { g.rw };
     let len = cols.len() / np.div_ceil(2);
-    // The last pixel's last kernel row ends inside the band (`plan`).
-    let need = (g.kh - 1) * g.row + (x0 + np - 1) * g.step + 4 * rw;
+    // The last pixel's last kernel row ends inside the band (`plan`); pixels lie in order.
+    let need = (g.kh - 1) * g.row + px.at(np - 1, g.step) + 4 * rw;
     assert!(band.len() >= need && len >= g.kh * rw);
     for (i, dst) in cols.chunks_exact_mut(len).enumerate() {
-        let px = x0 + 2 * i;
-        let d = if 2 * i + 1 < np { g.step } else { 0 };
+        let p0 = px.at(2 * i, g.step);
+        let d = if 2 * i + 1 < np {
+            px.at(2 * i + 1, g.step) - p0
+        } else {
+            0
+        };
         for (ky, dst) in dst.chunks_exact_mut(rw).take(g.kh).enumerate() {
-            let at = ky * g.row + px * g.step;
+            let at = ky * g.row + p0;
             for (t, w) in dst.iter_mut().enumerate() {
                 // SAFETY: at most `need` bytes into the band, asserted above.
                 let (a, b) = unsafe {
@@ -514,11 +580,11 @@ fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::cortex_m_conv_scratch_bytes;
     use crate::kernels::test_util::{
         conv_matches_scalar, conv_matches_scalar_in, conv_shape, conv_suite, wrapping_layer,
         ConvCase, ConvData,
     };
+    use crate::kernels::{cortex_m_conv_scratch_bytes, CORTEX_M_FLAT_BLOCK};
 
     /// The scratch the Cortex-M set states for a conv.
     fn scratch_bytes(p: &ConvParams) -> usize {
@@ -556,7 +622,7 @@ mod tests {
         }
     }
 
-    /// A pointwise conv: with the scratch the set states (blocks of `CORTEX_M_PW_BLOCK` pixels,
+    /// A pointwise conv: with the scratch the set states (blocks of `CORTEX_M_FLAT_BLOCK` pixels,
     /// every weight pair where they fit the budget), with room for one pixel pair and one weight
     /// pair, and with less (the band kernel, or the scalar one).
     fn check_pointwise(c: &ConvCase) {
@@ -574,12 +640,14 @@ mod tests {
     /// channel pair's weights widened once where they fit the budget, else one pair per block.
     fn best(p: &ConvParams) -> Plan {
         let l = CortexMConv::new(&p.geometry());
+        let image = l.image_fits();
         Plan {
-            ring: true,
+            image,
+            ring: !image,
             row: l.row,
-            band: l.ring + 2,
+            band: if image { l.image } else { l.ring } + 2,
             pair: l.pair,
-            block: p.output.w,
+            block: if image { l.flat_block() } else { p.output.w },
             all_weights: l.all_weights(),
         }
     }
@@ -593,7 +661,7 @@ mod tests {
             &ConvCase::square(6, 16, 14, 5, 1, 0, 3),
             &mut |p, x, y, s| {
                 let [full, ring, strips, least] = lengths(p).map(|n| plan(p, n).unwrap());
-                assert!(full.ring && full.all_weights && full.block == p.output.w);
+                assert!(full.image && full.all_weights && full.block == CORTEX_M_FLAT_BLOCK);
                 assert!(ring.ring && !ring.all_weights && ring.block == PIXEL_BLOCK);
                 assert!(!strips.ring && strips.block > 1);
                 assert!(!least.ring && least.block == 1);

@@ -1,13 +1,13 @@
 //! The pointwise conv (`CortexMConv::is_pointwise`: 1×1, stride 1, no padding, C_in a multiple
 //! of 4): a matrix product over all the image's pixels, so no band of rows: blocks of
-//! [`CORTEX_M_PW_BLOCK`] consecutive pixels (across rows) are gathered straight from the input,
+//! [`CORTEX_M_FLAT_BLOCK`] consecutive pixels (across rows) are gathered straight from the input,
 //! each word of 4 values widened by `SXTB16` into values 0, 2 and 1, 3 — the weights widened in
 //! the same order, so each `SMLAD` still pairs a weight with its value. The channel pairs'
 //! loop is the conv's ([`conv2d::block`](super::conv2d)).
 
 use super::conv2d::{block, Block};
 use super::{widen, word, Double, Epilogue, Single};
-use crate::kernels::{ConvParams, CortexMConv, Rounding, CORTEX_M_PW_BLOCK};
+use crate::kernels::{ConvParams, CortexMConv, Rounding, CORTEX_M_FLAT_BLOCK};
 
 /// Conv `p` (pointwise, laid out as `l`) into `output`; `false` (nothing written) where the
 /// buffers are short or the scratch holds less than a pixel pair's patches and a weight pair.
@@ -28,7 +28,7 @@ pub(super) fn pointwise(
     let room = words.len() / len;
     let all = l.all_weights() && room > l.pairs;
     let wp = if all { l.pairs } else { 1 };
-    let block_px = (2 * room.saturating_sub(wp)).min(CORTEX_M_PW_BLOCK);
+    let block_px = (2 * room.saturating_sub(wp)).min(CORTEX_M_FLAT_BLOCK);
     if block_px == 0 {
         return false;
     }
