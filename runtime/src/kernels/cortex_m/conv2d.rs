@@ -97,18 +97,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
     };
     let mut run_block = |band: &[i8], px: Pixels, np: usize, out: &mut [i8]| {
         let cols = &mut cols[..np.div_ceil(2) * len];
-        // Kernel rows of up to 8 words (kw·C_in ≤ 16: few input channels) unroll.
-        match g.rw {
-            1 => gather::<1>(band, px, np, &g, cols),
-            2 => gather::<2>(band, px, np, &g, cols),
-            3 => gather::<3>(band, px, np, &g, cols),
-            4 => gather::<4>(band, px, np, &g, cols),
-            5 => gather::<5>(band, px, np, &g, cols),
-            6 => gather::<6>(band, px, np, &g, cols),
-            7 => gather::<7>(band, px, np, &g, cols),
-            8 => gather::<8>(band, px, np, &g, cols),
-            _ => gather::<0>(band, px, np, &g, cols),
-        }
+        gather_any(band, px, np, &g, cols);
         for c0 in (0..cout).step_by(2) {
             let wt: &[u64] = if plan.all_weights {
                 &wts[c0 / 2 * len..][..len]
@@ -290,6 +279,21 @@ impl Pixels {
     fn at(&self, i: usize, step: usize) -> usize {
         let k = self.first + i;
         (k / self.wo) * self.row_step + (k % self.wo) * step
+    }
+}
+
+/// [`gather`] with kernel rows of up to 8 words (kw·C_in ≤ 16: few input channels) unrolled.
+fn gather_any(band: &[i8], px: Pixels, np: usize, g: &Geometry, cols: &mut [u64]) {
+    match g.rw {
+        1 => gather::<1>(band, px, np, g, cols),
+        2 => gather::<2>(band, px, np, g, cols),
+        3 => gather::<3>(band, px, np, g, cols),
+        4 => gather::<4>(band, px, np, g, cols),
+        5 => gather::<5>(band, px, np, g, cols),
+        6 => gather::<6>(band, px, np, g, cols),
+        7 => gather::<7>(band, px, np, g, cols),
+        8 => gather::<8>(band, px, np, g, cols),
+        _ => gather::<0>(band, px, np, g, cols),
     }
 }
 
