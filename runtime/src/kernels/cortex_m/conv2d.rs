@@ -31,7 +31,8 @@
 //! far less.
 
 use super::{
-    ldrd_inc, load, smlad, widen, word, Double, Epilogue, Requant, Requant2, Round, Single,
+    instance, ldrd_inc, load, smlad, widen, word, Bounds, Clamp, Double, Epilogue, Full, Requant,
+    Requant2, Round, Single,
 };
 use crate::kernels::{scalar, ConvParams, CortexMConv, Rounding};
 
@@ -91,10 +92,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
     };
     let e = Epilogue::new(&p.out);
     // The channel pairs' loop in the op's rounding, chosen once.
-    let block: Block = match p.out.rounding {
-        Rounding::Single => block::<Single>,
-        Rounding::Double => block::<Double>,
-    };
+    let block: Block = instance!(&p.out, block);
     let mut run_block = |band: &[i8], px: Pixels, np: usize, out: &mut [i8]| {
         let cols = &mut cols[..np.div_ceil(2) * len];
         gather_any(band, px, np, &g, cols);
@@ -328,14 +326,14 @@ fn gather<const RW: usize>(band: &[i8], px: Pixels, np: usize, g: &Geometry, col
     }
 }
 
-/// [`block`] in one rounding.
+/// [`block`] in one rounding and clamp.
 pub(super) type Block = fn(&ConvParams, &[u64], &[u64], &mut [i8], usize, &Epilogue);
 
 /// Channels `c0`, `c0 + 1` (when below C_out) of the block's pixels: `cols` holds their patches
 /// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out); `R` is the
 /// op's rounding.
 #[inline(never)]
-pub(super) fn block<R: Round>(
+pub(super) fn block<R: Round, C: Clamp>(
     p: &ConvParams,
     cols: &[u64],
     wt: &[u64],
@@ -352,7 +350,7 @@ pub(super) fn block<R: Round>(
         });
     }
     let bias = [b0, p.bias.get(c0 + 1)];
-    match Requant2::new(q, e) {
+    match Requant2::<R, C>::new(q, e) {
         Some(q2) => pixels(cols, wt, out, cout, bias, |o, a0, a1| {
             o[c0..c0 + 2].copy_from_slice(&q2.apply(a0, a1))
         }),

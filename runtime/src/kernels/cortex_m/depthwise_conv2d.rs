@@ -8,7 +8,9 @@
 //!
 //! Padded taps read the input zero point, as the reference's do (the bias holds −z_in·Σw).
 
-use super::{load, smlad, Double, Epilogue, Requant, Requant2, Round, Single};
+use super::{
+    instance, load, smlad, Bounds, Clamp, Double, Epilogue, Full, Requant, Requant2, Round, Single,
+};
 use crate::kernels::{
     cortex_m_depthwise_covered, scalar, CortexMDepthwise, DepthwiseParams, Rounding,
 };
@@ -40,10 +42,7 @@ pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8], sc
     // SAFETY: every bit pattern is a valid i16; `l.bytes()` counts the byte aligning skips.
     let (_, plane, _) = unsafe { scratch.align_to_mut::<i16>() };
     let plane = &mut plane[..l.rows * l.cols];
-    let channel = match p.out.rounding {
-        Rounding::Single => channel::<Single>,
-        Rounding::Double => channel::<Double>,
-    };
+    let channel: Channel = instance!(&p.out, channel);
     fill_padding(p, plane, l.cols);
     for ch in 0..c {
         fill_body(p, input, ch, plane, l.cols);
@@ -51,9 +50,18 @@ pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8], sc
     }
 }
 
-/// Channel `ch`'s outputs from its plane (`cols` values a row) in rounding `R`.
+/// [`channel`] in one rounding and clamp.
+type Channel = fn(&DepthwiseParams, usize, &[i16], usize, &mut [i8]);
+
+/// Channel `ch`'s outputs from its plane (`cols` values a row) in rounding `R`, clamp `C`.
 #[inline(never)]
-fn channel<R: Round>(p: &DepthwiseParams, ch: usize, plane: &[i16], cols: usize, out: &mut [i8]) {
+fn channel<R: Round, C: Clamp>(
+    p: &DepthwiseParams,
+    ch: usize,
+    plane: &[i16],
+    cols: usize,
+    out: &mut [i8],
+) {
     let (kh, kw, c) = (p.window.kernel_h, p.window.kernel_w, p.output.c);
     let (sh, sw, wo) = (p.window.stride_h, p.window.stride_w, p.output.w);
     let pairs = kw.div_ceil(2);
@@ -72,7 +80,7 @@ fn channel<R: Round>(p: &DepthwiseParams, ch: usize, plane: &[i16], cols: usize,
     let e = Epilogue::new(&p.out);
     let o = Outputs {
         q,
-        q2: Requant2::new([q, q], &e),
+        q2: Requant2::<R, C>::new([q, q], &e),
         e,
         bias: p.bias.get(ch),
         ch,
@@ -114,16 +122,16 @@ const CHUNK: usize = 48;
 
 /// What a channel's outputs need: its requantization (and the two-lane form where it
 /// applies), bias, its index among the `c` channels of a pixel.
-struct Outputs<R: Round> {
+struct Outputs<R: Round, C: Clamp> {
     q: Requant<R>,
-    q2: Option<Requant2<R>>,
+    q2: Option<Requant2<R, C>>,
     e: Epilogue,
     bias: i32,
     ch: usize,
     c: usize,
 }
 
-impl<R: Round> Outputs<R> {
+impl<R: Round, C: Clamp> Outputs<R, C> {
     /// Consecutive output pixels (`out`: from the first, all channels) from their sums less
     /// the bias, requantized, pairs through the two-lane epilogue.
     #[inline(always)]

@@ -6,7 +6,8 @@
 //! input is widened again for every pass. Output pairs share the two-lane epilogue.
 
 use super::{
-    ldr_inc, smlad, tail_word, widen, word, Double, Epilogue, Requant, Requant2, Round, Single,
+    instance, ldr_inc, smlad, tail_word, widen, word, Bounds, Clamp, Double, Epilogue, Full,
+    Requant, Requant2, Round, Single,
 };
 use crate::kernels::{cortex_m_fc_scratch_bytes, scalar, FcParams, Rounding};
 
@@ -17,14 +18,15 @@ const ROWS: usize = 4;
 /// Same bytes as [`scalar::fully_connected`]. `scratch` should hold
 /// [`cortex_m_fc_scratch_bytes`] of the layer's K (with less, the input is widened per pass).
 pub fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
-    match p.out.rounding {
-        Rounding::Single => fc::<Single>(p, input, output, scratch),
-        Rounding::Double => fc::<Double>(p, input, output, scratch),
-    }
+    let fc: Fc = instance!(&p.out, fc);
+    fc(p, input, output, scratch)
 }
 
-/// The layer with the epilogue of rounding `R` (the op's).
-fn fc<R: Round>(p: &FcParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
+/// [`fc`] in one rounding and clamp.
+type Fc = fn(&FcParams, &[i8], &mut [i8], &mut [u8]);
+
+/// The layer with the epilogue of rounding `R` and clamp `C` (the op's).
+fn fc<R: Round, C: Clamp>(p: &FcParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     let (k, n) = (p.k, p.n);
     if input.len() < k || output.len() < n || p.weights.len() < n * k {
         return scalar::fully_connected(p, input, output);
@@ -49,7 +51,7 @@ fn fc<R: Round>(p: &FcParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
     // A per-tensor layer (TFLite's fully connected) has one requantization: decoded once.
     let q1 = Requant::<R>::new(p.multiplier.get(0), p.shift.get(0));
     let one = match p.per_tensor {
-        true => Requant2::new([q1, q1], &e),
+        true => Requant2::<R, C>::new([q1, q1], &e),
         false => None,
     };
     let mut j = 0;
@@ -73,7 +75,7 @@ fn fc<R: Round>(p: &FcParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
         {
             let c = j + 2 * i;
             let q = [c, c + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
-            match Requant2::new(q, &e) {
+            match Requant2::<R, C>::new(q, &e) {
                 Some(q2) => o.copy_from_slice(&q2.apply(a[0], a[1])),
                 None => {
                     o[0] = q[0].apply(a[0], &e);

@@ -486,31 +486,115 @@ impl<R: Round> Requant<R> {
     }
 }
 
+/// How [`Requant2`] clamps its two int16 lanes to an op's bounds, chosen per op (the kernels
+/// are instantiated per clamp, as per rounding: [`instance!`]).
+trait Clamp: Copy {
+    /// Whether this clamp gives the epilogue's bounds.
+    fn covers(e: &Epilogue) -> bool;
+    /// Each lane of `v` clamped to [lo, hi] (`lo`, `hi`: the bounds in both lanes).
+    fn lanes(v: u32, lo: u32, hi: u32) -> u32;
+}
+
+/// The whole int8 range (no activation, or a ReLU whose zero point is −128): one `SSAT16 #8`.
+#[derive(Clone, Copy)]
+struct Full;
+
+impl Clamp for Full {
+    #[inline(always)]
+    fn covers(e: &Epilogue) -> bool {
+        e.lo == -128 && e.hi == 127
+    }
+
+    #[inline(always)]
+    fn lanes(v: u32, _: u32, _: u32) -> u32 {
+        ssat16_8(v)
+    }
+}
+
+/// Any bounds: `SSUB16` + `SEL`, twice.
+#[derive(Clone, Copy)]
+struct Bounds;
+
+impl Clamp for Bounds {
+    #[inline(always)]
+    fn covers(_: &Epilogue) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn lanes(v: u32, lo: u32, hi: u32) -> u32 {
+        min16(max16(v, lo), hi)
+    }
+}
+
+/// `$f::<R, C>` for op output `$out` (an `OutputQuant`): its rounding `R` and clamp `C`
+/// ([`Full`] where the epilogue's bounds are the whole int8 range, else [`Bounds`]), as a
+/// function pointer of the type the caller expects: the kernels' one choice of instance.
+macro_rules! instance {
+    ($out:expr, $f:ident) => {
+        match ($out.rounding, <Full as Clamp>::covers(&Epilogue::new($out))) {
+            (Rounding::Single, true) => $f::<Single, Full>,
+            (Rounding::Single, false) => $f::<Single, Bounds>,
+            (Rounding::Double, true) => $f::<Double, Full>,
+            (Rounding::Double, false) => $f::<Double, Bounds>,
+        }
+    };
+}
+use instance;
+
+/// `SSAT16 #8`: each int16 lane of `x` clamped to [−128, 127].
+#[inline(always)]
+fn ssat16_8(x: u32) -> u32 {
+    #[cfg(octet_arm_dsp)]
+    {
+        let r: u32;
+        // SAFETY: register-only (the saturation's Q flag is read by nothing here).
+        unsafe {
+            core::arch::asm!(
+                "ssat16 {r}, #8, {x}",
+                r = lateout(reg) r,
+                x = in(reg) x,
+                options(pure, nomem, nostack)
+            )
+        };
+        r
+    }
+    #[cfg(not(octet_arm_dsp))]
+    {
+        lanes16(x, 0, |v, _| v.clamp(-128, 127))
+    }
+}
+
 /// Two channels' [`Requant::apply`] on one pixel (both on the high-word path), the zero point
 /// and clamp in the two 16-bit lanes of a word: each scaled sum saturated to int16 (`SSAT`;
 /// past ±2^15 the clamp decides the same), packed (`PKHBT`), the zero point added saturating
 /// (`QADD16`, likewise), clamped (`SSUB16` + `SEL`, twice) and the low bytes of the lanes
 /// brought together for one 2-byte store.
+/// The clamp `C` ([`Clamp`]) is chosen per op, as the rounding is.
 #[derive(Clone, Copy)]
-struct Requant2<R: Round> {
+struct Requant2<R: Round, C: Clamp> {
     q: [Requant<R>; 2],
     zp: u32,
     lo: u32,
     hi: u32,
+    clamp: core::marker::PhantomData<C>,
 }
 
-impl<R: Round> Requant2<R> {
-    /// `None` unless both channels take the high-word path and |z_out| ≤ 32 640 (an int16 lane
-    /// then still saturates past the clamp bounds; valid models hold |z_out| ≤ 128).
+impl<R: Round, C: Clamp> Requant2<R, C> {
+    /// `None` unless both channels take the high-word path, |z_out| ≤ 32 640 (an int16 lane
+    /// then still saturates past the clamp bounds; valid models hold |z_out| ≤ 128) and `C`
+    /// covers the clamp.
     #[inline(always)]
     fn new(q: [Requant<R>; 2], e: &Epilogue) -> Option<Self> {
         let splat = |v: i32| (v as u16 as u32) * 0x1_0001;
         let zp = e.out.zero_point;
-        (q[0].fast() && q[1].fast() && zp.unsigned_abs() <= 32_640).then(|| Requant2 {
+        let ok = q[0].fast() && q[1].fast() && zp.unsigned_abs() <= 32_640 && C::covers(e);
+        ok.then(|| Requant2 {
             q,
             zp: splat(zp),
             lo: splat(e.lo),
             hi: splat(e.hi),
+            clamp: core::marker::PhantomData,
         })
     }
 
@@ -520,7 +604,7 @@ impl<R: Round> Requant2<R> {
         let s0 = self.q[0].scaled(a0).clamp(-32768, 32767);
         let s1 = self.q[1].scaled(a1).clamp(-32768, 32767);
         let v = (s0 as u32 & 0xFFFF) | (s1 as u32) << 16;
-        let v = min16(max16(qadd16(v, self.zp), self.lo), self.hi) & 0x00FF_00FF;
+        let v = C::lanes(qadd16(v, self.zp), self.lo, self.hi) & 0x00FF_00FF;
         let b = v | v >> 8;
         [b as i8, (b >> 8) as i8]
     }
@@ -618,6 +702,7 @@ mod tests {
             prop_assert_eq!(max16(a, b), pack([x[0].max(y[0]), x[1].max(y[1])]));
             prop_assert_eq!(min16(a, b), pack([x[0].min(y[0]), x[1].min(y[1])]));
             prop_assert_eq!(qadd16(a, b), pack([x[0].saturating_add(y[0]), x[1].saturating_add(y[1])]));
+            prop_assert_eq!(ssat16_8(a), pack([x[0].clamp(-128, 127), x[1].clamp(-128, 127)]));
         }
 
         #[test]
@@ -673,8 +758,13 @@ mod tests {
         e: &Epilogue,
     ) -> Option<([i8; 2], [i8; 2])> {
         let q = [0, 1].map(|i| Requant::<R>::new(m[i], s[i]));
-        let two = Requant2::new(q, e)?;
-        Some((two.apply(a[0], a[1]), [0, 1].map(|i| q[i].apply(a[i], e))))
+        let one = [0, 1].map(|i| q[i].apply(a[i], e));
+        // The full-range clamp where it applies must agree with the bounded one.
+        if let Some(full) = Requant2::<R, Full>::new(q, e) {
+            assert_eq!(full.apply(a[0], a[1]), one);
+        }
+        let two = Requant2::<R, Bounds>::new(q, e)?;
+        Some((two.apply(a[0], a[1]), one))
     }
 
     /// Ties of both roundings: m = 0.5·2^shift on small accumulators, every output.

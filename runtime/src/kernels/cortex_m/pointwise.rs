@@ -6,7 +6,7 @@
 //! loop is the conv's ([`conv2d::block`](super::conv2d)).
 
 use super::conv2d::{block, Block};
-use super::{widen, word, Double, Epilogue, Single};
+use super::{instance, widen, word, Bounds, Clamp, Double, Epilogue, Full, Single};
 use crate::kernels::{ConvParams, CortexMConv, Rounding, CORTEX_M_FLAT_BLOCK};
 
 /// Conv `p` (pointwise, laid out as `l`) into `output`; `false` (nothing written) where the
@@ -39,10 +39,7 @@ pub(super) fn pointwise(
         }
     }
     let e = Epilogue::new(&p.out);
-    let blk: Block = match p.out.rounding {
-        Rounding::Single => block::<Single>,
-        Rounding::Double => block::<Double>,
-    };
+    let blk: Block = instance!(&p.out, block);
     for x0 in (0..n).step_by(block_px) {
         let np = (n - x0).min(block_px);
         let cols = &mut cols[..np.div_ceil(2) * len];

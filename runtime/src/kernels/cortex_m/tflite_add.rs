@@ -3,7 +3,7 @@
 //! scratch stated at prepare ([`CORTEX_M_ADD_SCRATCH`]); each element is then two table loads,
 //! a sum and the output's requantization, two elements per two-lane epilogue ([`Requant2`]).
 
-use super::{Double, Epilogue, Requant, Requant2, Round, Single};
+use super::{instance, Bounds, Clamp, Double, Epilogue, Full, Requant, Requant2, Round, Single};
 use crate::kernels::{scalar, Rounding, TfliteAddParams, TfliteAddTables, CORTEX_M_ADD_SCRATCH};
 
 /// Same bytes as [`scalar::tflite_add`]. With less scratch than [`CORTEX_M_ADD_SCRATCH`], or
@@ -19,15 +19,16 @@ pub fn tflite_add(p: &TfliteAddParams, a: &[i8], b: &[i8], output: &mut [i8], sc
         (ta.try_into().unwrap(), tb.try_into().unwrap());
     TfliteAddTables::input_table(p, 0, ta);
     TfliteAddTables::input_table(p, 1, tb);
-    match p.out.rounding {
-        Rounding::Single => run::<Single>(p, ta, tb, a, b, output),
-        Rounding::Double => run::<Double>(p, ta, tb, a, b, output),
-    }
+    let run: Run = instance!(&p.out, run);
+    run(p, ta, tb, a, b, output)
 }
 
-/// The elements in rounding `R` from the tables.
+/// [`run`] in one rounding and clamp.
+type Run = fn(&TfliteAddParams, &[i32; 256], &[i32; 256], &[i8], &[i8], &mut [i8]);
+
+/// The elements in rounding `R`, clamp `C` from the tables.
 #[inline(never)]
-fn run<R: Round>(
+fn run<R: Round, C: Clamp>(
     p: &TfliteAddParams,
     ta: &[i32; 256],
     tb: &[i32; 256],
@@ -44,7 +45,7 @@ fn run<R: Round>(
     let sum =
         |x: i8, y: i8| ta[(x as u8 ^ 0x80) as usize].wrapping_add(tb[(y as u8 ^ 0x80) as usize]);
     let mut done = 0;
-    if let Some(q2) = Requant2::new([q, q], &e) {
+    if let Some(q2) = Requant2::<R, C>::new([q, q], &e) {
         let pairs = a.chunks_exact(2).zip(b.chunks_exact(2));
         for ((x, y), o) in pairs.zip(out.chunks_exact_mut(2)) {
             let [o0, o1] = q2.apply(sum(x[0], y[0]), sum(x[1], y[1]));
