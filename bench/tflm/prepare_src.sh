@@ -8,7 +8,10 @@
 # Usage: bench/tflm/prepare_src.sh MIRROR_DIR TFLM_SRC_DIR
 #   MIRROR_DIR holds bare repositories as MIRROR_DIR/<owner>+<name>/repo
 #   (google+flatbuffers, google+gemmlowp, google+ruy, mborgerding+kissfft,
-#   tensorflow+tflite-micro). TFLM_SRC_DIR must not exist yet.
+#   tensorflow+tflite-micro; with CMSIS=1 also ARM-software+CMSIS_6,
+#   ARM-software+Cortex_DFP and ARM-software+CMSIS-NN). TFLM_SRC_DIR must not exist yet.
+#   CMSIS=1: also CMSIS 6, Cortex_DFP and CMSIS-NN at the commits TFLM pins, for the
+#   cortex_m_generic target with OPTIMIZED_KERNEL_DIR=cmsis_nn (bench/tflm_mcu.sh).
 set -euo pipefail
 
 # The TFLM commit these scripts were validated with (2026-08-20).
@@ -54,6 +57,13 @@ extract google+flatbuffers "$FLATBUFFERS_REF" "$dl/flatbuffers"
 patch -s -p1 -d "$dl/flatbuffers" <"$tmp/tensorflow/lite/micro/tools/make/flatbuffers.patch"
 extract mborgerding+kissfft "$KISSFFT_REF" "$dl/kissfft"
 patch -s -p1 -d "$dl/kissfft" <"$tmp/third_party/kissfft/kissfft.patch"
+if [ "${CMSIS:-0}" = 1 ]; then
+  # Pins from tensorflow/lite/micro/tools/make/ext_libs/cmsis_download.sh and
+  # cmsis_nn_download.sh at TFLM_COMMIT.
+  extract ARM-software+CMSIS_6 5782d6f8057906d360f4b95ec08a2354afe5c9b9 "$dl/cmsis"
+  extract ARM-software+Cortex_DFP c2c70a97a20fb355815e2ead3d4a40e35a4a3cdf "$dl/cmsis/Cortex_DFP"
+  extract ARM-software+CMSIS-NN 4ab83cc3cc98fb85ed6dafb55e8ca02f1628dcae "$dl/cmsis_nn"
+fi
 # Pigweed (googlesource, not GitHub) serves only TFLM's unit tests; the
 # library and our runner never include it. An empty directory makes the
 # Makefile's parse-time pigweed_download.sh skip its git clone.

@@ -1,6 +1,7 @@
 /* The embedded inputs: the model (part of the firmware, in .rodata) and the test images (in
    .testdata, outside the flash figure). MODEL_FILE and IMAGES_FILE are paths given with -D;
-   building the peer defines no MODEL_FILE. */
+   building the peer defines no MODEL_FILE. EXPECTED_FILE (optional, .testdata too): the host's
+   outputs for the images, for a firmware that compares its own. */
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -21,3 +22,12 @@ ex_images:
     .incbin STR(IMAGES_FILE)
     .global ex_images_end
 ex_images_end:
+
+#ifdef EXPECTED_FILE
+    .balign 16
+    .global ex_expected
+ex_expected:
+    .incbin STR(EXPECTED_FILE)
+    .global ex_expected_end
+ex_expected_end:
+#endif

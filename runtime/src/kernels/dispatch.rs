@@ -11,11 +11,15 @@
 //!   geometry) need shifts from −23 up, the AVX2 / AVX-VNNI pixels-in-lanes conv shifts in
 //!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the AVX2 packed conv covers
 //!   every uniform conv, the scalar reference the rest.
-//! - NEON and Cortex-M: conv and fully connected in both roundings (an epilogue per
-//!   rounding); a conv with a non-uniform window runs the scalar reference.
-//! - tflite_add: AVX-512, AVX2 (the avx2 and avx-vnni sets) and NEON cover every valid op in
-//!   both roundings (the call's tables, [`TfliteAddTables`]); the scalar reference runs what
-//!   the format rejects and every other set's.
+//! - NEON: conv and fully connected in both roundings (an epilogue per rounding); a conv with
+//!   a non-uniform window runs the scalar reference.
+//! - Cortex-M: conv (any undilated window), depthwise (depth multiplier 1), fully connected,
+//!   max pool, tflite_add and tflite_avg_pool, in both roundings, their scratch stated at
+//!   prepare (`kernels::cortex_m_scratch_bytes`); what a kernel does not cover it hands to the
+//!   scalar reference itself.
+//! - tflite_add: AVX-512, AVX2 (the avx2 and avx-vnni sets), NEON and Cortex-M cover every
+//!   valid op in both roundings (the call's tables, [`TfliteAddTables`]; Cortex-M's in its
+//!   scratch); the scalar reference runs what the format rejects and the scalar set's.
 
 #[cfg(octet_arm_dsp)]
 use super::cortex_m;

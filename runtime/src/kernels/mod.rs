@@ -19,15 +19,17 @@
 //!   ([`crate::requant::FusedRequant`]), the tflite_adds' `requant::HighRequant`'s form of it;
 //! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without,
 //!   tflite_add;
-//! - `cortex_m` (Armv7E-M, the DSP extension: Cortex-M4/M7): conv2d, fully_connected and
-//!   max_pool with `SMLAD` and `SXTB16` (`cfg(octet_arm_dsp)`, set by `build.rs`; compiled on
-//!   every target for tests, with the DSP instructions emulated bit for bit).
+//! - `cortex_m` (Armv7E-M, the DSP extension: Cortex-M4/M7): conv2d over any undilated window
+//!   (its pointwise form a matrix product over the image), depthwise_conv2d (depth multiplier
+//!   1), fully_connected, max_pool, tflite_add and tflite_avg_pool with `SMLAD`, `SXTB16` and
+//!   the other SIMD instructions of the extension (`cfg(octet_arm_dsp)`, set by `build.rs`;
+//!   compiled on every target for tests, with the DSP instructions emulated bit for bit).
 //!
 //! Kernels that may decline an op (a geometry they do not cover; on Arm, for now, the double
 //! rounding too) return `false`, output untouched, for the dispatch to run another. Every
 //! kernel instantiates the one test suite of `test_util` (against the scalar reference, in
-//! both roundings). Ops a set has no kernel of its own for (depthwise conv, the TFLite pools,
-//! softmax, pad, reshape; the TFLite add on Cortex-M) run the scalar reference in every set.
+//! both roundings). Ops a set has no kernel of its own for (depthwise conv and the TFLite
+//! average pool outside Cortex-M, softmax, pad, reshape) run the scalar reference.
 
 pub mod scalar;
 
