@@ -75,8 +75,10 @@ def main():
             "flags": a.flags,
             "harness": "bench/tflm_mcu/runner.cc: MicroMutableOpResolver, one interpreter for "
                        "the whole-inference counts, a second with a MicroProfilerInterface on the "
-                       "same SysTick clock for the per-op counts; capi/examples/firmware's board "
-                       "code (SysTick counted against a loop of known length, painted stack)",
+                       "same SysTick clock for the per-op counts (in the release_with_logs build: "
+                       "the release build calls no profiler); capi/examples/firmware's board "
+                       "code (SysTick counted against a loop of known length, painted stack); "
+                       "every output byte compared in the firmware with octet's host outputs",
             "flash": ".vectors+.text+.rodata+.ARM.exidx+.data (code and model; the input records "
                      "excluded)",
             "ram": "the arena TFLM used (arena_used_bytes) + .data/.bss other than the arena "
@@ -93,7 +95,8 @@ def main():
         r = by_name[name]
         k = r["kernels"]["auto"]
         d = os.path.join(a.work, name)
-        p = peer_lines(os.path.join(d, "peer.txt"))
+        p = peer_lines(os.path.join(d, "peer_release.txt"))
+        ops = peer_lines(os.path.join(d, "peer_release_with_logs.txt"))
         cal = p["insn_per_tick"]
         peer_insns = [round(t * cal) for t in p["ticks"]]
         # The runner compares every output byte with the host's in the firmware.
@@ -124,8 +127,11 @@ def main():
                 "instructions": peer_mean,
                 "instructions_per_image": peer_insns,
                 "per_op": [{"index": j, "op": o["op"],
-                            "instructions": round(sum(o["ticks"]) / len(o["ticks"]) * cal)}
-                           for j, o in enumerate(p["ops"])],
+                            "instructions": round(sum(o["ticks"]) / len(o["ticks"]) * ops["insn_per_tick"])}
+                           for j, o in enumerate(ops["ops"])],
+                "per_op_build": "release_with_logs (the release build calls no profiler); its "
+                                "whole-inference instructions: "
+                                + str(round(sum(ops["ticks"]) / len(ops["ticks"]) * ops["insn_per_tick"])),
                 "identical_to_octet": differ == 0 and images == len(k["instructions_per_image"]),
                 "differing_bytes": differ,
                 "flash_bytes": {"bytes": size["flash"], "text": size["text"], "rodata_and_model": size["rodata"],

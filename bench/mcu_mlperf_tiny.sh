@@ -6,8 +6,9 @@
 #     cortex-m-dsp kernels; instructions per inference and per op, flash, RAM);
 #   - the peer: TFLM at the commit bench/tflm/prepare_src.sh pins, built with its own Makefile
 #     (TARGET=cortex_m_generic TARGET_ARCH=cortex-m4+fp OPTIMIZED_KERNEL_DIR=cmsis_nn
-#     BUILD_TYPE=release_with_logs: -O2 kernels and CMSIS-NN, -Os core, arm-none-eabi-gcc; the
-#     release build that keeps error strings, which TFLM needs to call a profiler), linked with
+#     BUILD_TYPE=release: -O2 kernels and CMSIS-NN, -Os core, arm-none-eabi-gcc; per op, the
+#     release_with_logs build, which keeps the error strings TFLM needs to call a profiler),
+#     linked with
 #     bench/tflm_mcu/runner.cc and the board code octet's C firmware uses
 #     (capi/examples/firmware: SysTick in instructions, painted stack); per op through TFLM's
 #     profiler interface on the same clock.
@@ -21,7 +22,7 @@
 # Cortex_DFP and CMSIS-NN); its library is built there (gen/, about 15 CPU-minutes once).
 # Nothing of TFLM enters this repository. OUT.json (or $OUT; default
 # bench/results/mcu_mlperf_tiny.json) is written through a temporary file. Environment: MODELS
-# (default the MLPerf Tiny IC, KWS and AD models in tests/data/mlperf_tiny: NAME=FILE.tflite
+# (default the four MLPerf Tiny models in tests/data/mlperf_tiny, ic kws ad vww: NAME=FILE.tflite
 # pairs), IMAGES (default 4 random input records per model), JOBS (default 2), CARGO_TARGET_DIR.
 # Needs what bench/mcu.sh and capi/examples/firmware/mcu.sh need (gcc-arm-none-eabi,
 # libnewlib-arm-none-eabi, libstdc++-arm-none-eabi-newlib, qemu-system-arm), make and python3
@@ -41,7 +42,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 out=$(realpath -m "${2:-${OUT:-$repo/bench/results/mcu_mlperf_tiny.json}}")
 [ -d "$(dirname "$out")" ] || { echo "bench/mcu_mlperf_tiny.sh: $(dirname "$out"): no such directory" >&2; exit 1; }
 d=tests/data/mlperf_tiny
-models=${MODELS:-ic=$d/pretrainedResnet_quant.tflite kws=$d/kws_ref_model.tflite ad=$d/ad01_int8.tflite}
+models=${MODELS:-ic=$d/pretrainedResnet_quant.tflite kws=$d/kws_ref_model.tflite ad=$d/ad01_int8.tflite vww=$d/vww_96_int8.tflite}
 images=${IMAGES:-4}
 jobs=${JOBS:-2}
 cd "$repo"
@@ -55,20 +56,26 @@ mcu_check_tools
 command -v arm-none-eabi-g++ >/dev/null ||
   { echo "arm-none-eabi-g++ missing: apt-get install gcc-arm-none-eabi libstdc++-arm-none-eabi-newlib" >&2; exit 1; }
 
-# 1. The peer's library: TFLM with CMSIS-NN for the Cortex-M4F (incremental after the first).
+# 1. The peer's libraries: TFLM with CMSIS-NN for the Cortex-M4F, the release build (the
+# whole-inference counts, flash and RAM) and the same with its error strings, which TFLM needs
+# to call a profiler (the per-op counts); incremental after the first.
 make_tflm=(make -s -C "$tflm" -f tensorflow/lite/micro/tools/make/Makefile TARGET=cortex_m_generic
-  TARGET_ARCH=cortex-m4+fp OPTIMIZED_KERNEL_DIR=cmsis_nn BUILD_TYPE=release_with_logs
+  TARGET_ARCH=cortex-m4+fp OPTIMIZED_KERNEL_DIR=cmsis_nn
   TARGET_TOOLCHAIN_ROOT="$(dirname "$(command -v arm-none-eabi-gcc)")/" TARGET_TOOLCHAIN_PREFIX=arm-none-eabi-)
-echo "building TensorFlow Lite Micro + CMSIS-NN in $tflm (JOBS=$jobs)" >&2
-"${make_tflm[@]}" -j"$jobs" microlite >"$work/tflm_build.log" 2>&1 ||
-  { tail -20 "$work/tflm_build.log" >&2; echo "the TFLM build failed ($work/tflm_build.log)" >&2; exit 1; }
-lib=$(find "$tflm/gen/cortex_m_generic_cortex-m4+fp_release_with_logs_cmsis_nn_gcc/lib" -name libtensorflow-microlite.a)
-# Its compile flags and include paths, for the runner (as the Makefile sets them: its database,
-# printed for a target that does not exist).
-"${make_tflm[@]}" -pn no_such_target >"$work/tflm_make_db.txt" 2>/dev/null || true
-flags=$(sed -n 's/^CXXFLAGS := //p' "$work/tflm_make_db.txt" | head -1)
-incs=$(sed -n 's/^INCLUDES := //p' "$work/tflm_make_db.txt" | head -1)
-[ -n "$flags" ] && [ -n "$incs" ] || { echo "could not read TFLM's CXXFLAGS and INCLUDES" >&2; exit 1; }
+declare -A lib flags incs
+for bt in release release_with_logs; do
+  echo "building TensorFlow Lite Micro + CMSIS-NN ($bt) in $tflm (JOBS=$jobs)" >&2
+  "${make_tflm[@]}" BUILD_TYPE=$bt -j"$jobs" microlite >"$work/tflm_build_$bt.log" 2>&1 ||
+    { tail -20 "$work/tflm_build_$bt.log" >&2; echo "the TFLM build failed ($work/tflm_build_$bt.log)" >&2; exit 1; }
+  lib[$bt]=$tflm/gen/cortex_m_generic_cortex-m4+fp_${bt}_cmsis_nn_gcc/lib/libtensorflow-microlite.a
+  # Its compile flags and include paths, for the runner (as the Makefile sets them: its
+  # database, printed for a target that does not exist).
+  "${make_tflm[@]}" BUILD_TYPE=$bt -pn no_such_target >"$work/tflm_make_db_$bt.txt" 2>/dev/null || true
+  flags[$bt]=$(sed -n 's/^CXXFLAGS := //p' "$work/tflm_make_db_$bt.txt" | head -1)
+  incs[$bt]=$(sed -n 's/^INCLUDES := //p' "$work/tflm_make_db_$bt.txt" | head -1)
+  [ -f "${lib[$bt]}" ] && [ -n "${flags[$bt]}" ] && [ -n "${incs[$bt]}" ] ||
+    { echo "could not find TFLM's $bt library, CXXFLAGS or INCLUDES" >&2; exit 1; }
+done
 
 # 2. octet: each .tflite imported, then bench/mcu.sh on the .o8 files (its inputs and expected
 # outputs are the records both firmwares run).
@@ -90,15 +97,17 @@ for m in $models; do
   dir=$work/$name
   mkdir -p "$dir"
   [ -f "$mcu_work/$name/expected.bin" ] || { echo "bench/mcu.sh left no expected.bin for $name" >&2; exit 1; }
-  # The Makefile's flags as its shell would read them (quoted macro values included).
-  (cd "$tflm" && eval "arm-none-eabi-g++ $flags -O2 $incs" -I "'$repo/capi/examples/firmware'" \
-    -c "'$repo/bench/tflm_mcu/runner.cc'" -o "'$dir/runner.o'")
   mcu_cc "$dir/assets.o" capi/examples/firmware/assets.S -DMODEL_FILE="$file" \
     -DIMAGES_FILE="$mcu_work/$name/images.bin" -DEXPECTED_FILE="$mcu_work/$name/expected.bin"
-  mcu_link "$dir/peer.elf" "$dir/runner.o" "$dir/assets.o" "$lib" -lsupc++ -lm
-  mcu_run "$dir/peer.elf" >"$dir/peer.txt" || { cat "$dir/peer.txt" >&2; echo "the peer failed on $name" >&2; exit 1; }
-  mcu_sizes "$dir/peer.elf" >"$dir/peer_size.json"
-  arm-none-eabi-size -A "$dir/peer.elf" >"$dir/peer_sections.txt"
+  for bt in release release_with_logs; do
+    # The Makefile's flags as its shell would read them (quoted macro values included).
+    (cd "$tflm" && eval "arm-none-eabi-g++ ${flags[$bt]} -O2 ${incs[$bt]}" \
+      -I "'$repo/capi/examples/firmware'" -c "'$repo/bench/tflm_mcu/runner.cc'" -o "'$dir/runner_$bt.o'")
+    mcu_link "$dir/peer_$bt.elf" "$dir/runner_$bt.o" "$dir/assets.o" "${lib[$bt]}" -lsupc++ -lm
+    mcu_run "$dir/peer_$bt.elf" >"$dir/peer_$bt.txt" ||
+      { cat "$dir/peer_$bt.txt" >&2; echo "the peer ($bt) failed on $name" >&2; exit 1; }
+  done
+  mcu_sizes "$dir/peer_release.elf" >"$dir/peer_size.json"
 done
 
 # 4. One JSON: both engines per model, the ratios and the issue's targets.
@@ -108,7 +117,7 @@ python3 bench/mcu_mlperf_tiny.py "$work" "$tmp" \
   --command "IMAGES=$images bench/mcu_mlperf_tiny.sh $*" \
   --commit "$(git describe --always --dirty --abbrev=12)" \
   --tflm "$(cat "$tflm/TFLM_COMMIT" 2>/dev/null || echo unknown)" \
-  --flags "$flags -O2 (kernels, CMSIS-NN; core -Os), linked with $(arm-none-eabi-gcc --version | head -1)" \
+  --flags "${flags[release]} -O2 (kernels, CMSIS-NN; core -Os), linked with $(arm-none-eabi-gcc --version | head -1)" \
   --qemu "$(qemu-system-arm --version | head -1)" \
   --models "$models"
 mv "$tmp" "$out"

@@ -8,6 +8,7 @@
    profiler on the same clock; TFLM calls it in builds that keep their error strings, such as
    BUILD_TYPE=release_with_logs), the arena TFLM used ("arena BYTES"), the calibration and the
    stack. */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -33,6 +34,10 @@ alignas(16) static uint8_t arena[ARENA_BYTES];
    classes reference operator delete, which libstdc++ would bring in with malloc. */
 void operator delete(void *) noexcept {}
 void operator delete(void *, size_t) noexcept {}
+
+/* The logging build's DebugLog formats with newlib's vsnprintf, which links malloc: with no
+   heap, every request fails (it is never made: no error is logged in these runs). */
+extern "C" void *_sbrk(ptrdiff_t) { return reinterpret_cast<void *>(-1); }
 
 namespace {
 
