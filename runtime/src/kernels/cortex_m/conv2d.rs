@@ -416,22 +416,25 @@ unsafe fn dot2x2_pairs(a: &mut [i32; 4], x: *const u64, w: *const u64, pairs: us
     #[cfg(octet_arm_dsp)]
     {
         let [mut a0, mut a1, mut a2, mut a3] = *a;
+        // One step: a word of both pixels' patches and one of both channels' weights.
+        macro_rules! step {
+            () => {
+                concat!(
+                    "ldrd {v0}, {v1}, [{x}], #8\n",
+                    "ldrd {w0}, {w1}, [{w}], #8\n",
+                    "smlad {a0}, {w0}, {v0}, {a0}\n",
+                    "smlad {a1}, {w0}, {v1}, {a1}\n",
+                    "smlad {a2}, {w1}, {v0}, {a2}\n",
+                    "smlad {a3}, {w1}, {v1}, {a3}\n",
+                )
+            };
+        }
         // SAFETY: the caller's guarantee; reads memory, writes registers only.
         unsafe {
             core::arch::asm!(
                 "2:",
-                "ldrd {v0}, {v1}, [{x}], #8",
-                "ldrd {w0}, {w1}, [{w}], #8",
-                "smlad {a0}, {w0}, {v0}, {a0}",
-                "smlad {a1}, {w0}, {v1}, {a1}",
-                "smlad {a2}, {w1}, {v0}, {a2}",
-                "smlad {a3}, {w1}, {v1}, {a3}",
-                "ldrd {v0}, {v1}, [{x}], #8",
-                "ldrd {w0}, {w1}, [{w}], #8",
-                "smlad {a0}, {w0}, {v0}, {a0}",
-                "smlad {a1}, {w0}, {v1}, {a1}",
-                "smlad {a2}, {w1}, {v0}, {a2}",
-                "smlad {a3}, {w1}, {v1}, {a3}",
+                step!(),
+                step!(),
                 "cmp {x}, {end}",
                 "bne 2b",
                 x = inout(reg) x => _,

@@ -135,6 +135,38 @@ fn dot4(acc: [i32; 4], x: &[i8], rows: &[i8]) -> [i32; 4] {
     dot(acc, x, w)
 }
 
+/// One group of 4 values of rows 1, 0, 3, 2 into `a1`, `a0`, `a3`, `a2`, against the input's
+/// widened words `xa`, `xb`: each row's word loaded (`LDR`; rows 1 and 3 a register offset `k`
+/// from the pointers `w0`, `w2` of rows 0 and 2, which advance), widened (`SXTB16`, twice) and
+/// multiplied in (`SMLAD`, twice). The asm text [`dot4_words`] and [`dot4_widened_pairs`] share.
+#[cfg(octet_arm_dsp)]
+macro_rules! rows4 {
+    () => {
+        concat!(
+            "ldr {t}, [{w0}, {k}]\n",
+            "sxtb16 {t2}, {t}\n",
+            "smlad {a1}, {t2}, {xa}, {a1}\n",
+            "sxtb16 {t}, {t}, ror #8\n",
+            "smlad {a1}, {t}, {xb}, {a1}\n",
+            "ldr {t}, [{w0}], #4\n",
+            "sxtb16 {t2}, {t}\n",
+            "smlad {a0}, {t2}, {xa}, {a0}\n",
+            "sxtb16 {t}, {t}, ror #8\n",
+            "smlad {a0}, {t}, {xb}, {a0}\n",
+            "ldr {t}, [{w2}, {k}]\n",
+            "sxtb16 {t2}, {t}\n",
+            "smlad {a3}, {t2}, {xa}, {a3}\n",
+            "sxtb16 {t}, {t}, ror #8\n",
+            "smlad {a3}, {t}, {xb}, {a3}\n",
+            "ldr {t}, [{w2}], #4\n",
+            "sxtb16 {t2}, {t}\n",
+            "smlad {a2}, {t2}, {xa}, {a2}\n",
+            "sxtb16 {t}, {t}, ror #8\n",
+            "smlad {a2}, {t}, {xb}, {a2}\n",
+        )
+    };
+}
+
 /// `acc[r] += Σ x·w[r]` over the first `groups` words of `x` and of rows r = 0..4 of `k`
 /// values from `w` (`SMLAD`, as [`dot`]): 26 instructions a word. Registers: rows 0 and 2
 /// through post-incremented pointers, rows 1 and 3 one row (`k`) further (`LDR` with a register
@@ -155,26 +187,7 @@ unsafe fn dot4_words(acc: &mut [i32; 4], x: *const i8, w: *const i8, k: usize, g
             "ldr {t}, [{x}], #4",
             "sxtb16 {xa}, {t}",
             "sxtb16 {xb}, {t}, ror #8",
-            "ldr {t}, [{w0}, {k}]",
-            "sxtb16 {t2}, {t}",
-            "smlad {a1}, {t2}, {xa}, {a1}",
-            "sxtb16 {t}, {t}, ror #8",
-            "smlad {a1}, {t}, {xb}, {a1}",
-            "ldr {t}, [{w0}], #4",
-            "sxtb16 {t2}, {t}",
-            "smlad {a0}, {t2}, {xa}, {a0}",
-            "sxtb16 {t}, {t}, ror #8",
-            "smlad {a0}, {t}, {xb}, {a0}",
-            "ldr {t}, [{w2}, {k}]",
-            "sxtb16 {t2}, {t}",
-            "smlad {a3}, {t2}, {xa}, {a3}",
-            "sxtb16 {t}, {t}, ror #8",
-            "smlad {a3}, {t}, {xb}, {a3}",
-            "ldr {t}, [{w2}], #4",
-            "sxtb16 {t2}, {t}",
-            "smlad {a2}, {t2}, {xa}, {a2}",
-            "sxtb16 {t}, {t}, ror #8",
-            "smlad {a2}, {t}, {xb}, {a2}",
+            rows4!(),
             "ldr {t}, [sp]",
             "cmp {x}, {t}",
             "bne 2b",
@@ -250,31 +263,10 @@ unsafe fn dot4_widened_pairs(
         let end = xw.wrapping_add(4 * pairs);
         // One group: the input's words, then rows 1, 0, 3, 2 (rows 1 and 3 a register offset
         // from the pointers of rows 0 and 2).
+        // One group: the input's two widened words, then the four rows.
         macro_rules! group {
             () => {
-                concat!(
-                    "ldrd {xa}, {xb}, [{x}], #8\n",
-                    "ldr {t}, [{w0}, {k}]\n",
-                    "sxtb16 {t2}, {t}\n",
-                    "smlad {a1}, {t2}, {xa}, {a1}\n",
-                    "sxtb16 {t}, {t}, ror #8\n",
-                    "smlad {a1}, {t}, {xb}, {a1}\n",
-                    "ldr {t}, [{w0}], #4\n",
-                    "sxtb16 {t2}, {t}\n",
-                    "smlad {a0}, {t2}, {xa}, {a0}\n",
-                    "sxtb16 {t}, {t}, ror #8\n",
-                    "smlad {a0}, {t}, {xb}, {a0}\n",
-                    "ldr {t}, [{w2}, {k}]\n",
-                    "sxtb16 {t2}, {t}\n",
-                    "smlad {a3}, {t2}, {xa}, {a3}\n",
-                    "sxtb16 {t}, {t}, ror #8\n",
-                    "smlad {a3}, {t}, {xb}, {a3}\n",
-                    "ldr {t}, [{w2}], #4\n",
-                    "sxtb16 {t2}, {t}\n",
-                    "smlad {a2}, {t2}, {xa}, {a2}\n",
-                    "sxtb16 {t}, {t}, ror #8\n",
-                    "smlad {a2}, {t}, {xb}, {a2}\n",
-                )
+                concat!("ldrd {xa}, {xb}, [{x}], #8\n", rows4!())
             };
         }
         // SAFETY: the caller's guarantee; the stack word pushed is popped before the end.
