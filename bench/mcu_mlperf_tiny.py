@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes bench/mcu_mlperf_tiny.sh's JSON from its work directory: octet's bench/mcu.sh
-results (octet.json) and, per model, the TFLM + CMSIS-NN runner's lines (NAME/peer.txt: the
-format bench/mcu_peer.sh reads, and "differ I N", the output bytes of record I that differ
-from the host's, compared in the firmware) and its sizes (NAME/peer_size.json).
+results (octet.json) and, per model, the TFLM + CMSIS-NN runner's lines from its release and
+release_with_logs builds (NAME/peer_release.txt, NAME/peer_release_with_logs.txt, read by
+bench/mcu_lines.py; "differ I N": the output bytes of record I that differ from the host's,
+compared in the firmware) and its sizes (NAME/peer_size.json).
 
     python3 bench/mcu_mlperf_tiny.py WORK OUT.json --command C --commit C --tflm C
         --flags F --qemu Q --models "NAME=FILE ..."
@@ -11,6 +12,8 @@ import argparse
 import hashlib
 import json
 import os
+
+from mcu_lines import parse
 
 # The issue's table (MLPerf Tiny v0.5 reference and the best closed-division results on a
 # 120 MHz Cortex-M4, NUCLEO-L4R5ZI), by the reference model's file name.
@@ -21,34 +24,6 @@ PUBLISHED = {
     "ad01_int8": ("anomaly detection (FC autoencoder)", 10.05, 4.05, "Plumerai 2023.05"),
 }
 MHZ = 120
-
-
-def peer_lines(path):
-    """The runner's lines: logits and whole-run ticks per record, ticks per op, arena,
-    calibration (instructions per tick) and stack."""
-    logits, runs, differ, ops, arena, cal, stack = {}, {}, {}, {}, None, None, None
-    for line in open(path):
-        f = line.split()
-        if not f:
-            continue
-        if f[0] == "logits":
-            logits[int(f[1].rstrip(":"))] = [int(v) for v in f[2:]]
-        elif f[:2] == ["ticks", "run"]:
-            runs[int(f[2])] = int(f[3])
-        elif f[0] == "differ":
-            differ[int(f[1])] = int(f[2])
-        elif f[:2] == ["ticks", "op"]:
-            ops.setdefault(int(f[3]), {"op": " ".join(f[5:]), "ticks": []})["ticks"].append(int(f[4]))
-        elif f[0] == "arena":
-            arena = int(f[1])
-        elif f[0] == "calibration":
-            cal = int(f[1]) / int(f[2])
-        elif f[0] == "stack":
-            stack = int(f[1])
-    n = len(runs)
-    return {"logits": [logits[i] for i in sorted(logits)], "ticks": [runs[i] for i in range(n)],
-            "differ": [differ[i] for i in range(n)], "ops": [ops[j] for j in sorted(ops)],
-            "arena": arena, "insn_per_tick": cal, "stack": stack}
 
 
 def main():
@@ -95,8 +70,8 @@ def main():
         r = by_name[name]
         k = r["kernels"]["auto"]
         d = os.path.join(a.work, name)
-        p = peer_lines(os.path.join(d, "peer_release.txt"))
-        ops = peer_lines(os.path.join(d, "peer_release_with_logs.txt"))
+        p = parse(os.path.join(d, "peer_release.txt"))
+        ops = parse(os.path.join(d, "peer_release_with_logs.txt"))
         cal = p["insn_per_tick"]
         peer_insns = [round(t * cal) for t in p["ticks"]]
         # The runner compares every output byte with the host's in the firmware.

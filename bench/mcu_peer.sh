@@ -110,7 +110,7 @@ done
 tmp=$(mktemp "$(dirname "$out")/.mcu_peer.XXXXXX")
 specs=()
 for i in "${!MCU_MODEL_NAMES[@]}"; do specs+=("${MCU_MODEL_NAMES[$i]}=${MCU_MODEL_SPECS[$i]}"); done
-python3 - "$work" "$tmp" "MODELS='$models' IMAGES=$images bench/mcu_peer.sh $*" "$opt" "$(arm-none-eabi-gcc --version | head -1)" \
+PYTHONPATH="$repo/bench" python3 - "$work" "$tmp" "MODELS='$models' IMAGES=$images bench/mcu_peer.sh $*" "$opt" "$(arm-none-eabi-gcc --version | head -1)" \
   "$(qemu-system-arm --version | head -1)" "$(git -C "$repo" describe --always --dirty)" \
   "$(git -C "$nn" describe --always --dirty 2>/dev/null ||
     echo "not a git tree; sha256 of Include/ and the compiled sources: $(
@@ -120,23 +120,7 @@ import hashlib, json, sys
 work, out, command, opt, gcc, qemu, commit, nn_commit = sys.argv[1:9]
 specs = [s.split("=", 1) for s in sys.argv[9:]]
 
-def parse(path):
-    logits, runs, ops, cal, stack = {}, {}, {}, None, None
-    for line in open(path):
-        f = line.split()
-        if f[0] == "logits":
-            logits[int(f[1].rstrip(":"))] = [int(v) for v in f[2:]]
-        elif f[:2] == ["ticks", "run"]:
-            runs[int(f[2])] = int(f[3])
-        elif f[:2] == ["ticks", "op"]:
-            ops.setdefault(int(f[3]), {"op": " ".join(f[5:]), "ticks": []})["ticks"].append(int(f[4]))
-        elif f[0] == "calibration":
-            cal = int(f[1]) / int(f[2])
-        elif f[0] == "stack":
-            stack = int(f[1])
-    n = len(logits)
-    return {"logits": [logits[i] for i in range(n)], "ticks": [runs[i] for i in range(n)],
-            "ops": [ops[j] for j in sorted(ops)], "insn_per_tick": cal, "stack": stack}
+from mcu_lines import parse
 
 def expected(path):
     return [[int(v) for v in l.split()[2:]] for l in open(path) if l.startswith("logits")]

@@ -36,7 +36,9 @@ pub struct I32Array<'a> {
 impl<'a> I32Array<'a> {
     /// Whether every value equals the first (true when empty).
     pub fn all_equal(&self) -> bool {
-        self.bytes.chunks_exact(4).all(|c| c == &self.bytes[..4])
+        // Word compares (a slice compare calls memcmp per value on Cortex-M).
+        let mut v = self.iter();
+        v.next().is_none_or(|first| v.all(|x| x == first))
     }
 
     /// Values `start..end` (clamped to the array).

@@ -389,14 +389,9 @@ impl CortexMConv {
     pub const fn new(g: &OpGeometry) -> Self {
         let (kh, kw, cin) = (g.kernel_h as usize, g.kernel_w as usize, g.c_in as usize);
         let wo = g.w_out as usize;
-        let columns = if wo == 0 {
-            0
-        } else {
-            (wo - 1)
-                .saturating_mul(g.stride_w as usize)
-                .saturating_add(kw)
-        };
-        let row = columns.saturating_mul(cin).saturating_mul(2);
+        let row = span(wo, g.stride_w, kw)
+            .saturating_mul(cin)
+            .saturating_mul(2);
         CortexMConv {
             pair: kh
                 .saturating_mul(kw.saturating_mul(cin).div_ceil(2))
@@ -407,13 +402,7 @@ impl CortexMConv {
             pairs: (g.c_out as usize).div_ceil(2),
             pointwise: Self::is_pointwise(g),
             pixels: wo.saturating_mul(g.h_out as usize),
-            image: match g.h_out {
-                0 => 0,
-                ho => (ho as usize - 1)
-                    .saturating_mul(g.stride as usize)
-                    .saturating_add(kh)
-                    .saturating_mul(row),
-            },
+            image: span(g.h_out as usize, g.stride, kh).saturating_mul(row),
         }
     }
 
@@ -527,8 +516,11 @@ impl CortexMDepthwise {
     }
 }
 
-/// The padded extent `o` outputs at stride `s` read with a kernel of `k` (o ≥ 1).
+/// The padded extent `o` outputs at stride `s` read with a kernel of `k` (0 for no output).
 const fn span(o: usize, s: u32, k: usize) -> usize {
+    if o == 0 {
+        return 0;
+    }
     (o - 1).saturating_mul(s as usize).saturating_add(k)
 }
 

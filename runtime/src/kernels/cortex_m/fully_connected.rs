@@ -167,6 +167,41 @@ macro_rules! rows4 {
     };
 }
 
+/// The loop [`dot4_words`] and [`dot4_widened_pairs`] share: `$body` (asm text, each line
+/// followed by a comma) until `x` reaches `$end`, kept on the stack; the accumulators of
+/// `$acc` in `a0`..`a3`, rows 0 and 2 through the post-incremented `w0`, `w2` (rows 1 and 3 `k`
+/// bytes further), `t`, `t2`, `xa`, `xb` free: 12 registers, all `asm!` may take. The stack word
+/// pushed is popped before the end. Use inside `unsafe`, the pointers valid for the body's
+/// reads.
+#[cfg(octet_arm_dsp)]
+macro_rules! rows4_loop {
+    ($acc:expr, $x:expr, $w:expr, $k:expr, $end:expr; $($body:tt)+) => {{
+        let [mut a0, mut a1, mut a2, mut a3] = *$acc;
+        core::arch::asm!(
+            "str {t}, [sp, #-8]!",
+            "2:",
+            $($body)+
+            "ldr {t}, [sp]",
+            "cmp {x}, {t}",
+            "bne 2b",
+            "add sp, sp, #8",
+            x = inout(reg) $x => _,
+            w0 = inout(reg) $w => _,
+            w2 = inout(reg) $w.wrapping_add(2 * $k) => _,
+            k = in(reg) $k,
+            t = inout(reg) $end => _,
+            t2 = out(reg) _,
+            xa = out(reg) _,
+            xb = out(reg) _,
+            a0 = inout(reg) a0,
+            a1 = inout(reg) a1,
+            a2 = inout(reg) a2,
+            a3 = inout(reg) a3,
+        );
+        *$acc = [a0, a1, a2, a3];
+    }};
+}
+
 /// `acc[r] += Σ x·w[r]` over the first `groups` words of `x` and of rows r = 0..4 of `k`
 /// values from `w` (`SMLAD`, as [`dot`]): 26 instructions a word. Registers: rows 0 and 2
 /// through post-incremented pointers, rows 1 and 3 one row (`k`) further (`LDR` with a register
@@ -177,36 +212,16 @@ macro_rules! rows4 {
 #[cfg(octet_arm_dsp)]
 #[inline(always)]
 unsafe fn dot4_words(acc: &mut [i32; 4], x: *const i8, w: *const i8, k: usize, groups: usize) {
-    let [mut a0, mut a1, mut a2, mut a3] = *acc;
     let end = x.wrapping_add(4 * groups);
-    // SAFETY: the caller's guarantee; the stack word pushed is popped before the end.
+    // SAFETY: the caller's guarantee.
     unsafe {
-        core::arch::asm!(
-            "str {t}, [sp, #-8]!",
-            "2:",
+        rows4_loop!(acc, x, w, k, end;
             "ldr {t}, [{x}], #4",
             "sxtb16 {xa}, {t}",
             "sxtb16 {xb}, {t}, ror #8",
             rows4!(),
-            "ldr {t}, [sp]",
-            "cmp {x}, {t}",
-            "bne 2b",
-            "add sp, sp, #8",
-            x = inout(reg) x => _,
-            w0 = inout(reg) w => _,
-            w2 = inout(reg) w.wrapping_add(2 * k) => _,
-            k = in(reg) k,
-            t = inout(reg) end => _,
-            t2 = out(reg) _,
-            xa = out(reg) _,
-            xb = out(reg) _,
-            a0 = inout(reg) a0,
-            a1 = inout(reg) a1,
-            a2 = inout(reg) a2,
-            a3 = inout(reg) a3,
-        );
-    }
-    *acc = [a0, a1, a2, a3];
+        )
+    };
 }
 
 /// [`dot4`] with the input's whole groups widened already (`xw`: two words a group): an odd
@@ -259,42 +274,17 @@ unsafe fn dot4_widened_pairs(
 ) {
     #[cfg(octet_arm_dsp)]
     {
-        let [mut a0, mut a1, mut a2, mut a3] = *acc;
         let end = xw.wrapping_add(4 * pairs);
-        // One group: the input's words, then rows 1, 0, 3, 2 (rows 1 and 3 a register offset
-        // from the pointers of rows 0 and 2).
-        // One group: the input's two widened words, then the four rows.
-        macro_rules! group {
-            () => {
-                concat!("ldrd {xa}, {xb}, [{x}], #8\n", rows4!())
-            };
-        }
-        // SAFETY: the caller's guarantee; the stack word pushed is popped before the end.
+        // SAFETY: the caller's guarantee. Two groups a pass, each the input's two widened words,
+        // then the four rows.
         unsafe {
-            core::arch::asm!(
-                "str {t}, [sp, #-8]!",
-                "2:",
-                group!(),
-                group!(),
-                "ldr {t}, [sp]",
-                "cmp {x}, {t}",
-                "bne 2b",
-                "add sp, sp, #8",
-                x = inout(reg) xw => _,
-                w0 = inout(reg) w => _,
-                w2 = inout(reg) w.wrapping_add(2 * k) => _,
-                k = in(reg) k,
-                t = inout(reg) end => _,
-                t2 = out(reg) _,
-                xa = out(reg) _,
-                xb = out(reg) _,
-                a0 = inout(reg) a0,
-                a1 = inout(reg) a1,
-                a2 = inout(reg) a2,
-                a3 = inout(reg) a3,
-            );
-        }
-        *acc = [a0, a1, a2, a3];
+            rows4_loop!(acc, xw, w, k, end;
+                "ldrd {xa}, {xb}, [{x}], #8",
+                rows4!(),
+                "ldrd {xa}, {xb}, [{x}], #8",
+                rows4!(),
+            )
+        };
     }
     #[cfg(not(octet_arm_dsp))]
     for g in 0..2 * pairs {
