@@ -6,53 +6,14 @@ Batch-1 rows are median latency in ms, batch-64 rows median throughput in img/s.
 row names the kernels that ran (`int8-<kernels>` in the benchmark id); the file records the
 CPU model and its SIMD features, so figures from different machines are never mixed up.
 """
-import glob, json, os, platform, sys
+import json, os, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_rows import cpu, criterion_rows, find, first, machine, ratio  # noqa: E402
 
 crit, ort_path, commit = sys.argv[1], sys.argv[2], sys.argv[3]
-
-
-def cpu():
-    model, flags = platform.processor(), set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith(("flags", "Features")):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    simd = [f for f in ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi", "avx_vnni",
-                        "asimd", "asimddp", "i8mm") if f in flags]
-    return model, simd
-
-
-octet = []
-for est in glob.glob(os.path.join(crit, "*", "*", "*", "new", "estimates.json")):
-    bench = json.load(open(os.path.join(os.path.dirname(est), "benchmark.json")))
-    model, func = bench["group_id"], bench["function_id"]
-    batch = int(bench["value_str"])
-    median_s = json.load(open(est))["median"]["point_estimate"] * 1e-9
-    engine, threads = func.split("/")
-    kernels = None
-    if engine.startswith("int8-"):
-        engine, kernels = "int8", engine[len("int8-"):]
-    octet.append(dict(engine=engine, kernels=kernels, model=model,
-                      threads=threads.replace("threads", "").lstrip("-"), batch=batch,
-                      batch1_ms=round(median_s * 1e3, 4) if batch == 1 else None,
-                      batch64_img_s=round(batch / median_s, 1) if batch == 64 else None))
+octet = criterion_rows(crit)
 peer = json.load(open(ort_path))
-
-
-def find(rows, **kw):
-    return [r for r in rows if all(str(r.get(k)) == str(v) for k, v in kw.items())]
-
-
-def first(rows, key):
-    return next((r[key] for r in rows if r.get(key)), None)
-
-
-def ratio(a, b):
-    return round(a / b, 3) if a and b else None
 
 
 summary = []
@@ -91,8 +52,6 @@ for model in ("lenet", "resnet18", "lenet-1ch", "resnet18-1ch"):
                           "batch64_img_s")
             row.update(throughput_1ch_over_3ch=ratio(b64, three))
         summary.append(row)
-cpu_model, simd = cpu()
-json.dump(dict(commit=commit, machine=f"{platform.machine()}, {os.cpu_count()} cores, {cpu_model}",
-               cpu_features=simd, command="bash bench/cpu_infer.sh", summary=summary, octet=octet, peer=peer),
+json.dump(dict(commit=commit, machine=machine(), cpu_features=cpu()[1], command="bash bench/cpu_infer.sh", summary=summary, octet=octet, peer=peer),
           sys.stdout, indent=1)
 print()

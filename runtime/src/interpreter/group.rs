@@ -1,5 +1,5 @@
 //! Images in groups: one op over several working areas at once, where a batched kernel covers
-//! it (the AVX-512 VNNI conv reads each weight once for the whole group).
+//! it (the AVX-512 VNNI conv and fully connected read each weight once for the whole group).
 
 #[cfg(target_arch = "x86_64")]
 use super::Carved;
@@ -12,15 +12,20 @@ use crate::model::PreparedOp;
 use crate::{Model, Result};
 
 impl Model<'_> {
-    /// Whether running images in groups helps: some conv runs the batched VNNI kernel.
+    /// Whether running images in groups helps: some conv or fully connected layer runs a
+    /// batched VNNI kernel.
     pub(super) fn groups_help(&self, k: Resolved) -> bool {
         #[cfg(target_arch = "x86_64")]
         if k == Resolved::Vnni {
             return (0..self.num_ops() as u32).any(|j| {
                 self.with_op(j, |p| {
-                    Ok(matches!(&p.params,
-                        OpParams::Conv2d(c) if c.is_uniform()
-                            && kernels::lanes_supported(&c.geometry())))
+                    Ok(match &p.params {
+                        OpParams::Conv2d(c) => {
+                            c.is_uniform() && kernels::lanes_supported(&c.geometry())
+                        }
+                        OpParams::FullyConnected(_) => true,
+                        _ => false,
+                    })
                 })
                 .unwrap_or(false)
             });
@@ -41,6 +46,9 @@ impl Model<'_> {
     ) -> Result<bool> {
         #[cfg(target_arch = "x86_64")]
         if k == Resolved::Vnni {
+            if let OpParams::FullyConnected(f) = &p.params {
+                return self.fc_group(f, p, work, back);
+            }
             let OpParams::Conv2d(c) = &p.params else {
                 return Ok(false);
             };
@@ -82,6 +90,41 @@ impl Model<'_> {
         }
         let _ = (k, p, work, back);
         Ok(false)
+    }
+
+    /// Fully connected layer `f` (op `p`) over every working area of `work` at once.
+    #[cfg(target_arch = "x86_64")]
+    fn fc_group(
+        &self,
+        f: &kernels::FcParams,
+        p: &PreparedOp,
+        work: &mut [u8],
+        back: bool,
+    ) -> Result<bool> {
+        let layout = p.layout_error();
+        let mut imgs: [kernels::vnni::FcImage; kernels::GROUP_IMAGES] =
+            core::array::from_fn(|_| kernels::vnni::FcImage {
+                input: &[],
+                output: &mut [],
+            });
+        let mut n = 0;
+        let wb = self.work_bytes(Resolved::Vnni);
+        let scratch = self.scratch_range(wb);
+        for (slot, w) in imgs.iter_mut().zip(work.chunks_exact_mut(wb)) {
+            let carved = Carved::new(w, p.output.range(), scratch.clone()).ok_or(layout)?;
+            let input = crate::as_i8(carved.input(p.input.range()).ok_or(layout)?);
+            *slot = kernels::vnni::FcImage {
+                input,
+                output: crate::as_i8_mut(carved.out),
+            };
+            n += 1;
+        }
+        if back {
+            imgs[..n].reverse();
+        }
+        // SAFETY: Resolved::Vnni is only produced when AVX-512 F/BW/VL/VNNI are available.
+        unsafe { kernels::vnni::fully_connected_batch(f, &mut imgs[..n]) };
+        Ok(true)
     }
 }
 

@@ -41,6 +41,12 @@ pub(crate) fn conv2d(
     scratch: &mut [u8],
 ) {
     #[cfg(target_arch = "x86_64")]
+    if matches!(k, Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni) && !p.is_uniform() {
+        if let Some((q, padded, rest)) = avx2::as_valid(p, input, scratch) {
+            return conv2d(k, &q, padded, output, rest);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
     let all = 0..p.output.h;
     match k {
         Resolved::Scalar => scalar::conv2d(p, input, output),
@@ -205,8 +211,9 @@ pub(crate) fn add(k: Resolved, p: &AddRequant, a: &[i8], b: &[i8], output: &mut 
     scalar::add(p, a, b, output)
 }
 
-/// depthwise_conv2d with the chosen kernels: Cortex-M's own (which runs the scalar reference
-/// for what it does not cover), the scalar reference in every other set.
+/// depthwise_conv2d with the chosen kernels: Cortex-M's and x86's own (AVX2 for all three x86
+/// sets; each runs the scalar reference for what it does not cover), the scalar reference in
+/// every other set.
 pub(crate) fn depthwise_conv2d(
     k: Resolved,
     p: &DepthwiseParams,
@@ -217,6 +224,11 @@ pub(crate) fn depthwise_conv2d(
     match k {
         #[cfg(octet_arm_dsp)]
         Resolved::CortexM => cortex_m::depthwise_conv2d(p, input, output, scratch),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
+            avx2::depthwise_conv2d(p, input, output, scratch)
+        },
         _ => {
             let _ = scratch;
             scalar::depthwise_conv2d(p, input, output)

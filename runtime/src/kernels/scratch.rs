@@ -184,6 +184,9 @@ const fn align64(n: usize) -> usize {
 /// when [`lanes_supported`], `64 + t + panel + tile + epi` from [`lanes_regions`] (the
 /// pixels-in-lanes VNNI conv).
 pub const fn conv_scratch_bytes(g: &OpGeometry) -> usize {
+    if let Some(v) = valid_conv(g) {
+        return align64(v.image_bytes()).saturating_add(conv_scratch_bytes(&v.geometry));
+    }
     match g.kind {
         OP_CONV2D if g.uniform => {
             let k = (g.kernel_h as usize)
@@ -207,6 +210,122 @@ pub const fn conv_scratch_bytes(g: &OpGeometry) -> usize {
         }
         _ => 0,
     }
+}
+
+/// A conv whose window is not uniform (TensorFlow's SAME padding, one side short; a pad
+/// other than the stride's) as x86 runs it: a uniform conv with no padding over the input padded into
+/// scratch, the `span` rows and columns the outputs read (`avx2::as_valid`). Convs with one
+/// stride on both axes and no dilation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValidConv {
+    /// The uniform conv over the padded input.
+    pub geometry: OpGeometry,
+}
+
+impl ValidConv {
+    /// Bytes of the padded input.
+    pub const fn image_bytes(&self) -> usize {
+        let g = &self.geometry;
+        (g.h_in as usize)
+            .saturating_mul(g.w_in as usize)
+            .saturating_mul(g.c_in as usize)
+    }
+}
+
+/// The uniform form of conv `g` ([`ValidConv`]), where it has one and needs it.
+pub const fn valid_conv(g: &OpGeometry) -> Option<ValidConv> {
+    if g.kind != OP_CONV2D || g.uniform || g.dilated || g.stride == 0 || g.stride != g.stride_w {
+        return None;
+    }
+    let (ho, wo) = (g.h_out as usize, g.w_out as usize);
+    if ho == 0 || wo == 0 || g.c_in == 0 || g.c_out == 0 {
+        return None;
+    }
+    let (hp, wp) = (
+        span(ho, g.stride, g.kernel_h as usize),
+        span(wo, g.stride_w, g.kernel_w as usize),
+    );
+    // Extents beyond u32 cannot be a real model's; the scalar reference runs them.
+    if hp > u32::MAX as usize || wp > u32::MAX as usize {
+        return None;
+    }
+    let geometry = OpGeometry {
+        uniform: true,
+        pad: 0,
+        pad_left: 0,
+        h_in: hp as u32,
+        w_in: wp as u32,
+        ..*g
+    };
+    Some(ValidConv { geometry })
+}
+
+/// Channels per block of the x86 depthwise conv (two i32 vectors of 8).
+pub const X86_DW_BLOCK: usize = 16;
+
+/// Bytes of the x86 depthwise conv's requantization constants per block of
+/// [`X86_DW_BLOCK`] channels: 2 vectors of 8 channels, each 6 i32 and 6 i64 vectors of 32 bytes.
+pub const X86_DW_EPI_BYTES: usize = 2 * 12 * 32;
+
+/// The x86 depthwise conv's scratch (`avx2::depthwise_conv2d`, where [`depthwise_covered`]),
+/// from a 32-byte aligned base: the padded input the outputs read (`span` rows and columns),
+/// widened to i16 with the zero point taken off (padding 0), its channels rounded up to
+/// [`X86_DW_BLOCK`] (zeros past C); the weights as i16 pairs of taps, 32 bytes per block of
+/// 8 channels and pair; the requantization constants ([`X86_DW_EPI_BYTES`] per block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct X86Depthwise {
+    /// Rows of the padded input.
+    pub rows: usize,
+    /// Columns of the padded input.
+    pub cols: usize,
+    /// Blocks of [`X86_DW_BLOCK`] channels.
+    pub blocks: usize,
+    /// Pairs of taps (the last one's second tap weighs 0 for an odd count).
+    pub pairs: usize,
+}
+
+impl X86Depthwise {
+    /// The layout for a depthwise conv of geometry `g` (saturating: geometries come from files).
+    pub const fn new(g: &OpGeometry) -> Self {
+        let (kh, kw) = (g.kernel_h as usize, g.kernel_w as usize);
+        let (ho, wo) = (g.h_out as usize, g.w_out as usize);
+        X86Depthwise {
+            rows: span(ho, g.stride, kh),
+            cols: span(wo, g.stride_w, kw),
+            blocks: (g.c_out as usize).div_ceil(X86_DW_BLOCK),
+            pairs: kh.saturating_mul(kw).div_ceil(2),
+        }
+    }
+
+    /// Bytes of the padded input.
+    pub const fn image_bytes(&self) -> usize {
+        self.rows
+            .saturating_mul(self.cols)
+            .saturating_mul(self.blocks)
+            .saturating_mul(X86_DW_BLOCK * 2)
+    }
+
+    /// Bytes of the packed weights.
+    pub const fn weight_bytes(&self) -> usize {
+        self.pairs.saturating_mul(self.blocks).saturating_mul(64)
+    }
+
+    /// All of it, with 32 bytes to align the base.
+    pub const fn bytes(&self) -> usize {
+        self.image_bytes()
+            .saturating_add(self.weight_bytes())
+            .saturating_add(self.blocks.saturating_mul(X86_DW_EPI_BYTES))
+            .saturating_add(32)
+    }
+}
+
+/// The scratch of an op with an x86 set: a conv's ([`conv_scratch_bytes`]), a depthwise conv's
+/// it covers ([`X86Depthwise::bytes`]), 0 for the rest.
+pub const fn x86_scratch_bytes(g: &OpGeometry) -> usize {
+    if depthwise_covered(g) {
+        return X86Depthwise::new(g).bytes();
+    }
+    conv_scratch_bytes(g)
 }
 
 /// K = kernel_h·kernel_w·c_in (saturating: geometries come from files).
@@ -524,9 +643,9 @@ const fn span(o: usize, s: u32, k: usize) -> usize {
     (o - 1).saturating_mul(s as usize).saturating_add(k)
 }
 
-/// Whether the Cortex-M depthwise conv covers an op of geometry `g`: depth multiplier 1, no
-/// dilation, strides of at least 1.
-pub const fn cortex_m_depthwise_covered(g: &OpGeometry) -> bool {
+/// Whether the depthwise convs of the Cortex-M and x86 sets cover an op of geometry `g`: depth
+/// multiplier 1, no dilation, strides of at least 1.
+pub const fn depthwise_covered(g: &OpGeometry) -> bool {
     g.kind == OP_DEPTHWISE_CONV2D
         && g.c_in == g.c_out
         && !g.dilated
@@ -549,7 +668,7 @@ pub const CORTEX_M_ADD_SCRATCH: usize = 2 * 256 * 4 + 3;
 /// ([`CORTEX_M_ADD_SCRATCH`]), a fully_connected's ([`cortex_m_fc_scratch_bytes`]), 0 for the
 /// rest.
 pub const fn cortex_m_scratch_bytes(g: &OpGeometry) -> usize {
-    if cortex_m_depthwise_covered(g) {
+    if depthwise_covered(g) {
         return CortexMDepthwise::new(g).bytes();
     }
     if g.kind == OP_TFLITE_ADD {
@@ -567,9 +686,9 @@ pub const fn cortex_m_scratch_bytes(g: &OpGeometry) -> usize {
 impl Kernels {
     /// The scratch bytes this kernel set needs for an op of geometry `g` (TensorFlow Lite
     /// Micro's `RequestScratchBufferInArena`, stated when the model is prepared): 0 for the
-    /// scalar reference and for every op but a conv2d (uniform, or on Cortex-M undilated),
-    /// which each other set runs in the best plan of its own conv kernels, and on Cortex-M a
-    /// depthwise conv: [`conv_scratch_bytes`] (x86), [`neon_conv_scratch_bytes`],
+    /// scalar reference and for every op but a conv2d, which each other set runs in the best
+    /// plan of its own conv kernels, and on x86 and Cortex-M a depthwise conv (and a few
+    /// other ops on Cortex-M): [`x86_scratch_bytes`], [`neon_conv_scratch_bytes`],
     /// [`cortex_m_scratch_bytes`]. `Auto` states the need of
     /// the set it resolves to on this CPU; the other sets state theirs on any CPU (a
     /// firmware's arena is sized on the host).
@@ -582,7 +701,7 @@ impl Kernels {
             Kernels::Scalar => 0,
             Kernels::Neon | Kernels::NeonDot => neon_conv_scratch_bytes(g),
             Kernels::CortexM => cortex_m_scratch_bytes(g),
-            Kernels::Avx2 | Kernels::AvxVnni | Kernels::Avx512Vnni => conv_scratch_bytes(g),
+            Kernels::Avx2 | Kernels::AvxVnni | Kernels::Avx512Vnni => x86_scratch_bytes(g),
             // `resolved_kernels` never gives `Auto`.
             Kernels::Auto => 0,
         }

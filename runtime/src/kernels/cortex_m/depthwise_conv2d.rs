@@ -11,9 +11,7 @@
 use super::{
     instance, load, smlad, Bounds, Clamp, Double, Epilogue, Full, Requant, Requant2, Round, Single,
 };
-use crate::kernels::{
-    cortex_m_depthwise_covered, scalar, CortexMDepthwise, DepthwiseParams, Rounding,
-};
+use crate::kernels::{depthwise_covered, scalar, CortexMDepthwise, DepthwiseParams, Rounding};
 
 /// Weight words of a channel the kernel keeps on the stack: kernel rows × pairs of taps up to
 /// 8 × 8 taps (larger windows run the scalar reference).
@@ -21,12 +19,12 @@ const MAX_WORDS: usize = 32;
 
 /// Same bytes as [`scalar::depthwise_conv2d`]. `scratch` should hold
 /// `Kernels::CortexM.scratch_bytes` of the op (the scalar kernel runs with less, and for what
-/// [`cortex_m_depthwise_covered`] excludes: a depth multiplier above 1, dilation).
+/// [`depthwise_covered`] excludes: a depth multiplier above 1, dilation).
 pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
     let g = p.geometry();
     let l = CortexMDepthwise::new(&g);
     let (kh, kw, c) = (p.window.kernel_h, p.window.kernel_w, p.output.c);
-    let covered = cortex_m_depthwise_covered(&g)
+    let covered = depthwise_covered(&g)
         && p.depth_multiplier == 1
         && kh * kw.div_ceil(2) <= MAX_WORDS
         && scratch.len() >= l.bytes()

@@ -1,0 +1,316 @@
+//! depthwise_conv2d, AVX2 (all three x86 sets): depth multiplier 1, channels in lanes.
+//!
+//! The padded input the outputs read is widened once into scratch as i16 with the input zero
+//! point taken off (so padding is 0; the bias gains z·Σw), 16 channels per block
+//! ([`X86Depthwise`]). Taps go in pairs: `vpunpck{l,h}wd` interleaves two taps' 16 channels
+//! and `vpmaddwd` with the pair's interleaved weights adds both products per channel into i32
+//! lanes, exactly (|x − z|·|w| ≤ 255·128). The two accumulators hold channels 0–3, 8–11 and
+//! 4–7, 12–15, the order `vpackssdw` puts back; the requantization constants are laid out in
+//! it ([`HighRequant`]'s i32-lane form, per channel, in either rounding).
+
+use core::arch::x86_64::*;
+
+use crate::kernels::{
+    depthwise_covered, scalar, DepthwiseParams, X86Depthwise, X86_DW_BLOCK, X86_DW_EPI_BYTES,
+};
+use crate::requant::HighRequant;
+
+/// The channel of element `e` of accumulator `v` (0 or 1) of a block.
+const fn lane_channel(v: usize, e: usize) -> usize {
+    v * 4 + (e % 4) + (e / 4) * 8
+}
+
+/// One accumulator's requantization constants: 6 i32 vectors, then 6 i64 vectors (the even
+/// elements', then the odd ones').
+#[repr(C, align(32))]
+struct Epi {
+    bias: [i32; 8],
+    acc_min: [i32; 8],
+    acc_max: [i32; 8],
+    ls: [i32; 8],
+    m0: [i32; 8],
+    n: [i32; 8],
+    pre: [[i64; 4]; 2],
+    round: [[i64; 4]; 2],
+    corr: [[i64; 4]; 2],
+}
+
+const _: () = assert!(2 * core::mem::size_of::<Epi>() == X86_DW_EPI_BYTES);
+
+/// Same bytes as [`scalar::depthwise_conv2d`]; `scratch` holds `X86Depthwise::bytes` (with
+/// less, or an op it does not cover, the scalar reference runs).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn depthwise_conv2d(
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    let g = p.geometry();
+    let l = X86Depthwise::new(&g);
+    let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
+    let taps = p.window.kernel_h * p.window.kernel_w;
+    if !depthwise_covered(&g)
+        || scratch.len() < l.bytes()
+        || input.len() < p.input.len()
+        || output.len() < ho * wo * c
+        || p.weights.len() < taps * c
+        || ho * wo == 0
+    {
+        return scalar::depthwise_conv2d(p, input, output);
+    }
+    let base = scratch.as_mut_ptr();
+    let base = base.add(base.align_offset(32));
+    let image = base as *mut i16;
+    let weights = base.add(l.image_bytes()) as *mut __m256i;
+    let epi = base.add(l.image_bytes() + l.weight_bytes()) as *mut Epi;
+    widen(p, &l, input, image);
+    pack_weights(p, &l, weights);
+    for b in 0..l.blocks {
+        fill_epi(p, b, &mut *epi.add(2 * b), 0);
+        fill_epi(p, b, &mut *epi.add(2 * b + 1), 1);
+    }
+    // Each tap pair's offsets in i16 elements from an output's top-left input pixel.
+    let mut offsets = [(0usize, 0usize); 64];
+    let (kw, blk) = (p.window.kernel_w, l.blocks * X86_DW_BLOCK);
+    if l.pairs > offsets.len() {
+        return scalar::depthwise_conv2d(p, input, output);
+    }
+    for (j, o) in offsets.iter_mut().take(l.pairs).enumerate() {
+        let at = |t: usize| ((t / kw) * l.cols + t % kw) * blk;
+        // An odd count's last pair repeats its tap against a zero weight.
+        *o = (at(2 * j), at((2 * j + 1).min(taps - 1)));
+    }
+    let lim = Limits::new(p);
+    let (sh, sw) = (p.window.stride_h, p.window.stride_w);
+    let out = output.as_mut_ptr();
+    for oy in 0..ho {
+        for ox in 0..wo {
+            let x0 = image.add((oy * sh * l.cols + ox * sw) * blk);
+            let y = out.add((oy * wo + ox) * c);
+            for b in 0..l.blocks {
+                let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                let xb = x0.add(b * X86_DW_BLOCK);
+                let wb = weights.add(b * 2);
+                for (j, &(o0, o1)) in offsets[..l.pairs].iter().enumerate() {
+                    let xa = _mm256_loadu_si256(xb.add(o0) as *const __m256i);
+                    let xc = _mm256_loadu_si256(xb.add(o1) as *const __m256i);
+                    let w = wb.add(j * l.blocks * 2);
+                    let lo = _mm256_unpacklo_epi16(xa, xc);
+                    let hi = _mm256_unpackhi_epi16(xa, xc);
+                    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(lo, *w));
+                    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(hi, *w.add(1)));
+                }
+                let r0 = requant(a0, &*epi.add(2 * b), &lim);
+                let r1 = requant(a1, &*epi.add(2 * b + 1), &lim);
+                // i16 lanes [0–3, 4–7 | 8–11, 12–15]: channel order.
+                let h = _mm256_packs_epi32(r0, r1);
+                let bytes =
+                    _mm_packs_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+                let n = (c - b * X86_DW_BLOCK).min(X86_DW_BLOCK);
+                if n == X86_DW_BLOCK {
+                    _mm_storeu_si128(y.add(b * X86_DW_BLOCK) as *mut __m128i, bytes);
+                } else {
+                    let mut buf = [0i8; X86_DW_BLOCK];
+                    _mm_storeu_si128(buf.as_mut_ptr() as *mut __m128i, bytes);
+                    core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(b * X86_DW_BLOCK), n);
+                }
+            }
+        }
+    }
+}
+
+/// The output clamp, less the zero point, and the zero point.
+struct Limits {
+    lo: __m256i,
+    hi: __m256i,
+    zo: __m256i,
+}
+
+impl Limits {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn new(p: &DepthwiseParams) -> Self {
+        let zo = p.out.zero_point;
+        // Clamped before the zero point is added, so nothing overflows; `vpackss*` then
+        // saturates to i8 as the reference's last clamp does.
+        let lo = p.out.act_min.max(-128).saturating_sub(zo);
+        let hi = p.out.act_max.min(127).saturating_sub(zo);
+        Limits {
+            lo: _mm256_set1_epi32(lo),
+            hi: _mm256_set1_epi32(hi),
+            zo: _mm256_set1_epi32(zo),
+        }
+    }
+}
+
+/// The 8 sums of one accumulator, biased and requantized (`HighRequant::apply`), clamped, with
+/// the zero point.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn requant(sum: __m256i, e: &Epi, lim: &Limits) -> __m256i {
+    let ld = |a: &[i32; 8]| _mm256_load_si256(a.as_ptr() as *const __m256i);
+    let ld64 = |a: &[i64; 4]| _mm256_load_si256(a.as_ptr() as *const __m256i);
+    let mut x = _mm256_add_epi32(sum, ld(&e.bias));
+    x = _mm256_min_epi32(_mm256_max_epi32(x, ld(&e.acc_min)), ld(&e.acc_max));
+    x = _mm256_sllv_epi32(x, ld(&e.ls));
+    let m0 = ld(&e.m0);
+    // t = x·M0·2^pre + round − [x < 0]·corr per 64-bit lane (corr is 0 or 2^31: x's bit 31).
+    let t = |x: __m256i, m0: __m256i, k: usize| {
+        let p = _mm256_sllv_epi64(_mm256_mul_epi32(x, m0), ld64(&e.pre[k]));
+        let p = _mm256_add_epi64(p, ld64(&e.round[k]));
+        _mm256_sub_epi64(p, _mm256_and_si256(x, ld64(&e.corr[k])))
+    };
+    let even = t(x, m0, 0);
+    let odd = t(_mm256_srli_epi64::<32>(x), _mm256_srli_epi64::<32>(m0), 1);
+    let high = _mm256_blend_epi32::<0xAA>(_mm256_srli_epi64::<32>(even), odd);
+    let r = _mm256_srav_epi32(high, ld(&e.n));
+    let r = _mm256_min_epi32(_mm256_max_epi32(r, lim.lo), lim.hi);
+    _mm256_add_epi32(r, lim.zo)
+}
+
+/// Block `b`'s accumulator `v` constants; channels past C get zeros (their outputs are not
+/// stored).
+fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize) {
+    for i in 0..8 {
+        let ch = b * X86_DW_BLOCK + lane_channel(v, i);
+        let h = if ch < p.output.c {
+            HighRequant::new(p.multiplier.get(ch), p.shift.get(ch), p.out.rounding)
+        } else {
+            HighRequant::default()
+        };
+        // The reference sums x·w; the image holds x − z: z·Σw goes into the bias (wrapping,
+        // as the reference's sum).
+        e.bias[i] = if ch < p.output.c {
+            let taps = p.window.kernel_h * p.window.kernel_w;
+            let sw = (0..taps).fold(0i32, |a, t| {
+                a.wrapping_add(p.weights[t * p.output.c + ch] as i32)
+            });
+            p.bias.get(ch).wrapping_add(sw.wrapping_mul(zero_point(p)))
+        } else {
+            0
+        };
+        e.acc_min[i] = h.acc_min;
+        e.acc_max[i] = h.acc_max;
+        e.ls[i] = h.ls as i32;
+        e.m0[i] = h.m0;
+        e.n[i] = h.n as i32;
+        let (k, at) = (i % 2, i / 2);
+        e.pre[k][at] = h.pre as i64;
+        e.round[k][at] = h.round;
+        e.corr[k][at] = h.corr;
+    }
+}
+
+/// The input zero point as the reference pads with it.
+fn zero_point(p: &DepthwiseParams) -> i32 {
+    p.input_zero_point.clamp(-128, 127)
+}
+
+/// The padded input as i16, x − z, 0 for padding and past C.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn widen(p: &DepthwiseParams, l: &X86Depthwise, input: &[i8], image: *mut i16) {
+    let blk = l.blocks * X86_DW_BLOCK;
+    core::ptr::write_bytes(image, 0, l.image_bytes() / 2);
+    let (c, h, w) = (p.input.c, p.input.h, p.input.w);
+    let (top, left) = (p.window.pad_top, p.window.pad_left);
+    let z = zero_point(p);
+    let zv = _mm256_set1_epi16(z as i16);
+    for r in 0..l.rows {
+        let iy = r.wrapping_sub(top);
+        if iy >= h {
+            continue;
+        }
+        for col in 0..l.cols {
+            let ix = col.wrapping_sub(left);
+            if ix >= w {
+                continue;
+            }
+            let src = input.as_ptr().add((iy * w + ix) * c);
+            let dst = image.add((r * l.cols + col) * blk);
+            let mut ci = 0;
+            while ci + 16 <= c {
+                let v = _mm256_cvtepi8_epi16(_mm_loadu_si128(src.add(ci) as *const __m128i));
+                _mm256_storeu_si256(dst.add(ci) as *mut __m256i, _mm256_sub_epi16(v, zv));
+                ci += 16;
+            }
+            for k in ci..c {
+                *dst.add(k) = (*src.add(k) as i32 - z) as i16;
+            }
+        }
+    }
+}
+
+/// The weights as i16 tap pairs: for pair j and block b, two vectors (one per accumulator) of
+/// (w[2j][ch], w[2j+1][ch]) per channel in the accumulator's lane order; 0 past C and for an
+/// odd count's missing tap.
+fn pack_weights(p: &DepthwiseParams, l: &X86Depthwise, out: *mut __m256i) {
+    let (c, taps) = (p.output.c, p.window.kernel_h * p.window.kernel_w);
+    let w = |t: usize, ch: usize| -> i16 {
+        if t < taps && ch < c {
+            p.weights[t * c + ch] as i16
+        } else {
+            0
+        }
+    };
+    for j in 0..l.pairs {
+        for b in 0..l.blocks {
+            for v in 0..2 {
+                let mut lanes = [0i16; 16];
+                for e in 0..8 {
+                    let ch = b * X86_DW_BLOCK + lane_channel(v, e);
+                    lanes[2 * e] = w(2 * j, ch);
+                    lanes[2 * e + 1] = w(2 * j + 1, ch);
+                }
+                // SAFETY: the weights region holds pairs·blocks·2 vectors, 32-byte aligned.
+                unsafe {
+                    let dst = out.add((j * l.blocks + b) * 2 + v) as *mut [i16; 16];
+                    dst.write(lanes)
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{depthwise_matches_scalar_in, depthwise_suite, ConvCase};
+    use crate::kernels::{x86_scratch_bytes, Kernels, OpGeometry};
+
+    fn check(c: &ConvCase) {
+        if !Kernels::avx2_available() {
+            return;
+        }
+        let stated = |g: &OpGeometry| {
+            let n = x86_scratch_bytes(g);
+            assert!(c.cout != c.cin || n > 0, "{c:?}");
+            n
+        };
+        // SAFETY: AVX2 is available.
+        depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
+            depthwise_conv2d(p, x, y, s)
+        });
+    }
+
+    depthwise_suite!(check);
+
+    /// Less scratch than stated: the scalar kernel, same bytes.
+    #[test]
+    fn short_scratch_falls_back() {
+        if !Kernels::avx2_available() {
+            return;
+        }
+        let c = ConvCase::square(5, 5, 6, 3, 1, 1, 3);
+        // SAFETY: AVX2 is available.
+        depthwise_matches_scalar_in(
+            &c,
+            &|g| x86_scratch_bytes(g) - 1,
+            &mut |p, x, y, s| unsafe { depthwise_conv2d(p, x, y, s) },
+        );
+    }
+}

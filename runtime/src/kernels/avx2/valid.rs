@@ -1,0 +1,132 @@
+//! A conv whose window is not uniform (TensorFlow's SAME padding with its short side, KWS's
+//! 10×4 window) as the x86 convs run it: the input padded into scratch with each channel's pad
+//! value, then the uniform conv with no padding over it ([`crate::kernels::ValidConv`]). The
+//! padded taps read the same values as the reference's, so the bytes are the same.
+
+use crate::kernels::{valid_conv, ConvParams, Placement, Shape};
+
+/// The uniform conv over `input` padded into the front of `scratch`, with that padded input
+/// and the scratch after it; `None` where [`valid_conv`] has no form for `p`, or the buffers
+/// are short (the caller runs the scalar reference).
+pub fn as_valid<'a>(
+    p: &ConvParams<'a>,
+    input: &[i8],
+    scratch: &'a mut [u8],
+) -> Option<(ConvParams<'a>, &'a [i8], &'a mut [u8])> {
+    let v = valid_conv(&p.geometry())?;
+    let g = &v.geometry;
+    let padded = Shape {
+        c: p.input.c,
+        h: g.h_in as usize,
+        w: g.w_in as usize,
+    };
+    let bytes = v.image_bytes();
+    let front = (bytes + 63) & !63;
+    if scratch.len() < front || input.len() < p.input.len() {
+        return None;
+    }
+    let (image, rest) = scratch.split_at_mut(front);
+    // SAFETY: i8 and u8 have one layout; `image` is borrowed for 'a and not used as u8 again.
+    let image: &'a mut [i8] =
+        unsafe { core::slice::from_raw_parts_mut(image.as_mut_ptr() as *mut i8, bytes) };
+    pad(p, input, padded, image);
+    let q = ConvParams {
+        input: padded,
+        window: Placement {
+            pad_top: 0,
+            pad_left: 0,
+            ..p.window
+        },
+        ..*p
+    };
+    Some((q, image, rest))
+}
+
+/// Writes the padded input: row r, column x of `padded` are input row r − pad_top, column
+/// x − pad_left, or the channels' pad values outside the input.
+fn pad(p: &ConvParams, input: &[i8], padded: Shape, image: &mut [i8]) {
+    let c = p.input.c;
+    let (top, left) = (p.window.pad_top, p.window.pad_left);
+    let row = padded.w * c;
+    let mut pads = [0i8; 64];
+    let few = c <= pads.len();
+    for (ci, v) in pads.iter_mut().take(c).enumerate() {
+        *v = p.pad_value(ci);
+    }
+    let fill = |px: &mut [i8]| {
+        if few {
+            px.copy_from_slice(&pads[..c]);
+        } else {
+            for (ci, v) in px.iter_mut().enumerate() {
+                *v = p.pad_value(ci);
+            }
+        }
+    };
+    for (r, out) in image.chunks_exact_mut(row).enumerate() {
+        let iy = r.wrapping_sub(top);
+        if iy >= p.input.h {
+            out.chunks_exact_mut(c).for_each(&fill);
+            continue;
+        }
+        // Columns left of, within and right of the input.
+        let x0 = left.min(padded.w);
+        let x1 = (left + p.input.w).min(padded.w);
+        out[..x0 * c].chunks_exact_mut(c).for_each(&fill);
+        let src = &input[(iy * p.input.w) * c..][..(x1 - x0) * c];
+        out[x0 * c..x1 * c].copy_from_slice(src);
+        out[x1 * c..].chunks_exact_mut(c).for_each(&fill);
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{conv_matches_scalar_in, conv_suite, ConvCase};
+    use crate::kernels::{dispatch, x86_scratch_bytes, Kernels};
+
+    /// Every x86 set through the dispatch, with the scratch the sets state: a conv with a
+    /// window that is not uniform but has one stride runs padded (`as_valid` takes it), with
+    /// the reference's bytes.
+    fn check(c: &ConvCase) {
+        for k in [Kernels::Avx512Vnni, Kernels::AvxVnni, Kernels::Avx2] {
+            let Ok(r) = k.resolve() else {
+                continue;
+            };
+            conv_matches_scalar_in(c, &x86_scratch_bytes, &mut |p, x, y, s| {
+                let g = p.geometry();
+                if valid_conv(&g).is_some() {
+                    assert!(!p.is_uniform(), "{c:?}");
+                    let mut copy = s.to_vec();
+                    assert!(as_valid(p, x, &mut copy).is_some(), "{c:?}");
+                }
+                dispatch::conv2d(r, p, x, y, s)
+            });
+        }
+    }
+
+    conv_suite!(check);
+
+    /// TensorFlow's SAME padding at stride 2 on an even input (no row above, one below) and
+    /// KWS's 10×4 window: both run padded.
+    #[test]
+    fn same_windows_are_covered() {
+        if !Kernels::avx2_available() {
+            println!("SKIP: no AVX2");
+            return;
+        }
+        for c in [
+            ConvCase::square(16, 32, 32, 3, 2, 0, 1).with_same(),
+            ConvCase {
+                h: 49,
+                w: 10,
+                kh: 10,
+                kw: 4,
+                ..ConvCase::square(1, 64, 0, 1, 2, 0, 2).with_same()
+            },
+        ] {
+            check(&c);
+            let d = crate::kernels::test_util::ConvData::random(&c).unwrap();
+            assert!(valid_conv(&d.params().geometry()).is_some(), "{c:?}");
+        }
+    }
+}
