@@ -4,6 +4,7 @@
 use core::ops::Range;
 
 use super::{OpGeometry, OutputQuant, Rounding};
+use crate::requant::FusedRequant;
 
 /// Activation shape (HWC in memory).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,6 +264,11 @@ impl<'a> ConvParams<'a> {
                 }
             }
         }
+    }
+
+    /// Output channel `c`'s requantization in [`FusedRequant`]'s form (the vector epilogues').
+    pub fn epilogue_requant(&self, c: usize) -> FusedRequant {
+        FusedRequant::new(self.multiplier.get(c), self.shift.get(c), self.out.rounding)
     }
 
     /// kh·kw·C_in.

@@ -15,8 +15,8 @@
 //! so 4 output pixels of a row read 16 contiguous bytes at every tap. Each vector holds two
 //! runs of up to 4 output pixels, each within one row; a register tile of up to 8 channels
 //! accumulates from the bias; the requantization runs on the high halves of the products in
-//! i32 lanes, in either rounding (`FusedRequant`'s form with n in [33, 54]: shifts in
-//! [−23, −2], the usual range; other convs run `avx2::conv2d`).
+//! i32 lanes, in either rounding (`FusedRequant`'s form with n from 33: shifts from −2 down,
+//! the usual range; other convs run `avx2::conv2d`).
 //!
 //! Few input channels (`s·C_in ≤ 4`: 1 channel, Fashion-MNIST; 3, CIFAR-10's RGB at stride 1)
 //! would leave most of each quad zero. There a quad is four consecutive bytes of a kernel row
@@ -28,7 +28,7 @@ use core::arch::x86_64::*;
 use core::ops::Range;
 
 use crate::kernels::{ConvImage, ConvParams, QuadPlanes};
-use crate::requant::{FusedRequant, Rounding};
+use crate::requant::Rounding;
 
 /// Pixels per run: two runs make a vector of 8 lanes.
 const RUN: usize = 4;
@@ -38,27 +38,22 @@ const CH: usize = 8;
 const SLACK: usize = 64;
 
 /// One output channel's requantization, for accumulators that already hold the bias: its
-/// [`FusedRequant`] (n ≥ 33) with the output zero point.
+/// [`crate::requant::FusedRequant`] (n ≥ 33).
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct Epi {
     bias: i32,
     m0: i32,
-    /// (round + z_out·2^n) >> 32: what lies below is 0 (single) or 2^30 (double), added to
+    /// round >> 32 (below 2^29): what lies below is 0 (single) or 2^30 (double), added to
     /// the products first.
     r_hi: i32,
     /// n − 32.
     n_hi: i32,
 }
 
-/// Channel `c`'s requantization in the epilogue's form.
-fn fused(p: &ConvParams, c: usize) -> FusedRequant {
-    FusedRequant::new(p.multiplier.get(c), p.shift.get(c), p.out.rounding)
-}
-
 /// Whether [`conv2d_lanes_avx2`] covers this conv (given enough scratch): a uniform window,
-/// every channel's n in [33, 54] (shifts in [−23, −2], in either rounding) and a clamp within
-/// i8.
+/// every channel's n of at least 33 (shifts from −2 down, in either rounding) and a clamp
+/// within i8.
 pub fn lanes_covered(p: &ConvParams) -> bool {
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
     p.is_uniform()
@@ -71,7 +66,7 @@ pub fn lanes_covered(p: &ConvParams) -> bool {
         && p.output.h == (hp - p.window.kernel_h) / p.stride() + 1
         && p.output.w == (wp - p.window.kernel_w) / p.stride() + 1
         && p.out.act_min.max(-128) <= p.out.act_max.min(127)
-        && (0..p.output.c).all(|c| (33..=54).contains(&fused(p, c).n))
+        && (0..p.output.c).all(|c| p.epilogue_requant(c).n >= 33)
 }
 
 /// Quads per kernel row in the few-channel mode, when it applies (fewer quads than one per tap
@@ -141,6 +136,8 @@ struct Job<'p> {
     epi: *const Epi,
     out: *mut i8,
     clamp: (__m256i, __m256i),
+    /// The output zero point (i32 lanes), added after the shift.
+    zero_point: __m256i,
     /// The double rounding, and what it adds below the high halves: 2^30 for a non-negative
     /// product, 2^30 − 2^31 for a negative one (i64 lanes).
     double: bool,
@@ -239,6 +236,7 @@ impl<'p> Job<'p> {
                 _mm256_set1_epi32(p.out.act_min.max(-128)),
                 _mm256_set1_epi32(p.out.act_max.min(127)),
             ),
+            zero_point: _mm256_set1_epi32(p.out.zero_point),
             double: p.out.rounding == Rounding::Double,
             below: (_mm256_set1_epi64x(1 << 30), _mm256_set1_epi64x(-(1 << 30))),
             t,
@@ -325,12 +323,11 @@ unsafe fn weight_quads(p: &ConvParams, gq: usize, wq: *mut i32) {
 #[inline(always)]
 unsafe fn fill_epi(p: &ConvParams, epi: *mut Epi) {
     for c in 0..p.output.c {
-        let f = fused(p, c);
-        let r = f.round + ((p.out.zero_point as i64) << f.n);
+        let f = p.epilogue_requant(c);
         epi.add(c).write(Epi {
             bias: p.bias.get(c),
             m0: f.m0,
-            r_hi: (r >> 32) as i32,
+            r_hi: (f.round >> 32) as i32,
             n_hi: f.n as i32 - 32,
         });
     }
@@ -434,9 +431,10 @@ impl Job<'_> {
     }
 
     /// Each channel's 8 accumulators requantized: its 8 bytes, in lane order. With n ≥ 33,
-    /// `(P + round + z·2^n − [P < 0]·corr) >> n` ([`FusedRequant`], P = acc·M0) is
+    /// `(P + round − [P < 0]·corr) >> n` (`FusedRequant`, P = acc·M0) is
     /// `(((P + b) >> 32) + r_hi) >> (n − 32)`, b what lies below 2^32 less the correction:
-    /// nothing for the single rounding, ±2^30 by P's sign for the `DOUBLE`.
+    /// nothing for the single rounding, ±2^30 by P's sign for the `DOUBLE`; the zero point
+    /// is added after it.
     #[inline(always)]
     unsafe fn requantize<const C: usize, const DOUBLE: bool>(
         &self,
@@ -465,6 +463,7 @@ impl Job<'_> {
                 _mm256_add_epi32(h, _mm256_set1_epi32(e.r_hi)),
                 _mm_cvtsi32_si128(e.n_hi),
             );
+            let y = _mm256_add_epi32(y, self.zero_point);
             let y = _mm256_min_epi32(_mm256_max_epi32(y, lo), hi);
             let b8 = _mm256_packs_epi16(_mm256_packs_epi32(y, y), _mm256_setzero_si256());
             // Channel c's 8 bytes: lanes 0..4 of each 128-bit half.

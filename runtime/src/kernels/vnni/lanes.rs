@@ -13,7 +13,7 @@
 //! channel-major tile transposed to HWC at the end of the pass.
 //!
 //! Covers ([`covers`]) a uniform window, C_in a multiple of 4 or below 4, C_out a multiple of
-//! 8, shifts from −23 up and a non-empty clamp, in both roundings; over one image, a band of
+//! 8, any shift and a non-empty clamp, in both roundings; over one image, a band of
 //! its rows (threads sharing an image) or a group of images.
 
 use core::arch::x86_64::*;
@@ -22,10 +22,10 @@ use core::ops::Range;
 use crate::kernels::{
     lanes_regions, lanes_supported, ConvImage, ConvParams, QuadPlanes, LANES_EPI_BYTES,
 };
-use crate::requant::{FusedRequant, Rounding};
+use crate::requant::Rounding;
 
 /// One output channel's requantization, for accumulators that already hold the bias: the
-/// channel's [`FusedRequant`] with the output zero point folded into the rounding term.
+/// channel's [`crate::requant::FusedRequant`].
 #[derive(Clone, Copy, Default)]
 #[repr(C)]
 pub(super) struct Epi {
@@ -34,13 +34,12 @@ pub(super) struct Epi {
     m0: i32,
     /// Left shift of the accumulator (the double rounding's, shift > 0; else 0).
     ls: i32,
-    /// Right shift n in [1, 54].
+    /// Right shift n in [1, 62].
     n: i32,
-    /// round + z_out·2^n: rounding and output zero point in one add, exact for n ≤ 54
-    /// (|acc·M0| < 2^62 and |r| < 2^62).
+    /// The rounding term (|acc·M0| < 2^62 and r ≤ 2^61 + 2^30: the sum fits i64).
     r: i64,
-    /// For n ≥ 33: r >> 32 (the part of r below 2^32 is the same for every channel, see
-    /// [`OutputStage::apply`]).
+    /// For n ≥ 33: round >> 32 (the part of round below 2^32 is the same for every channel,
+    /// see [`OutputStage::apply`]), below 2^29.
     r_hi: i32,
     /// −corr (0 or −2^31), added where the product is negative.
     corr: i32,
@@ -86,7 +85,7 @@ const V: usize = 16;
 /// HWC), `T` built only for the input rows they read, so threads sharing an image each take a
 /// band of rows ([`crate::parallel`]). Same bytes as the same rows of `scalar::conv2d`, or
 /// `false` (output untouched) when the conv is outside what this kernel covers
-/// ([`lanes_supported`], a shift n above 54, a clamp outside i8, a scratch smaller than
+/// ([`lanes_supported`], a clamp outside i8, a scratch smaller than
 /// `scratch_bytes`): the caller then runs another kernel.
 ///
 /// # Safety
@@ -221,7 +220,7 @@ unsafe fn lanes(p: &ConvParams, images: &mut [ConvImage], rows: Range<usize>) ->
 
 /// Whether the kernel covers conv `p` (given buffers of the sizes it checks): a uniform window,
 /// the lanes geometry ([`lanes_supported`]), every shift within the epilogue's range
-/// (`epi_supported`: shifts from −23 up, a non-empty clamp), in either rounding.
+/// (`epi_supported`: a non-empty clamp), in either rounding.
 pub fn covers(p: &ConvParams) -> bool {
     let s = p.stride();
     let (hp, wp) = (p.input.h + 2 * p.pad(), p.input.w + 2 * p.pad());
@@ -289,23 +288,17 @@ impl Geo {
     }
 }
 
-/// Channel `c`'s requantization in the epilogues' form.
-fn fused(p: &ConvParams, c: usize) -> FusedRequant {
-    FusedRequant::new(p.multiplier.get(c), p.shift.get(c), p.out.rounding)
-}
-
-/// Whether every channel's requantization fits [`Epi`] (n in [1, 54]: shifts from −23 up, in
-/// either rounding) and the clamp is a non-empty range within i8.
+/// Whether the clamp is a non-empty range within i8 (every requantization fits [`Epi`], in
+/// either rounding).
 pub(super) fn epi_supported(p: &ConvParams) -> bool {
-    let lo = p.out.act_min.max(-128);
-    let hi = p.out.act_max.min(127);
-    lo <= hi && (0..p.output.c).all(|c| fused(p, c).n <= 54)
+    p.out.act_min.max(-128) <= p.out.act_max.min(127)
 }
 
-/// Whether every channel has n in [33, 54] (shifts in [−23, −2], in either rounding), where the
-/// epilogue can work on the high halves of the products in i32 lanes ([`OutputStage::apply`]).
+/// Whether every channel has n of at least 33 (shifts from −2 down, in either rounding), where
+/// the epilogue can work on the high halves of the products in i32 lanes
+/// ([`OutputStage::apply`]).
 pub(super) fn epi_hi(p: &ConvParams) -> bool {
-    (0..p.output.c).all(|c| (33..=54).contains(&fused(p, c).n))
+    (0..p.output.c).all(|c| p.epilogue_requant(c).n >= 33)
 }
 
 /// Fills the constants of channels `co..co + CH` (Σw read just before the tile reads the same
@@ -315,16 +308,15 @@ pub(super) fn epi_hi(p: &ConvParams) -> bool {
 pub(super) unsafe fn fill_epi(p: &ConvParams, co: usize, ch: usize, epi: *mut Epi) {
     let k = p.k();
     for c in co..co + ch {
-        let f = fused(p, c);
+        let f = p.epilogue_requant(c);
         let sw = sum_w(p.weights.as_ptr().add(c * k), k);
-        let r = f.round + ((p.out.zero_point as i64) << f.n);
         epi.add(c).write(Epi {
             bias: p.bias.get(c).wrapping_sub(sw.wrapping_mul(128)),
             m0: f.m0,
             ls: f.ls as i32,
             n: f.n as i32,
-            r,
-            r_hi: (r >> 32) as i32,
+            r: f.round,
+            r_hi: (f.round >> 32) as i32,
             // corr ≤ 2^31: its negation fits i32.
             corr: (-f.corr) as i32,
         });
@@ -884,7 +876,7 @@ unsafe fn tile_kernel<const NV: usize, const CH: usize, const HI: bool, const DO
 }
 
 /// The output stage of the VNNI convs: one channel's 16 accumulators (bias included) to
-/// bytes, exactly `OutputQuant::finish` in either rounding (the channel's [`FusedRequant`]),
+/// bytes, exactly `OutputQuant::finish` in either rounding (the channel's `FusedRequant`),
 /// with that channel's constants broadcast.
 #[derive(Clone, Copy)]
 pub(super) struct OutputStage {
@@ -896,6 +888,9 @@ pub(super) struct OutputStage {
     /// The double rounding's i32 epilogue: what lies below the high halves, 2^30 for a
     /// non-negative product and 2^30 − 2^31 for a negative one (i64 lanes).
     below: (__m512i, __m512i),
+    /// The output zero point, added after the shift: i32 lanes for the i32 epilogue, else
+    /// i64 lanes.
+    zero_point: __m512i,
 }
 
 impl OutputStage {
@@ -915,16 +910,22 @@ impl OutputStage {
             lo_idx: _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
             hi_idx: _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31),
             below: (_mm512_set1_epi64(1 << 30), _mm512_set1_epi64(-(1 << 30))),
+            zero_point: if hi {
+                _mm512_set1_epi32(p.out.zero_point)
+            } else {
+                _mm512_set1_epi64(p.out.zero_point as i64)
+            },
         }
     }
 
-    /// `(P + r − [P < 0]·corr) >> n` with P = (acc·2^ls)·M0, clamped ([`FusedRequant`], r
-    /// holding the zero point). `HI` (n in [33, 54], see [`epi_hi`]; then ls = 0): r's part
+    /// `((P + r − [P < 0]·corr) >> n) + z` with P = (acc·2^ls)·M0, clamped (`FusedRequant`).
+    /// `HI` (n from 33, see [`epi_hi`]; then ls = 0): round's part
     /// below 2^32 is 0 (single) or 2^30 (double) and corr 0 or 2^31 for every channel, so
-    /// `(P + r − [P < 0]·corr) >> n = (((P + b) >> 32) + r_hi) >> (n − 32)`, b that part less the
-    /// correction (nothing for the single rounding, ±2^30 by P's sign for the double), and
-    /// (P + b) >> 32 (the high halves) fits i32: the rest runs on 16 i32 lanes, the clamp
-    /// included. Else on even and odd lanes in i64, the low halves back together.
+    /// `(P + round − [P < 0]·corr) >> n = (((P + b) >> 32) + r_hi) >> (n − 32)`, b that part
+    /// less the correction (nothing for the single rounding, ±2^30 by P's sign for the
+    /// double), and (P + b) >> 32 (the high halves) fits i32: the rest, the zero point after
+    /// the shift and the clamp, runs on 16 i32 lanes. Else on even and odd lanes in i64, the
+    /// low halves back together.
     #[inline(always)]
     pub(super) unsafe fn apply<const HI: bool, const DOUBLE: bool>(
         &self,
@@ -952,6 +953,7 @@ impl OutputStage {
                 _mm512_set1_epi32(e.r_hi),
             );
             let y = _mm512_sra_epi32(h, _mm_cvtsi32_si128(e.n - 32));
+            let y = _mm512_add_epi32(y, self.zero_point);
             _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(y, clamp.0), clamp.1))
         } else {
             let r = _mm512_set1_epi64(e.r);
@@ -968,7 +970,7 @@ impl OutputStage {
                 if DOUBLE {
                     t = _mm512_mask_add_epi64(t, _mm512_cmplt_epi64_mask(p, zero), t, corr);
                 }
-                let y = _mm512_sra_epi64(t, n);
+                let y = _mm512_add_epi64(_mm512_sra_epi64(t, n), self.zero_point);
                 _mm512_min_epi64(_mm512_max_epi64(y, clamp.0), clamp.1)
             };
             let ev = one(x);
@@ -1145,16 +1147,15 @@ mod tests {
     use crate::kernels::Kernels;
     use proptest::prelude::*;
 
-    /// Declines only outside a uniform window and the lanes geometry or for a shift beyond the
-    /// i64 epilogue's range (below −23), in either rounding. Whole, and in bands of rows.
+    /// Declines only outside a uniform window and the lanes geometry or for an empty clamp, in
+    /// either rounding, whatever the shifts. Whole, and in bands of rows.
     fn check(c: &ConvCase) {
         if !Kernels::vnni_available() {
             return;
         }
         let declines = |p: &ConvParams, _| {
-            let low_shift = (0..p.output.c).any(|c| p.shift.get(c) < -23);
             let empty_clamp = p.out.act_min.max(-128) > p.out.act_max.min(127);
-            !p.is_uniform() || !lanes_supported(&p.geometry()) || low_shift || empty_clamp
+            !p.is_uniform() || !lanes_supported(&p.geometry()) || empty_clamp
         };
         // SAFETY: AVX-512 VNNI checked above.
         check_conv_rows(
