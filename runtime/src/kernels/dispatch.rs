@@ -11,8 +11,10 @@
 //!   geometry) need shifts from −23 up, the AVX2 / AVX-VNNI pixels-in-lanes conv shifts in
 //!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the AVX2 packed conv covers
 //!   every uniform conv, the scalar reference the rest.
-//! - NEON: conv and fully connected in both roundings (an epilogue per rounding); a conv with
-//!   a non-uniform window runs the scalar reference.
+//! - NEON: conv and fully connected in both roundings (an epilogue per rounding).
+//! - x86 and NEON: a conv whose window is not uniform (SAME padding) but has one stride runs
+//!   as the uniform conv over its input padded into scratch (`valid::as_valid`); the scalar
+//!   reference runs the dilated ones.
 //! - Cortex-M: conv (any undilated window), depthwise (depth multiplier 1), fully connected,
 //!   max pool, tflite_add and tflite_avg_pool, in both roundings, their scratch stated at
 //!   prepare (`kernels::cortex_m_scratch_bytes`); what a kernel does not cover it hands to the
@@ -40,9 +42,10 @@ pub(crate) fn conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(k, Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni) && !p.is_uniform() {
-        if let Some((q, padded, rest)) = avx2::as_valid(p, input, scratch) {
+    // x86 and NEON run a conv whose window is not uniform padded into scratch.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if k != Resolved::Scalar && !p.is_uniform() {
+        if let Some((q, padded, rest)) = super::valid::as_valid(p, input, scratch) {
             return conv2d(k, &q, padded, output, rest);
         }
     }

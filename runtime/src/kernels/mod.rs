@@ -51,6 +51,8 @@ mod dispatch;
 mod params;
 mod scratch;
 mod select;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod valid;
 
 #[cfg(test)]
 pub(crate) mod test_util;

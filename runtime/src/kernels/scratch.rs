@@ -444,11 +444,15 @@ impl NeonNarrow {
     }
 }
 
-/// The scratch of a uniform conv2d with the NEON sets (with and without `dotprod`, the same
+/// The scratch of a conv2d with the NEON sets (with and without `dotprod`, the same
 /// kernels): where the few-channel conv covers it ([`neon_narrow_supported`]), its image,
 /// weight quads and best panel ([`NeonNarrow::bytes`] of [`NeonNarrow::best_pass`]); else the
-/// packed conv's block of [`NEON_PIXEL_BLOCK`] patch rows of `align16(K)` bytes.
+/// packed conv's block of [`NEON_PIXEL_BLOCK`] patch rows of `align16(K)` bytes; a conv with
+/// a [`ValidConv`] form, its padded input and the scratch of that form.
 pub const fn neon_conv_scratch_bytes(g: &OpGeometry) -> usize {
+    if let Some(v) = valid_conv(g) {
+        return align64(v.image_bytes()).saturating_add(neon_conv_scratch_bytes(&v.geometry));
+    }
     if g.kind != OP_CONV2D || !g.uniform {
         return 0;
     }

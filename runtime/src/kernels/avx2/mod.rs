@@ -11,7 +11,6 @@ mod fully_connected;
 mod lanes;
 mod max_pool;
 mod tflite_add;
-mod valid;
 
 pub use conv2d::conv2d;
 pub use depthwise_conv2d::depthwise_conv2d;
@@ -19,7 +18,6 @@ pub use fully_connected::fully_connected;
 pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
 pub use max_pool::max_pool;
 pub use tflite_add::tflite_add;
-pub use valid::as_valid;
 
 use core::arch::x86_64::*;
 

@@ -1,7 +1,8 @@
 //! A conv whose window is not uniform (TensorFlow's SAME padding with its short side, KWS's
-//! 10×4 window) as the x86 convs run it: the input padded into scratch with each channel's pad
-//! value, then the uniform conv with no padding over it ([`crate::kernels::ValidConv`]). The
-//! padded taps read the same values as the reference's, so the bytes are the same.
+//! 10×4 window) as the x86 and NEON convs run it: the input padded into scratch with each
+//! channel's pad value, then the uniform conv with no padding over it
+//! ([`crate::kernels::ValidConv`]). The padded taps read the same values as the reference's,
+//! so the bytes are the same.
 
 use crate::kernels::{valid_conv, ConvParams, Placement, Shape};
 
@@ -82,17 +83,15 @@ fn pad(p: &ConvParams, input: &[i8], padded: Shape, image: &mut [i8]) {
 mod tests {
     use super::*;
     use crate::kernels::test_util::{conv_matches_scalar_in, conv_suite, ConvCase};
-    use crate::kernels::{dispatch, x86_scratch_bytes, Kernels};
+    use crate::kernels::{dispatch, Kernels};
 
-    /// Every x86 set through the dispatch, with the scratch the sets state: a conv with a
-    /// window that is not uniform but has one stride runs padded (`as_valid` takes it), with
-    /// the reference's bytes.
+    /// Every SIMD set of this CPU through the dispatch, with the scratch the set states: a conv
+    /// with a window that is not uniform but has one stride runs padded (`as_valid` takes
+    /// it), with the reference's bytes.
     fn check(c: &ConvCase) {
-        for k in [Kernels::Avx512Vnni, Kernels::AvxVnni, Kernels::Avx2] {
-            let Ok(r) = k.resolve() else {
-                continue;
-            };
-            conv_matches_scalar_in(c, &x86_scratch_bytes, &mut |p, x, y, s| {
+        for k in Kernels::available().filter(|k| !matches!(k, Kernels::Scalar | Kernels::Auto)) {
+            let r = k.resolve().unwrap();
+            conv_matches_scalar_in(c, &|g| k.scratch_bytes(g), &mut |p, x, y, s| {
                 let g = p.geometry();
                 if valid_conv(&g).is_some() {
                     assert!(!p.is_uniform(), "{c:?}");
@@ -110,8 +109,8 @@ mod tests {
     /// KWS's 10×4 window: both run padded.
     #[test]
     fn same_windows_are_covered() {
-        if !Kernels::avx2_available() {
-            println!("SKIP: no AVX2");
+        if Kernels::available().all(|k| matches!(k, Kernels::Scalar | Kernels::Auto)) {
+            println!("SKIP: no SIMD kernel set on this CPU");
             return;
         }
         for c in [
