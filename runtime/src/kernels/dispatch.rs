@@ -239,15 +239,19 @@ pub(crate) fn depthwise_conv2d(
     }
 }
 
-/// tflite_avg_pool with the chosen kernels: Cortex-M's own, the scalar reference in every
-/// other set.
+/// tflite_avg_pool with the chosen kernels: Cortex-M's and x86's own (AVX2 for all three x86
+/// sets), the scalar reference in every other set.
 pub(crate) fn tflite_avg_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
-    #[cfg(octet_arm_dsp)]
-    if k == Resolved::CortexM {
-        return cortex_m::tflite_avg_pool(p, input, output);
+    match k {
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m::tflite_avg_pool(p, input, output),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
+            avx2::tflite_avg_pool(p, input, output)
+        },
+        _ => scalar::tflite_avg_pool(p, input, output),
     }
-    let _ = k;
-    scalar::tflite_avg_pool(p, input, output)
 }
 
 /// softmax with the chosen kernels: the scalar reference in every set.

@@ -264,8 +264,8 @@ pub const fn valid_conv(g: &OpGeometry) -> Option<ValidConv> {
 pub const X86_DW_BLOCK: usize = 16;
 
 /// Bytes of the x86 depthwise conv's requantization constants per block of
-/// [`X86_DW_BLOCK`] channels: 2 vectors of 8 channels, each 6 i32 and 6 i64 vectors of 32 bytes.
-pub const X86_DW_EPI_BYTES: usize = 2 * 12 * 32;
+/// [`X86_DW_BLOCK`] channels: 2 vectors of 8 channels, each 8 i32 and 6 i64 vectors of 32 bytes.
+pub const X86_DW_EPI_BYTES: usize = 2 * 14 * 32;
 
 /// The x86 depthwise conv's scratch (`avx2::depthwise_conv2d`, where [`depthwise_covered`]),
 /// from a 32-byte aligned base: the padded input the outputs read (`span` rows and columns),

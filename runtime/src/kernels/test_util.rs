@@ -880,6 +880,74 @@ pub fn max_pool_matches_scalar(case: &PoolCase, fast: &mut PoolKernel) {
     assert_eq!(want, got, "{case:?}");
 }
 
+/// A tflite_avg_pool of `case`'s shape with padding `pad` above and left (and the output
+/// that SAME-like padding on both sides gives), on random input, run by the scalar reference
+/// and by `fast`: equal bytes.
+pub fn tflite_avg_pool_matches_scalar(case: &PoolCase, pad: usize, fast: &mut PoolKernel) {
+    let mut p = case.params();
+    let (kh, kw, s) = (case.kh, case.kw, case.stride);
+    let pad = pad.min(kh - 1).min(kw - 1);
+    if case.h + 2 * pad < kh || case.w + 2 * pad < kw {
+        return;
+    }
+    p.window.pad_top = pad;
+    p.window.pad_left = pad;
+    p.output.h = (case.h + 2 * pad - kh) / s + 1;
+    p.output.w = (case.w + 2 * pad - kw) / s + 1;
+    let input = Rng(case.seed | 1).i8s(case.c * case.h * case.w, -128, 127);
+    let mut want = vec![0i8; p.output.len()];
+    let mut got = vec![0x55i8; p.output.len()];
+    crate::kernels::scalar::tflite_avg_pool(&p, &input, &mut want);
+    fast(&p, &input, &mut got);
+    assert_eq!(want, got, "{case:?} pad {pad}");
+}
+
+/// The tflite_avg_pool suite every kernel instantiates: random pools with padding, and the
+/// models' global pools (MLPerf Tiny DS-CNN's 25×5, ResNet-8's 8×8), a 16×16 window (a 16-bit
+/// lane sum's last exact one) and one past it; `$kernel` a `FnMut(&PoolParams, &[i8], &mut [i8])`
+/// run where `$available` holds.
+macro_rules! tflite_avg_pool_suite {
+    (if $available:expr, $kernel:expr) => {
+        fn check(case: &$crate::kernels::test_util::PoolCase, pad: usize) {
+            if $available {
+                $crate::kernels::test_util::tflite_avg_pool_matches_scalar(case, pad, &mut $kernel);
+            }
+        }
+
+        proptest::proptest! {
+            #[test]
+            fn equals_scalar(
+                c in $crate::kernels::test_util::pool_cases(false, -200..=200),
+                pad in 0usize..3,
+            ) {
+                check(&c, pad);
+            }
+        }
+
+        #[test]
+        fn global_pools() {
+            use $crate::kernels::test_util::PoolCase;
+            for (c, h, w) in [
+                (64, 25, 5),
+                (64, 8, 8),
+                (5, 16, 16),
+                (8, 17, 16),
+                (20, 16, 16),
+            ] {
+                let case = PoolCase {
+                    h,
+                    w,
+                    kh: h,
+                    kw: w,
+                    ..PoolCase::square(c, 0, 0, 1)
+                };
+                check(&case, 0);
+            }
+        }
+    };
+}
+pub(crate) use tflite_avg_pool_suite;
+
 /// A tflite_add kernel under test: (parameters, the call's tables, input 0, input 1, output).
 #[cfg_attr(
     not(any(target_arch = "x86_64", target_arch = "aarch64")),

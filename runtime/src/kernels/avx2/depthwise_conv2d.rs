@@ -13,18 +13,21 @@ use core::arch::x86_64::*;
 use crate::kernels::{
     depthwise_covered, scalar, DepthwiseParams, X86Depthwise, X86_DW_BLOCK, X86_DW_EPI_BYTES,
 };
-use crate::requant::HighRequant;
+use crate::requant::{FusedRequant, HighRequant, Rounding};
 
 /// The channel of element `e` of accumulator `v` (0 or 1) of a block.
 const fn lane_channel(v: usize, e: usize) -> usize {
     v * 4 + (e % 4) + (e / 4) * 8
 }
 
-/// One accumulator's requantization constants: 6 i32 vectors, then 6 i64 vectors (the even
-/// elements', then the odd ones').
+/// One accumulator's requantization constants: 8 i32 vectors, then 6 i64 vectors (the even
+/// elements', then the odd ones'). `r_hi` and `n_hi` serve the usual shifts' form
+/// ([`requant_hi`]); the rest [`HighRequant`]'s.
 #[repr(C, align(32))]
 struct Epi {
     bias: [i32; 8],
+    r_hi: [i32; 8],
+    n_hi: [i32; 8],
     acc_min: [i32; 8],
     acc_max: [i32; 8],
     ls: [i32; 8],
@@ -84,39 +87,95 @@ pub unsafe fn depthwise_conv2d(
         // An odd count's last pair repeats its tap against a zero weight.
         *o = (at(2 * j), at((2 * j + 1).min(taps - 1)));
     }
-    let lim = Limits::new(p);
-    let (sh, sw) = (p.window.stride_h, p.window.stride_w);
-    let out = output.as_mut_ptr();
-    for oy in 0..ho {
-        for ox in 0..wo {
-            let x0 = image.add((oy * sh * l.cols + ox * sw) * blk);
-            let y = out.add((oy * wo + ox) * c);
-            for b in 0..l.blocks {
-                let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                let xb = x0.add(b * X86_DW_BLOCK);
-                let wb = weights.add(b * 2);
-                for (j, &(o0, o1)) in offsets[..l.pairs].iter().enumerate() {
-                    let xa = _mm256_loadu_si256(xb.add(o0) as *const __m256i);
-                    let xc = _mm256_loadu_si256(xb.add(o1) as *const __m256i);
-                    let w = wb.add(j * l.blocks * 2);
-                    let lo = _mm256_unpacklo_epi16(xa, xc);
-                    let hi = _mm256_unpackhi_epi16(xa, xc);
-                    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(lo, *w));
-                    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(hi, *w.add(1)));
-                }
-                let r0 = requant(a0, &*epi.add(2 * b), &lim);
-                let r1 = requant(a1, &*epi.add(2 * b + 1), &lim);
-                // i16 lanes [0–3, 4–7 | 8–11, 12–15]: channel order.
-                let h = _mm256_packs_epi32(r0, r1);
-                let bytes =
-                    _mm_packs_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-                let n = (c - b * X86_DW_BLOCK).min(X86_DW_BLOCK);
-                if n == X86_DW_BLOCK {
-                    _mm_storeu_si128(y.add(b * X86_DW_BLOCK) as *mut __m128i, bytes);
-                } else {
-                    let mut buf = [0i8; X86_DW_BLOCK];
-                    _mm_storeu_si128(buf.as_mut_ptr() as *mut __m128i, bytes);
-                    core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(b * X86_DW_BLOCK), n);
+    let job = Job {
+        p,
+        l,
+        image,
+        weights,
+        epi,
+        offsets: &offsets[..l.pairs],
+        lim: Limits::new(p),
+        out: output.as_mut_ptr(),
+    };
+    // The usual shifts (every n from 33) take the shorter epilogue.
+    let hi = (0..c).all(|ch| fused(p, ch).n >= 33);
+    match (hi, p.out.rounding) {
+        (true, Rounding::Single) => job.pixels::<HI_SINGLE>(),
+        (true, Rounding::Double) => job.pixels::<HI_DOUBLE>(),
+        (false, _) => job.pixels::<GENERAL>(),
+    }
+}
+
+/// Epilogue forms: [`requant`] for any shift, [`requant_hi`] in either rounding.
+const GENERAL: u8 = 0;
+const HI_SINGLE: u8 = 1;
+const HI_DOUBLE: u8 = 2;
+
+/// One call's prepared scratch and output.
+struct Job<'p> {
+    p: &'p DepthwiseParams<'p>,
+    l: X86Depthwise,
+    image: *const i16,
+    weights: *const __m256i,
+    epi: *const Epi,
+    /// Each tap pair's offsets in i16 elements from an output's top-left input pixel.
+    offsets: &'p [(usize, usize)],
+    lim: Limits,
+    out: *mut i8,
+}
+
+impl Job<'_> {
+    /// Every output pixel, every block of channels.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pixels<const E: u8>(&self) {
+        let (p, l) = (self.p, &self.l);
+        let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
+        let (sh, sw) = (p.window.stride_h, p.window.stride_w);
+        let blk = l.blocks * X86_DW_BLOCK;
+        for oy in 0..ho {
+            for ox in 0..wo {
+                let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
+                let y = self.out.add((oy * wo + ox) * c);
+                for b in 0..l.blocks {
+                    let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                    let xb = x0.add(b * X86_DW_BLOCK);
+                    let wb = self.weights.add(b * 2);
+                    for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
+                        let xa = _mm256_loadu_si256(xb.add(o0) as *const __m256i);
+                        let xc = _mm256_loadu_si256(xb.add(o1) as *const __m256i);
+                        let w = wb.add(j * l.blocks * 2);
+                        let lo = _mm256_unpacklo_epi16(xa, xc);
+                        let hi = _mm256_unpackhi_epi16(xa, xc);
+                        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(lo, *w));
+                        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(hi, *w.add(1)));
+                    }
+                    let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
+                    let (r0, r1) = match E {
+                        GENERAL => (requant(a0, e0, &self.lim), requant(a1, e1, &self.lim)),
+                        HI_SINGLE => (
+                            requant_hi::<false>(a0, e0, &self.lim),
+                            requant_hi::<false>(a1, e1, &self.lim),
+                        ),
+                        _ => (
+                            requant_hi::<true>(a0, e0, &self.lim),
+                            requant_hi::<true>(a1, e1, &self.lim),
+                        ),
+                    };
+                    // i16 lanes [0–3, 4–7 | 8–11, 12–15]: channel order.
+                    let h = _mm256_packs_epi32(r0, r1);
+                    let bytes = _mm_packs_epi16(
+                        _mm256_castsi256_si128(h),
+                        _mm256_extracti128_si256::<1>(h),
+                    );
+                    let n = (c - b * X86_DW_BLOCK).min(X86_DW_BLOCK);
+                    if n == X86_DW_BLOCK {
+                        _mm_storeu_si128(y.add(b * X86_DW_BLOCK) as *mut __m128i, bytes);
+                    } else {
+                        let mut buf = [0i8; X86_DW_BLOCK];
+                        _mm_storeu_si128(buf.as_mut_ptr() as *mut __m128i, bytes);
+                        core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(b * X86_DW_BLOCK), n);
+                    }
                 }
             }
         }
@@ -172,6 +231,40 @@ unsafe fn requant(sum: __m256i, e: &Epi, lim: &Limits) -> __m256i {
     _mm256_add_epi32(r, lim.zo)
 }
 
+/// [`requant`] where every channel's n is at least 33 (`FusedRequant`'s n; the usual shifts,
+/// from −2 down): `(P + round − [P < 0]·corr) >> n` is `(((P + b) >> 32) + r_hi) >> (n − 32)`,
+/// b what lies below 2^32 less the correction (nothing for the single rounding, ±2^30 by P's
+/// sign for the `DOUBLE`), with P = acc·M0 (no left shift there).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn requant_hi<const DOUBLE: bool>(sum: __m256i, e: &Epi, lim: &Limits) -> __m256i {
+    let ld = |a: &[i32; 8]| _mm256_load_si256(a.as_ptr() as *const __m256i);
+    let x = _mm256_add_epi32(sum, ld(&e.bias));
+    let m0 = ld(&e.m0);
+    let below = |p: __m256i| {
+        if DOUBLE {
+            let neg = _mm256_cmpgt_epi64(_mm256_setzero_si256(), p);
+            let b = _mm256_blendv_epi8(
+                _mm256_set1_epi64x(1 << 30),
+                _mm256_set1_epi64x(-(1 << 30)),
+                neg,
+            );
+            _mm256_add_epi64(p, b)
+        } else {
+            p
+        }
+    };
+    let even = below(_mm256_mul_epi32(x, m0));
+    let odd = below(_mm256_mul_epi32(
+        _mm256_srli_epi64::<32>(x),
+        _mm256_srli_epi64::<32>(m0),
+    ));
+    let high = _mm256_blend_epi32::<0xAA>(_mm256_srli_epi64::<32>(even), odd);
+    let r = _mm256_srav_epi32(_mm256_add_epi32(high, ld(&e.r_hi)), ld(&e.n_hi));
+    let r = _mm256_min_epi32(_mm256_max_epi32(r, lim.lo), lim.hi);
+    _mm256_add_epi32(r, lim.zo)
+}
+
 /// Block `b`'s accumulator `v` constants; channels past C get zeros (their outputs are not
 /// stored).
 fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize) {
@@ -193,6 +286,13 @@ fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize) {
         } else {
             0
         };
+        let f = if ch < p.output.c {
+            fused(p, ch)
+        } else {
+            FusedRequant::default()
+        };
+        e.r_hi[i] = (f.round >> 32) as i32;
+        e.n_hi[i] = f.n as i32 - 32;
         e.acc_min[i] = h.acc_min;
         e.acc_max[i] = h.acc_max;
         e.ls[i] = h.ls as i32;
@@ -203,6 +303,11 @@ fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize) {
         e.round[k][at] = h.round;
         e.corr[k][at] = h.corr;
     }
+}
+
+/// Channel `ch`'s requantization in [`FusedRequant`]'s form.
+fn fused(p: &DepthwiseParams, ch: usize) -> FusedRequant {
+    FusedRequant::new(p.multiplier.get(ch), p.shift.get(ch), p.out.rounding)
 }
 
 /// The input zero point as the reference pads with it.

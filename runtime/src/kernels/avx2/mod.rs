@@ -11,6 +11,7 @@ mod fully_connected;
 mod lanes;
 mod max_pool;
 mod tflite_add;
+mod tflite_avg_pool;
 
 pub use conv2d::conv2d;
 pub use depthwise_conv2d::depthwise_conv2d;
@@ -18,6 +19,7 @@ pub use fully_connected::fully_connected;
 pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
 pub use max_pool::max_pool;
 pub use tflite_add::tflite_add;
+pub use tflite_avg_pool::tflite_avg_pool;
 
 use core::arch::x86_64::*;
 

@@ -66,51 +66,13 @@ pub fn tflite_avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{pool_cases, PoolCase, Rng};
-    use proptest::prelude::*;
+    use crate::kernels::test_util::{tflite_avg_pool_suite, PoolCase};
 
-    /// `case` with padding `pad` above and left (and the output that SAME-like padding on
-    /// both sides gives), random input: the scalar reference's bytes.
-    fn check(case: &PoolCase, pad: usize) {
-        let mut p = case.params();
-        let (kh, kw, s) = (case.kh, case.kw, case.stride);
-        let pad = pad.min(kh - 1).min(kw - 1);
-        if case.h + 2 * pad < kh || case.w + 2 * pad < kw {
-            return;
-        }
-        p.window.pad_top = pad;
-        p.window.pad_left = pad;
-        p.output.h = (case.h + 2 * pad - kh) / s + 1;
-        p.output.w = (case.w + 2 * pad - kw) / s + 1;
-        let input = Rng(case.seed | 1).i8s(case.c * case.h * case.w, -128, 127);
-        let mut want = vec![0i8; p.output.len()];
-        let mut got = vec![0x55i8; p.output.len()];
-        scalar::tflite_avg_pool(&p, &input, &mut want);
-        tflite_avg_pool(&p, &input, &mut got);
-        assert_eq!(want, got, "{case:?} pad {pad}");
-    }
+    tflite_avg_pool_suite!(if true, |p, x, y| tflite_avg_pool(p, x, y));
 
-    proptest! {
-        #[test]
-        fn equals_scalar(c in pool_cases(false, -200..=200), pad in 0usize..3) {
-            check(&c, pad);
-        }
-    }
-
-    /// The models' global pools (MLPerf Tiny DS-CNN's 25×5, ResNet-8's 8×8), the largest
-    /// window of exact lane sums (16×16, all −128) and one past it (the scalar kernel).
+    /// The largest window of exact lane sums (16×16), all −128.
     #[test]
-    fn global_pools() {
-        for (c, h, w) in [(64, 25, 5), (64, 8, 8), (5, 16, 16), (8, 17, 16)] {
-            let case = PoolCase {
-                h,
-                w,
-                kh: h,
-                kw: w,
-                ..PoolCase::square(c, 0, 0, 1)
-            };
-            check(&case, 0);
-        }
+    fn largest_exact_window() {
         let p = PoolCase::square(4, 16, 16, 1).params();
         let input = vec![-128i8; 4 * 256];
         let mut got = [0i8; 4];
