@@ -3,7 +3,9 @@
 # conv/fc op, scalar vs NEON vs NEON+dotprod kernels, for LeNet and ResNet-18 (the test
 # models of octet-testkit). Writes bench/results/arm_instructions.json. MODELS (default
 # "lenet resnet18") picks them; a `-double` suffix (lenet-double) is the same model in
-# TensorFlow Lite's double rounding (runtime/examples/arm_count.rs).
+# TensorFlow Lite's double rounding (runtime/examples/arm_count.rs); a path to an .o8
+# (bench/imported_models.sh DIR: the MLPerf Tiny models) is counted per image only. Models
+# already in OUT that MODELS does not name are kept, each with the commit it was counted at.
 #
 #   bench/arm_insn.sh QEMU_SRC_DIR|LIBINSN.so [OUT.json]
 #
@@ -66,13 +68,13 @@ jobs=$work/jobs.txt
 : >"$jobs"
 models=${MODELS:-lenet resnet18}
 for model in $models; do
-  "${qemu[@]}" "$bin" "$model" list >"$work/ops_$model.txt"
+  "${qemu[@]}" "$bin" "$model" list >"$work/ops_$(basename "$model" .o8).txt"
   for k in scalar neon neondot; do
     echo "$model $k 0 - 0" >>"$jobs"
     echo "$model $k 1 - 0" >>"$jobs"
     while read -r idx _; do
       echo "$model $k 0 $idx 1" >>"$jobs"
-    done <"$work/ops_$model.txt"
+    done <"$work/ops_$(basename "$model" .o8).txt"
   done
 done
 # Two runs at a time: each is one emulated thread.
@@ -82,10 +84,12 @@ python3 - "$work" "$out" "$*" "$("${qemu[0]}" --version | head -1)" \
   "$(git describe --always --dirty)" "$plugin_src" "$models" <<'PY'
 import json, sys
 work, out, args, qver, commit, plugin, models = sys.argv[1:]
+import os
 counts = {}
 for line in open(f"{work}/counts.txt"):
     *key, n = line.split()
     counts[tuple(key)] = int(n)
+old = json.load(open(out)) if os.path.exists(out) else {"models": {}}
 res = {
     "command": f"bench/arm_insn.sh {args}",
     "qemu": qver,
@@ -98,30 +102,37 @@ res = {
               "buffers) is the same in every run",
     "models": {},
 }
-table = []
+# Models counted before and not now, as they were (each names its commit).
+for key, m in old["models"].items():
+    m.setdefault("commit", old.get("commit"))
+    res["models"][key] = m
 names = {"lenet": "LeNet (common::lenet(1), 1x32x32)",
          "resnet18": "ResNet-18 (common::resnet18(1), 3x32x32)"}
-for model in models.split():
+for path in models.split():
+    model = os.path.basename(path).removesuffix(".o8")
     base = model.removesuffix("-double")
-    name = names[base] + (", TFLite's double rounding" if base != model else ", single rounding")
+    if path.endswith(".o8"):
+        name = f"{model} (MLPerf Tiny, imported .o8, TFLite's double rounding)"
+    else:
+        name = names[base] + (", TFLite's double rounding" if base != model else ", single rounding")
     ops = []
     for line in open(f"{work}/ops_{model}.txt"):
         idx, macs, desc = line.split(maxsplit=2)
         ops.append((idx, int(macs), desc.strip()))
     macs_total = sum(m for _, m, _ in ops)
-    m = {"name": name, "conv_fc_macs_per_image": macs_total, "kernels": {}}
+    m = {"name": name, "commit": commit, "conv_fc_macs_per_image": macs_total or None, "kernels": {}}
     for k in ["scalar", "neon", "neondot"]:
-        base = counts[(model, k, "0", "-", "0")]
-        img = counts[(model, k, "1", "-", "0")] - base
+        base = counts[(path, k, "0", "-", "0")]
+        img = counts[(path, k, "1", "-", "0")] - base
         kops = []
         for idx, macs, desc in ops:
-            n = counts[(model, k, "0", idx, "1")] - base
+            n = counts[(path, k, "0", idx, "1")] - base
             kops.append({"index": int(idx), "op": desc, "macs": macs, "instructions": n,
                          "instructions_per_mac": round(n / macs, 4)})
         m["kernels"][k] = {
             "fixed_overhead": base,
             "instructions_per_image": img,
-            "instructions_per_conv_fc_mac": round(img / macs_total, 4),
+            "instructions_per_conv_fc_mac": round(img / macs_total, 4) if macs_total else None,
             "ops": kops,
         }
     res["models"][model] = m

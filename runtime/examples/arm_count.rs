@@ -10,6 +10,7 @@
 //! count of the extra work: `IMAGES = 0, OP = -` is the fixed overhead.
 //!
 //! `arm_count MODEL list` prints one line per conv/fc op: index, kind, multiply-adds, shape.
+//! `MODEL` may also be an `.o8` file (`bench/imported_models.sh`), counted per image only.
 
 use octet_testkit as common;
 
@@ -87,7 +88,7 @@ fn prepare<'a>(m: &Model<'a>, o: &OpInfo<'a>, rng: &mut common::Rng) -> Option<P
 
 fn usage() -> ! {
     eprintln!(
-        "usage: arm_count lenet|resnet18[-double] (list | scalar|neon|neondot IMAGES OP|- CALLS)"
+        "usage: arm_count lenet|resnet18[-double]|MODEL.o8 (list | scalar|neon|neondot IMAGES OP|- CALLS)"
     );
     std::process::exit(2)
 }
@@ -99,17 +100,25 @@ fn main() {
         Some(base) => (base, 2),
         None => (name, 1),
     };
-    let mut builder = match base {
-        "lenet" => common::lenet(1),
-        "resnet18" => common::resnet18(1),
-        _ => usage(),
+    // An .o8 file (the imported MLPerf Tiny models) is counted per image only: its convs with
+    // SAME padding run through the model's dispatch, which one kernel called alone would not.
+    let file = name.ends_with(".o8");
+    let bytes = if file {
+        std::fs::read(name).unwrap_or_else(|e| panic!("{name}: {e}"))
+    } else {
+        let mut builder = match base {
+            "lenet" => common::lenet(1),
+            "resnet18" => common::resnet18(1),
+            _ => usage(),
+        };
+        builder.rounding = rounding;
+        builder.encode()
     };
-    builder.rounding = rounding;
-    let bytes = builder.encode();
     let model = Model::parse(&bytes).expect("model");
     let mut rng = common::Rng::new(5);
     let mut ops: Vec<Prepared> = model
         .ops()
+        .filter(|_| !file)
         .filter_map(|o| prepare(&model, &o, &mut rng))
         .collect();
     if args.get(1).map(String::as_str) == Some("list") {

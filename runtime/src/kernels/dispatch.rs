@@ -214,9 +214,9 @@ pub(crate) fn add(k: Resolved, p: &AddRequant, a: &[i8], b: &[i8], output: &mut 
     scalar::add(p, a, b, output)
 }
 
-/// depthwise_conv2d with the chosen kernels: Cortex-M's and x86's own (AVX2 for all three x86
-/// sets; each runs the scalar reference for what it does not cover), the scalar reference in
-/// every other set.
+/// depthwise_conv2d with the chosen kernels: Cortex-M's, x86's (AVX2 for all three x86 sets)
+/// and NEON's own, each running the scalar reference for what it does not cover (a depth
+/// multiplier other than 1, dilation).
 pub(crate) fn depthwise_conv2d(
     k: Resolved,
     p: &DepthwiseParams,
@@ -231,6 +231,11 @@ pub(crate) fn depthwise_conv2d(
         // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
         Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
             avx2::depthwise_conv2d(p, input, output, scratch)
+        },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: Resolved::Neon and NeonDot are only produced when NEON is available.
+        Resolved::Neon | Resolved::NeonDot => unsafe {
+            neon::depthwise_conv2d(p, input, output, scratch)
         },
         _ => {
             let _ = scratch;

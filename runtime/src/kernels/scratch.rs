@@ -260,39 +260,41 @@ pub const fn valid_conv(g: &OpGeometry) -> Option<ValidConv> {
     Some(ValidConv { geometry })
 }
 
-/// Channels per block of the x86 depthwise conv (two i32 vectors of 8).
-pub const X86_DW_BLOCK: usize = 16;
+/// Channels per block of the x86 and NEON depthwise convs.
+pub const DW_BLOCK: usize = 16;
 
-/// Bytes of the x86 depthwise conv's requantization constants per block of
-/// [`X86_DW_BLOCK`] channels: 2 vectors of 8 channels, each 8 i32 and 6 i64 vectors of 32 bytes.
-pub const X86_DW_EPI_BYTES: usize = 2 * 14 * 32;
+/// Bytes of the x86 depthwise conv's requantization constants per block of [`DW_BLOCK`]
+/// channels: 2 vectors of 8 channels, each 8 i32 and 6 i64 vectors of 32 bytes.
+pub const DW_EPI_BYTES: usize = 2 * 14 * 32;
 
-/// The x86 depthwise conv's scratch (`avx2::depthwise_conv2d`, where [`depthwise_covered`]),
-/// from a 32-byte aligned base: the padded input the outputs read (`span` rows and columns),
-/// widened to i16 with the zero point taken off (padding 0), its channels rounded up to
-/// [`X86_DW_BLOCK`] (zeros past C); the weights as i16 pairs of taps, 32 bytes per block of
-/// 8 channels and pair; the requantization constants ([`X86_DW_EPI_BYTES`] per block).
+/// The depthwise convs' scratch on x86 (`avx2::depthwise_conv2d`) and NEON
+/// (`neon::depthwise_conv2d`), where [`depthwise_covered`], from a 32-byte aligned base: the
+/// padded input the outputs read (`span` rows and columns) widened to i16 (x86: the zero point
+/// taken off, padding 0; NEON: as is, padding the zero point), its channels rounded up to
+/// [`DW_BLOCK`] (zeros past C); the weights as i16 (x86: pairs of taps, 32 bytes per block of
+/// 8 channels and pair; NEON: per tap, within that room); the requantization constants
+/// ([`DW_EPI_BYTES`] per block; x86's, NEON keeps them in registers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct X86Depthwise {
+pub struct SimdDepthwise {
     /// Rows of the padded input.
     pub rows: usize,
     /// Columns of the padded input.
     pub cols: usize,
-    /// Blocks of [`X86_DW_BLOCK`] channels.
+    /// Blocks of [`DW_BLOCK`] channels.
     pub blocks: usize,
     /// Pairs of taps (the last one's second tap weighs 0 for an odd count).
     pub pairs: usize,
 }
 
-impl X86Depthwise {
+impl SimdDepthwise {
     /// The layout for a depthwise conv of geometry `g` (saturating: geometries come from files).
     pub const fn new(g: &OpGeometry) -> Self {
         let (kh, kw) = (g.kernel_h as usize, g.kernel_w as usize);
         let (ho, wo) = (g.h_out as usize, g.w_out as usize);
-        X86Depthwise {
+        SimdDepthwise {
             rows: span(ho, g.stride, kh),
             cols: span(wo, g.stride_w, kw),
-            blocks: (g.c_out as usize).div_ceil(X86_DW_BLOCK),
+            blocks: (g.c_out as usize).div_ceil(DW_BLOCK),
             pairs: kh.saturating_mul(kw).div_ceil(2),
         }
     }
@@ -302,7 +304,7 @@ impl X86Depthwise {
         self.rows
             .saturating_mul(self.cols)
             .saturating_mul(self.blocks)
-            .saturating_mul(X86_DW_BLOCK * 2)
+            .saturating_mul(DW_BLOCK * 2)
     }
 
     /// Bytes of the packed weights.
@@ -314,18 +316,27 @@ impl X86Depthwise {
     pub const fn bytes(&self) -> usize {
         self.image_bytes()
             .saturating_add(self.weight_bytes())
-            .saturating_add(self.blocks.saturating_mul(X86_DW_EPI_BYTES))
+            .saturating_add(self.blocks.saturating_mul(DW_EPI_BYTES))
             .saturating_add(32)
     }
 }
 
 /// The scratch of an op with an x86 set: a conv's ([`conv_scratch_bytes`]), a depthwise conv's
-/// it covers ([`X86Depthwise::bytes`]), 0 for the rest.
+/// it covers ([`SimdDepthwise::bytes`]), 0 for the rest.
 pub const fn x86_scratch_bytes(g: &OpGeometry) -> usize {
     if depthwise_covered(g) {
-        return X86Depthwise::new(g).bytes();
+        return SimdDepthwise::new(g).bytes();
     }
     conv_scratch_bytes(g)
+}
+
+/// The scratch of an op with the NEON sets: a conv's ([`neon_conv_scratch_bytes`]), a
+/// depthwise conv's it covers ([`SimdDepthwise::bytes`]), 0 for the rest.
+pub const fn neon_scratch_bytes(g: &OpGeometry) -> usize {
+    if depthwise_covered(g) {
+        return SimdDepthwise::new(g).bytes();
+    }
+    neon_conv_scratch_bytes(g)
 }
 
 /// K = kernel_h·kernel_w·c_in (saturating: geometries come from files).
@@ -691,8 +702,8 @@ impl Kernels {
     /// The scratch bytes this kernel set needs for an op of geometry `g` (TensorFlow Lite
     /// Micro's `RequestScratchBufferInArena`, stated when the model is prepared): 0 for the
     /// scalar reference and for every op but a conv2d, which each other set runs in the best
-    /// plan of its own conv kernels, and on x86 and Cortex-M a depthwise conv (and a few
-    /// other ops on Cortex-M): [`x86_scratch_bytes`], [`neon_conv_scratch_bytes`],
+    /// plan of its own conv kernels, and a depthwise conv (and a few
+    /// other ops on Cortex-M): [`x86_scratch_bytes`], [`neon_scratch_bytes`],
     /// [`cortex_m_scratch_bytes`]. `Auto` states the need of
     /// the set it resolves to on this CPU; the other sets state theirs on any CPU (a
     /// firmware's arena is sized on the host).
@@ -703,7 +714,7 @@ impl Kernels {
         };
         match set {
             Kernels::Scalar => 0,
-            Kernels::Neon | Kernels::NeonDot => neon_conv_scratch_bytes(g),
+            Kernels::Neon | Kernels::NeonDot => neon_scratch_bytes(g),
             Kernels::CortexM => cortex_m_scratch_bytes(g),
             Kernels::Avx2 | Kernels::AvxVnni | Kernels::Avx512Vnni => x86_scratch_bytes(g),
             // `resolved_kernels` never gives `Auto`.

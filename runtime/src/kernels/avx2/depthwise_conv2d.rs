@@ -2,7 +2,7 @@
 //!
 //! The padded input the outputs read is widened once into scratch as i16 with the input zero
 //! point taken off (so padding is 0; the bias gains z·Σw), 16 channels per block
-//! ([`X86Depthwise`]). Taps go in pairs: `vpunpck{l,h}wd` interleaves two taps' 16 channels
+//! ([`SimdDepthwise`]). Taps go in pairs: `vpunpck{l,h}wd` interleaves two taps' 16 channels
 //! and `vpmaddwd` with the pair's interleaved weights adds both products per channel into i32
 //! lanes, exactly (|x − z|·|w| ≤ 255·128). The two accumulators hold channels 0–3, 8–11 and
 //! 4–7, 12–15, the order `vpackssdw` puts back; the requantization constants are laid out in
@@ -11,7 +11,7 @@
 use core::arch::x86_64::*;
 
 use crate::kernels::{
-    depthwise_covered, scalar, DepthwiseParams, X86Depthwise, X86_DW_BLOCK, X86_DW_EPI_BYTES,
+    depthwise_covered, scalar, DepthwiseParams, SimdDepthwise, DW_BLOCK, DW_EPI_BYTES,
 };
 use crate::requant::{FusedRequant, HighRequant, Rounding};
 
@@ -38,9 +38,9 @@ struct Epi {
     corr: [[i64; 4]; 2],
 }
 
-const _: () = assert!(2 * core::mem::size_of::<Epi>() == X86_DW_EPI_BYTES);
+const _: () = assert!(2 * core::mem::size_of::<Epi>() == DW_EPI_BYTES);
 
-/// Same bytes as [`scalar::depthwise_conv2d`]; `scratch` holds `X86Depthwise::bytes` (with
+/// Same bytes as [`scalar::depthwise_conv2d`]; `scratch` holds `SimdDepthwise::bytes` (with
 /// less, or an op it does not cover, the scalar reference runs).
 ///
 /// # Safety
@@ -53,7 +53,7 @@ pub unsafe fn depthwise_conv2d(
     scratch: &mut [u8],
 ) {
     let g = p.geometry();
-    let l = X86Depthwise::new(&g);
+    let l = SimdDepthwise::new(&g);
     let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
     let taps = p.window.kernel_h * p.window.kernel_w;
     if !depthwise_covered(&g)
@@ -72,13 +72,15 @@ pub unsafe fn depthwise_conv2d(
     let epi = base.add(l.image_bytes() + l.weight_bytes()) as *mut Epi;
     widen(p, &l, input, image);
     pack_weights(p, &l, weights);
+    // The usual shifts (every n from 33) take the shorter epilogue.
+    let hi = (0..c).all(|ch| fused(p, ch).n >= 33);
     for b in 0..l.blocks {
-        fill_epi(p, b, &mut *epi.add(2 * b), 0);
-        fill_epi(p, b, &mut *epi.add(2 * b + 1), 1);
+        fill_epi(p, b, &mut *epi.add(2 * b), 0, !hi);
+        fill_epi(p, b, &mut *epi.add(2 * b + 1), 1, !hi);
     }
     // Each tap pair's offsets in i16 elements from an output's top-left input pixel.
     let mut offsets = [(0usize, 0usize); 64];
-    let (kw, blk) = (p.window.kernel_w, l.blocks * X86_DW_BLOCK);
+    let (kw, blk) = (p.window.kernel_w, l.blocks * DW_BLOCK);
     if l.pairs > offsets.len() {
         return scalar::depthwise_conv2d(p, input, output);
     }
@@ -97,8 +99,6 @@ pub unsafe fn depthwise_conv2d(
         lim: Limits::new(p),
         out: output.as_mut_ptr(),
     };
-    // The usual shifts (every n from 33) take the shorter epilogue.
-    let hi = (0..c).all(|ch| fused(p, ch).n >= 33);
     match (hi, p.out.rounding) {
         (true, Rounding::Single) => job.pixels::<HI_SINGLE>(),
         (true, Rounding::Double) => job.pixels::<HI_DOUBLE>(),
@@ -114,7 +114,7 @@ const HI_DOUBLE: u8 = 2;
 /// One call's prepared scratch and output.
 struct Job<'p> {
     p: &'p DepthwiseParams<'p>,
-    l: X86Depthwise,
+    l: SimdDepthwise,
     image: *const i16,
     weights: *const __m256i,
     epi: *const Epi,
@@ -132,14 +132,14 @@ impl Job<'_> {
         let (p, l) = (self.p, &self.l);
         let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
         let (sh, sw) = (p.window.stride_h, p.window.stride_w);
-        let blk = l.blocks * X86_DW_BLOCK;
+        let blk = l.blocks * DW_BLOCK;
         for oy in 0..ho {
             for ox in 0..wo {
                 let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
                 let y = self.out.add((oy * wo + ox) * c);
                 for b in 0..l.blocks {
                     let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                    let xb = x0.add(b * X86_DW_BLOCK);
+                    let xb = x0.add(b * DW_BLOCK);
                     let wb = self.weights.add(b * 2);
                     for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
                         let xa = _mm256_loadu_si256(xb.add(o0) as *const __m256i);
@@ -168,13 +168,13 @@ impl Job<'_> {
                         _mm256_castsi256_si128(h),
                         _mm256_extracti128_si256::<1>(h),
                     );
-                    let n = (c - b * X86_DW_BLOCK).min(X86_DW_BLOCK);
-                    if n == X86_DW_BLOCK {
-                        _mm_storeu_si128(y.add(b * X86_DW_BLOCK) as *mut __m128i, bytes);
+                    let n = (c - b * DW_BLOCK).min(DW_BLOCK);
+                    if n == DW_BLOCK {
+                        _mm_storeu_si128(y.add(b * DW_BLOCK) as *mut __m128i, bytes);
                     } else {
-                        let mut buf = [0i8; X86_DW_BLOCK];
+                        let mut buf = [0i8; DW_BLOCK];
                         _mm_storeu_si128(buf.as_mut_ptr() as *mut __m128i, bytes);
-                        core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(b * X86_DW_BLOCK), n);
+                        core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(b * DW_BLOCK), n);
                     }
                 }
             }
@@ -265,12 +265,12 @@ unsafe fn requant_hi<const DOUBLE: bool>(sum: __m256i, e: &Epi, lim: &Limits) ->
     _mm256_add_epi32(r, lim.zo)
 }
 
-/// Block `b`'s accumulator `v` constants; channels past C get zeros (their outputs are not
-/// stored).
-fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize) {
+/// Block `b`'s accumulator `v` constants (the [`requant`] ones only where `general`);
+/// channels past C get zeros (their outputs are not stored).
+fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize, general: bool) {
     for i in 0..8 {
-        let ch = b * X86_DW_BLOCK + lane_channel(v, i);
-        let h = if ch < p.output.c {
+        let ch = b * DW_BLOCK + lane_channel(v, i);
+        let h = if ch < p.output.c && general {
             HighRequant::new(p.multiplier.get(ch), p.shift.get(ch), p.out.rounding)
         } else {
             HighRequant::default()
@@ -296,7 +296,7 @@ fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize) {
         e.acc_min[i] = h.acc_min;
         e.acc_max[i] = h.acc_max;
         e.ls[i] = h.ls as i32;
-        e.m0[i] = h.m0;
+        e.m0[i] = f.m0;
         e.n[i] = h.n as i32;
         let (k, at) = (i % 2, i / 2);
         e.pre[k][at] = h.pre as i64;
@@ -318,33 +318,34 @@ fn zero_point(p: &DepthwiseParams) -> i32 {
 /// The padded input as i16, x − z, 0 for padding and past C.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn widen(p: &DepthwiseParams, l: &X86Depthwise, input: &[i8], image: *mut i16) {
-    let blk = l.blocks * X86_DW_BLOCK;
-    core::ptr::write_bytes(image, 0, l.image_bytes() / 2);
+unsafe fn widen(p: &DepthwiseParams, l: &SimdDepthwise, input: &[i8], image: *mut i16) {
+    let blk = l.blocks * DW_BLOCK;
     let (c, h, w) = (p.input.c, p.input.h, p.input.w);
     let (top, left) = (p.window.pad_top, p.window.pad_left);
     let z = zero_point(p);
     let zv = _mm256_set1_epi16(z as i16);
     for r in 0..l.rows {
         let iy = r.wrapping_sub(top);
-        if iy >= h {
-            continue;
-        }
         for col in 0..l.cols {
             let ix = col.wrapping_sub(left);
-            if ix >= w {
+            let dst = image.add((r * l.cols + col) * blk);
+            if iy >= h || ix >= w {
+                core::ptr::write_bytes(dst, 0, blk);
                 continue;
             }
             let src = input.as_ptr().add((iy * w + ix) * c);
-            let dst = image.add((r * l.cols + col) * blk);
             let mut ci = 0;
             while ci + 16 <= c {
                 let v = _mm256_cvtepi8_epi16(_mm_loadu_si128(src.add(ci) as *const __m128i));
                 _mm256_storeu_si256(dst.add(ci) as *mut __m256i, _mm256_sub_epi16(v, zv));
                 ci += 16;
             }
-            for k in ci..c {
-                *dst.add(k) = (*src.add(k) as i32 - z) as i16;
+            for k in ci..blk {
+                *dst.add(k) = if k < c {
+                    (*src.add(k) as i32 - z) as i16
+                } else {
+                    0
+                };
             }
         }
     }
@@ -353,7 +354,7 @@ unsafe fn widen(p: &DepthwiseParams, l: &X86Depthwise, input: &[i8], image: *mut
 /// The weights as i16 tap pairs: for pair j and block b, two vectors (one per accumulator) of
 /// (w[2j][ch], w[2j+1][ch]) per channel in the accumulator's lane order; 0 past C and for an
 /// odd count's missing tap.
-fn pack_weights(p: &DepthwiseParams, l: &X86Depthwise, out: *mut __m256i) {
+fn pack_weights(p: &DepthwiseParams, l: &SimdDepthwise, out: *mut __m256i) {
     let (c, taps) = (p.output.c, p.window.kernel_h * p.window.kernel_w);
     let w = |t: usize, ch: usize| -> i16 {
         if t < taps && ch < c {
@@ -367,7 +368,7 @@ fn pack_weights(p: &DepthwiseParams, l: &X86Depthwise, out: *mut __m256i) {
             for v in 0..2 {
                 let mut lanes = [0i16; 16];
                 for e in 0..8 {
-                    let ch = b * X86_DW_BLOCK + lane_channel(v, e);
+                    let ch = b * DW_BLOCK + lane_channel(v, e);
                     lanes[2 * e] = w(2 * j, ch);
                     lanes[2 * e + 1] = w(2 * j + 1, ch);
                 }

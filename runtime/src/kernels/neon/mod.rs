@@ -1,4 +1,4 @@
-//! aarch64 NEON kernels (conv2d, fully_connected), bit-identical to `kernels::scalar`: the same
+//! aarch64 NEON kernels (conv2d, depthwise_conv2d, fully_connected, tflite_add), bit-identical to `kernels::scalar`: the same
 //! wrapping i32 accumulator and the same requantization in either rounding (`crate::requant`'s
 //! `ChannelRequant` constants, `OutputQuant::finish` on 4 lanes: [`Single4`], [`Double4`]; each
 //! kernel is instantiated per rounding).
@@ -13,11 +13,13 @@
 //! NEON is there whenever they run (and it is the baseline of aarch64 Linux targets).
 
 mod conv2d;
+mod depthwise_conv2d;
 mod fully_connected;
 mod narrow;
 mod tflite_add;
 
 pub use conv2d::{conv2d, conv2d_dot};
+pub use depthwise_conv2d::depthwise_conv2d;
 pub use fully_connected::{fully_connected, fully_connected_dot};
 pub use tflite_add::tflite_add;
 
