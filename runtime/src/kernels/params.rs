@@ -373,6 +373,18 @@ impl PoolParams {
         self.window.pad_top == 0 && self.window.is_uniform(self.input, self.output)
     }
 
+    /// Output pixel `i`'s window (pixels in row-major order): the input rows and columns it
+    /// reads, clipped to the input, and their count (at least 1: validation keeps every
+    /// window's count ≥ 1).
+    #[inline(always)]
+    pub fn window_of(&self, i: usize) -> (Range<usize>, Range<usize>, i32) {
+        let (g, wo) = (&self.window, self.output.w.max(1));
+        let rows = Self::taps(i / wo, g.stride_h, g.pad_top, g.kernel_h, self.input.h);
+        let cols = Self::taps(i % wo, g.stride_w, g.pad_left, g.kernel_w, self.input.w);
+        let count = ((rows.len() * cols.len()) as i32).max(1);
+        (rows, cols, count)
+    }
+
     /// The input rows (or columns) output row (or column) `o` reads along an axis of `len`
     /// values: `kernel` taps from `o·stride − pad`, clipped to the input.
     #[inline(always)]

@@ -263,6 +263,10 @@ pub const fn valid_conv(g: &OpGeometry) -> Option<ValidConv> {
 /// Channels per block of the x86 and NEON depthwise convs.
 pub const DW_BLOCK: usize = 16;
 
+/// Taps a depthwise window may have for the x86 and NEON kernels (their tap offsets live on the
+/// stack).
+pub const DW_MAX_TAPS: usize = 64;
+
 /// Bytes of the x86 depthwise conv's requantization constants per block of [`DW_BLOCK`]
 /// channels: 2 vectors of 8 channels, each 8 i32 and 6 i64 vectors of 32 bytes.
 pub const DW_EPI_BYTES: usize = 2 * 14 * 32;
@@ -310,6 +314,28 @@ impl SimdDepthwise {
     /// Bytes of the packed weights.
     pub const fn weight_bytes(&self) -> usize {
         self.pairs.saturating_mul(self.blocks).saturating_mul(64)
+    }
+
+    /// The layout for a call of depthwise conv `p` on buffers of these lengths, where the
+    /// kernels cover it ([`depthwise_covered`], at most [`DW_MAX_TAPS`] taps, a non-empty output)
+    /// and the buffers hold what they must; `None`: the scalar reference runs it.
+    pub fn for_call(
+        p: &crate::kernels::DepthwiseParams,
+        input: usize,
+        output: usize,
+        scratch: usize,
+    ) -> Option<Self> {
+        let g = p.geometry();
+        let l = SimdDepthwise::new(&g);
+        let taps = p.window.kernel_h * p.window.kernel_w;
+        let ok = depthwise_covered(&g)
+            && scratch >= l.bytes()
+            && input >= p.input.len()
+            && output >= p.output.len()
+            && p.weights.len() >= taps * p.output.c
+            && !p.output.is_empty()
+            && taps <= DW_MAX_TAPS;
+        ok.then_some(l)
     }
 
     /// All of it, with 32 bytes to align the base.

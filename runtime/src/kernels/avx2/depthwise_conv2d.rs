@@ -10,9 +10,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::{
-    depthwise_covered, scalar, DepthwiseParams, SimdDepthwise, DW_BLOCK, DW_EPI_BYTES,
-};
+use crate::kernels::{scalar, DepthwiseParams, SimdDepthwise, DW_BLOCK, DW_EPI_BYTES, DW_MAX_TAPS};
 use crate::requant::{FusedRequant, HighRequant, Rounding};
 
 /// The channel of element `e` of accumulator `v` (0 or 1) of a block.
@@ -52,19 +50,10 @@ pub unsafe fn depthwise_conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    let g = p.geometry();
-    let l = SimdDepthwise::new(&g);
-    let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let taps = p.window.kernel_h * p.window.kernel_w;
-    if !depthwise_covered(&g)
-        || scratch.len() < l.bytes()
-        || input.len() < p.input.len()
-        || output.len() < ho * wo * c
-        || p.weights.len() < taps * c
-        || ho * wo == 0
-    {
+    let Some(l) = SimdDepthwise::for_call(p, input.len(), output.len(), scratch.len()) else {
         return scalar::depthwise_conv2d(p, input, output);
-    }
+    };
+    let (c, taps) = (p.output.c, p.window.kernel_h * p.window.kernel_w);
     let base = scratch.as_mut_ptr();
     let base = base.add(base.align_offset(32));
     let image = base as *mut i16;
@@ -79,11 +68,8 @@ pub unsafe fn depthwise_conv2d(
         fill_epi(p, b, &mut *epi.add(2 * b + 1), 1, !hi);
     }
     // Each tap pair's offsets in i16 elements from an output's top-left input pixel.
-    let mut offsets = [(0usize, 0usize); 64];
+    let mut offsets = [(0usize, 0usize); DW_MAX_TAPS.div_ceil(2)];
     let (kw, blk) = (p.window.kernel_w, l.blocks * DW_BLOCK);
-    if l.pairs > offsets.len() {
-        return scalar::depthwise_conv2d(p, input, output);
-    }
     for (j, o) in offsets.iter_mut().take(l.pairs).enumerate() {
         let at = |t: usize| ((t / kw) * l.cols + t % kw) * blk;
         // An odd count's last pair repeats its tap against a zero weight.

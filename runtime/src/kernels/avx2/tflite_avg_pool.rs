@@ -17,7 +17,7 @@ const G: usize = 8;
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn tflite_avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
-    let (c, h, w) = (p.input.c, p.input.h, p.input.w);
+    let (c, w) = (p.input.c, p.input.w);
     let (ho, wo) = (p.output.h, p.output.w);
     let g = &p.window;
     if c < G
@@ -30,11 +30,7 @@ pub unsafe fn tflite_avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     }
     let x = input.as_ptr();
     for (i, o) in output.chunks_exact_mut(c).take(ho * wo).enumerate() {
-        let (oy, ox) = (i / wo, i % wo);
-        let rows = PoolParams::taps(oy, g.stride_h, g.pad_top, g.kernel_h, h);
-        let cols = PoolParams::taps(ox, g.stride_w, g.pad_left, g.kernel_w, w);
-        // Validation keeps every window's count ≥ 1.
-        let count = ((rows.len() * cols.len()) as i32).max(1);
+        let (rows, cols, count) = p.window_of(i);
         let mut at = 0;
         loop {
             let a = at.min(c - G);

@@ -13,7 +13,7 @@ const MAX_TAPS: usize = 256;
 /// 4 channels (overlapping the one before where C is not a multiple of 4). Fewer than 4
 /// channels, more than [`MAX_TAPS`] taps or dilation run the scalar kernel.
 pub fn tflite_avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
-    let (c, h, w) = (p.input.c, p.input.h, p.input.w);
+    let (c, w) = (p.input.c, p.input.w);
     let (ho, wo) = (p.output.h, p.output.w);
     let g = &p.window;
     if c < 4
@@ -27,11 +27,7 @@ pub fn tflite_avg_pool(p: &PoolParams, input: &[i8], output: &mut [i8]) {
     }
     let e = Epilogue::new(&p.out);
     for (i, o) in output.chunks_exact_mut(c).take(ho * wo).enumerate() {
-        let (oy, ox) = (i / wo, i % wo);
-        let rows = PoolParams::taps(oy, g.stride_h, g.pad_top, g.kernel_h, h);
-        let cols = PoolParams::taps(ox, g.stride_w, g.pad_left, g.kernel_w, w);
-        // Validation keeps every window's count ≥ 1.
-        let count = ((rows.len() * cols.len()) as i32).max(1);
+        let (rows, cols, count) = p.window_of(i);
         let mut at = 0;
         loop {
             let at4 = at.min(c - 4);

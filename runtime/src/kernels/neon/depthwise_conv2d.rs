@@ -10,9 +10,7 @@
 use core::arch::aarch64::*;
 
 use super::{Double4, Epilogue, Requant4, Single4};
-use crate::kernels::{
-    depthwise_covered, scalar, DepthwiseParams, Rounding, SimdDepthwise, DW_BLOCK,
-};
+use crate::kernels::{scalar, DepthwiseParams, Rounding, SimdDepthwise, DW_BLOCK, DW_MAX_TAPS};
 
 /// Same bytes as [`scalar::depthwise_conv2d`]; `scratch` holds `SimdDepthwise::bytes` (with
 /// less, or an op it does not cover, the scalar reference runs).
@@ -26,20 +24,10 @@ pub unsafe fn depthwise_conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    let g = p.geometry();
-    let l = SimdDepthwise::new(&g);
-    let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let taps = p.window.kernel_h * p.window.kernel_w;
-    if !depthwise_covered(&g)
-        || scratch.len() < l.bytes()
-        || input.len() < p.input.len()
-        || output.len() < ho * wo * c
-        || p.weights.len() < taps * c
-        || ho * wo == 0
-        || taps > MAX_TAPS
-    {
+    let Some(l) = SimdDepthwise::for_call(p, input.len(), output.len(), scratch.len()) else {
         return scalar::depthwise_conv2d(p, input, output);
-    }
+    };
+    let (c, taps) = (p.output.c, p.window.kernel_h * p.window.kernel_w);
     let base = scratch.as_mut_ptr();
     let base = base.add(base.align_offset(32));
     let image = base as *mut i16;
@@ -66,9 +54,6 @@ pub unsafe fn depthwise_conv2d(
     }
 }
 
-/// Taps a window may have (the offsets live on the stack).
-const MAX_TAPS: usize = 64;
-
 /// One call's prepared scratch and output.
 struct Job<'p> {
     p: &'p DepthwiseParams<'p>,
@@ -88,7 +73,7 @@ impl Job<'_> {
         let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
         let (sh, sw, kw) = (p.window.stride_h, p.window.stride_w, p.window.kernel_w);
         let blk = l.blocks * DW_BLOCK;
-        let mut offsets = [0usize; MAX_TAPS];
+        let mut offsets = [0usize; DW_MAX_TAPS];
         for (t, o) in offsets.iter_mut().take(self.taps).enumerate() {
             *o = ((t / kw) * l.cols + t % kw) * blk;
         }
