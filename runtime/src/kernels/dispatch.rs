@@ -214,8 +214,8 @@ pub(crate) fn add(k: Resolved, p: &AddRequant, a: &[i8], b: &[i8], output: &mut 
     scalar::add(p, a, b, output)
 }
 
-/// depthwise_conv2d with the chosen kernels: Cortex-M's, x86's (AVX2 for all three x86 sets)
-/// and NEON's own, each running the scalar reference for what it does not cover (a depth
+/// depthwise_conv2d with the chosen kernels: Cortex-M's, x86's (AVX2, two pixels per AVX-512
+/// vector in the VNNI set) and NEON's own, each running the scalar reference for what it does not cover (a depth
 /// multiplier other than 1, dilation).
 pub(crate) fn depthwise_conv2d(
     k: Resolved,
@@ -229,9 +229,13 @@ pub(crate) fn depthwise_conv2d(
         Resolved::CortexM => cortex_m::depthwise_conv2d(p, input, output, scratch),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
-        Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
+        Resolved::Avx2 | Resolved::AvxVnni => unsafe {
             avx2::depthwise_conv2d(p, input, output, scratch)
         },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 F/BW/VL/VNNI are
+        // available.
+        Resolved::Vnni => unsafe { avx2::depthwise_conv2d_512(p, input, output, scratch) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: Resolved::Neon and NeonDot are only produced when NEON is available.
         Resolved::Neon | Resolved::NeonDot => unsafe {

@@ -1,4 +1,5 @@
-//! depthwise_conv2d, AVX2 (all three x86 sets): depth multiplier 1, channels in lanes.
+//! depthwise_conv2d, AVX2 (all three x86 sets; the VNNI set puts two output pixels in each
+//! AVX-512 vector): depth multiplier 1, channels in lanes.
 //!
 //! The padded input the outputs read is widened once into scratch as i16 with the input zero
 //! point taken off (so padding is 0; the bias gains z·Σw), 16 channels per block
@@ -50,6 +51,32 @@ pub unsafe fn depthwise_conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
+    run::<false>(p, input, output, scratch)
+}
+
+/// [`depthwise_conv2d`] with two output pixels per AVX-512 vector (the VNNI set), where every
+/// channel has the usual shifts ([`requant_hi`]'s form); the same bytes.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512 F and BW.
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+pub unsafe fn depthwise_conv2d_512(
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
+    run::<true>(p, input, output, scratch)
+}
+
+/// The kernel; `WIDE`: pairs of pixels in AVX-512 vectors (the CPU has AVX-512 F and BW).
+#[inline(always)]
+unsafe fn run<const WIDE: bool>(
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+) {
     let Some(l) = SimdDepthwise::for_call(p, input.len(), output.len(), scratch.len()) else {
         return scalar::depthwise_conv2d(p, input, output);
     };
@@ -85,10 +112,12 @@ pub unsafe fn depthwise_conv2d(
         lim: Limits::new(p),
         out: output.as_mut_ptr(),
     };
-    match (hi, p.out.rounding) {
-        (true, Rounding::Single) => job.pixels::<HI_SINGLE>(),
-        (true, Rounding::Double) => job.pixels::<HI_DOUBLE>(),
-        (false, _) => job.pixels::<GENERAL>(),
+    match (hi, p.out.rounding, WIDE) {
+        (true, Rounding::Single, true) => job.pixels_512::<false>(),
+        (true, Rounding::Double, true) => job.pixels_512::<true>(),
+        (true, Rounding::Single, false) => job.pixels::<HI_SINGLE>(),
+        (true, Rounding::Double, false) => job.pixels::<HI_DOUBLE>(),
+        (false, _, _) => job.pixels::<GENERAL>(),
     }
 }
 
@@ -115,12 +144,23 @@ impl Job<'_> {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn pixels<const E: u8>(&self) {
+        for oy in 0..self.p.output.h {
+            for ox in 0..self.p.output.w {
+                self.pixel::<E>(oy, ox);
+            }
+        }
+    }
+
+    /// Output pixel (`oy`, `ox`), every block of channels.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pixel<const E: u8>(&self, oy: usize, ox: usize) {
         let (p, l) = (self.p, &self.l);
-        let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
+        let (c, wo) = (p.output.c, p.output.w);
         let (sh, sw) = (p.window.stride_h, p.window.stride_w);
         let blk = l.blocks * DW_BLOCK;
-        for oy in 0..ho {
-            for ox in 0..wo {
+        {
+            {
                 let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
                 let y = self.out.add((oy * wo + ox) * c);
                 for b in 0..l.blocks {
@@ -166,6 +206,105 @@ impl Job<'_> {
             }
         }
     }
+}
+
+impl Job<'_> {
+    /// Every output pixel, two of a row per AVX-512 vector (the first in the low 256 bits):
+    /// the same steps as [`Job::pixel`] with the weights and constants in both halves; an odd
+    /// row's last pixel through [`Job::pixel`]. Every channel has the usual shifts.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw")]
+    unsafe fn pixels_512<const DOUBLE: bool>(&self) {
+        let (p, l) = (self.p, &self.l);
+        let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
+        let (sh, sw) = (p.window.stride_h, p.window.stride_w);
+        let blk = l.blocks * DW_BLOCK;
+        let both = |v: *const __m256i| _mm512_broadcast_i64x4(_mm256_load_si256(v));
+        let lim = (
+            _mm512_broadcast_i64x4(self.lim.lo),
+            _mm512_broadcast_i64x4(self.lim.hi),
+            _mm512_broadcast_i64x4(self.lim.zo),
+        );
+        for oy in 0..ho {
+            let mut ox = 0;
+            while ox + 1 < wo {
+                let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
+                let x1 = x0.add(sw * blk);
+                let y = self.out.add((oy * wo + ox) * c);
+                for b in 0..l.blocks {
+                    let (mut a0, mut a1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    let at = b * DW_BLOCK;
+                    let wb = self.weights.add(b * 2);
+                    let two = |o: usize| {
+                        let lo = _mm256_loadu_si256(x0.add(at + o) as *const __m256i);
+                        let hi = _mm256_loadu_si256(x1.add(at + o) as *const __m256i);
+                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                    };
+                    for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
+                        let (xa, xc) = (two(o0), two(o1));
+                        let w = wb.add(j * l.blocks * 2);
+                        let lo = _mm512_unpacklo_epi16(xa, xc);
+                        let hi = _mm512_unpackhi_epi16(xa, xc);
+                        a0 = _mm512_add_epi32(a0, _mm512_madd_epi16(lo, both(w)));
+                        a1 = _mm512_add_epi32(a1, _mm512_madd_epi16(hi, both(w.add(1))));
+                    }
+                    let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
+                    let r0 = requant_hi_512::<DOUBLE>(a0, e0, lim);
+                    let r1 = requant_hi_512::<DOUBLE>(a1, e1, lim);
+                    // i16 lanes: pixel 0's channels 0–7, 8–15, then pixel 1's.
+                    let bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(r0, r1));
+                    let n = (c - at).min(DW_BLOCK);
+                    let mut buf = [0i8; 2 * DW_BLOCK];
+                    _mm256_storeu_si256(buf.as_mut_ptr() as *mut __m256i, bytes);
+                    core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(at), n);
+                    core::ptr::copy_nonoverlapping(buf.as_ptr().add(DW_BLOCK), y.add(c + at), n);
+                }
+                ox += 2;
+            }
+            if ox < wo {
+                match DOUBLE {
+                    false => self.pixel::<HI_SINGLE>(oy, ox),
+                    true => self.pixel::<HI_DOUBLE>(oy, ox),
+                }
+            }
+        }
+    }
+}
+
+/// [`requant_hi`] on 16 lanes, the constants in both halves; `lim` the clamp, less the zero
+/// point, and the zero point.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn requant_hi_512<const DOUBLE: bool>(
+    sum: __m512i,
+    e: &Epi,
+    lim: (__m512i, __m512i, __m512i),
+) -> __m512i {
+    let ld = |a: &[i32; 8]| _mm512_broadcast_i64x4(_mm256_load_si256(a.as_ptr() as *const __m256i));
+    let x = _mm512_add_epi32(sum, ld(&e.bias));
+    let m0 = ld(&e.m0);
+    let below = |p: __m512i| {
+        if DOUBLE {
+            let neg = _mm512_cmplt_epi64_mask(p, _mm512_setzero_si512());
+            let b = _mm512_mask_blend_epi64(
+                neg,
+                _mm512_set1_epi64(1 << 30),
+                _mm512_set1_epi64(-(1 << 30)),
+            );
+            _mm512_add_epi64(p, b)
+        } else {
+            p
+        }
+    };
+    let even = below(_mm512_mul_epi32(x, m0));
+    let odd = below(_mm512_mul_epi32(
+        _mm512_srli_epi64::<32>(x),
+        _mm512_srli_epi64::<32>(m0),
+    ));
+    let high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
+    let r = _mm512_srav_epi32(_mm512_add_epi32(high, ld(&e.r_hi)), ld(&e.n_hi));
+    let r = _mm512_min_epi32(_mm512_max_epi32(r, lim.0), lim.1);
+    _mm512_add_epi32(r, lim.2)
 }
 
 /// The output clamp, less the zero point, and the zero point.
@@ -387,6 +526,12 @@ mod tests {
         depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
             depthwise_conv2d(p, x, y, s)
         });
+        if Kernels::vnni_available() {
+            // SAFETY: AVX-512 F and BW come with the VNNI set.
+            depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
+                depthwise_conv2d_512(p, x, y, s)
+            });
+        }
     }
 
     depthwise_suite!(check);
