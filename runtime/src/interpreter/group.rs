@@ -46,18 +46,18 @@ impl Model<'_> {
     ) -> Result<bool> {
         #[cfg(target_arch = "x86_64")]
         if k == Resolved::Vnni {
-            if let OpParams::FullyConnected(f) = &p.params {
-                return self.fc_group(f, p, work, back);
-            }
-            let OpParams::Conv2d(c) = &p.params else {
-                return Ok(false);
-            };
             // A conv the few-channel kernel covers runs image by image (it needs no group), as
             // does one the lanes kernel does not cover (window, geometry; either rounding).
-            if !c.is_uniform()
-                || !kernels::lanes_supported(&c.geometry())
-                || kernels::vnni::narrow_preferred(c)
-            {
+            let batched = match &p.params {
+                OpParams::FullyConnected(_) => true,
+                OpParams::Conv2d(c) => {
+                    c.is_uniform()
+                        && kernels::lanes_supported(&c.geometry())
+                        && !kernels::vnni::narrow_preferred(c)
+                }
+                _ => false,
+            };
+            if !batched {
                 return Ok(false);
             }
             let layout = p.layout_error();
@@ -86,45 +86,19 @@ impl Model<'_> {
             }
             // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/BW/VL are
             // available.
-            return Ok(unsafe { kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n]) });
+            return Ok(unsafe {
+                match &p.params {
+                    OpParams::FullyConnected(f) => {
+                        kernels::vnni::fully_connected_batch(f, &mut imgs[..n]);
+                        true
+                    }
+                    OpParams::Conv2d(c) => kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n]),
+                    _ => false,
+                }
+            });
         }
         let _ = (k, p, work, back);
         Ok(false)
-    }
-
-    /// Fully connected layer `f` (op `p`) over every working area of `work` at once.
-    #[cfg(target_arch = "x86_64")]
-    fn fc_group(
-        &self,
-        f: &kernels::FcParams,
-        p: &PreparedOp,
-        work: &mut [u8],
-        back: bool,
-    ) -> Result<bool> {
-        let layout = p.layout_error();
-        let mut imgs: [kernels::vnni::FcImage; kernels::GROUP_IMAGES] =
-            core::array::from_fn(|_| kernels::vnni::FcImage {
-                input: &[],
-                output: &mut [],
-            });
-        let mut n = 0;
-        let wb = self.work_bytes(Resolved::Vnni);
-        let scratch = self.scratch_range(wb);
-        for (slot, w) in imgs.iter_mut().zip(work.chunks_exact_mut(wb)) {
-            let carved = Carved::new(w, p.output.range(), scratch.clone()).ok_or(layout)?;
-            let input = crate::as_i8(carved.input(p.input.range()).ok_or(layout)?);
-            *slot = kernels::vnni::FcImage {
-                input,
-                output: crate::as_i8_mut(carved.out),
-            };
-            n += 1;
-        }
-        if back {
-            imgs[..n].reverse();
-        }
-        // SAFETY: Resolved::Vnni is only produced when AVX-512 F/BW/VL/VNNI are available.
-        unsafe { kernels::vnni::fully_connected_batch(f, &mut imgs[..n]) };
-        Ok(true)
     }
 }
 

@@ -285,7 +285,8 @@ impl<'a> ConvParams<'a> {
     }
 }
 
-/// One image's buffers for a conv: what every kernel that may decline a conv takes.
+/// One image's buffers for an op: what every conv kernel that may decline takes, and the
+/// batched fully connected (which leaves the scratch alone).
 pub struct ConvImage<'a> {
     /// The input tensor (HWC).
     pub input: &'a [i8],

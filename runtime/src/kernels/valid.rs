@@ -46,9 +46,24 @@ pub fn as_valid<'a>(
 /// Writes the padded input: row r, column x of `padded` are input row r − pad_top, column
 /// x − pad_left, or the channels' pad values outside the input.
 fn pad(p: &ConvParams, input: &[i8], padded: Shape, image: &mut [i8]) {
-    let c = p.input.c;
     let (top, left) = (p.window.pad_top, p.window.pad_left);
-    let row = padded.w * c;
+    pad_rows(p, input, (top, left), padded.w, 0..padded.h, image);
+}
+
+/// Rows `rows` of conv `p`'s input padded `top` rows above and `left` columns to the left, each
+/// `width` pixels (HWC), into the same rows of `image`: input pixels where they fall, the
+/// channels' pad values elsewhere. What every x86 and NEON conv that copies a padded input
+/// writes.
+pub(crate) fn pad_rows(
+    p: &ConvParams,
+    input: &[i8],
+    (top, left): (usize, usize),
+    width: usize,
+    rows: core::ops::Range<usize>,
+    image: &mut [i8],
+) {
+    let c = p.input.c;
+    let row = width * c;
     let mut pads = [0i8; 64];
     let few = c <= pads.len();
     for (ci, v) in pads.iter_mut().take(c).enumerate() {
@@ -63,15 +78,16 @@ fn pad(p: &ConvParams, input: &[i8], padded: Shape, image: &mut [i8]) {
             }
         }
     };
-    for (r, out) in image.chunks_exact_mut(row).enumerate() {
+    for r in rows {
+        let out = &mut image[r * row..][..row];
         let iy = r.wrapping_sub(top);
         if iy >= p.input.h {
             out.chunks_exact_mut(c).for_each(&fill);
             continue;
         }
         // Columns left of, within and right of the input.
-        let x0 = left.min(padded.w);
-        let x1 = (left + p.input.w).min(padded.w);
+        let x0 = left.min(width);
+        let x1 = (left + p.input.w).min(width);
         out[..x0 * c].chunks_exact_mut(c).for_each(&fill);
         let src = &input[(iy * p.input.w) * c..][..(x1 - x0) * c];
         out[x0 * c..x1 * c].copy_from_slice(src);

@@ -159,50 +159,44 @@ impl Job<'_> {
         let (c, wo) = (p.output.c, p.output.w);
         let (sh, sw) = (p.window.stride_h, p.window.stride_w);
         let blk = l.blocks * DW_BLOCK;
-        {
-            {
-                let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
-                let y = self.out.add((oy * wo + ox) * c);
-                for b in 0..l.blocks {
-                    let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                    let xb = x0.add(b * DW_BLOCK);
-                    let wb = self.weights.add(b * 2);
-                    for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
-                        let xa = _mm256_loadu_si256(xb.add(o0) as *const __m256i);
-                        let xc = _mm256_loadu_si256(xb.add(o1) as *const __m256i);
-                        let w = wb.add(j * l.blocks * 2);
-                        let lo = _mm256_unpacklo_epi16(xa, xc);
-                        let hi = _mm256_unpackhi_epi16(xa, xc);
-                        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(lo, *w));
-                        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(hi, *w.add(1)));
-                    }
-                    let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
-                    let (r0, r1) = match E {
-                        GENERAL => (requant(a0, e0, &self.lim), requant(a1, e1, &self.lim)),
-                        HI_SINGLE => (
-                            requant_hi::<false>(a0, e0, &self.lim),
-                            requant_hi::<false>(a1, e1, &self.lim),
-                        ),
-                        _ => (
-                            requant_hi::<true>(a0, e0, &self.lim),
-                            requant_hi::<true>(a1, e1, &self.lim),
-                        ),
-                    };
-                    // i16 lanes [0–3, 4–7 | 8–11, 12–15]: channel order.
-                    let h = _mm256_packs_epi32(r0, r1);
-                    let bytes = _mm_packs_epi16(
-                        _mm256_castsi256_si128(h),
-                        _mm256_extracti128_si256::<1>(h),
-                    );
-                    let n = (c - b * DW_BLOCK).min(DW_BLOCK);
-                    if n == DW_BLOCK {
-                        _mm_storeu_si128(y.add(b * DW_BLOCK) as *mut __m128i, bytes);
-                    } else {
-                        let mut buf = [0i8; DW_BLOCK];
-                        _mm_storeu_si128(buf.as_mut_ptr() as *mut __m128i, bytes);
-                        core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(b * DW_BLOCK), n);
-                    }
-                }
+        let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
+        let y = self.out.add((oy * wo + ox) * c);
+        for b in 0..l.blocks {
+            let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let xb = x0.add(b * DW_BLOCK);
+            let wb = self.weights.add(b * 2);
+            for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
+                let xa = _mm256_loadu_si256(xb.add(o0) as *const __m256i);
+                let xc = _mm256_loadu_si256(xb.add(o1) as *const __m256i);
+                let w = wb.add(j * l.blocks * 2);
+                let lo = _mm256_unpacklo_epi16(xa, xc);
+                let hi = _mm256_unpackhi_epi16(xa, xc);
+                a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(lo, *w));
+                a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(hi, *w.add(1)));
+            }
+            let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
+            let (r0, r1) = match E {
+                GENERAL => (requant(a0, e0, &self.lim), requant(a1, e1, &self.lim)),
+                HI_SINGLE => (
+                    requant_hi::<false>(a0, e0, &self.lim),
+                    requant_hi::<false>(a1, e1, &self.lim),
+                ),
+                _ => (
+                    requant_hi::<true>(a0, e0, &self.lim),
+                    requant_hi::<true>(a1, e1, &self.lim),
+                ),
+            };
+            // i16 lanes [0–3, 4–7 | 8–11, 12–15]: channel order.
+            let h = _mm256_packs_epi32(r0, r1);
+            let bytes =
+                _mm_packs_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            let n = (c - b * DW_BLOCK).min(DW_BLOCK);
+            if n == DW_BLOCK {
+                _mm_storeu_si128(y.add(b * DW_BLOCK) as *mut __m128i, bytes);
+            } else {
+                let mut buf = [0i8; DW_BLOCK];
+                _mm_storeu_si128(buf.as_mut_ptr() as *mut __m128i, bytes);
+                core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(b * DW_BLOCK), n);
             }
         }
     }
@@ -393,29 +387,26 @@ unsafe fn requant_hi<const DOUBLE: bool>(sum: __m256i, e: &Epi, lim: &Limits) ->
 /// Block `b`'s accumulator `v` constants (the [`requant`] ones only where `general`);
 /// channels past C get zeros (their outputs are not stored).
 fn fill_epi(p: &DepthwiseParams, b: usize, e: &mut Epi, v: usize, general: bool) {
+    let taps = p.window.kernel_h * p.window.kernel_w;
     for i in 0..8 {
         let ch = b * DW_BLOCK + lane_channel(v, i);
-        let h = if ch < p.output.c && general {
-            HighRequant::new(p.multiplier.get(ch), p.shift.get(ch), p.out.rounding)
-        } else {
-            HighRequant::default()
-        };
-        // The reference sums x·w; the image holds x − z: z·Σw goes into the bias (wrapping,
-        // as the reference's sum).
-        e.bias[i] = if ch < p.output.c {
-            let taps = p.window.kernel_h * p.window.kernel_w;
+        let (bias, f, h) = if ch < p.output.c {
+            // The reference sums x·w; the image holds x − z: z·Σw goes into the bias
+            // (wrapping, as the reference's sum).
             let sw = (0..taps).fold(0i32, |a, t| {
                 a.wrapping_add(p.weights[t * p.output.c + ch] as i32)
             });
-            p.bias.get(ch).wrapping_add(sw.wrapping_mul(zero_point(p)))
+            let h = if general {
+                HighRequant::new(p.multiplier.get(ch), p.shift.get(ch), p.out.rounding)
+            } else {
+                HighRequant::default()
+            };
+            let bias = p.bias.get(ch).wrapping_add(sw.wrapping_mul(zero_point(p)));
+            (bias, fused(p, ch), h)
         } else {
-            0
+            (0, FusedRequant::default(), HighRequant::default())
         };
-        let f = if ch < p.output.c {
-            fused(p, ch)
-        } else {
-            FusedRequant::default()
-        };
+        e.bias[i] = bias;
         e.r_hi[i] = (f.round >> 32) as i32;
         e.n_hi[i] = f.n as i32 - 32;
         e.acc_min[i] = h.acc_min;

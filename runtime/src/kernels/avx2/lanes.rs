@@ -27,6 +27,7 @@
 use core::arch::x86_64::*;
 use core::ops::Range;
 
+use crate::kernels::valid::pad_rows;
 use crate::kernels::{ConvImage, ConvParams, QuadPlanes};
 use crate::requant::Rounding;
 
@@ -565,27 +566,14 @@ unsafe fn build_t(p: &ConvParams, g: &QuadPlanes, input: &[i8], t: *mut u8, rows
 }
 
 /// Padded rows `rows` of the input, `(h + 2·pad) × (w + 2·pad) × C_in` bytes, the border
-/// filled with the pad values; the slack after it zeroed (read only into dropped lanes and zero
-/// weight bytes).
+/// filled with the pad values (`valid::pad_rows`); the slack after it zeroed (read only into
+/// dropped lanes and zero weight bytes).
 unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usize>) {
     let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
     let (hp, wp) = (h + 2 * pad, w + 2 * pad);
-    let row = wp * cin;
-    for yp in rows {
-        let dst = img.add(yp * row);
-        for xp in 0..wp {
-            let (y, x) = (yp.wrapping_sub(pad), xp.wrapping_sub(pad));
-            if y < h && x < w {
-                let src = input.as_ptr().add((y * w + x) * cin) as *const u8;
-                core::ptr::copy_nonoverlapping(src, dst.add(xp * cin), cin);
-            } else {
-                for c in 0..cin {
-                    dst.add(xp * cin + c).write(p.pad_value(c) as u8);
-                }
-            }
-        }
-    }
-    core::ptr::write_bytes(img.add(hp * row), 0, SLACK);
+    let image = core::slice::from_raw_parts_mut(img as *mut i8, hp * wp * cin);
+    pad_rows(p, input, (pad, pad), wp, rows, image);
+    core::ptr::write_bytes(img.add(hp * wp * cin), 0, SLACK);
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 use core::arch::aarch64::*;
 
 use super::{mac, Epilogue, Requant4};
+use crate::kernels::valid::pad_rows;
 use crate::kernels::{
     neon_narrow_supported, ConvImage, ConvParams, NeonNarrow, NEON_NARROW_MAX_PASS,
     NEON_NARROW_PIXELS, NEON_NARROW_TILE,
@@ -425,32 +426,14 @@ fn transpose<const NC: usize>(ch: &[int32x4_t; NC]) -> [int32x4_t; 4] {
 }
 
 /// The input with `pad` pixels of pad values on every side, `(h + 2·pad)·(w + 2·pad)·C_in`
-/// bytes at the start of `img`; the slack after it zeroed (read only into dropped lanes or
-/// against zero weights).
+/// bytes at the start of `img` (`valid::pad_rows`); the slack after it zeroed (read only into
+/// dropped lanes or against zero weights).
 fn pad_input(p: &ConvParams, input: &[i8], img: &mut [i8]) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
-    let wp = w + 2 * pad;
-    let hp = h + 2 * pad;
-    let pv: [i8; 3] = core::array::from_fn(|c| p.pad_value(c));
-    let (body, slack) = img.split_at_mut(hp * wp * cin);
+    let (h, w, pad) = (p.input.h, p.input.w, p.pad());
+    let (hp, wp) = (h + 2 * pad, w + 2 * pad);
+    let (body, slack) = img.split_at_mut(hp * wp * p.input.c);
     slack.fill(0);
-    for (y, row) in body.chunks_exact_mut(wp * cin).enumerate() {
-        if y < pad || y >= pad + h {
-            for px in row.chunks_exact_mut(cin) {
-                px.copy_from_slice(&pv[..cin]);
-            }
-            continue;
-        }
-        let (left, rest) = row.split_at_mut(pad * cin);
-        let (mid, right) = rest.split_at_mut(w * cin);
-        for px in left
-            .chunks_exact_mut(cin)
-            .chain(right.chunks_exact_mut(cin))
-        {
-            px.copy_from_slice(&pv[..cin]);
-        }
-        mid.copy_from_slice(&input[(y - pad) * w * cin..][..w * cin]);
-    }
+    pad_rows(p, input, (pad, pad), wp, 0..hp, body);
 }
 
 #[cfg(test)]

@@ -27,18 +27,87 @@ const fn align64(n: usize) -> usize {
     (n + 63) & !63
 }
 
-/// Requantization constants of one micro-block, lane `pixel·C + channel`: the channels'
-/// [`FusedRequant`]s (corr negated).
+/// Requantization constants of `L` lanes (a multiple of 8), one [`FusedRequant`] each (corr
+/// negated) with its bias: what the VNNI conv's micro-block (lane `pixel·C + channel`) and the
+/// fully connected layer's rows requantize with, 8 lanes at a time ([`FusedLanes::apply8`]).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Epi {
-    m0: [i64; N],
-    round: [i64; N],
-    n: [i64; N],
-    neg_corr: [i64; N],
-    bias: [i32; N],
-    ls: [i32; N],
+pub(super) struct FusedLanes<const L: usize> {
+    m0: [i64; L],
+    round: [i64; L],
+    n: [i64; L],
+    neg_corr: [i64; L],
+    bias: [i32; L],
+    ls: [i32; L],
 }
+
+impl<const L: usize> FusedLanes<L> {
+    /// Every lane M0 = 0 (output: the zero point, clamped).
+    pub(super) const fn new() -> Self {
+        FusedLanes {
+            m0: [0; L],
+            round: [0; L],
+            n: [1; L],
+            neg_corr: [0; L],
+            bias: [0; L],
+            ls: [0; L],
+        }
+    }
+
+    /// Lane `i`: requantization `q` after adding `bias`.
+    #[inline]
+    pub(super) fn set(&mut self, i: usize, q: &FusedRequant, bias: i32) {
+        self.m0[i] = q.m0 as i64;
+        self.round[i] = q.round;
+        self.n[i] = q.n as i64;
+        self.neg_corr[i] = -q.corr;
+        self.bias[i] = bias;
+        self.ls[i] = q.ls as i32;
+    }
+
+    /// Lanes `8g..8g + 8` of `acc` (bias not yet added) requantized exactly like
+    /// `OutputQuant::finish`, in i64 lanes: `(P + round − [P < 0]·corr) >> n`, P =
+    /// (acc·2^ls)·M0, the correction and the left shift only for the `DOUBLE` rounding
+    /// ([`FusedRequant`]); then the zero point and the clamps.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512vl")]
+    pub(super) unsafe fn apply8<const DOUBLE: bool>(
+        &self,
+        g: usize,
+        acc: __m256i,
+        out: &OutputQuant,
+    ) -> __m128i {
+        let b = _mm256_loadu_si256(self.bias.as_ptr().add(g * 8) as *const __m256i);
+        let mut acc = _mm256_add_epi32(acc, b);
+        if DOUBLE {
+            let ls = _mm256_loadu_si256(self.ls.as_ptr().add(g * 8) as *const __m256i);
+            acc = _mm256_sllv_epi32(acc, ls);
+        }
+        let ld = |a: &[i64; L]| _mm512_loadu_si512(a.as_ptr().add(g * 8) as *const _);
+        let prod = _mm512_mul_epi32(_mm512_cvtepi32_epi64(acc), ld(&self.m0));
+        let mut t = _mm512_add_epi64(prod, ld(&self.round));
+        if DOUBLE {
+            let neg = _mm512_cmplt_epi64_mask(prod, _mm512_setzero_si512());
+            t = _mm512_mask_add_epi64(t, neg, t, ld(&self.neg_corr));
+        }
+        let z = _mm512_set1_epi64(out.zero_point as i64);
+        let t = _mm512_add_epi64(_mm512_srav_epi64(t, ld(&self.n)), z);
+        // The reference clamps to [act_min, act_max], then to i8: max then min gives act_max
+        // where the clamp is empty, as it does.
+        let t = _mm512_min_epi64(
+            _mm512_max_epi64(t, _mm512_set1_epi64(out.act_min as i64)),
+            _mm512_set1_epi64(out.act_max as i64),
+        );
+        let t = _mm512_min_epi64(
+            _mm512_max_epi64(t, _mm512_set1_epi64(-128)),
+            _mm512_set1_epi64(127),
+        );
+        _mm512_cvtepi64_epi8(t)
+    }
+}
+
+/// The micro-block's constants.
+type Epi = FusedLanes<N>;
 
 /// Same bytes as [`scalar::conv2d`]; `scratch` holds `scratch_bytes(conv2d, …)` bytes (with
 /// less the pixel block shrinks; below one `align64(K)` row it falls back to scalar).
@@ -70,14 +139,7 @@ pub unsafe fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &
     let mut corr = [0i32; CORR_CACHE];
     let cache = cout <= CORR_CACHE;
     let wp = p.weights.as_ptr();
-    let mut epi = Epi {
-        m0: [0; N],
-        round: [0; N],
-        n: [0; N],
-        neg_corr: [0; N],
-        bias: [0; N],
-        ls: [0; N],
-    };
+    let mut epi = Epi::new();
     let double = p.out.rounding == Rounding::Double;
     let mut c0 = 0;
     while c0 < npix {
@@ -146,13 +208,7 @@ fn epi_fill(e: &mut Epi, p: &ConvParams, co: usize, corr: &[i32; C]) {
         let q = FusedRequant::new(p.multiplier.get(ch), p.shift.get(ch), p.out.rounding);
         let bias = p.bias.get(ch).wrapping_sub(cr);
         for r in 0..R {
-            let i = r * C + c;
-            e.m0[i] = q.m0 as i64;
-            e.round[i] = q.round;
-            e.n[i] = q.n as i64;
-            e.neg_corr[i] = -q.corr;
-            e.bias[i] = bias;
-            e.ls[i] = q.ls as i32;
+            e.set(r * C + c, &q, bias);
         }
     }
 }
@@ -210,9 +266,7 @@ unsafe fn fill_pad(p: &ConvParams, pads: &PadRow, dst: *mut u8) {
 }
 
 /// Requantizes the `N` sums (`N / 8` vectors, lane pixel·C + channel, bias not yet added)
-/// exactly like `OutputQuant::finish`, 8 lanes per 512-bit i64 vector: `(P + round −
-/// [P < 0]·corr) >> n`, P = (acc·2^ls)·M0, the correction and the left shift only for the
-/// `DOUBLE` rounding ([`FusedRequant`]).
+/// exactly like `OutputQuant::finish` ([`FusedLanes::apply8`]).
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512vl")]
 unsafe fn epilogue<const DOUBLE: bool>(
@@ -220,36 +274,11 @@ unsafe fn epilogue<const DOUBLE: bool>(
     e: &Epi,
     out: &OutputQuant,
 ) -> [i8; N] {
-    let z = _mm512_set1_epi64(out.zero_point as i64);
-    let amin = _mm512_set1_epi64(out.act_min as i64);
-    let amax = _mm512_set1_epi64(out.act_max as i64);
-    let lo8 = _mm512_set1_epi64(-128);
-    let hi8 = _mm512_set1_epi64(127);
     let mut res = [0i8; N];
     for (g, &v) in sums.iter().enumerate() {
-        let b = _mm256_loadu_si256(e.bias.as_ptr().add(g * 8) as *const __m256i);
-        let mut acc = _mm256_add_epi32(v, b);
-        if DOUBLE {
-            let ls = _mm256_loadu_si256(e.ls.as_ptr().add(g * 8) as *const __m256i);
-            acc = _mm256_sllv_epi32(acc, ls);
-        }
-        let x = _mm512_cvtepi32_epi64(acc);
-        let m0 = _mm512_loadu_si512(e.m0.as_ptr().add(g * 8) as *const _);
-        let round = _mm512_loadu_si512(e.round.as_ptr().add(g * 8) as *const _);
-        let n = _mm512_loadu_si512(e.n.as_ptr().add(g * 8) as *const _);
-        let prod = _mm512_mul_epi32(x, m0);
-        let mut t = _mm512_add_epi64(prod, round);
-        if DOUBLE {
-            let neg = _mm512_cmplt_epi64_mask(prod, _mm512_setzero_si512());
-            let corr = _mm512_loadu_si512(e.neg_corr.as_ptr().add(g * 8) as *const _);
-            t = _mm512_mask_add_epi64(t, neg, t, corr);
-        }
-        let t = _mm512_add_epi64(_mm512_srav_epi64(t, n), z);
-        let t = _mm512_min_epi64(_mm512_max_epi64(t, amin), amax);
-        let t = _mm512_min_epi64(_mm512_max_epi64(t, lo8), hi8);
         _mm_storel_epi64(
             res.as_mut_ptr().add(g * 8) as *mut __m128i,
-            _mm512_cvtepi64_epi8(t),
+            e.apply8::<DOUBLE>(g, v, out),
         );
     }
     res

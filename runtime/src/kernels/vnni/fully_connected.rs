@@ -5,13 +5,14 @@
 //! against ones sums each row's weights once per group, so the −128·Σw correction is exact in
 //! wrapping i32 (the reference's arithmetic). [`R`] rows × [`I`] images of accumulators per
 //! pass; each row's 16 lanes are summed with a shuffle tree four rows at a time, and
-//! [`BLOCK`] rows are requantized at once in i64 lanes, in either rounding
-//! ([`FusedRequant`]'s form). The AVX2 kernel does 16 multiply-adds per `vpmaddwd` after
+//! [`BLOCK`] rows are requantized together with the conv's epilogue ([`FusedLanes`]), in
+//! either rounding. The AVX2 kernel does 16 multiply-adds per `vpmaddwd` after
 //! widening both operands.
 
 use core::arch::x86_64::*;
 
-use crate::kernels::{scalar, FcParams, GROUP_IMAGES};
+use super::conv2d::FusedLanes;
+use crate::kernels::{scalar, ConvImage, FcParams, GROUP_IMAGES};
 use crate::requant::{FusedRequant, OutputQuant, Rounding};
 
 /// Rows per pass.
@@ -21,31 +22,24 @@ const I: usize = 4;
 /// Rows requantized together (one vector of i32).
 const BLOCK: usize = 16;
 
-/// One image's input and output.
-pub struct FcImage<'a> {
-    /// K values.
-    pub input: &'a [i8],
-    /// N values.
-    pub output: &'a mut [i8],
-}
-
 /// Same bytes as [`scalar::fully_connected`].
 ///
 /// # Safety
 /// The CPU must support AVX-512 F, BW, VL and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) {
-    fully_connected_batch(p, &mut [FcImage { input, output }]);
+    fully_connected_batch(p, &mut [ConvImage::new(input, output, &mut [])]);
 }
 
-/// [`fully_connected`] of every image of `imgs`, each weight read once per [`GROUP_IMAGES`].
+/// [`fully_connected`] of every image of `imgs` (their scratch unused), each weight read once
+/// per [`GROUP_IMAGES`].
 ///
 /// # Safety
 /// The CPU must support AVX-512 F, BW, VL and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn fully_connected_batch(p: &FcParams, imgs: &mut [FcImage]) {
+pub unsafe fn fully_connected_batch(p: &FcParams, imgs: &mut [ConvImage]) {
     let (k, n) = (p.k, p.n);
-    let short = |m: &FcImage| m.input.len() < k || m.output.len() < n;
+    let short = |m: &ConvImage| m.input.len() < k || m.output.len() < n;
     if p.weights.len() < n * k || k == 0 || imgs.iter().any(short) {
         for m in imgs.iter_mut() {
             scalar::fully_connected(p, m.input, m.output);
@@ -80,7 +74,7 @@ pub unsafe fn fully_connected_batch(p: &FcParams, imgs: &mut [FcImage]) {
                     i0 += 1;
                 }
             }
-            let e = Epi::new(p, j0, rows);
+            let e = epi(p, j0, rows);
             for (s, img) in sums.iter().zip(group.iter_mut()) {
                 let y = &mut img.output[j0..j0 + rows];
                 match p.out.rounding {
@@ -161,44 +155,23 @@ unsafe fn hsum4(v: [__m512i; R]) -> __m128i {
     _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
 }
 
-/// Requantization constants of [`BLOCK`] rows ([`FusedRequant`], corr negated).
-#[repr(C, align(64))]
-struct Epi {
-    m0: [i64; BLOCK],
-    round: [i64; BLOCK],
-    n: [i64; BLOCK],
-    neg_corr: [i64; BLOCK],
-    bias: [i32; BLOCK],
-    ls: [i32; BLOCK],
-}
+/// Requantization constants of [`BLOCK`] rows.
+type Epi = FusedLanes<BLOCK>;
 
-impl Epi {
-    /// Rows `j0..j0 + rows` of `p` (zeros past them).
-    fn new(p: &FcParams, j0: usize, rows: usize) -> Epi {
-        let mut e = Epi {
-            m0: [0; BLOCK],
-            round: [0; BLOCK],
-            n: [1; BLOCK],
-            neg_corr: [0; BLOCK],
-            bias: [0; BLOCK],
-            ls: [0; BLOCK],
-        };
-        for r in 0..rows {
-            let j = j0 + r;
-            let q = FusedRequant::new(p.multiplier.get(j), p.shift.get(j), p.out.rounding);
-            e.m0[r] = q.m0 as i64;
-            e.round[r] = q.round;
-            e.n[r] = q.n as i64;
-            e.neg_corr[r] = -q.corr;
-            e.bias[r] = p.bias.get(j);
-            e.ls[r] = q.ls as i32;
-        }
-        e
+/// Rows `j0..j0 + rows` of `p` (M0 = 0 past them).
+fn epi(p: &FcParams, j0: usize, rows: usize) -> Epi {
+    let mut e = Epi::new();
+    for r in 0..rows {
+        let j = j0 + r;
+        let q = FusedRequant::new(p.multiplier.get(j), p.shift.get(j), p.out.rounding);
+        e.set(r, &q, p.bias.get(j));
     }
+    e
 }
 
 /// Writes `y` (up to [`BLOCK`] rows): `sum − 128·Σw + bias`, requantized exactly as
-/// `OutputQuant::requantize` in the `DOUBLE` rounding or the single one.
+/// `OutputQuant::requantize` in the `DOUBLE` rounding or the single one
+/// ([`FusedLanes::apply8`]).
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn requant<const DOUBLE: bool>(
@@ -208,42 +181,15 @@ unsafe fn requant<const DOUBLE: bool>(
     out: &OutputQuant,
     y: &mut [i8],
 ) {
-    let s = _mm512_loadu_si512(sums.as_ptr() as *const _);
-    let w = _mm512_loadu_si512(sw.as_ptr() as *const _);
-    let b = _mm512_load_si512(e.bias.as_ptr() as *const _);
-    // Σ (x + 128)·w − 128·Σw = Σ x·w, all wrapping.
-    let mut acc = _mm512_add_epi32(_mm512_sub_epi32(s, _mm512_slli_epi32::<7>(w)), b);
-    if DOUBLE {
-        acc = _mm512_sllv_epi32(acc, _mm512_load_si512(e.ls.as_ptr() as *const _));
-    }
-    let z = _mm512_set1_epi64(out.zero_point as i64);
-    let lo = _mm512_set1_epi64(out.act_min.max(-128) as i64);
-    let hi = _mm512_set1_epi64(out.act_max.min(127) as i64);
     let mut bytes = [0i8; BLOCK];
-    for h in 0..2 {
-        let half = if h == 0 {
-            _mm512_castsi512_si256(acc)
-        } else {
-            _mm512_extracti64x4_epi64::<1>(acc)
-        };
-        let ld = |a: &[i64; BLOCK]| _mm512_load_si512(a.as_ptr().add(8 * h) as *const _);
-        let prod = _mm512_mul_epi32(_mm512_cvtepi32_epi64(half), ld(&e.m0));
-        let mut t = _mm512_add_epi64(prod, ld(&e.round));
-        if DOUBLE {
-            let neg = _mm512_cmplt_epi64_mask(prod, _mm512_setzero_si512());
-            t = _mm512_mask_add_epi64(t, neg, t, ld(&e.neg_corr));
-        }
-        let t = _mm512_add_epi64(_mm512_srav_epi64(t, ld(&e.n)), z);
-        // The reference clamps to [act_min, act_max], then to i8: max then min gives act_max
-        // where the clamp is empty, as it does.
-        let t = _mm512_min_epi64(_mm512_max_epi64(t, lo), hi);
-        let t = _mm512_min_epi64(
-            _mm512_max_epi64(t, _mm512_set1_epi64(-128)),
-            _mm512_set1_epi64(127),
-        );
+    for g in 0..BLOCK / 8 {
+        let s = _mm256_loadu_si256(sums.as_ptr().add(8 * g) as *const __m256i);
+        let w = _mm256_loadu_si256(sw.as_ptr().add(8 * g) as *const __m256i);
+        // Σ (x + 128)·w − 128·Σw = Σ x·w, all wrapping.
+        let acc = _mm256_sub_epi32(s, _mm256_slli_epi32::<7>(w));
         _mm_storel_epi64(
-            bytes.as_mut_ptr().add(8 * h) as *mut __m128i,
-            _mm512_cvtepi64_epi8(t),
+            bytes.as_mut_ptr().add(8 * g) as *mut __m128i,
+            e.apply8::<DOUBLE>(g, acc, out),
         );
     }
     y.copy_from_slice(&bytes[..y.len()]);
@@ -281,13 +227,10 @@ mod tests {
             for (d, y) in data.iter().zip(want.iter_mut()) {
                 scalar::fully_connected(&p, &d.x, y);
             }
-            let mut imgs: Vec<FcImage> = data
+            let mut imgs: Vec<ConvImage> = data
                 .iter()
                 .zip(got.iter_mut())
-                .map(|(d, y)| FcImage {
-                    input: &d.x,
-                    output: y,
-                })
+                .map(|(d, y)| ConvImage::new(&d.x, y, &mut []))
                 .collect();
             // SAFETY: AVX-512 VNNI is available.
             unsafe { fully_connected_batch(&p, &mut imgs) };

@@ -17,7 +17,7 @@ pub use super::ConvImage;
 pub use add::add;
 pub(crate) use add::add_supported;
 pub use conv2d::conv2d;
-pub use fully_connected::{fully_connected, fully_connected_batch, FcImage};
+pub use fully_connected::{fully_connected, fully_connected_batch};
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
 pub use tflite_add::tflite_add;
