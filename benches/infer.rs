@@ -55,7 +55,10 @@ fn bench(c: &mut Criterion) {
             let model = Model::parse(&bytes).expect("parse");
             // As `octet run` does: each op's parameters once.
             let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
-            let model = model.prepare(&mut table).expect("prepare");
+            let mut packed = vec![0u8; model.packed_bytes(Kernels::Auto).expect("packed")];
+            let model = model
+                .prepare_packed(&mut table, &mut packed, Kernels::Auto)
+                .expect("prepare");
             let mut g = c.benchmark_group(&name);
             g.sample_size(if kind == ModelKind::RESNET18 { 10 } else { 50 });
             for batch in [1usize, 64] {

@@ -32,7 +32,10 @@ fn bench(c: &mut Criterion) {
             .bytes;
         let model = Model::parse(&bytes).expect("parse");
         let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
-        let model = model.prepare(&mut table).expect("prepare");
+        let mut packed = vec![0u8; model.packed_bytes(Kernels::Auto).expect("packed")];
+        let model = model
+            .prepare_packed(&mut table, &mut packed, Kernels::Auto)
+            .expect("prepare");
         let len = model.input_len();
         let mut g = c.benchmark_group(&name);
         for batch in [1usize, 64] {

@@ -103,3 +103,64 @@ fn prepare_checks_the_table() {
         assert_eq!(p.arena_bytes(k), m.arena_bytes(k));
     }
 }
+
+/// Prepared with packed weights (`Model::prepare_packed`) for each kernel set: every set and
+/// path runs the same bytes as the reference (only the set that packed reads the packing), on
+/// one thread, in groups and split between threads.
+#[test]
+fn packed_runs_the_same_bytes() {
+    let mut packed_some = false;
+    for bytes in models() {
+        let m = Model::parse(&bytes).unwrap();
+        for packer in Kernels::available() {
+            let need = m.packed_bytes(packer).unwrap();
+            packed_some |= need > 0;
+            let mut table = vec![PreparedOp::EMPTY; m.num_ops()];
+            let mut packed = vec![0xa5u8; need + 5];
+            let p = m.prepare_packed(&mut table, &mut packed, packer).unwrap();
+            for batch in [1usize, 6] {
+                let pixels = common::Rng::new(40 + batch as u64).bytes(batch * m.input_len());
+                let reference = reference(&m, &pixels);
+                for k in [packer, Kernels::Scalar] {
+                    for extra in [0, 7 * m.working_bytes(k)] {
+                        let mut a = vec![0x5au8; m.arena_bytes_for(k, batch) + extra];
+                        let got = p.run_with(k, &pixels, &mut a).unwrap();
+                        assert_eq!(got, &reference[..], "{packer:?} run by {k:?} batch {batch}");
+                    }
+                }
+                #[cfg(feature = "std")]
+                {
+                    use octet_runtime::parallel::{arena_bytes_split, run_split_with};
+                    let mut a = vec![0u8; arena_bytes_split(&p, packer, batch, 2)];
+                    let got = run_split_with(&p, packer, &pixels, &mut a, 2).unwrap();
+                    assert_eq!(got, &reference[..], "{packer:?} split, batch {batch}");
+                }
+            }
+        }
+    }
+    // The AVX-512 VNNI set packs the fully connected layers of these models.
+    if Kernels::Avx512Vnni.resolved_name().is_ok() {
+        assert!(packed_some);
+    } else {
+        println!("SKIP (part): no AVX-512 VNNI, no set here packs weights");
+    }
+}
+
+/// A packed-weights buffer shorter than `packed_bytes` is refused with the size it needed.
+#[test]
+fn prepare_packed_checks_the_buffer() {
+    let bytes = common::lenet(7).encode();
+    let m = Model::parse(&bytes).unwrap();
+    let k = Kernels::Auto;
+    let need = m.packed_bytes(k).unwrap();
+    if need == 0 {
+        println!("SKIP: the kernels here pack no weights");
+        return;
+    }
+    let mut table = vec![PreparedOp::EMPTY; m.num_ops()];
+    let mut short = vec![0u8; need - 1];
+    assert!(matches!(
+        m.prepare_packed(&mut table, &mut short, k).map(|_| ()),
+        Err(RuntimeError::OutOfBounds { .. })
+    ));
+}

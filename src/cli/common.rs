@@ -115,8 +115,15 @@ pub fn run_o8_with(
         .map_err(|e| anyhow::anyhow!("invalid .o8 model: {e}"))?;
     // Each op's parameters once, not per op and image.
     let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
+    // The weights the kernels read in their own order, packed once.
+    let mut packed = vec![
+        0u8;
+        model
+            .packed_bytes(kernels)
+            .map_err(|e| anyhow::anyhow!("kernels: {e}"))?
+    ];
     let model = model
-        .prepare(&mut table)
+        .prepare_packed(&mut table, &mut packed, kernels)
         .map_err(|e| anyhow::anyhow!("invalid .o8 model: {e}"))?;
     let batch = model
         .batch_of(pixels.len())

@@ -271,7 +271,13 @@ impl ThreadPart {
     /// As [`Model::exec_part`]: those outputs are this part's; no part writes the input.
     unsafe fn fully_connected(self, p: &PreparedOp, f: &FcParams) {
         let (k, area, share) = (self.k, self.area, self.share);
-        let (n0, n1) = share.of(f.n, 4);
+        // Packed weights are sliced only at their blocks' starts.
+        let align = if f.packed.layout == kernels::Layout::VnniFc {
+            kernels::FC_BLOCK_ROWS
+        } else {
+            4
+        };
+        let (n0, n1) = share.of(f.n, align);
         if n0 < n1 {
             let out = core::slice::from_raw_parts_mut(area.at(p.output).add(n0), n1 - n0);
             kernels::fully_connected(k, &f.outputs(n0, n1), area.tensor(p.input), out, &mut []);

@@ -48,6 +48,7 @@ pub mod cortex_m;
 mod add_tables;
 mod arm_dsp;
 mod dispatch;
+mod packed;
 mod params;
 mod scratch;
 mod select;
@@ -59,6 +60,8 @@ pub(crate) mod test_util;
 
 pub use add_tables::TfliteAddTables;
 pub(crate) use dispatch::*;
+pub(crate) use packed::{depthwise_packing, fc_packing, pack, Layout, PackOp};
+pub use packed::{Packed, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP, PACKED_ALIGN};
 pub use params::*;
 pub use scratch::*;
 pub use select::Kernels;

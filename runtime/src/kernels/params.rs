@@ -3,7 +3,7 @@
 
 use core::ops::Range;
 
-use super::{OpGeometry, OutputQuant, Rounding};
+use super::{OpGeometry, OutputQuant, Packed, Rounding};
 use crate::requant::FusedRequant;
 
 /// Activation shape (HWC in memory).
@@ -328,6 +328,9 @@ pub struct FcParams<'a> {
     pub per_tensor: bool,
     /// Output zero point and clamp.
     pub out: OutputQuant,
+    /// The weights packed at prepare for one kernel set ([`crate::Model::prepare_packed`]), or
+    /// none.
+    pub packed: Packed<'a>,
 }
 
 impl<'a> FcParams<'a> {
@@ -344,6 +347,7 @@ impl<'a> FcParams<'a> {
             bias: self.bias.slice(n0, n1),
             multiplier: self.multiplier.slice(n0, n1),
             shift: self.shift.slice(n0, n1),
+            packed: super::packed::fc_outputs(&self.packed, self.k, n0, n1),
             ..*self
         }
     }
@@ -422,6 +426,9 @@ pub struct DepthwiseParams<'a> {
     pub input_zero_point: i32,
     /// Output zero point, clamp and rounding.
     pub out: OutputQuant,
+    /// The weights packed at prepare for one kernel set ([`crate::Model::prepare_packed`]), or
+    /// none.
+    pub packed: Packed<'a>,
 }
 
 impl DepthwiseParams<'_> {

@@ -7,8 +7,8 @@
 use core::ops::Range;
 
 use crate::kernels::{
-    ConvImage, ConvParams, DepthwiseParams, FcParams, I32Array, OpGeometry, OutputQuant, Placement,
-    PoolParams, Rounding, Shape, TfliteAddParams, TfliteAddTables,
+    ConvImage, ConvParams, DepthwiseParams, FcParams, I32Array, OpGeometry, OutputQuant, Packed,
+    Placement, PoolParams, Rounding, Shape, TfliteAddParams, TfliteAddTables,
 };
 
 /// A fast conv kernel under test: (params, input, output, scratch).
@@ -544,6 +544,7 @@ pub fn depthwise_matches_scalar_in(
         shift: I32Array::new(&l.shift),
         input_zero_point: rng.range(-128, 127) as i32,
         out: l.out,
+        packed: Packed::NONE,
     };
     let mut want = vec![0i8; p.output.len()];
     let mut got = vec![0x55i8; p.output.len()];
@@ -695,6 +696,7 @@ impl FcData {
             shift: I32Array::new(&l.shift),
             per_tensor: FcParams::per_tensor_of(&I32Array::new(&l.mult), &I32Array::new(&l.shift)),
             out: l.out,
+            packed: Packed::NONE,
         }
     }
 

@@ -18,8 +18,9 @@ use core::ops::Range;
 use super::inspect::Decoded;
 use super::{Model, OpInfo, OpKind, TensorInfo};
 use crate::format::NO_TENSOR;
+use crate::kernels::{self, Kernels, Layout, PackOp, Resolved};
 use crate::kernels::{
-    AddRequant, ConvParams, DepthwiseParams, FcParams, OutputQuant, PadParams, Placement,
+    AddRequant, ConvParams, DepthwiseParams, FcParams, OutputQuant, Packed, PadParams, Placement,
     PoolParams, Shape, SoftmaxParams, TfliteAddParams,
 };
 use crate::requant::Rounding;
@@ -146,6 +147,12 @@ impl<'a> Model<'a> {
     /// (the table is the caller's: see the module doc of `model::prepare` for why). Fails
     /// with `OutOfBounds` when `table` is shorter than the op count.
     pub fn prepare(mut self, table: &'a mut [PreparedOp<'a>]) -> Result<Model<'a>> {
+        self.prepared = self.fill(table)?;
+        Ok(self)
+    }
+
+    /// Every op prepared into the first `num_ops()` entries of `table`, those returned.
+    fn fill(&self, table: &'a mut [PreparedOp<'a>]) -> Result<&'a mut [PreparedOp<'a>]> {
         let n = self.n_ops as usize;
         if table.len() < n {
             return Err(RuntimeError::OutOfBounds {
@@ -156,6 +163,63 @@ impl<'a> Model<'a> {
         let table = &mut table[..n];
         for (j, slot) in table.iter_mut().enumerate() {
             *slot = self.prepare_op(j as u32)?;
+        }
+        Ok(table)
+    }
+
+    /// The bytes [`Model::prepare_packed`] needs for `kernels` (resolved against this CPU): the
+    /// weights that set lays out once for its own loops, each op's aligned to
+    /// [`kernels::PACKED_ALIGN`] (0 where it packs none: then `prepare_packed` is `prepare`).
+    pub fn packed_bytes(&self, kernels: Kernels) -> Result<usize> {
+        let k = kernels.resolve()?;
+        let mut total = 0usize;
+        for j in 0..self.n_ops {
+            if let Some((_, n)) = packing(k, &self.prepare_op(j)?.params) {
+                total = total.saturating_add(n + kernels::PACKED_ALIGN);
+            }
+        }
+        Ok(total)
+    }
+
+    /// [`Model::prepare`], and the weights `kernels` reads in its own order packed once into
+    /// `packed` (at least [`Model::packed_bytes`] bytes; TensorFlow Lite Micro's persistent
+    /// buffers): a run with that set then reads them instead of reordering the weights on
+    /// every call (the AVX-512 VNNI fully connected layers, the x86 depthwise convs). Every
+    /// other set runs as if unpacked; the bytes out are the same. Fails with `OutOfBounds`
+    /// when `table` or `packed` is too short, and as [`Kernels::resolve`] does.
+    pub fn prepare_packed(
+        mut self,
+        table: &'a mut [PreparedOp<'a>],
+        packed: &'a mut [u8],
+        kernels: Kernels,
+    ) -> Result<Model<'a>> {
+        let k = kernels.resolve()?;
+        let needed = self.packed_bytes(kernels)?;
+        if packed.len() < needed {
+            return Err(RuntimeError::OutOfBounds {
+                what: "packed weights (buffer shorter than Model::packed_bytes)",
+                index: packed.len() as u32,
+            });
+        }
+        let table = self.fill(table)?;
+        let mut rest = packed;
+        for slot in table.iter_mut() {
+            let Some((layout, n)) = packing(k, &slot.params) else {
+                continue;
+            };
+            let rest_all = core::mem::take(&mut rest);
+            let skip = rest_all.as_ptr().align_offset(kernels::PACKED_ALIGN);
+            let (mine, tail) = rest_all[skip..].split_at_mut(n);
+            rest = tail;
+            match &mut slot.params {
+                OpParams::FullyConnected(f) => {
+                    f.packed = kernels::pack(layout, PackOp::Fc(f), mine);
+                }
+                OpParams::DepthwiseConv2d(d) => {
+                    d.packed = kernels::pack(layout, PackOp::Depthwise(d), mine);
+                }
+                _ => {}
+            }
         }
         self.prepared = table;
         Ok(self)
@@ -288,6 +352,7 @@ impl<'a> Model<'a> {
             shift: o.shifts,
             input_zero_point: tin.zero_point,
             out: output_quant(o, tout, r),
+            packed: Packed::NONE,
         }
     }
 
@@ -307,6 +372,7 @@ impl<'a> Model<'a> {
             shift: o.shifts,
             per_tensor: FcParams::per_tensor_of(&o.multipliers, &o.shifts),
             out: output_quant(o, tout, r),
+            packed: Packed::NONE,
         }
     }
 
@@ -372,5 +438,14 @@ fn output_quant(o: &OpInfo, tout: &TensorInfo, rounding: Rounding) -> OutputQuan
         act_min: o.act_min,
         act_max: o.act_max,
         rounding,
+    }
+}
+
+/// The layout and bytes kernel set `k` packs op `params` in, if any.
+fn packing(k: Resolved, params: &OpParams) -> Option<(Layout, usize)> {
+    match params {
+        OpParams::FullyConnected(f) => kernels::fc_packing(k, f),
+        OpParams::DepthwiseConv2d(d) => kernels::depthwise_packing(k, d),
+        _ => None,
     }
 }

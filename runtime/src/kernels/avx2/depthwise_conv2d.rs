@@ -11,7 +11,9 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::{scalar, DepthwiseParams, SimdDepthwise, DW_BLOCK, DW_EPI_BYTES, DW_MAX_TAPS};
+use crate::kernels::{
+    scalar, DepthwiseParams, Layout, SimdDepthwise, DW_BLOCK, DW_EPI_BYTES, DW_MAX_TAPS,
+};
 use crate::requant::{FusedRequant, HighRequant, Rounding};
 
 /// The channel of element `e` of accumulator `v` (0 or 1) of a block.
@@ -80,20 +82,32 @@ unsafe fn run<const WIDE: bool>(
     let Some(l) = SimdDepthwise::for_call(p, input.len(), output.len(), scratch.len()) else {
         return scalar::depthwise_conv2d(p, input, output);
     };
-    let (c, taps) = (p.output.c, p.window.kernel_h * p.window.kernel_w);
+    let taps = p.window.kernel_h * p.window.kernel_w;
     let base = scratch.as_mut_ptr();
     let base = base.add(base.align_offset(32));
     let image = base as *mut i16;
-    let weights = base.add(l.image_bytes()) as *mut __m256i;
-    let epi = base.add(l.image_bytes() + l.weight_bytes()) as *mut Epi;
     widen(p, &l, input, image);
-    pack_weights(p, &l, weights);
-    // The usual shifts (every n from 33) take the shorter epilogue.
-    let hi = (0..c).all(|ch| fused(p, ch).n >= 33);
-    for b in 0..l.blocks {
-        fill_epi(p, b, &mut *epi.add(2 * b), 0, !hi);
-        fill_epi(p, b, &mut *epi.add(2 * b + 1), 1, !hi);
-    }
+    // The weights and constants packed at prepare, else laid out the same way in scratch.
+    let (weights, epi, hi) = match packed_of(p, &l) {
+        Some(pk) => {
+            let w = pk.as_ptr();
+            let flags = *w.add(l.weight_bytes() + l.blocks * DW_EPI_BYTES);
+            (
+                w as *const __m256i,
+                w.add(l.weight_bytes()) as *const Epi,
+                flags == 1,
+            )
+        }
+        None => {
+            let w = base.add(l.image_bytes());
+            let hi = pack(p, &l, w);
+            (
+                w as *const __m256i,
+                w.add(l.weight_bytes()) as *const Epi,
+                hi,
+            )
+        }
+    };
     // Each tap pair's offsets in i16 elements from an output's top-left input pixel.
     let mut offsets = [(0usize, 0usize); DW_MAX_TAPS.div_ceil(2)];
     let (kw, blk) = (p.window.kernel_w, l.blocks * DW_BLOCK);
@@ -119,6 +133,51 @@ unsafe fn run<const WIDE: bool>(
         (true, Rounding::Double, false) => job.pixels::<HI_DOUBLE>(),
         (false, _, _) => job.pixels::<GENERAL>(),
     }
+}
+
+/// Writes the weights ([`pack_weights`]) and the constants ([`fill_epi`]) at `dst` (32-byte
+/// aligned, `weight_bytes + blocks · DW_EPI_BYTES` bytes); returns whether every channel has
+/// the usual shifts (every n from 33: the shorter epilogue).
+fn pack(p: &DepthwiseParams, l: &SimdDepthwise, dst: *mut u8) -> bool {
+    let hi = (0..p.output.c).all(|ch| fused(p, ch).n >= 33);
+    pack_weights(p, l, dst as *mut __m256i);
+    // SAFETY: the constants' region follows the weights' and holds `blocks` pairs of `Epi`,
+    // 32-byte aligned (the weights' bytes are a multiple of 64).
+    let epi = unsafe { dst.add(l.weight_bytes()) as *mut Epi };
+    for b in 0..l.blocks {
+        // SAFETY: as above.
+        unsafe {
+            fill_epi(p, b, &mut *epi.add(2 * b), 0, !hi);
+            fill_epi(p, b, &mut *epi.add(2 * b + 1), 1, !hi);
+        }
+    }
+    hi
+}
+
+/// Bytes of the packed layout of `p` (`kernels::packed`'s `X86Depthwise`): [`pack`]'s
+/// weights and constants, then 32 bytes whose first says whether the shifts are the usual ones;
+/// `None` where the kernel does not cover `p`.
+pub fn depthwise_packed_bytes(p: &DepthwiseParams) -> Option<usize> {
+    // Covered as a call with buffers that fit.
+    let l = SimdDepthwise::for_call(p, p.input.len(), p.output.len(), usize::MAX)?;
+    Some(l.weight_bytes() + l.blocks * DW_EPI_BYTES + 32)
+}
+
+/// Packs `p` into `dst` (32-byte aligned, [`depthwise_packed_bytes`] long).
+pub fn depthwise_pack(p: &DepthwiseParams, dst: &mut [u8]) {
+    let l = SimdDepthwise::new(&p.geometry());
+    let flags = l.weight_bytes() + l.blocks * DW_EPI_BYTES;
+    assert!(dst.len() > flags && (dst.as_ptr() as usize).is_multiple_of(32));
+    let hi = pack(p, &l, dst.as_mut_ptr());
+    dst[flags] = hi as u8;
+}
+
+/// `p`'s packed weights and constants, where packed for this layout (aligned and long enough).
+fn packed_of<'a>(p: &DepthwiseParams<'a>, l: &SimdDepthwise) -> Option<&'a [u8]> {
+    let pk = p.packed.of(Layout::X86Depthwise)?;
+    let ok = (pk.as_ptr() as usize).is_multiple_of(32)
+        && pk.len() > l.weight_bytes() + l.blocks * DW_EPI_BYTES;
+    ok.then_some(pk)
 }
 
 /// Epilogue forms: [`requant`] for any shift, [`requant_hi`] in either rounding.
@@ -517,12 +576,41 @@ mod tests {
         depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
             depthwise_conv2d(p, x, y, s)
         });
+        // The weights and constants packed at prepare instead.
+        // SAFETY: AVX2 is available.
+        depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| {
+            with_packed(p, &mut |q| unsafe { depthwise_conv2d(q, x, y, s) })
+        });
         if Kernels::vnni_available() {
             // SAFETY: AVX-512 F and BW come with the VNNI set.
             depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
                 depthwise_conv2d_512(p, x, y, s)
             });
+            // SAFETY: as above.
+            depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| {
+                with_packed(p, &mut |q| unsafe { depthwise_conv2d_512(q, x, y, s) })
+            });
         }
+    }
+
+    /// `run` of `p` with its packed layout (32-byte aligned, as `Model::prepare_packed` gives
+    /// it), where the kernel covers `p`.
+    fn with_packed(p: &DepthwiseParams, run: &mut dyn FnMut(&DepthwiseParams)) {
+        let Some(n) = depthwise_packed_bytes(p) else {
+            return run(p);
+        };
+        let mut buf = vec![0xA5u8; n + 32];
+        let at = buf.as_ptr().align_offset(32);
+        let dst = &mut buf[at..at + n];
+        depthwise_pack(p, dst);
+        let q = DepthwiseParams {
+            packed: crate::kernels::Packed {
+                layout: Layout::X86Depthwise,
+                bytes: dst,
+            },
+            ..*p
+        };
+        run(&q)
     }
 
     depthwise_suite!(check);

@@ -68,6 +68,7 @@ mod tests {
             shift: I32Array::new(&s),
             input_zero_point: -1,
             out: full_range(0),
+            packed: crate::kernels::Packed::NONE,
         };
         let mut out = [0i8; 16];
         depthwise_conv2d(&p, &input, &mut out);

@@ -6,14 +6,17 @@
 //! wrapping i32 (the reference's arithmetic). [`R`] rows × [`I`] images of accumulators per
 //! pass; each row's 16 lanes are summed with a shuffle tree four rows at a time, and
 //! [`BLOCK`] rows are requantized together with the conv's epilogue ([`FusedLanes`]), in
-//! either rounding. The AVX2 kernel does 16 multiply-adds per `vpmaddwd` after
+//! either rounding. With weights packed at prepare ([`PackedFc`]) the rows lie in the lanes
+//! instead ([`packed`]). The AVX2 kernel does 16 multiply-adds per `vpmaddwd` after
 //! widening both operands.
 
 use core::arch::x86_64::*;
 
 use super::conv2d::FusedLanes;
-use crate::kernels::{scalar, ConvImage, FcParams, GROUP_IMAGES};
+use crate::kernels::{scalar, ConvImage, FcParams, Layout, PackedFc, GROUP_IMAGES};
 use crate::requant::{FusedRequant, OutputQuant, Rounding};
+
+mod packed;
 
 /// Rows per pass.
 const R: usize = 4;
@@ -45,6 +48,11 @@ pub unsafe fn fully_connected_batch(p: &FcParams, imgs: &mut [ConvImage]) {
             scalar::fully_connected(p, m.input, m.output);
         }
         return;
+    }
+    if let Some(w) = p.packed.of(Layout::VnniFc) {
+        if w.len() >= (PackedFc { k, n }).bytes() {
+            return packed::run(p, w, imgs);
+        }
     }
     for group in imgs.chunks_mut(GROUP_IMAGES) {
         let x: [*const i8; GROUP_IMAGES] = core::array::from_fn(|i| {

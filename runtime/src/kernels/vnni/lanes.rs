@@ -402,21 +402,25 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
     }
     let x = input.as_ptr() as *const u8;
     let mut first = y0 * w;
-    if cin.is_multiple_of(64) {
-        // Blocks of 16 pixels × 16 quads, transposed in registers (a block may reach into
-        // rows outside the band: their quads are written where they belong, unread).
+    if cin.is_multiple_of(4) && cin >= 16 {
+        // Blocks of 16 pixels × up to 16 quads, transposed in registers (a block may reach
+        // into rows outside the band: their quads are written where they belong, unread).
         let npx = (h * w) & !15;
         let (b0, b1) = ((y0 * w) & !15, (y1 * w).next_multiple_of(16).min(npx));
         for i0 in (b0..b1).step_by(16) {
             // Where the block's lanes go, once for all its planes.
             let segs = TSegs::new(g, s, pad, w, i0);
             for j0 in (0..g.planes).step_by(16) {
+                // The last block of planes reads only the quads it has (a masked load).
+                let nq = (g.planes - j0).min(16);
+                let mask = ((1u32 << nq) - 1) as u16;
                 let rows: [__m512i; 16] = core::array::from_fn(|i| {
-                    let v = _mm512_loadu_si512(x.add((i0 + i) * cin + 4 * j0) as *const _);
+                    let at = x.add((i0 + i) * cin + 4 * j0) as *const i32;
+                    let v = _mm512_maskz_loadu_epi32(mask, at);
                     _mm512_xor_si512(v, _mm512_set1_epi8(-128))
                 });
                 let cols = transpose16x16_d(rows);
-                for (m, &v) in cols.iter().enumerate() {
+                for (m, &v) in cols.iter().enumerate().take(nq) {
                     segs.store(t.add((j0 + m) * g.plane), v);
                 }
             }

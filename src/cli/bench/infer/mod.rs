@@ -17,7 +17,7 @@ use clap::Args;
 use octet_export::speed_model;
 use octet_models::{build, ModelKind, Network};
 use octet_runtime::parallel::run_parallel;
-use octet_runtime::Model;
+use octet_runtime::{Kernels, Model};
 use octet_trainer::atomic::write_atomic;
 use octet_trainer::data::Normalization;
 use octet_trainer::Normalizer;
@@ -150,7 +150,8 @@ pub fn run(a: InferBench) -> anyhow::Result<()> {
         let (net, bytes) = models(kind)?;
         let model = Model::parse(&bytes)?;
         let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
-        let model = model.prepare(&mut table)?;
+        let mut packed = vec![0u8; model.packed_bytes(Kernels::Auto)?];
+        let model = model.prepare_packed(&mut table, &mut packed, Kernels::Auto)?;
         let name = kind.to_string();
         let iters = |b: usize| if b == 1 { 10 * a.iters } else { a.iters };
         for &b in &a.cpu_batch_sizes {
@@ -232,7 +233,8 @@ fn file_rows(
     let (bytes, _) = crate::cli::import::model_bytes(path)?;
     let model = Model::parse(&bytes).with_context(|| format!("{}", path.display()))?;
     let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
-    let model = model.prepare(&mut table)?;
+    let mut packed = vec![0u8; model.packed_bytes(Kernels::Auto)?];
+    let model = model.prepare_packed(&mut table, &mut packed, Kernels::Auto)?;
     let name = path.file_stem().map_or_else(
         || path.display().to_string(),
         |s| s.to_string_lossy().into(),

@@ -1,0 +1,255 @@
+//! Packed weights: what a kernel set lays out once, when the model is prepared
+//! ([`crate::Model::prepare_packed`]; TensorFlow Lite Micro's persistent buffers), so that its
+//! loops read the weights in their own order instead of reordering them on every call. The
+//! file does not change: the region is the caller's, sized by `Model::packed_bytes`, and a
+//! model prepared without it runs the same bytes through the unpacked kernels.
+//!
+//! One layout so far, the AVX-512 VNNI fully connected layer's ([`PackedFc`]): output rows in
+//! blocks of [`FC_BLOCK_ROWS`] (one vector of i32 sums), each block its requantization
+//! constants then its weights as `vpdpbusd` reads them with the input broadcast: per step of 4
+//! inputs, 16 rows × 4 bytes. The weights are stored as u8 (w + 128), so the input stays int8
+//! and the sums are corrected by −128·Σx per image (exact in wrapping i32).
+
+use super::{DepthwiseParams, FcParams, Resolved};
+use crate::requant::FusedRequant;
+
+/// One op's packed weights and their layout (only the kernels of that layout read them);
+/// empty where none.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Packed<'a> {
+    pub(crate) layout: Layout,
+    pub(crate) bytes: &'a [u8],
+}
+
+/// The layouts of packed weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// None packed.
+    #[default]
+    None,
+    /// The AVX-512 VNNI fully connected layer's ([`PackedFc`]).
+    VnniFc,
+    /// The x86 depthwise conv's weights and requantization constants (every x86 set's
+    /// kernel), as it lays them out in scratch when unpacked (`avx2::depthwise_conv2d`).
+    #[cfg(target_arch = "x86_64")]
+    X86Depthwise,
+}
+
+impl<'a> Packed<'a> {
+    /// No packed weights.
+    pub const NONE: Packed<'static> = Packed {
+        layout: Layout::None,
+        bytes: &[],
+    };
+
+    /// The bytes, where packed in `layout` (only x86 kernels read packed weights so far).
+    #[inline]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn of(&self, layout: Layout) -> Option<&'a [u8]> {
+        (self.layout == layout && layout != Layout::None).then_some(self.bytes)
+    }
+}
+
+/// Where each op's packed weights start in the caller's region (so kernels may use aligned
+/// loads); `Model::packed_bytes` adds this much per packed op.
+pub const PACKED_ALIGN: usize = 64;
+
+/// Output rows per block of [`PackedFc`] (one AVX-512 vector of i32 sums).
+pub const FC_BLOCK_ROWS: usize = 16;
+
+/// Inputs per step of [`PackedFc`] (`vpdpbusd`'s four bytes per lane).
+pub const FC_STEP: usize = 4;
+
+/// Bytes of one block's requantization constants: bias, M0, the rounding term's high half
+/// and n − 32 ([`FusedRequant`]'s form for n ≥ 33), [`FC_BLOCK_ROWS`] i32 each.
+pub const FC_EPI_BYTES: usize = 4 * 4 * FC_BLOCK_ROWS;
+
+/// The VNNI fully connected layout of a K × N layer: ⌈N / 16⌉ blocks of
+/// [`PackedFc::block_bytes`], each [`FC_EPI_BYTES`] of constants (`[bias; 16]`, `[M0; 16]`,
+/// `[round >> 32; 16]`, `[n − 32; 16]`, little-endian i32; rows past N: M0 = 0) then ⌈K / 4⌉
+/// steps of 64 bytes, byte `4·r + i` of step `s` being `w[16·b + r][4·s + i] + 128` as u8 (0
+/// past K or N: adds nothing whatever the input holds there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedFc {
+    /// Inputs (K).
+    pub k: usize,
+    /// Outputs (N).
+    pub n: usize,
+}
+
+impl PackedFc {
+    /// Blocks of rows.
+    pub const fn blocks(&self) -> usize {
+        self.n.div_ceil(FC_BLOCK_ROWS)
+    }
+
+    /// Steps of [`FC_STEP`] inputs.
+    pub const fn steps(&self) -> usize {
+        self.k.div_ceil(FC_STEP)
+    }
+
+    /// Bytes of one block.
+    pub const fn block_bytes(&self) -> usize {
+        FC_EPI_BYTES + self.steps() * FC_STEP * FC_BLOCK_ROWS
+    }
+
+    /// Bytes of the whole layer.
+    pub const fn bytes(&self) -> usize {
+        self.blocks() * self.block_bytes()
+    }
+
+    /// Whether a layer's requantization fits the layout's constants: every row's n ≥ 33 (the
+    /// usual shifts, from −2 down, in either rounding).
+    pub fn covers(p: &FcParams) -> bool {
+        (0..p.n)
+            .all(|j| FusedRequant::new(p.multiplier.get(j), p.shift.get(j), p.out.rounding).n >= 33)
+    }
+
+    /// Writes `p`'s layout into `dst` (at least [`PackedFc::bytes`] long, `p` covered).
+    pub fn pack(p: &FcParams, dst: &mut [u8]) {
+        let l = PackedFc { k: p.k, n: p.n };
+        let rows = FC_BLOCK_ROWS;
+        for (b, block) in dst[..l.bytes()]
+            .chunks_exact_mut(l.block_bytes())
+            .enumerate()
+        {
+            let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
+            let mut put = |table: usize, r: usize, v: i32| {
+                let at = 4 * (table * rows + r);
+                epi[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            };
+            for r in 0..rows {
+                let j = b * rows + r;
+                let (bias, f) = if j < p.n {
+                    let f = FusedRequant::new(p.multiplier.get(j), p.shift.get(j), p.out.rounding);
+                    (p.bias.get(j), f)
+                } else {
+                    (
+                        0,
+                        FusedRequant {
+                            m0: 0,
+                            n: 33,
+                            ..FusedRequant::default()
+                        },
+                    )
+                };
+                put(0, r, bias);
+                put(1, r, f.m0);
+                put(2, r, (f.round >> 32) as i32);
+                put(3, r, f.n as i32 - 32);
+            }
+            for (s, step) in w.chunks_exact_mut(FC_STEP * rows).enumerate() {
+                for (r, lane) in step.chunks_exact_mut(FC_STEP).enumerate() {
+                    let j = b * rows + r;
+                    for (i, byte) in lane.iter_mut().enumerate() {
+                        let at = s * FC_STEP + i;
+                        *byte = if j < p.n && at < p.k {
+                            (p.weights[j * p.k + at] as u8) ^ 0x80
+                        } else {
+                            0
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The layout and bytes kernel set `k` packs fully connected layer `p` in (`None`: it packs
+/// none for it).
+pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Vnni if PackedFc::covers(p) => {
+            Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes()))
+        }
+        _ => {
+            let _ = (k, p);
+            None
+        }
+    }
+}
+
+/// The layout and bytes kernel set `k` packs depthwise conv `p` in (`None`: it packs none).
+pub(crate) fn depthwise_packing(k: Resolved, p: &DepthwiseParams) -> Option<(Layout, usize)> {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni => {
+            super::avx2::depthwise_packed_bytes(p).map(|n| (Layout::X86Depthwise, n))
+        }
+        _ => {
+            let _ = (k, p);
+            None
+        }
+    }
+}
+
+/// Writes layout `layout` of an op's weights into `dst` (as long as its packing states).
+pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<'a> {
+    match (layout, op) {
+        (Layout::VnniFc, PackOp::Fc(p)) => PackedFc::pack(p, dst),
+        #[cfg(target_arch = "x86_64")]
+        (Layout::X86Depthwise, PackOp::Depthwise(p)) => super::avx2::depthwise_pack(p, dst),
+        _ => return Packed::default(),
+    }
+    Packed { layout, bytes: dst }
+}
+
+/// An op to pack.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) enum PackOp<'p, 'a> {
+    Fc(&'p FcParams<'a>),
+    Depthwise(&'p DepthwiseParams<'a>),
+}
+
+/// The packed weights of outputs `n0..n1` of a layer of `k` inputs, where they start a block
+/// ([`crate::kernels::FcParams::outputs`]); else none (the unpacked kernel runs them).
+pub(crate) fn fc_outputs<'a>(packed: &Packed<'a>, k: usize, n0: usize, n1: usize) -> Packed<'a> {
+    let l = PackedFc { k, n: n1 };
+    if packed.layout != Layout::VnniFc
+        || !n0.is_multiple_of(FC_BLOCK_ROWS)
+        || packed.bytes.len() < l.bytes()
+    {
+        return Packed::default();
+    }
+    Packed {
+        layout: packed.layout,
+        bytes: &packed.bytes[n0 / FC_BLOCK_ROWS * l.block_bytes()..l.bytes()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::FcData;
+
+    /// The layout: sizes, the u8 weights and the zero padding, row by row.
+    #[test]
+    fn layout() {
+        let d = FcData::random(10, 19, 3);
+        let p = d.params();
+        let l = PackedFc { k: 10, n: 19 };
+        assert_eq!(
+            (l.blocks(), l.steps(), l.block_bytes()),
+            (2, 3, FC_EPI_BYTES + 192)
+        );
+        let mut buf = vec![0xAAu8; l.bytes()];
+        PackedFc::pack(&p, &mut buf);
+        let w = |b: usize, s: usize, r: usize, i: usize| {
+            buf[b * l.block_bytes() + FC_EPI_BYTES + s * 64 + 4 * r + i]
+        };
+        assert_eq!(w(1, 2, 2, 1), (p.weights[18 * 10 + 9] as u8) ^ 0x80);
+        assert_eq!(w(1, 2, 2, 2), 0, "past K");
+        assert_eq!(w(1, 0, 3, 0), 0, "past N");
+        let bias = i32::from_le_bytes(buf[l.block_bytes() + 8..][..4].try_into().unwrap());
+        assert_eq!(bias, p.bias.get(18));
+        // Outputs from a block's start keep the packed blocks from there; others none.
+        let packed = Packed {
+            layout: Layout::VnniFc,
+            bytes: &buf,
+        };
+        assert_eq!(fc_outputs(&packed, 10, 16, 19).bytes.len(), l.block_bytes());
+        assert_eq!(fc_outputs(&packed, 10, 4, 19).layout, Layout::None);
+    }
+}

@@ -1,0 +1,316 @@
+//! The VNNI fully connected layer over weights packed at prepare ([`PackedFc`]): rows in the
+//! lanes, 16 per vector, the input broadcast four bytes at a time, so every `vpdpbusd` adds 64
+//! useful products and no lane sums remain to add up. Four images × four blocks of sums per
+//! pass (each weight vector loaded once for the four), or one image × eight blocks (enough
+//! independent sums to keep `vpdpbusd` busy at batch 1).
+//!
+//! The sums are Σ(w + 128)·x: −128·Σx per image (one `vpdpbusd` against ones per 64 inputs)
+//! makes them Σw·x, exact in wrapping i32. Every row has n ≥ 33 ([`PackedFc::covers`]), so the
+//! requantization is the depthwise conv's short form in 16 i32 lanes: the high half of
+//! x·M0 (± 2^30 by its sign for the double rounding), plus the rounding term's high half,
+//! shifted by n − 32.
+
+use core::arch::x86_64::*;
+
+use crate::kernels::{ConvImage, FcParams, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP};
+use crate::requant::{OutputQuant, Rounding};
+
+/// Images per pass (the rest one by one).
+const J: usize = 4;
+const PF: usize = 512;
+
+/// Every image of `imgs` through layer `p` from its packed weights `w` (at least
+/// `PackedFc::bytes`, `p` covered; inputs and outputs checked by the caller).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn run(p: &FcParams, w: &[u8], imgs: &mut [ConvImage]) {
+    let l = PackedFc { k: p.k, n: p.n };
+    let lim = Limits::new(&p.out);
+    let double = p.out.rounding == Rounding::Double;
+    let mut i0 = 0;
+    while i0 < imgs.len() {
+        let m = if imgs.len() - i0 >= J { J } else { 1 };
+        let group = &mut imgs[i0..i0 + m];
+        let mut x = [core::ptr::null::<i8>(); J];
+        let mut corr = [_mm512_setzero_si512(); J];
+        for (i, img) in group.iter().enumerate() {
+            x[i] = img.input.as_ptr();
+            corr[i] = _mm512_set1_epi32(sum(x[i], l.k).wrapping_mul(-128));
+        }
+        let mut b0 = 0;
+        while b0 < l.blocks() {
+            let nb = (l.blocks() - b0).min(if m == J { 4 } else { 8 });
+            let at = Pass {
+                l,
+                w: w.as_ptr().add(b0 * l.block_bytes()),
+                x,
+                corr,
+                row0: b0 * FC_BLOCK_ROWS,
+                lim: &lim,
+                double,
+            };
+            match (m, nb) {
+                (J, 1) => at.run::<J, 1>(group),
+                (J, 2) => at.run::<J, 2>(group),
+                (J, 3) => at.run::<J, 3>(group),
+                (J, _) => at.run::<J, 4>(group),
+                (_, 1) => at.run::<1, 1>(group),
+                (_, 2) => at.run::<1, 2>(group),
+                (_, 3) => at.run::<1, 3>(group),
+                (_, 4) => at.run::<1, 4>(group),
+                (_, 5) => at.run::<1, 5>(group),
+                (_, 6) => at.run::<1, 6>(group),
+                (_, 7) => at.run::<1, 7>(group),
+                (_, _) => at.run::<1, 8>(group),
+            }
+            b0 += nb;
+        }
+        i0 += m;
+    }
+}
+
+/// Σx of the `k` bytes at `x` (wrapping).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn sum(x: *const i8, k: usize) -> i32 {
+    let ones = _mm512_set1_epi8(1);
+    let mut acc = _mm512_setzero_si512();
+    let mut at = 0;
+    while at < k {
+        let mask: __mmask64 = if k - at >= 64 {
+            !0
+        } else {
+            (1u64 << (k - at)) - 1
+        };
+        acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8(mask, x.add(at)));
+        at += 64;
+    }
+    _mm512_reduce_add_epi32(acc)
+}
+
+/// One pass: a run of blocks from `w` for up to [`J`] images.
+struct Pass<'l> {
+    l: PackedFc,
+    /// The first block.
+    w: *const u8,
+    x: [*const i8; J],
+    /// −128·Σx per image, in every lane.
+    corr: [__m512i; J],
+    /// The first block's first row.
+    row0: usize,
+    lim: &'l Limits,
+    double: bool,
+}
+
+impl Pass<'_> {
+    /// `NB` blocks for the first `M` images of `imgs`.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn run<const M: usize, const NB: usize>(&self, imgs: &mut [ConvImage]) {
+        let (l, bb) = (self.l, self.l.block_bytes());
+        let acc = self.sums::<M, NB>();
+        for b in 0..NB {
+            let e = self.w.add(b * bb) as *const i32;
+            let r0 = self.row0 + b * FC_BLOCK_ROWS;
+            let rows = (l.n - r0).min(FC_BLOCK_ROWS);
+            let mask = ((1u32 << rows) - 1) as u16;
+            for ((img, a), &corr) in imgs.iter_mut().zip(&acc).zip(&self.corr) {
+                let v = if self.double {
+                    requant::<true>(a[b], corr, e, self.lim)
+                } else {
+                    requant::<false>(a[b], corr, e, self.lim)
+                };
+                _mm_mask_storeu_epi8(img.output.as_mut_ptr().add(r0), mask, v);
+            }
+        }
+    }
+
+    /// The `NB` blocks' sums of the first `M` images. Not inlined: with the sums indexed by
+    /// the epilogue's loops in the same function, the compiler stores every accumulator to the
+    /// stack on every step (half the speed).
+    #[inline(never)]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn sums<const M: usize, const NB: usize>(&self) -> [[__m512i; NB]; M] {
+        let (l, bb) = (self.l, self.l.block_bytes());
+        let mut acc = [[_mm512_setzero_si512(); NB]; M];
+        let full = l.k / FC_STEP;
+        let mut wp = self.w.add(FC_EPI_BYTES);
+        for s in 0..full {
+            let mut wv = [_mm512_setzero_si512(); NB];
+            for (b, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_loadu_si512(wp.add(b * bb) as *const _);
+                if M == 1 {
+                    _mm_prefetch::<_MM_HINT_T0>(wp.add(b * bb + PF) as *const i8);
+                }
+            }
+            for (i, a) in acc.iter_mut().enumerate() {
+                let q = (self.x[i].add(FC_STEP * s) as *const i32).read_unaligned();
+                let xb = _mm512_set1_epi32(q);
+                for (b, a) in a.iter_mut().enumerate() {
+                    *a = _mm512_dpbusd_epi32(*a, wv[b], xb);
+                }
+            }
+            wp = wp.add(FC_STEP * FC_BLOCK_ROWS);
+        }
+        let rem = l.k - full * FC_STEP;
+        if rem != 0 {
+            // The last step's bytes past K are zero weights: any input there adds nothing, but
+            // only K bytes of it may be read.
+            for (i, a) in acc.iter_mut().enumerate() {
+                let mut q = [0u8; FC_STEP];
+                core::ptr::copy_nonoverlapping(
+                    self.x[i].add(FC_STEP * full) as *const u8,
+                    q.as_mut_ptr(),
+                    rem,
+                );
+                let xb = _mm512_set1_epi32(i32::from_le_bytes(q));
+                for (b, a) in a.iter_mut().enumerate() {
+                    let wv = _mm512_loadu_si512(wp.add(b * bb) as *const _);
+                    *a = _mm512_dpbusd_epi32(*a, wv, xb);
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// The output clamp, less the zero point, and the zero point.
+struct Limits {
+    lo: __m512i,
+    hi: __m512i,
+    zo: __m512i,
+}
+
+impl Limits {
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn new(out: &OutputQuant) -> Self {
+        let zo = out.zero_point;
+        // Clamped before the zero point is added, so nothing overflows; the saturating
+        // narrowing then clamps to i8 as the reference's last clamp does.
+        Limits {
+            lo: _mm512_set1_epi32(out.act_min.max(-128).saturating_sub(zo)),
+            hi: _mm512_set1_epi32(out.act_max.min(127).saturating_sub(zo)),
+            zo: _mm512_set1_epi32(zo),
+        }
+    }
+}
+
+/// 16 rows' sums (Σ(w + 128)·x) corrected by `corr`, biased and requantized with the block's
+/// constants at `e` ([`PackedFc`]), clamped, as bytes.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn requant<const DOUBLE: bool>(
+    sum: __m512i,
+    corr: __m512i,
+    e: *const i32,
+    lim: &Limits,
+) -> __m128i {
+    let ld = |t: usize| _mm512_loadu_si512(e.add(FC_BLOCK_ROWS * t) as *const _);
+    let x = _mm512_add_epi32(_mm512_add_epi32(sum, corr), ld(0));
+    let m0 = ld(1);
+    let below = |p: __m512i| {
+        if DOUBLE {
+            let neg = _mm512_cmplt_epi64_mask(p, _mm512_setzero_si512());
+            let b = _mm512_mask_blend_epi64(
+                neg,
+                _mm512_set1_epi64(1 << 30),
+                _mm512_set1_epi64(-(1 << 30)),
+            );
+            _mm512_add_epi64(p, b)
+        } else {
+            p
+        }
+    };
+    let even = below(_mm512_mul_epi32(x, m0));
+    let odd = below(_mm512_mul_epi32(
+        _mm512_srli_epi64::<32>(x),
+        _mm512_srli_epi64::<32>(m0),
+    ));
+    let high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
+    let r = _mm512_srav_epi32(_mm512_add_epi32(high, ld(2)), ld(3));
+    let r = _mm512_min_epi32(_mm512_max_epi32(r, lim.lo), lim.hi);
+    _mm512_cvtsepi32_epi8(_mm512_add_epi32(r, lim.zo))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{fc_suite, FcData};
+    use crate::kernels::{scalar, Kernels, Layout, Packed};
+
+    /// `p` packed, then run by the packed kernel over `x` into `y` (the unpacked kernel where
+    /// the layer is not covered).
+    fn packed_fc(p: &FcParams, x: &[i8], y: &mut [i8]) {
+        let mut buf = vec![0u8; PackedFc { k: p.k, n: p.n }.bytes()];
+        let covered = PackedFc::covers(p);
+        if covered {
+            PackedFc::pack(p, &mut buf);
+        }
+        let p = FcParams {
+            packed: if covered {
+                Packed {
+                    layout: Layout::VnniFc,
+                    bytes: &buf,
+                }
+            } else {
+                Packed::NONE
+            },
+            ..*p
+        };
+        // SAFETY: called only where AVX-512 VNNI is available.
+        unsafe { super::super::fully_connected(&p, x, y) };
+    }
+
+    fc_suite!(if Kernels::vnni_available(), |p, x, y| packed_fc(p, x, y));
+
+    /// Groups of 1 to 11 images (whole passes of four, single images, several blocks): each
+    /// image's bytes as the reference's, in both roundings.
+    #[test]
+    fn batches_equal_scalar() {
+        if !Kernels::vnni_available() {
+            println!("SKIP: no AVX-512 VNNI");
+            return;
+        }
+        let mut tested = 0;
+        for (m, (k, n)) in (1..=11).zip(
+            [(640, 128), (128, 8), (301, 145), (64, 16), (5, 3)]
+                .into_iter()
+                .cycle(),
+        ) {
+            for rounding in [Rounding::Single, Rounding::Double] {
+                let data: Vec<FcData> = (0..m)
+                    .map(|i| FcData::random(k, n, (m * 31 + i) as u64))
+                    .collect();
+                let mut p = data[0].params();
+                p.out.rounding = rounding;
+                if !PackedFc::covers(&p) {
+                    continue; // some seeds draw any shift; the unpacked kernel runs those
+                }
+                tested += 1;
+                let mut buf = vec![0u8; PackedFc { k, n }.bytes()];
+                PackedFc::pack(&p, &mut buf);
+                p.packed = Packed {
+                    layout: Layout::VnniFc,
+                    bytes: &buf,
+                };
+                let mut want = vec![vec![0i8; n]; m];
+                let mut got = vec![vec![0x55i8; n]; m];
+                for (d, y) in data.iter().zip(want.iter_mut()) {
+                    scalar::fully_connected(&p, &d.x, y);
+                }
+                let mut imgs: Vec<ConvImage> = data
+                    .iter()
+                    .zip(got.iter_mut())
+                    .map(|(d, y)| ConvImage::new(&d.x, y, &mut []))
+                    .collect();
+                // SAFETY: AVX-512 VNNI is available.
+                unsafe { super::super::fully_connected_batch(&p, &mut imgs) };
+                assert_eq!(want, got, "{m} images, k {k}, n {n}, {rounding:?}");
+            }
+        }
+        assert!(tested >= 12, "only {tested} layers covered");
+    }
+}
