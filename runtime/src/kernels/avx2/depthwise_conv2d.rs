@@ -60,8 +60,8 @@ pub unsafe fn depthwise_conv2d(
 /// channel has the usual shifts ([`requant_hi`]'s form); the same bytes.
 ///
 /// # Safety
-/// The CPU must support AVX2 and AVX-512 F and BW.
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+/// The CPU must support AVX2 and AVX-512 F, BW and VL.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 pub unsafe fn depthwise_conv2d_512(
     p: &DepthwiseParams,
     input: &[i8],
@@ -266,7 +266,7 @@ impl Job<'_> {
     /// the same steps as [`Job::pixel`] with the weights and constants in both halves; an odd
     /// row's last pixel through [`Job::pixel`]. Every channel has the usual shifts.
     #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512bw")]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
     unsafe fn pixels_512<const DOUBLE: bool>(&self) {
         let (p, l) = (self.p, &self.l);
         let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
@@ -306,11 +306,11 @@ impl Job<'_> {
                     let r1 = requant_hi_512::<DOUBLE>(a1, e1, lim);
                     // i16 lanes: pixel 0's channels 0–7, 8–15, then pixel 1's.
                     let bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(r0, r1));
+                    // Masked stores: a copy of a runtime length is a call to memcpy.
                     let n = (c - at).min(DW_BLOCK);
-                    let mut buf = [0i8; 2 * DW_BLOCK];
-                    _mm256_storeu_si256(buf.as_mut_ptr() as *mut __m256i, bytes);
-                    core::ptr::copy_nonoverlapping(buf.as_ptr(), y.add(at), n);
-                    core::ptr::copy_nonoverlapping(buf.as_ptr().add(DW_BLOCK), y.add(c + at), n);
+                    let mask = ((1u32 << n) - 1) as __mmask16;
+                    _mm_mask_storeu_epi8(y.add(at), mask, _mm256_castsi256_si128(bytes));
+                    _mm_mask_storeu_epi8(y.add(c + at), mask, _mm256_extracti128_si256::<1>(bytes));
                 }
                 ox += 2;
             }
@@ -327,7 +327,7 @@ impl Job<'_> {
 /// [`requant_hi`] on 16 lanes, the constants in both halves; `lim` the clamp, less the zero
 /// point, and the zero point.
 #[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn requant_hi_512<const DOUBLE: bool>(
     sum: __m512i,
     e: &Epi,
@@ -582,7 +582,7 @@ mod tests {
             with_packed(p, &mut |q| unsafe { depthwise_conv2d(q, x, y, s) })
         });
         if Kernels::vnni_available() {
-            // SAFETY: AVX-512 F and BW come with the VNNI set.
+            // SAFETY: AVX-512 F, BW and VL come with the VNNI set.
             depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
                 depthwise_conv2d_512(p, x, y, s)
             });

@@ -1036,15 +1036,23 @@ pub(super) unsafe fn store_tile(
                 }
                 c0 += 16;
             }
-        } else if n < 16 {
-            // A row's last pixels (fewer than 16): transposed whole on the stack, n rows
-            // copied out.
+        } else {
+            // A row's last pixels (fewer than 16), or pixels of two images (small images in
+            // a group): transposed whole on the stack, each of the n rows copied to its place.
+            let mut dst = [core::ptr::null_mut::<u8>(); 16];
+            for (l, d) in dst.iter_mut().enumerate().take(n) {
+                *d = row(l0 + l);
+            }
             let mut buf = [0u8; 256];
             while c0 + 16 <= cout {
-                transpose16_sse(src.add(c0 * V), V, buf.as_mut_ptr(), 16);
-                for l in 0..n {
+                if vbmi {
+                    transpose16_vbmi(src.add(c0 * V), buf.as_mut_ptr(), 16);
+                } else {
+                    transpose16_sse(src.add(c0 * V), V, buf.as_mut_ptr(), 16);
+                }
+                for (l, d) in dst.iter().enumerate().take(n) {
                     let v = _mm_loadu_si128(buf.as_ptr().add(16 * l) as *const __m128i);
-                    _mm_storeu_si128(row(l0 + l).add(c0) as *mut __m128i, v);
+                    _mm_storeu_si128(d.add(c0) as *mut __m128i, v);
                 }
                 c0 += 16;
             }
@@ -1225,6 +1233,9 @@ mod tests {
             (16, 8, 8, 3, 1, 3),
             (32, 16, 16, 3, 2, 4),
             (128, 8, 4, 1, 1, 8),
+            // Images of 9 and 36 pixels: 16-pixel vectors across images.
+            (32, 40, 3, 1, 1, 5),
+            (16, 24, 6, 1, 1, 4),
         ] {
             for r in Rounding::ALL {
                 let c = ConvCase::square(cin, cout, hw, k, s, k / 2, 7 + n as u64);

@@ -1,8 +1,9 @@
 //! The VNNI fully connected layer over weights packed at prepare ([`PackedFc`]): rows in the
 //! lanes, 16 per vector, the input broadcast four bytes at a time, so every `vpdpbusd` adds 64
-//! useful products and no lane sums remain to add up. Four images × four blocks of sums per
-//! pass (each weight vector loaded once for the four), or one image × eight blocks (enough
-//! independent sums to keep `vpdpbusd` busy at batch 1).
+//! useful products and no lane sums remain to add up. Eight images × three blocks of sums per
+//! pass (each weight vector loaded once for the eight: the layers outgrow L1, and L2's
+//! bandwidth bounds the pass), four × four, or one image × eight blocks (enough independent
+//! sums to keep `vpdpbusd` busy at batch 1).
 //!
 //! The sums are Σ(w + 128)·x: −128·Σx per image (one `vpdpbusd` against ones per 64 inputs)
 //! makes them Σw·x, exact in wrapping i32. Every row has n ≥ 33 ([`PackedFc::covers`]), so the
@@ -15,8 +16,8 @@ use core::arch::x86_64::*;
 use crate::kernels::{ConvImage, FcParams, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP};
 use crate::requant::{OutputQuant, Rounding};
 
-/// Images per pass (the rest one by one).
-const J: usize = 4;
+/// Images per pass at most (then 4, then one by one).
+const J: usize = 8;
 const PF: usize = 512;
 
 /// Every image of `imgs` through layer `p` from its packed weights `w` (at least
@@ -31,7 +32,11 @@ pub(super) unsafe fn run(p: &FcParams, w: &[u8], imgs: &mut [ConvImage]) {
     let double = p.out.rounding == Rounding::Double;
     let mut i0 = 0;
     while i0 < imgs.len() {
-        let m = if imgs.len() - i0 >= J { J } else { 1 };
+        let m = match imgs.len() - i0 {
+            n if n >= J => J,
+            n if n >= 4 => 4,
+            _ => 1,
+        };
         let group = &mut imgs[i0..i0 + m];
         let mut x = [core::ptr::null::<i8>(); J];
         let mut corr = [_mm512_setzero_si512(); J];
@@ -41,7 +46,13 @@ pub(super) unsafe fn run(p: &FcParams, w: &[u8], imgs: &mut [ConvImage]) {
         }
         let mut b0 = 0;
         while b0 < l.blocks() {
-            let nb = (l.blocks() - b0).min(if m == J { 4 } else { 8 });
+            // 24 sums, 16 or 8 at most (the weights are read once per pass: more images per
+            // pass, fewer bytes from L2 per multiply-add).
+            let nb = (l.blocks() - b0).min(match m {
+                J => 3,
+                4 => 4,
+                _ => 8,
+            });
             let at = Pass {
                 l,
                 w: w.as_ptr().add(b0 * l.block_bytes()),
@@ -54,8 +65,11 @@ pub(super) unsafe fn run(p: &FcParams, w: &[u8], imgs: &mut [ConvImage]) {
             match (m, nb) {
                 (J, 1) => at.run::<J, 1>(group),
                 (J, 2) => at.run::<J, 2>(group),
-                (J, 3) => at.run::<J, 3>(group),
-                (J, _) => at.run::<J, 4>(group),
+                (J, _) => at.run::<J, 3>(group),
+                (4, 1) => at.run::<4, 1>(group),
+                (4, 2) => at.run::<4, 2>(group),
+                (4, 3) => at.run::<4, 3>(group),
+                (4, _) => at.run::<4, 4>(group),
                 (_, 1) => at.run::<1, 1>(group),
                 (_, 2) => at.run::<1, 2>(group),
                 (_, 3) => at.run::<1, 3>(group),
@@ -266,8 +280,8 @@ mod tests {
 
     fc_suite!(if Kernels::vnni_available(), |p, x, y| packed_fc(p, x, y));
 
-    /// Groups of 1 to 11 images (whole passes of four, single images, several blocks): each
-    /// image's bytes as the reference's, in both roundings.
+    /// Groups of 1 to 13 images (passes of eight, four and one, several blocks): each image's
+    /// bytes as the reference's, in both roundings.
     #[test]
     fn batches_equal_scalar() {
         if !Kernels::vnni_available() {
@@ -275,7 +289,7 @@ mod tests {
             return;
         }
         let mut tested = 0;
-        for (m, (k, n)) in (1..=11).zip(
+        for (m, (k, n)) in (1..=13).zip(
             [(640, 128), (128, 8), (301, 145), (64, 16), (5, 3)]
                 .into_iter()
                 .cycle(),
