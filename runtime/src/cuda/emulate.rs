@@ -251,6 +251,7 @@ proptest! {
             weights: &weights,
             bias: I32Array::new(&bb), multiplier: I32Array::new(&mb), shift: I32Array::new(&sb),
             pad_values: &pad_values, input_zero_point: zin, out: q,
+            packed: crate::kernels::Packed::NONE,
         };
         let img_in = h * w * cin;
         let img_out = ho * wo * cout;

@@ -305,6 +305,7 @@ fn fc_as_conv<'o>(p: &FcParams<'o>, input_zero_point: i32) -> ConvParams<'o> {
         pad_values: &[],
         input_zero_point,
         out: p.out,
+        packed: crate::kernels::Packed::NONE,
     }
 }
 

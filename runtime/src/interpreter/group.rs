@@ -21,7 +21,8 @@ impl Model<'_> {
                 self.with_op(j, |p| {
                     Ok(match &p.params {
                         OpParams::Conv2d(c) => {
-                            c.is_uniform() && kernels::lanes_supported(&c.geometry())
+                            c.packed.of(kernels::Layout::VnniFc).is_some()
+                                || (c.is_uniform() && kernels::lanes_supported(&c.geometry()))
                         }
                         OpParams::FullyConnected(_) => true,
                         _ => false,
@@ -51,9 +52,10 @@ impl Model<'_> {
             let batched = match &p.params {
                 OpParams::FullyConnected(_) => true,
                 OpParams::Conv2d(c) => {
-                    c.is_uniform()
-                        && kernels::lanes_supported(&c.geometry())
-                        && !kernels::vnni::narrow_preferred(c)
+                    c.packed.of(kernels::Layout::VnniFc).is_some()
+                        || (c.is_uniform()
+                            && kernels::lanes_supported(&c.geometry())
+                            && !kernels::vnni::narrow_preferred(c))
                 }
                 _ => false,
             };
@@ -92,7 +94,10 @@ impl Model<'_> {
                         kernels::vnni::fully_connected_batch(f, &mut imgs[..n]);
                         true
                     }
-                    OpParams::Conv2d(c) => kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n]),
+                    OpParams::Conv2d(c) => {
+                        kernels::vnni::conv2d_pointwise(c, &mut imgs[..n])
+                            || kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n])
+                    }
                     _ => false,
                 }
             });

@@ -70,7 +70,10 @@ pub(crate) fn conv2d(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
-            if (vnni::narrow_preferred(p)
+            let one = &mut [ConvImage::new(input, output, scratch)];
+            if vnni::conv2d_pointwise(p, one) {
+                // A pointwise conv packed at prepare: the packed fully connected kernel.
+            } else if (vnni::narrow_preferred(p)
                 && vnni::conv2d_narrow(p, ConvImage::new(input, output, scratch)))
                 || vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), all)
             {

@@ -10,8 +10,8 @@
 //! inputs, 16 rows × 4 bytes. The weights are stored as u8 (w + 128), so the input stays int8
 //! and the sums are corrected by −128·Σx per image (exact in wrapping i32).
 
-use super::{DepthwiseParams, FcParams, Resolved};
-use crate::requant::FusedRequant;
+use super::{ConvParams, DepthwiseParams, FcParams, Resolved};
+use crate::requant::{FusedRequant, HighRequant};
 
 /// One op's packed weights and their layout (only the kernels of that layout read them);
 /// empty where none.
@@ -60,15 +60,51 @@ pub const FC_BLOCK_ROWS: usize = 16;
 /// Inputs per step of [`PackedFc`] (`vpdpbusd`'s four bytes per lane).
 pub const FC_STEP: usize = 4;
 
-/// Bytes of one block's requantization constants: bias, M0, the rounding term's high half
-/// and n − 32 ([`FusedRequant`]'s form for n ≥ 33), [`FC_BLOCK_ROWS`] i32 each.
-pub const FC_EPI_BYTES: usize = 4 * 4 * FC_BLOCK_ROWS;
+/// Bytes of one block's requantization constants ([`FcEpi`]).
+pub const FC_EPI_BYTES: usize = 1024;
+
+/// Where [`PackedFc`]'s constants lie in a block, in bytes: tables of [`FC_BLOCK_ROWS`]
+/// little-endian i32 (one per row) or 16 i64 (the even rows', then the odd ones', as 64-bit
+/// lanes pair them).
+///
+/// Two forms of the requantization: the short one where every row of the block has n ≥ 33
+/// ([`FusedRequant`]'s n; the usual shifts, from −2 down), from `BIAS`, `M0`, `R_HI`
+/// (round >> 32) and `N_HI` (n − 32); else [`HighRequant`]'s, from `BIAS`, `M0`, `ACC_MIN`,
+/// `ACC_MAX`, `LS`, `N`, `PRE`, `ROUND` and `CORR`. `HI` (one i32) says which.
+pub struct FcEpi;
+
+impl FcEpi {
+    /// Bias (i32).
+    pub const BIAS: usize = 0;
+    /// M0 (i32).
+    pub const M0: usize = 64;
+    /// round >> 32, the short form's (i32).
+    pub const R_HI: usize = 128;
+    /// n − 32, the short form's (i32).
+    pub const N_HI: usize = 192;
+    /// `HighRequant::acc_min` (i32).
+    pub const ACC_MIN: usize = 256;
+    /// `HighRequant::acc_max` (i32).
+    pub const ACC_MAX: usize = 320;
+    /// `HighRequant::ls` (i32).
+    pub const LS: usize = 384;
+    /// `HighRequant::n` (i32).
+    pub const N: usize = 448;
+    /// `HighRequant::pre` (i64, even rows then odd).
+    pub const PRE: usize = 512;
+    /// `HighRequant::round` (i64, even rows then odd).
+    pub const ROUND: usize = 640;
+    /// `HighRequant::corr` (i64, even rows then odd).
+    pub const CORR: usize = 768;
+    /// 1 where every row has the short form (one i32).
+    pub const HI: usize = 896;
+}
 
 /// The VNNI fully connected layout of a K × N layer: ⌈N / 16⌉ blocks of
-/// [`PackedFc::block_bytes`], each [`FC_EPI_BYTES`] of constants (`[bias; 16]`, `[M0; 16]`,
-/// `[round >> 32; 16]`, `[n − 32; 16]`, little-endian i32; rows past N: M0 = 0) then ⌈K / 4⌉
-/// steps of 64 bytes, byte `4·r + i` of step `s` being `w[16·b + r][4·s + i] + 128` as u8 (0
-/// past K or N: adds nothing whatever the input holds there).
+/// [`PackedFc::block_bytes`], each [`FC_EPI_BYTES`] of constants ([`FcEpi`]; rows past N:
+/// M0 = 0) then ⌈K / 4⌉ steps of 64 bytes, byte `4·r + i` of step `s` being
+/// `w[16·b + r][4·s + i] + 128` as u8 (0 past K or N: adds nothing whatever the input holds
+/// there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackedFc {
     /// Inputs (K).
@@ -98,14 +134,7 @@ impl PackedFc {
         self.blocks() * self.block_bytes()
     }
 
-    /// Whether a layer's requantization fits the layout's constants: every row's n ≥ 33 (the
-    /// usual shifts, from −2 down, in either rounding).
-    pub fn covers(p: &FcParams) -> bool {
-        (0..p.n)
-            .all(|j| FusedRequant::new(p.multiplier.get(j), p.shift.get(j), p.out.rounding).n >= 33)
-    }
-
-    /// Writes `p`'s layout into `dst` (at least [`PackedFc::bytes`] long, `p` covered).
+    /// Writes `p`'s layout into `dst` (at least [`PackedFc::bytes`] long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = PackedFc { k: p.k, n: p.n };
         let rows = FC_BLOCK_ROWS;
@@ -114,30 +143,34 @@ impl PackedFc {
             .enumerate()
         {
             let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
-            let mut put = |table: usize, r: usize, v: i32| {
-                let at = 4 * (table * rows + r);
-                epi[at..at + 4].copy_from_slice(&v.to_le_bytes());
-            };
+            epi.fill(0);
+            let mut put = |at: usize, v: &[u8]| epi[at..at + v.len()].copy_from_slice(v);
+            let mut hi = true;
             for r in 0..rows {
                 let j = b * rows + r;
-                let (bias, f) = if j < p.n {
-                    let f = FusedRequant::new(p.multiplier.get(j), p.shift.get(j), p.out.rounding);
-                    (p.bias.get(j), f)
+                let (bias, m0, sh) = if j < p.n {
+                    (p.bias.get(j), p.multiplier.get(j), p.shift.get(j))
                 } else {
-                    (
-                        0,
-                        FusedRequant {
-                            m0: 0,
-                            n: 33,
-                            ..FusedRequant::default()
-                        },
-                    )
+                    (0, 0, -2)
                 };
-                put(0, r, bias);
-                put(1, r, f.m0);
-                put(2, r, (f.round >> 32) as i32);
-                put(3, r, f.n as i32 - 32);
+                let f = FusedRequant::new(m0, sh, p.out.rounding);
+                let h = HighRequant::new(m0, sh, p.out.rounding);
+                hi &= f.n >= 33;
+                put(FcEpi::BIAS + 4 * r, &bias.to_le_bytes());
+                put(FcEpi::M0 + 4 * r, &f.m0.to_le_bytes());
+                put(FcEpi::R_HI + 4 * r, &((f.round >> 32) as i32).to_le_bytes());
+                put(FcEpi::N_HI + 4 * r, &(f.n as i32 - 32).to_le_bytes());
+                put(FcEpi::ACC_MIN + 4 * r, &h.acc_min.to_le_bytes());
+                put(FcEpi::ACC_MAX + 4 * r, &h.acc_max.to_le_bytes());
+                put(FcEpi::LS + 4 * r, &(h.ls as i32).to_le_bytes());
+                put(FcEpi::N + 4 * r, &(h.n as i32).to_le_bytes());
+                // 64-bit lane r / 2 of the even (r even) or odd rows' vector.
+                let lane = 8 * ((r % 2) * 8 + r / 2);
+                put(FcEpi::PRE + lane, &(h.pre as i64).to_le_bytes());
+                put(FcEpi::ROUND + lane, &h.round.to_le_bytes());
+                put(FcEpi::CORR + lane, &h.corr.to_le_bytes());
             }
+            put(FcEpi::HI, &(hi as i32).to_le_bytes());
             for (s, step) in w.chunks_exact_mut(FC_STEP * rows).enumerate() {
                 for (r, lane) in step.chunks_exact_mut(FC_STEP).enumerate() {
                     let j = b * rows + r;
@@ -160,14 +193,18 @@ impl PackedFc {
 pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
     match k {
         #[cfg(target_arch = "x86_64")]
-        Resolved::Vnni if PackedFc::covers(p) => {
-            Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes()))
-        }
+        Resolved::Vnni => Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes())),
         _ => {
             let _ = (k, p);
             None
         }
     }
+}
+
+/// The layout and bytes kernel set `k` packs conv `p` in: a pointwise conv as the fully
+/// connected layer it applies to each pixel (`ConvParams::pointwise_fc`).
+pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize)> {
+    fc_packing(k, &p.pointwise_fc()?)
 }
 
 /// The layout and bytes kernel set `k` packs depthwise conv `p` in (`None`: it packs none).
@@ -188,6 +225,10 @@ pub(crate) fn depthwise_packing(k: Resolved, p: &DepthwiseParams) -> Option<(Lay
 pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<'a> {
     match (layout, op) {
         (Layout::VnniFc, PackOp::Fc(p)) => PackedFc::pack(p, dst),
+        (Layout::VnniFc, PackOp::Conv(p)) => match p.pointwise_fc() {
+            Some(f) => PackedFc::pack(&f, dst),
+            None => return Packed::default(),
+        },
         #[cfg(target_arch = "x86_64")]
         (Layout::X86Depthwise, PackOp::Depthwise(p)) => super::avx2::depthwise_pack(p, dst),
         _ => return Packed::default(),
@@ -200,6 +241,7 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) enum PackOp<'p, 'a> {
     Fc(&'p FcParams<'a>),
+    Conv(&'p ConvParams<'a>),
     Depthwise(&'p DepthwiseParams<'a>),
 }
 

@@ -182,6 +182,9 @@ pub struct ConvParams<'a> {
     pub input_zero_point: i32,
     /// Output zero point and clamp.
     pub out: OutputQuant,
+    /// The weights packed at prepare for one kernel set ([`crate::Model::prepare_packed`]), or
+    /// none.
+    pub packed: Packed<'a>,
 }
 
 impl<'a> ConvParams<'a> {
@@ -198,8 +201,34 @@ impl<'a> ConvParams<'a> {
             bias: self.bias.slice(c0, c1),
             multiplier: self.multiplier.slice(c0, c1),
             shift: self.shift.slice(c0, c1),
+            packed: super::packed::fc_outputs(&self.packed, k, c0, c1),
             ..*self
         }
+    }
+
+    /// A 1×1 conv of stride 1 without padding as the fully connected layer it applies to each
+    /// pixel (K = C_in, N = C_out; the same bytes per pixel), else `None`.
+    pub fn pointwise_fc(&self) -> Option<FcParams<'a>> {
+        let w = &self.window;
+        let pointwise = w.kernel_h == 1
+            && w.kernel_w == 1
+            && w.stride_h == 1
+            && w.stride_w == 1
+            && w.pad_top == 0
+            && w.pad_left == 0
+            && self.input.h == self.output.h
+            && self.input.w == self.output.w;
+        pointwise.then(|| FcParams {
+            k: self.input.c,
+            n: self.output.c,
+            weights: self.weights,
+            bias: self.bias,
+            multiplier: self.multiplier,
+            shift: self.shift,
+            per_tensor: FcParams::per_tensor_of(&self.multiplier, &self.shift),
+            out: self.out,
+            packed: self.packed,
+        })
     }
 
     /// Whether the window is octet's classic one ([`Placement::is_uniform`]): the convs other

@@ -189,6 +189,7 @@ impl ConvData {
             pad_values: &self.pads,
             input_zero_point: self.input_zero_point,
             out: l.out,
+            packed: Packed::NONE,
         }
     }
 }
@@ -216,6 +217,7 @@ pub fn conv_shape(c: &ConvCase) -> Option<ConvParams<'static>> {
         pad_values: &[],
         input_zero_point: 0,
         out: full_range(0),
+        packed: Packed::NONE,
     })
 }
 

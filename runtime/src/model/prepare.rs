@@ -184,7 +184,7 @@ impl<'a> Model<'a> {
     /// [`Model::prepare`], and the weights `kernels` reads in its own order packed once into
     /// `packed` (at least [`Model::packed_bytes`] bytes; TensorFlow Lite Micro's persistent
     /// buffers): a run with that set then reads them instead of reordering the weights on
-    /// every call (the AVX-512 VNNI fully connected layers, the x86 depthwise convs). Every
+    /// every call (the AVX-512 VNNI fully connected layers and pointwise convs, the x86 depthwise convs). Every
     /// other set runs as if unpacked; the bytes out are the same. Fails with `OutOfBounds`
     /// when `table` or `packed` is too short, and as [`Kernels::resolve`] does.
     pub fn prepare_packed(
@@ -217,6 +217,9 @@ impl<'a> Model<'a> {
                 }
                 OpParams::DepthwiseConv2d(d) => {
                     d.packed = kernels::pack(layout, PackOp::Depthwise(d), mine);
+                }
+                OpParams::Conv2d(c) => {
+                    c.packed = kernels::pack(layout, PackOp::Conv(c), mine);
                 }
                 _ => {}
             }
@@ -331,6 +334,7 @@ impl<'a> Model<'a> {
             pad_values: o.pad_values,
             input_zero_point: tin.zero_point,
             out: output_quant(o, tout, r),
+            packed: Packed::NONE,
         }
     }
 
@@ -446,6 +450,7 @@ fn packing(k: Resolved, params: &OpParams) -> Option<(Layout, usize)> {
     match params {
         OpParams::FullyConnected(f) => kernels::fc_packing(k, f),
         OpParams::DepthwiseConv2d(d) => kernels::depthwise_packing(k, d),
+        OpParams::Conv2d(c) => kernels::conv_packing(k, c),
         _ => None,
     }
 }

@@ -110,6 +110,7 @@ mod placement_tests {
             pad_values: &[100],
             input_zero_point: 0,
             out: full_range(0),
+            packed: crate::kernels::Packed::NONE,
         };
         assert!(!p.is_uniform());
         let mut out = [0i8; 4];

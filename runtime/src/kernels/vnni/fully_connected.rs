@@ -18,6 +18,8 @@ use crate::requant::{FusedRequant, OutputQuant, Rounding};
 
 mod packed;
 
+pub(super) use packed::rows as packed_rows;
+
 /// Rows per pass.
 const R: usize = 4;
 /// Images per pass.
