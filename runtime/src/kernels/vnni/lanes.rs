@@ -402,7 +402,8 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
     }
     let x = input.as_ptr() as *const u8;
     let mut first = y0 * w;
-    if cin.is_multiple_of(4) && cin >= 16 {
+    let few = (cin < 4 && vbmi()).then(|| FewQuads::new(cin));
+    if (cin.is_multiple_of(4) && cin >= 16) || few.is_some() {
         // Blocks of 16 pixels × up to 16 quads, transposed in registers (a block may reach
         // into rows outside the band: their quads are written where they belong, unread).
         let npx = (h * w) & !15;
@@ -410,6 +411,11 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
         for i0 in (b0..b1).step_by(16) {
             // Where the block's lanes go, once for all its planes.
             let segs = TSegs::new(g, s, pad, w, i0);
+            if let Some(f) = &few {
+                // C_in < 4: the 16 pixels' bytes regrouped into quads by `vpermb`.
+                segs.store(t, f.of(x.add(i0 * cin)));
+                continue;
+            }
             for j0 in (0..g.planes).step_by(16) {
                 // The last block of planes reads only the quads it has (a masked load).
                 let nq = (g.planes - j0).min(16);
@@ -456,6 +462,49 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
                 core::array::from_fn(|i| if i < cin { src.add(i).read() ^ 0x80 } else { 0 });
             (dst as *mut u32).write_unaligned(u32::from_le_bytes(b));
         }
+    }
+}
+
+/// How 16 pixels of `cin` < 4 channels become their quads (lane = pixel): the channels as u8
+/// (x + 128), 0 past `cin`.
+struct FewQuads {
+    cin: usize,
+    /// Byte 4p + j: byte cin·p + j of the pixels.
+    idx: __m512i,
+    /// The bytes of the channels.
+    keep: __mmask64,
+    /// 0x80 on those bytes.
+    flip: __m512i,
+}
+
+impl FewQuads {
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi")]
+    unsafe fn new(cin: usize) -> Self {
+        let (mut idx, mut keep, mut flip) = ([0u8; 64], 0u64, [0u8; 64]);
+        for p in 0..16 {
+            for j in 0..cin {
+                idx[4 * p + j] = (cin * p + j) as u8;
+                keep |= 1 << (4 * p + j);
+                flip[4 * p + j] = 0x80;
+            }
+        }
+        let ld = |a: &[u8; 64]| _mm512_loadu_si512(a.as_ptr() as *const _);
+        FewQuads {
+            cin,
+            idx: ld(&idx),
+            keep,
+            flip: ld(&flip),
+        }
+    }
+
+    /// The quads of the 16 pixels at `x` (only their 16·cin bytes read).
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi")]
+    unsafe fn of(&self, x: *const u8) -> __m512i {
+        let v = _mm512_maskz_loadu_epi8((1u64 << (16 * self.cin)) - 1, x as *const i8);
+        let q = _mm512_maskz_permutexvar_epi8(self.keep, self.idx, v);
+        _mm512_xor_si512(q, self.flip)
     }
 }
 
@@ -1057,6 +1106,15 @@ pub(super) unsafe fn store_tile(
                 c0 += 16;
             }
         }
+        if vbmi && cout - c0 >= 8 {
+            // The last 8 channels (C_out is a multiple of 8): 8 bytes per pixel.
+            let mut buf = [0u64; 16];
+            transpose8_vbmi(src.add(c0 * V), buf.as_mut_ptr() as *mut u8);
+            for (l, &v) in buf.iter().enumerate().take(n) {
+                (row(l0 + l).add(c0) as *mut u64).write_unaligned(v);
+            }
+            c0 += 8;
+        }
         for l in l0..l0 + n {
             let dst = row(l);
             for c in c0..cout {
@@ -1111,6 +1169,35 @@ unsafe fn transpose16_sse(src: *const u8, ss: usize, dst: *mut u8, ds: usize) {
             _mm_storeu_si128(dst.add((4 * q + i) * ds) as *mut __m128i, c);
         }
     }
+}
+
+/// [`transpose8_vbmi`]'s byte indices: pixels 0–7, then 8–15.
+const TRANSPOSE8: [[u8; 64]; 2] = {
+    let mut t = [[0u8; 64]; 2];
+    let mut i = 0;
+    while i < 128 {
+        let (half, j) = (i / 64, i % 64);
+        t[half][j] = (16 * (j % 8) + j / 8 + 8 * half) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// 8 channels × 16 pixels (128 bytes, channel-major) to 16 rows of 8 channel bytes at `dst`
+/// (128 bytes, pixel-major): byte 8p + c of the result is byte 16c + p of `src`.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi")]
+unsafe fn transpose8_vbmi(src: *const u8, dst: *mut u8) {
+    let (a, b) = (
+        _mm512_loadu_si512(src as *const _),
+        _mm512_loadu_si512(src.add(64) as *const _),
+    );
+    let idx = |half: usize| _mm512_loadu_si512(TRANSPOSE8[half].as_ptr() as *const _);
+    _mm512_storeu_si512(dst as *mut _, _mm512_permutex2var_epi8(a, idx(0), b));
+    _mm512_storeu_si512(
+        dst.add(64) as *mut _,
+        _mm512_permutex2var_epi8(a, idx(1), b),
+    );
 }
 
 /// 16 channels × 16 pixels (256 bytes, channel-major) to 16 rows of 16 channel bytes, row `p`
@@ -1235,6 +1322,10 @@ mod tests {
             (128, 8, 4, 1, 1, 8),
             // Images of 9 and 36 pixels: 16-pixel vectors across images.
             (32, 40, 3, 1, 1, 5),
+            // Fewer than 4 channels (quads by `vpermb`), strides 1 and 2.
+            (1, 8, 17, 3, 2, 3),
+            (2, 16, 16, 3, 1, 2),
+            (3, 8, 32, 3, 2, 2),
             (16, 24, 6, 1, 1, 4),
         ] {
             for r in Rounding::ALL {
