@@ -75,8 +75,11 @@ fn logits_of(outs: &mut [u8], n: usize) -> &[i8] {
 
 /// Multiply-adds per image from which a batch smaller than the thread count runs each image
 /// on all threads ([`run_split_with`]): below, starting a thread and meeting after every op
-/// cost more than half the image (LeNet's 0.4 M run on one thread).
-pub const SPLIT_MIN_MACS: u64 = 20_000_000;
+/// cost more than half the image (LeNet's 0.4 M run on one thread). Measured on two cores
+/// (`benches/mlperf_tiny.rs`, batch 1): ResNet-8 (12.5 M) runs in 0.87× the time split,
+/// MobileNet v1 0.25 (7.5 M, its depthwise convs whole on one thread) in 1.14× and DS-CNN
+/// (2.7 M) in 1.26×.
+pub const SPLIT_MIN_MACS: u64 = 10_000_000;
 
 /// Output pixels from which threads sharing an image split a conv by bands of rows rather than
 /// by output channels (where the kernels allow): with fewer, a band is a pass or two of the

@@ -5,7 +5,8 @@
 //! point taken off (so padding is 0; the bias gains z·Σw), 16 channels per block
 //! ([`SimdDepthwise`]). Taps go in pairs: `vpunpck{l,h}wd` interleaves two taps' 16 channels
 //! and `vpmaddwd` with the pair's interleaved weights adds both products per channel into i32
-//! lanes, exactly (|x − z|·|w| ≤ 255·128). The two accumulators hold channels 0–3, 8–11 and
+//! lanes, exactly (|x − z|·|w| ≤ 255·128; `vpdpwssd`, the same sum, in the AVX-512 form).
+//! The two accumulators hold channels 0–3, 8–11 and
 //! 4–7, 12–15, the order `vpackssdw` puts back; the requantization constants are laid out in
 //! it ([`HighRequant`]'s i32-lane form, per channel, in either rounding).
 
@@ -60,8 +61,8 @@ pub unsafe fn depthwise_conv2d(
 /// channel has the usual shifts ([`requant_hi`]'s form); the same bytes.
 ///
 /// # Safety
-/// The CPU must support AVX2 and AVX-512 F, BW and VL.
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+/// The CPU must support AVX2 and AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn depthwise_conv2d_512(
     p: &DepthwiseParams,
     input: &[i8],
@@ -266,7 +267,7 @@ impl Job<'_> {
     /// the same steps as [`Job::pixel`] with the weights and constants in both halves; an odd
     /// row's last pixel through [`Job::pixel`]. Every channel has the usual shifts.
     #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn pixels_512<const DOUBLE: bool>(&self) {
         let (p, l) = (self.p, &self.l);
         let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
@@ -298,8 +299,8 @@ impl Job<'_> {
                         let w = wb.add(j * l.blocks * 2);
                         let lo = _mm512_unpacklo_epi16(xa, xc);
                         let hi = _mm512_unpackhi_epi16(xa, xc);
-                        a0 = _mm512_add_epi32(a0, _mm512_madd_epi16(lo, both(w)));
-                        a1 = _mm512_add_epi32(a1, _mm512_madd_epi16(hi, both(w.add(1))));
+                        a0 = _mm512_dpwssd_epi32(a0, lo, both(w));
+                        a1 = _mm512_dpwssd_epi32(a1, hi, both(w.add(1)));
                     }
                     let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
                     let r0 = requant_hi_512::<DOUBLE>(a0, e0, lim);
@@ -582,7 +583,7 @@ mod tests {
             with_packed(p, &mut |q| unsafe { depthwise_conv2d(q, x, y, s) })
         });
         if Kernels::vnni_available() {
-            // SAFETY: AVX-512 F, BW and VL come with the VNNI set.
+            // SAFETY: AVX-512 F, BW, VL and VNNI come with the VNNI set.
             depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
                 depthwise_conv2d_512(p, x, y, s)
             });
