@@ -263,9 +263,10 @@ impl Job<'_> {
 }
 
 impl Job<'_> {
-    /// Every output pixel, two of a row per AVX-512 vector (the first in the low 256 bits):
+    /// Every output pixel, two consecutive ones (in row-major order, across rows: their
+    /// outputs are adjacent either way) per AVX-512 vector (the first in the low 256 bits):
     /// the same steps as [`Job::pixel`] with the weights and constants in both halves; an odd
-    /// row's last pixel through [`Job::pixel`]. Every channel has the usual shifts.
+    /// count's last pixel through [`Job::pixel`]. Every channel has the usual shifts.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn pixels_512<const DOUBLE: bool>(&self) {
@@ -279,47 +280,56 @@ impl Job<'_> {
             _mm512_broadcast_i64x4(self.lim.hi),
             _mm512_broadcast_i64x4(self.lim.zo),
         );
-        for oy in 0..ho {
-            let mut ox = 0;
-            while ox + 1 < wo {
-                let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
-                let x1 = x0.add(sw * blk);
-                let y = self.out.add((oy * wo + ox) * c);
-                for b in 0..l.blocks {
-                    let (mut a0, mut a1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                    let at = b * DW_BLOCK;
-                    let wb = self.weights.add(b * 2);
-                    let two = |o: usize| {
-                        let lo = _mm256_loadu_si256(x0.add(at + o) as *const __m256i);
-                        let hi = _mm256_loadu_si256(x1.add(at + o) as *const __m256i);
-                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-                    };
-                    for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
-                        let (xa, xc) = (two(o0), two(o1));
-                        let w = wb.add(j * l.blocks * 2);
-                        let lo = _mm512_unpacklo_epi16(xa, xc);
-                        let hi = _mm512_unpackhi_epi16(xa, xc);
-                        a0 = _mm512_dpwssd_epi32(a0, lo, both(w));
-                        a1 = _mm512_dpwssd_epi32(a1, hi, both(w.add(1)));
-                    }
-                    let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
-                    let r0 = requant_hi_512::<DOUBLE>(a0, e0, lim);
-                    let r1 = requant_hi_512::<DOUBLE>(a1, e1, lim);
-                    // i16 lanes: pixel 0's channels 0–7, 8–15, then pixel 1's.
-                    let bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(r0, r1));
-                    // Masked stores: a copy of a runtime length is a call to memcpy.
-                    let n = (c - at).min(DW_BLOCK);
-                    let mask = ((1u32 << n) - 1) as __mmask16;
-                    _mm_mask_storeu_epi8(y.add(at), mask, _mm256_castsi256_si128(bytes));
-                    _mm_mask_storeu_epi8(y.add(c + at), mask, _mm256_extracti128_si256::<1>(bytes));
-                }
-                ox += 2;
+        // Output pixel (oy, ox) and the next one's input offset.
+        let next = |(oy, ox): (usize, usize)| {
+            if ox + 1 < wo {
+                (oy, ox + 1)
+            } else {
+                (oy + 1, 0)
             }
-            if ox < wo {
-                match DOUBLE {
-                    false => self.pixel::<HI_SINGLE>(oy, ox),
-                    true => self.pixel::<HI_DOUBLE>(oy, ox),
+        };
+        let at_in = |(oy, ox): (usize, usize)| (oy * sh * l.cols + ox * sw) * blk;
+        let (mut px, mut i) = ((0usize, 0usize), 0usize);
+        while i + 1 < ho * wo {
+            let px1 = next(px);
+            let x0 = self.image.add(at_in(px));
+            let x1 = self.image.add(at_in(px1));
+            let y = self.out.add(i * c);
+            for b in 0..l.blocks {
+                let (mut a0, mut a1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                let at = b * DW_BLOCK;
+                let wb = self.weights.add(b * 2);
+                let two = |o: usize| {
+                    let lo = _mm256_loadu_si256(x0.add(at + o) as *const __m256i);
+                    let hi = _mm256_loadu_si256(x1.add(at + o) as *const __m256i);
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                };
+                for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
+                    let (xa, xc) = (two(o0), two(o1));
+                    let w = wb.add(j * l.blocks * 2);
+                    let lo = _mm512_unpacklo_epi16(xa, xc);
+                    let hi = _mm512_unpackhi_epi16(xa, xc);
+                    a0 = _mm512_dpwssd_epi32(a0, lo, both(w));
+                    a1 = _mm512_dpwssd_epi32(a1, hi, both(w.add(1)));
                 }
+                let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
+                let r0 = requant_hi_512::<DOUBLE>(a0, e0, lim);
+                let r1 = requant_hi_512::<DOUBLE>(a1, e1, lim);
+                // i16 lanes: pixel 0's channels 0–7, 8–15, then pixel 1's.
+                let bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(r0, r1));
+                // Masked stores: a copy of a runtime length is a call to memcpy.
+                let n = (c - at).min(DW_BLOCK);
+                let mask = ((1u32 << n) - 1) as __mmask16;
+                _mm_mask_storeu_epi8(y.add(at), mask, _mm256_castsi256_si128(bytes));
+                _mm_mask_storeu_epi8(y.add(c + at), mask, _mm256_extracti128_si256::<1>(bytes));
+            }
+            px = next(px1);
+            i += 2;
+        }
+        if i < ho * wo {
+            match DOUBLE {
+                false => self.pixel::<HI_SINGLE>(px.0, px.1),
+                true => self.pixel::<HI_DOUBLE>(px.0, px.1),
             }
         }
     }
