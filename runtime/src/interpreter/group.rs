@@ -95,7 +95,7 @@ impl Model<'_> {
                         true
                     }
                     OpParams::Conv2d(c) => {
-                        kernels::vnni::conv2d_pointwise(c, &mut imgs[..n])
+                        kernels::vnni::conv2d_packed(c, &mut imgs[..n])
                             || kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n])
                     }
                     _ => false,

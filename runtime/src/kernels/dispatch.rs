@@ -71,8 +71,8 @@ pub(crate) fn conv2d(
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
             let one = &mut [ConvImage::new(input, output, scratch)];
-            if vnni::conv2d_pointwise(p, one) {
-                // A pointwise conv packed at prepare: the packed fully connected kernel.
+            if vnni::conv2d_packed(p, one) {
+                // Packed at prepare: the packed fully connected kernel over its patches.
             } else if (vnni::narrow_preferred(p)
                 && vnni::conv2d_narrow(p, ConvImage::new(input, output, scratch)))
                 || vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), all)

@@ -61,7 +61,10 @@ pub(crate) mod test_util;
 pub use add_tables::TfliteAddTables;
 pub(crate) use dispatch::*;
 pub(crate) use packed::{conv_packing, depthwise_packing, fc_packing, pack, Layout, PackOp};
-pub use packed::{FcEpi, Packed, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP, PACKED_ALIGN};
+pub use packed::{
+    FcEpi, Packed, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP, IM2COL_MAX_K, IM2COL_MAX_PIXELS,
+    PACKED_ALIGN,
+};
 pub use params::*;
 pub use scratch::*;
 pub use select::Kernels;

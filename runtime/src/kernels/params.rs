@@ -206,8 +206,24 @@ impl<'a> ConvParams<'a> {
         }
     }
 
-    /// A 1×1 conv of stride 1 without padding as the fully connected layer it applies to each
-    /// pixel (K = C_in, N = C_out; the same bytes per pixel), else `None`.
+    /// The conv's weights as the fully connected layer of N = C_out rows of K = kh·kw·C_in
+    /// (OHWI rows are patch-ordered): a pixel's outputs are that layer applied to its patch.
+    pub fn as_fc(&self) -> FcParams<'a> {
+        FcParams {
+            k: self.k(),
+            n: self.output.c,
+            weights: self.weights,
+            bias: self.bias,
+            multiplier: self.multiplier,
+            shift: self.shift,
+            per_tensor: FcParams::per_tensor_of(&self.multiplier, &self.shift),
+            out: self.out,
+            packed: self.packed,
+        }
+    }
+
+    /// A 1×1 conv of stride 1 without padding, whose patches are its input pixels, as its
+    /// fully connected layer ([`ConvParams::as_fc`]), else `None`.
     pub fn pointwise_fc(&self) -> Option<FcParams<'a>> {
         let w = &self.window;
         let pointwise = w.kernel_h == 1
@@ -218,17 +234,7 @@ impl<'a> ConvParams<'a> {
             && w.pad_left == 0
             && self.input.h == self.output.h
             && self.input.w == self.output.w;
-        pointwise.then(|| FcParams {
-            k: self.input.c,
-            n: self.output.c,
-            weights: self.weights,
-            bias: self.bias,
-            multiplier: self.multiplier,
-            shift: self.shift,
-            per_tensor: FcParams::per_tensor_of(&self.multiplier, &self.shift),
-            out: self.out,
-            packed: self.packed,
-        })
+        pointwise.then(|| self.as_fc())
     }
 
     /// Whether the window is octet's classic one ([`Placement::is_uniform`]): the convs other

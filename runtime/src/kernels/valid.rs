@@ -38,8 +38,6 @@ pub fn as_valid<'a>(
             pad_left: 0,
             ..p.window
         },
-        // Packed weights describe the conv as given.
-        packed: crate::kernels::Packed::NONE,
         ..*p
     };
     Some((q, image, rest))

@@ -11,7 +11,7 @@ mod conv2d;
 mod fully_connected;
 mod lanes;
 mod narrow;
-mod pointwise;
+mod packed_conv;
 mod tflite_add;
 
 pub use super::ConvImage;
@@ -21,5 +21,5 @@ pub use conv2d::conv2d;
 pub use fully_connected::{fully_connected, fully_connected_batch};
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
-pub use pointwise::conv2d_pointwise;
+pub use packed_conv::conv2d_packed;
 pub use tflite_add::tflite_add;

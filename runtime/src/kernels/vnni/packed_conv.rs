@@ -1,0 +1,164 @@
+//! conv2d, AVX-512 VNNI, over weights packed at prepare as the fully connected layer the conv
+//! applies to each pixel's patch (`ConvParams::as_fc`, K = kh·kw·C_in, N = C_out): the fully
+//! connected kernel over packed weights, eight pixels at a time as it takes images. A
+//! pointwise conv (1×1, stride 1, no padding) reads its pixels in place; any other gathers
+//! each patch (pad values included) onto the stack first, K up to [`IM2COL_MAX_K`]. Output
+//! channels lie in the lanes, so small images (MobileNet's 6×6 and 3×3 layers) leave no lane
+//! empty, and the outputs are written in HWC order without a transpose.
+
+use core::arch::x86_64::*;
+
+use super::fully_connected::packed_rows;
+use crate::kernels::{
+    ConvImage, ConvParams, Layout, PackedFc, PatchPiece, GROUP_IMAGES, IM2COL_MAX_K,
+};
+
+/// Pixels whose patches are gathered at once.
+const PIXELS: usize = 8;
+
+/// `p` over every image of `images` (their scratch unused), where `p` was packed for this
+/// kernel, is uniform where not pointwise (the dispatch pads other convs first) and the
+/// buffers hold its tensors; `false` (nothing written) else.
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn conv2d_packed(p: &ConvParams, images: &mut [ConvImage]) -> bool {
+    let Some(w) = p.packed.of(Layout::VnniFc) else {
+        return false;
+    };
+    let f = p.as_fc();
+    let px = p.output.h * p.output.w;
+    let fits = |m: &ConvImage| m.input.len() >= p.input.len() && m.output.len() >= p.output.len();
+    if w.len() < (PackedFc { k: f.k, n: f.n }).bytes() || !images.iter().all(fits) {
+        return false;
+    }
+    let (k, cout) = (f.k, f.n);
+    if p.pointwise_fc().is_some() {
+        for group in images.chunks_mut(GROUP_IMAGES) {
+            let mut ptrs = [(core::ptr::null::<i8>(), core::ptr::null_mut::<i8>()); GROUP_IMAGES];
+            for (q, m) in ptrs.iter_mut().zip(group.iter_mut()) {
+                *q = (m.input.as_ptr(), m.output.as_mut_ptr());
+            }
+            // SAFETY: pixel i of the group lies within its image's checked tensors.
+            packed_rows(&f, w, group.len() * px, |i| {
+                let (x, y) = ptrs[i / px];
+                (x.add(i % px * k), y.add(i % px * cout))
+            });
+        }
+        return true;
+    }
+    if !p.is_uniform() || k > IM2COL_MAX_K || p.input.c > IM2COL_MAX_K {
+        return false;
+    }
+    // One tap of padding: every channel's pad value.
+    let mut pad = [0i8; IM2COL_MAX_K];
+    for (c, v) in pad.iter_mut().enumerate().take(p.input.c) {
+        *v = p.pad_value(c);
+    }
+    let mut patches = [0i8; PIXELS * IM2COL_MAX_K];
+    for m in images.iter_mut() {
+        let (x, y) = (m.input.as_ptr(), m.output.as_mut_ptr());
+        for p0 in (0..px).step_by(PIXELS) {
+            let n = (px - p0).min(PIXELS);
+            for i in 0..n {
+                let row = patches.as_mut_ptr().add(i * k);
+                p.patch_pieces(p0 + i, |at, piece| match piece {
+                    PatchPiece::Input { start, n } => copy(x.add(start), row.add(at), n),
+                    PatchPiece::Pad => copy(pad.as_ptr(), row.add(at), p.input.c),
+                });
+            }
+            let rows = patches.as_ptr();
+            packed_rows(&f, w, n, |i| (rows.add(i * k), y.add((p0 + i) * cout)));
+        }
+    }
+    true
+}
+
+/// `n` bytes from `src` to `dst`, 64 at a time through masks (a copy of a runtime length is
+/// otherwise a call to memcpy, per piece of a patch).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn copy(src: *const i8, dst: *mut i8, n: usize) {
+    let mut at = 0;
+    while at < n {
+        let mask: __mmask64 = if n - at >= 64 {
+            !0
+        } else {
+            (1u64 << (n - at)) - 1
+        };
+        let v = _mm512_maskz_loadu_epi8(mask, src.add(at));
+        _mm512_mask_storeu_epi8(dst.add(at), mask, v);
+        at += 64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{ConvCase, ConvData};
+    use crate::kernels::{scalar, Kernels, Packed, Rounding};
+
+    /// Convs of the models' shapes, packed (1 to 5 images, 9 to 2 304 pixels, C 1 to 256,
+    /// pointwise and gathered patches with padding and strides): each image's bytes as the
+    /// reference's, in both roundings; a dilated conv declines.
+    #[test]
+    fn equals_scalar() {
+        if !Kernels::vnni_available() {
+            println!("SKIP: no AVX-512 VNNI");
+            return;
+        }
+        let mut tested = 0;
+        for &(cin, cout, hw, kk, st, pad, n) in &[
+            (8, 16, 48, 1, 1, 0, 1),
+            (64, 64, 5, 1, 1, 0, 3),
+            (128, 256, 6, 1, 1, 0, 2),
+            (256, 256, 3, 1, 1, 0, 5),
+            (20, 36, 4, 1, 1, 0, 4),
+            (3, 5, 7, 1, 1, 0, 9),
+            (16, 16, 8, 3, 1, 1, 2),
+            (16, 32, 9, 3, 2, 1, 3),
+            (1, 64, 12, 4, 2, 0, 2),
+            (3, 8, 10, 3, 2, 1, 1),
+            (64, 64, 4, 1, 2, 0, 2),
+            (224, 24, 3, 3, 1, 1, 1),
+        ] {
+            for r in Rounding::ALL {
+                let case =
+                    |i: usize| ConvCase::square(cin, cout, hw, kk, st, pad, (cin * 31 + i) as u64);
+                let data: Vec<ConvData> = (0..n)
+                    .filter_map(|i| ConvData::typical(&case(i).with_rounding(r)))
+                    .collect();
+                let mut p = data[0].params();
+                let f = p.as_fc();
+                tested += 1;
+                let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
+                PackedFc::pack(&f, &mut buf);
+                p.packed = Packed {
+                    layout: Layout::VnniFc,
+                    bytes: &buf,
+                };
+                let mut want = vec![vec![0i8; p.output.len()]; n];
+                let mut got = vec![vec![0x55i8; p.output.len()]; n];
+                for (d, y) in data.iter().zip(want.iter_mut()) {
+                    scalar::conv2d(&p, &d.input, y);
+                }
+                let mut imgs: Vec<ConvImage> = data
+                    .iter()
+                    .zip(got.iter_mut())
+                    .map(|(d, y)| ConvImage::new(&d.input, y, &mut []))
+                    .collect();
+                // SAFETY: AVX-512 VNNI is available.
+                assert!(unsafe { conv2d_packed(&p, &mut imgs) });
+                assert_eq!(
+                    want, got,
+                    "{cin}→{cout}, {hw}×{hw}, {kk}×{kk}/{st}, {n} images, {r:?}"
+                );
+            }
+        }
+        assert!(tested >= 20, "{tested}");
+        // A 3×3 window is no pointwise conv.
+        let d = ConvData::typical(&ConvCase::square(8, 16, 6, 3, 1, 1, 1)).unwrap();
+        assert!(d.params().pointwise_fc().is_none());
+    }
+}
