@@ -403,7 +403,8 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
     let x = input.as_ptr() as *const u8;
     let mut first = y0 * w;
     let few = (cin < 4 && vbmi()).then(|| FewQuads::new(cin));
-    if (cin.is_multiple_of(4) && cin >= 16) || few.is_some() {
+    let narrow = matches!(cin, 4 | 8 | 16);
+    if (cin.is_multiple_of(4) && cin >= 16) || few.is_some() || narrow {
         // Blocks of 16 pixels × up to 16 quads, transposed in registers (a block may reach
         // into rows outside the band: their quads are written where they belong, unread).
         let npx = (h * w) & !15;
@@ -414,6 +415,14 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
             if let Some(f) = &few {
                 // C_in < 4: the 16 pixels' bytes regrouped into quads by `vpermb`.
                 segs.store(t, f.of(x.add(i0 * cin)));
+                continue;
+            }
+            if narrow {
+                // 1, 2 or 4 quads: the 16 pixels' 1 to 4 vectors, each plane by permutes.
+                let planes = narrow_planes(x.add(i0 * cin), cin);
+                for (j, &v) in planes.iter().enumerate().take(g.planes) {
+                    segs.store(t.add(j * g.plane), v);
+                }
                 continue;
             }
             for j0 in (0..g.planes).step_by(16) {
@@ -463,6 +472,44 @@ unsafe fn build_t(p: &ConvParams, g: &Geo, input: &[i8], t: *mut u8, rows: Range
             (dst as *mut u32).write_unaligned(u32::from_le_bytes(b));
         }
     }
+}
+
+/// The quads of 16 pixels of `cin` ∈ {4, 8, 16} channels at `x` as u8 (x + 128), plane by
+/// plane (lane = pixel; planes past cin / 4 unset): dword p·q + j of the pixels is lane p of
+/// plane j, q = cin / 4, picked from pairs of vectors by `vpermt2d`.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn narrow_planes(x: *const u8, cin: usize) -> [__m512i; 4] {
+    let q = cin / 4;
+    let flip = _mm512_set1_epi8(-128);
+    let ld = |v: usize| _mm512_xor_si512(_mm512_loadu_si512(x.add(64 * v) as *const _), flip);
+    let mut out = [_mm512_setzero_si512(); 4];
+    if q == 1 {
+        out[0] = ld(0);
+        return out;
+    }
+    // Lane p: dword p·q + j of a pair of vectors (pixels 0–7 of the pair's 128 bytes for
+    // q = 2, 16 pixels; for q = 4, 8 pixels, pixels 8–15 from the second pair into lanes 8–15).
+    let (a, b) = (ld(0), ld(1));
+    let (c, d) = if q == 4 { (ld(2), ld(3)) } else { (a, b) };
+    let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    // p·2, or (p mod 8)·4.
+    let base = if q == 4 {
+        _mm512_slli_epi32::<2>(_mm512_and_si512(lane, _mm512_set1_epi32(7)))
+    } else {
+        _mm512_slli_epi32::<1>(lane)
+    };
+    for (j, o) in out.iter_mut().enumerate().take(q) {
+        let idx = _mm512_add_epi32(base, _mm512_set1_epi32(j as i32));
+        *o = if q == 4 {
+            let lo = _mm512_permutex2var_epi32(a, idx, b);
+            let hi = _mm512_permutex2var_epi32(c, idx, d);
+            _mm512_mask_blend_epi32(0xFF00, lo, hi)
+        } else {
+            _mm512_permutex2var_epi32(a, idx, b)
+        };
+    }
+    out
 }
 
 /// How 16 pixels of `cin` < 4 channels become their quads (lane = pixel): the channels as u8
@@ -532,6 +579,8 @@ impl TSegs {
             t.halves = Some((g.at(2, y + pad, xp), g.at(2, y + pad, xp + 1)));
             return t;
         }
+        // Lanes 0, s, 2s, … (below 16).
+        let every = (0..16).step_by(s.max(1)).fold(0u32, |m, i| m | 1 << i);
         let mut l = 0;
         while l < 16 {
             let (y, x) = ((i0 + l) / w, (i0 + l) % w);
@@ -545,12 +594,7 @@ impl TSegs {
             } else {
                 for ph in 0..s.min(len) {
                     // Lanes l + ph, l + ph + s, …: columns x + ph, x + ph + s, … (one phase).
-                    let mut m: u32 = 0;
-                    let mut i = ph;
-                    while i < len {
-                        m |= 1 << (l + i);
-                        i += s;
-                    }
+                    let m = (every << (l + ph)) & (((1u32 << len) - 1) << l);
                     t.pieces[t.n] = (m as u16, true, g.at(s, y + pad, x + ph + pad));
                     t.n += 1;
                 }
