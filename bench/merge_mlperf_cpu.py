@@ -4,15 +4,27 @@ one file: per model and thread count, octet's default kernels against TFLite (XN
 batch 1 (median latency, ms) and batch 64 (median throughput, inputs/s), the ratios (above 1:
 octet ahead), and octet's other kernel sets at 1 thread.
 
-usage: merge_mlperf_cpu.py CRITERION_DIR TFLITE_JSON COMMIT > bench/results/cpu_mlperf_tiny_<cpu>.json
+usage: merge_mlperf_cpu.py CRITERION_DIR TFLITE_JSON[,TFLITE_JSON…] COMMIT > bench/results/cpu_mlperf_tiny_<cpu>.json
+
+With several peer files (runs before and after octet's), each row takes the peer's best.
 """
 import json, os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_rows import cpu, criterion_rows, find, first, machine, ratio  # noqa: E402
 
-crit, peer_path, commit = sys.argv[1], sys.argv[2], sys.argv[3]
-peer = json.load(open(peer_path))
+crit, peer_paths, commit = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+peer = []
+for path in peer_paths:
+    for r in json.load(open(path)):
+        same = find(peer, model=r["model"], threads=r["threads"])
+        if not same:
+            peer.append(dict(r))
+            continue
+        best = same[0]
+        best["batch1_ms"] = min(best["batch1_ms"], r["batch1_ms"])
+        best["batch64_img_s"] = max(best["batch64_img_s"], r["batch64_img_s"])
+        best["repeats"] = best.get("repeats", []) + r.get("repeats", [])
 models = sorted({r["model"] for r in peer})
 octet = [r for r in criterion_rows(crit) if r["model"] in models]
 summary = []

@@ -4,12 +4,14 @@
 //! let model = octet_runtime::Model::parse(&bytes)?;      // validates, borrows bytes
 //! let mut table = [PreparedOp::EMPTY; M];                 // optional: M ≥ model.num_ops()
 //! let model = model.prepare(&mut table)?;                 // each op's parameters, once
+//! // or prepare_packed(&mut table, &mut packed, kernels): the weights also laid out once for
+//! // the kernels (packed.len() ≥ model.packed_bytes(kernels); x86 sets; same bytes out)
 //! let mut arena = [0u8; N];                               // N ≥ model.arena_bytes()
 //! let logits: &[i8] = model.run(&pixels, &mut arena)?;    // no allocation, integer-only
 //! ```
 //!
 //! Layout: `format` (the file's fields), `model` (parsing and validation, inspection, the
-//! prepared per-op table), `interpreter` (running ops: one image, groups, threads sharing an
+//! prepared per-op table and packed weights), `interpreter` (running ops: one image, groups, threads sharing an
 //! image), `kernels` (each op's kernels per CPU), `requant` (the fixed-point output stage),
 //! `parallel` (threads, `std`), `cuda` (the GPU path).
 //!
