@@ -719,6 +719,29 @@ pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
     FcData::random(k, n, seed).check(fast);
 }
 
+/// Layer `p` over the images of `data` (each its own input) by `batch`, against the scalar
+/// reference image by image: equal bytes.
+pub fn fc_batch_matches_scalar(
+    p: &FcParams,
+    data: &[FcData],
+    batch: &mut dyn FnMut(&FcParams, &mut [ConvImage]),
+) {
+    let (m, n) = (data.len(), p.n);
+    let mut want = vec![vec![0i8; n]; m];
+    let mut got = vec![vec![0x55i8; n]; m];
+    for (d, y) in data.iter().zip(want.iter_mut()) {
+        crate::kernels::scalar::fully_connected(p, &d.x, y);
+    }
+    let mut imgs: Vec<ConvImage> = data
+        .iter()
+        .zip(got.iter_mut())
+        .map(|(d, y)| ConvImage::new(&d.x, y, &mut []))
+        .collect();
+    batch(p, &mut imgs);
+    let (k, r) = (p.k, p.out.rounding);
+    assert_eq!(want, got, "{m} images, k {k}, n {n}, {r:?}");
+}
+
 /// The fully connected shapes of the models here, and edge shapes (k 1, 65 536).
 pub const FC_SHAPES: [(usize, usize); 7] = [
     (400, 120),

@@ -12,6 +12,7 @@
 
 use core::arch::x86_64::*;
 
+use crate::kernels::vnni::short_requant::short_requant;
 use crate::kernels::{
     scalar, DepthwiseParams, Layout, SimdDepthwise, DW_BLOCK, DW_EPI_BYTES, DW_MAX_TAPS,
 };
@@ -346,27 +347,7 @@ unsafe fn requant_hi_512<const DOUBLE: bool>(
 ) -> __m512i {
     let ld = |a: &[i32; 8]| _mm512_broadcast_i64x4(_mm256_load_si256(a.as_ptr() as *const __m256i));
     let x = _mm512_add_epi32(sum, ld(&e.bias));
-    let m0 = ld(&e.m0);
-    let below = |p: __m512i| {
-        if DOUBLE {
-            let neg = _mm512_cmplt_epi64_mask(p, _mm512_setzero_si512());
-            let b = _mm512_mask_blend_epi64(
-                neg,
-                _mm512_set1_epi64(1 << 30),
-                _mm512_set1_epi64(-(1 << 30)),
-            );
-            _mm512_add_epi64(p, b)
-        } else {
-            p
-        }
-    };
-    let even = below(_mm512_mul_epi32(x, m0));
-    let odd = below(_mm512_mul_epi32(
-        _mm512_srli_epi64::<32>(x),
-        _mm512_srli_epi64::<32>(m0),
-    ));
-    let high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
-    let r = _mm512_srav_epi32(_mm512_add_epi32(high, ld(&e.r_hi)), ld(&e.n_hi));
+    let r = short_requant::<DOUBLE>(x, ld(&e.m0), ld(&e.r_hi), ld(&e.n_hi));
     let r = _mm512_min_epi32(_mm512_max_epi32(r, lim.0), lim.1);
     _mm512_add_epi32(r, lim.2)
 }

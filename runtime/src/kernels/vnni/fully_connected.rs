@@ -208,7 +208,7 @@ unsafe fn requant<const DOUBLE: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{fc_suite, FcData};
+    use crate::kernels::test_util::{fc_batch_matches_scalar, fc_suite, FcData};
     use crate::kernels::Kernels;
 
     // SAFETY: the kernel runs only where AVX-512 VNNI is available.
@@ -231,20 +231,10 @@ mod tests {
                 .map(|i| FcData::random(k, n, (m * 31 + i) as u64))
                 .collect();
             // One layer, the images' own inputs.
-            let p = data[0].params();
-            let mut want = vec![vec![0i8; n]; m];
-            let mut got = vec![vec![0x55i8; n]; m];
-            for (d, y) in data.iter().zip(want.iter_mut()) {
-                scalar::fully_connected(&p, &d.x, y);
-            }
-            let mut imgs: Vec<ConvImage> = data
-                .iter()
-                .zip(got.iter_mut())
-                .map(|(d, y)| ConvImage::new(&d.x, y, &mut []))
-                .collect();
             // SAFETY: AVX-512 VNNI is available.
-            unsafe { fully_connected_batch(&p, &mut imgs) };
-            assert_eq!(want, got, "{m} images, k {k}, n {n}");
+            fc_batch_matches_scalar(&data[0].params(), &data, &mut |p, imgs| unsafe {
+                fully_connected_batch(p, imgs)
+            });
         }
     }
 }

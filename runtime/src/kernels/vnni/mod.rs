@@ -12,6 +12,7 @@ mod fully_connected;
 mod lanes;
 mod narrow;
 mod packed_conv;
+pub(crate) mod short_requant;
 mod tflite_add;
 
 pub use super::ConvImage;
