@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # The MLPerf Tiny reference models on this CPU in one command: octet's int8 runtime
 # (criterion, benches/mlperf_tiny.rs: the .tflite files imported) and TFLite with XNNPACK
-# (bench/tflite_mlperf_tiny.py, ai-edge-litert) on the same files, TFLite before and after
-# octet (each figure its best of four repeats: the peer's spread on a shared machine is wide),
-# at batch 1 and 64 and 1 and 2 threads. Writes $OUT (default
+# (bench/tflite_mlperf_tiny.py, ai-edge-litert) on the same files, interleaved: TFLite (two
+# repeats), octet, TFLite (two repeats), octet; each figure is each engine's best run (their
+# spread on a shared machine is wide), at batch 1 and 64 and 1 and 2 threads. Writes $OUT (default
 # bench/results/cpu_mlperf_tiny.json): both, the ratios, the CPU and its SIMD features. Run it
 # on a quiet machine; one file per CPU kind (OUT=bench/results/cpu_mlperf_tiny_<cpu>.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-bench/results/cpu_mlperf_tiny.json}
 python3 -c "import ai_edge_litert, numpy" 2>/dev/null || python3 -m pip install -q ai-edge-litert numpy
-rm -rf target/criterion
+rm -rf target/criterion target/criterion_first
 cargo bench --bench mlperf_tiny --no-run
 python3 bench/tflite_mlperf_tiny.py --repeats 2 --json target/tflite_mlperf_tiny_before.json
 cargo bench --bench mlperf_tiny
+mv target/criterion target/criterion_first
 python3 bench/tflite_mlperf_tiny.py --repeats 2 --json target/tflite_mlperf_tiny_after.json
-python3 bench/merge_mlperf_cpu.py target/criterion \
+cargo bench --bench mlperf_tiny
+python3 bench/merge_mlperf_cpu.py target/criterion_first,target/criterion \
   target/tflite_mlperf_tiny_before.json,target/tflite_mlperf_tiny_after.json \
   "$(git describe --always --dirty --abbrev=12)" > "$OUT"
 python3 - <<'PY'

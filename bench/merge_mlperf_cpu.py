@@ -4,16 +4,17 @@ one file: per model and thread count, octet's default kernels against TFLite (XN
 batch 1 (median latency, ms) and batch 64 (median throughput, inputs/s), the ratios (above 1:
 octet ahead), and octet's other kernel sets at 1 thread.
 
-usage: merge_mlperf_cpu.py CRITERION_DIR TFLITE_JSON[,TFLITE_JSON…] COMMIT > bench/results/cpu_mlperf_tiny_<cpu>.json
+usage: merge_mlperf_cpu.py CRITERION_DIR[,DIR…] TFLITE_JSON[,TFLITE_JSON…] COMMIT > OUT.json
 
-With several peer files (runs before and after octet's), each row takes the peer's best.
+With several runs of either (interleaved, on a shared machine), each figure is that engine's
+best run.
 """
 import json, os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_rows import cpu, criterion_rows, find, first, machine, ratio  # noqa: E402
 
-crit, peer_paths, commit = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+crits, peer_paths, commit = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3]
 peer = []
 for path in peer_paths:
     for r in json.load(open(path)):
@@ -26,7 +27,20 @@ for path in peer_paths:
         best["batch64_img_s"] = max(best["batch64_img_s"], r["batch64_img_s"])
         best["repeats"] = best.get("repeats", []) + r.get("repeats", [])
 models = sorted({r["model"] for r in peer})
-octet = [r for r in criterion_rows(crit) if r["model"] in models]
+octet = []
+for crit in crits:
+    for r in criterion_rows(crit):
+        if r["model"] not in models:
+            continue
+        keys = {k: r[k] for k in ("engine", "kernels", "model", "threads", "batch")}
+        same = find(octet, **keys)
+        if not same:
+            octet.append(r)
+            continue
+        if r["batch1_ms"]:
+            same[0]["batch1_ms"] = min(same[0]["batch1_ms"], r["batch1_ms"])
+        if r["batch64_img_s"]:
+            same[0]["batch64_img_s"] = max(same[0]["batch64_img_s"], r["batch64_img_s"])
 summary = []
 for model in models:
     # The default kernels are the ones timed at 2 threads too.
