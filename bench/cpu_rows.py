@@ -15,7 +15,7 @@ def cpu():
                 flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    simd = [f for f in ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_vbmi", "avx_vnni",
+    simd = [f for f in ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512vbmi", "avx_vnni",
                         "amx_int8", "asimd", "asimddp", "i8mm") if f in flags]
     return model, simd
 
