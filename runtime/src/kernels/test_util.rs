@@ -720,7 +720,8 @@ pub fn fc_matches_scalar(k: usize, n: usize, seed: u64, fast: &mut FcKernel) {
 }
 
 /// Layer `p` over the images of `data` (each its own input) by `batch`, against the scalar
-/// reference image by image: equal bytes.
+/// reference image by image: equal bytes (the x86 batched kernels').
+#[cfg(target_arch = "x86_64")]
 pub fn fc_batch_matches_scalar(
     p: &FcParams,
     data: &[FcData],
