@@ -250,7 +250,7 @@ impl ThreadPart {
     unsafe fn conv_channels(self, p: &PreparedOp, c: &ConvParams, own: &mut [u8]) -> Result<()> {
         let (k, area, share) = (self.k, self.area, self.share);
         let x = area.tensor(p.input);
-        let (c0, c1) = share.of(c.output.c, 8);
+        let (c0, c1) = share.of(c.output.c, c.packed.split_align(8));
         if c0 == c1 {
             return Ok(());
         }
@@ -271,13 +271,7 @@ impl ThreadPart {
     /// As [`Model::exec_part`]: those outputs are this part's; no part writes the input.
     unsafe fn fully_connected(self, p: &PreparedOp, f: &FcParams) {
         let (k, area, share) = (self.k, self.area, self.share);
-        // Packed weights are sliced only at their blocks' starts.
-        let align = if f.packed.layout == kernels::Layout::VnniFc {
-            kernels::FC_BLOCK_ROWS
-        } else {
-            4
-        };
-        let (n0, n1) = share.of(f.n, align);
+        let (n0, n1) = share.of(f.n, f.packed.split_align(4));
         if n0 < n1 {
             let out = core::slice::from_raw_parts_mut(area.at(p.output).add(n0), n1 - n0);
             kernels::fully_connected(k, &f.outputs(n0, n1), area.tensor(p.input), out, &mut []);

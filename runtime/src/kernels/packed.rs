@@ -4,11 +4,13 @@
 //! file does not change: the region is the caller's, sized by `Model::packed_bytes`, and a
 //! model prepared without it runs the same bytes through the unpacked kernels.
 //!
-//! One layout so far, the AVX-512 VNNI fully connected layer's ([`PackedFc`]): output rows in
-//! blocks of [`FC_BLOCK_ROWS`] (one vector of i32 sums), each block its requantization
-//! constants then its weights as `vpdpbusd` reads them with the input broadcast: per step of 4
-//! inputs, 16 rows × 4 bytes. The weights are stored as u8 (w + 128), so the input stays int8
-//! and the sums are corrected by −128·Σx per image (exact in wrapping i32).
+//! Two layouts ([`Layout`]): the AVX-512 VNNI fully connected layer's ([`PackedFc`], also
+//! what the VNNI convs it covers use: `ConvParams::as_fc`), output rows in blocks of
+//! [`FC_BLOCK_ROWS`] (one vector of i32 sums), each block its requantization constants then
+//! its weights as `vpdpbusd` reads them with the input broadcast: per step of 4 inputs, 16
+//! rows × 4 bytes, stored as u8 (w + 128), so the input stays int8 and the sums are corrected
+//! by −128·Σx per image (exact in wrapping i32); and the x86 depthwise conv's, what it would
+//! otherwise build in scratch on every call.
 
 use super::{ConvParams, DepthwiseParams, FcParams, Resolved};
 use crate::requant::{FusedRequant, HighRequant};
@@ -46,7 +48,18 @@ impl<'a> Packed<'a> {
     #[inline]
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn of(&self, layout: Layout) -> Option<&'a [u8]> {
-        (self.layout == layout && layout != Layout::None).then_some(self.bytes)
+        (self.layout == layout).then_some(self.bytes)
+    }
+
+    /// The granularity at which threads may split these outputs (rows, channels) given the
+    /// kernels' own `align`: packed rows are sliced only at their blocks' starts
+    /// ([`fc_outputs`]).
+    #[cfg(feature = "std")]
+    pub(crate) fn split_align(&self, align: usize) -> usize {
+        match self.layout {
+            Layout::VnniFc => align.max(FC_BLOCK_ROWS),
+            _ => align,
+        }
     }
 }
 

@@ -174,9 +174,7 @@ impl<'a> Model<'a> {
         let k = kernels.resolve()?;
         let mut total = 0usize;
         for j in 0..self.n_ops {
-            if let Some((_, n)) = packing(k, &self.prepare_op(j)?.params) {
-                total = total.saturating_add(n + kernels::PACKED_ALIGN);
-            }
+            total = total.saturating_add(packed_size(k, &self.prepare_op(j)?.params));
         }
         Ok(total)
     }
@@ -194,14 +192,17 @@ impl<'a> Model<'a> {
         kernels: Kernels,
     ) -> Result<Model<'a>> {
         let k = kernels.resolve()?;
-        let needed = self.packed_bytes(kernels)?;
+        let table = self.fill(table)?;
+        // `packed_bytes` from the ops just prepared (not preparing them again).
+        let needed = table.iter().fold(0usize, |t, slot| {
+            t.saturating_add(packed_size(k, &slot.params))
+        });
         if packed.len() < needed {
             return Err(RuntimeError::OutOfBounds {
                 what: "packed weights (buffer shorter than Model::packed_bytes)",
                 index: packed.len() as u32,
             });
         }
-        let table = self.fill(table)?;
         let mut rest = packed;
         for slot in table.iter_mut() {
             let Some((layout, n)) = packing(k, &slot.params) else {
@@ -443,6 +444,12 @@ fn output_quant(o: &OpInfo, tout: &TensorInfo, rounding: Rounding) -> OutputQuan
         act_max: o.act_max,
         rounding,
     }
+}
+
+/// What op `params` adds to `Model::packed_bytes` with kernel set `k`: its packed bytes and
+/// their alignment, or 0.
+fn packed_size(k: Resolved, params: &OpParams) -> usize {
+    packing(k, params).map_or(0, |(_, n)| n + kernels::PACKED_ALIGN)
 }
 
 /// The layout and bytes kernel set `k` packs op `params` in, if any.
