@@ -10,16 +10,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-bench/results/cpu_mlperf_tiny.json}
 python3 -c "import ai_edge_litert, numpy" 2>/dev/null || python3 -m pip install -q ai-edge-litert numpy
+# Prebuilt benches (BENCH_BIN_DIR, COMMIT): bench/prebuilt.sh; CRITERION_ARGS shorten runs.
+. bench/prebuilt.sh
 rm -rf target/criterion target/criterion_first
-cargo bench --bench mlperf_tiny --no-run
+bench_build mlperf_tiny
 python3 bench/tflite_mlperf_tiny.py --repeats 2 --json target/tflite_mlperf_tiny_before.json
-cargo bench --bench mlperf_tiny
+# shellcheck disable=SC2086
+bench mlperf_tiny ${CRITERION_ARGS:-}
 mv target/criterion target/criterion_first
 python3 bench/tflite_mlperf_tiny.py --repeats 2 --json target/tflite_mlperf_tiny_after.json
-cargo bench --bench mlperf_tiny
+# shellcheck disable=SC2086
+bench mlperf_tiny ${CRITERION_ARGS:-}
 python3 bench/merge_mlperf_cpu.py target/criterion_first,target/criterion \
   target/tflite_mlperf_tiny_before.json,target/tflite_mlperf_tiny_after.json \
-  "$(git describe --always --dirty --abbrev=12)" > "$OUT"
+  "$(bench_commit)" > "$OUT"
 python3 - <<'PY'
 import json, os
 for r in json.load(open(os.environ["OUT"]))["summary"]:

@@ -21,8 +21,11 @@ def cpu():
 
 
 def machine():
-    """One line naming the machine, its cores and CPU."""
-    return f"{platform.machine()}, {os.cpu_count()} cores, {cpu()[0]}"
+    """One line naming the machine, its cores (those this process may run on, where pinned)
+    and CPU."""
+    n, used = os.cpu_count(), len(os.sched_getaffinity(0))
+    cores = f"{n} cores" if used == n else f"{used} of {n} cores (pinned)"
+    return f"{platform.machine()}, {cores}, {cpu()[0]}"
 
 
 def criterion_rows(crit):

@@ -52,6 +52,6 @@ for model in ("lenet", "resnet18", "lenet-1ch", "resnet18-1ch"):
                           "batch64_img_s")
             row.update(throughput_1ch_over_3ch=ratio(b64, three))
         summary.append(row)
-json.dump(dict(commit=commit, machine=machine(), cpu_features=cpu()[1], command="bash bench/cpu_infer.sh", summary=summary, octet=octet, peer=peer),
+json.dump(dict(commit=commit, machine=machine(), cpu_features=cpu()[1], command=os.environ.get("BENCH_COMMAND", "bash bench/cpu_infer.sh"), summary=summary, octet=octet, peer=peer),
           sys.stdout, indent=1)
 print()

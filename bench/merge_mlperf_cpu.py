@@ -64,6 +64,6 @@ for model in models:
                 row[f"octet_{key}_batch64_per_s"] = r["batch64_img_s"]
         summary.append(row)
 json.dump(dict(commit=commit, machine=machine(), cpu_features=cpu()[1],
-               command="bash bench/cpu_mlperf_tiny.sh", summary=summary, octet=octet, peer=peer),
+               command=os.environ.get("BENCH_COMMAND", "bash bench/cpu_mlperf_tiny.sh"), summary=summary, octet=octet, peer=peer),
           sys.stdout, indent=1)
 print()

@@ -4,7 +4,8 @@
 //! batch of 1 on 2 threads splits each op between them when the model is large enough),
 //! candle at the thread count of its pool (`RAYON_NUM_THREADS`, recorded in the benchmark
 //! name). Every int8 row names the kernels that ran (`int8-<kernels>`); on a CPU with AVX-512
-//! VNNI the AVX2 and AVX-VNNI kernels are timed too. `bench/cpu_infer.sh` runs this and the ONNX Runtime /
+//! VNNI the AVX2 and AVX-VNNI kernels are timed too (on one with AMX, the AVX-512 VNNI ones
+//! as well), each set over its own packed weights. `bench/cpu_infer.sh` runs this and the ONNX Runtime /
 //! TFLite peer in one command.
 
 use candle_core::{Device, Tensor};
@@ -13,6 +14,8 @@ use octet_export::speed_model_normalized;
 use octet_models::{ModelKind, Network};
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel_with};
 use octet_runtime::{Kernels, Model};
+
+mod common;
 use octet_trainer::data::Normalization;
 use octet_trainer::Normalizer;
 use rand::{Rng, SeedableRng};
@@ -52,31 +55,29 @@ fn bench(c: &mut Criterion) {
                 format!("{kind}-{ch}ch")
             };
             let (net, bytes) = models(kind, &norm, &name);
-            let model = Model::parse(&bytes).expect("parse");
-            // As `octet run` does: each op's parameters once.
-            let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
-            let mut packed = vec![0u8; model.packed_bytes(Kernels::Auto).expect("packed")];
-            let model = model
-                .prepare_packed(&mut table, &mut packed, Kernels::Auto)
-                .expect("prepare");
+            let parsed = Model::parse(&bytes).expect("parse");
+            let prepared: Vec<Model> = kernel_sets
+                .iter()
+                .map(|&k| common::prepared(parsed, k))
+                .collect();
             let mut g = c.benchmark_group(&name);
             g.sample_size(if kind == ModelKind::RESNET18 { 10 } else { 50 });
             for batch in [1usize, 64] {
                 let px = pixels(batch, ch, 2);
                 g.throughput(Throughput::Elements(batch as u64));
-                for &k in &kernel_sets {
+                for (&k, model) in kernel_sets.iter().zip(&prepared) {
                     let kname = k.resolved_name().expect("kernels");
                     for threads in [1usize, 2] {
                         // The other sets: the 3-channel models only, one thread.
                         if k != Kernels::Auto && (ch != 3 || threads != 1) {
                             continue;
                         }
-                        let mut arena = vec![0u8; arena_bytes_parallel(&model, k, batch, threads)];
+                        let mut arena = vec![0u8; arena_bytes_parallel(model, k, batch, threads)];
                         g.bench_function(
                             BenchmarkId::new(format!("int8-{kname}/threads{threads}"), batch),
                             |b| {
                                 b.iter(|| {
-                                    run_parallel_with(&model, k, &px, &mut arena, threads)
+                                    run_parallel_with(model, k, &px, &mut arena, threads)
                                         .expect("run")[0]
                                 })
                             },

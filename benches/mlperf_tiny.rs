@@ -9,6 +9,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use octet_export::tflite::import::{import, ImportOptions};
 use octet_runtime::parallel::{arena_bytes_parallel, run_parallel_with};
 use octet_runtime::{Kernels, Model};
+
+mod common;
 use rand::{Rng, SeedableRng};
 
 fn bench(c: &mut Criterion) {
@@ -30,30 +32,29 @@ fn bench(c: &mut Criterion) {
         let bytes = import(&tflite, &ImportOptions::default())
             .expect("import")
             .bytes;
-        let model = Model::parse(&bytes).expect("parse");
-        let mut table = vec![octet_runtime::PreparedOp::EMPTY; model.num_ops()];
-        let mut packed = vec![0u8; model.packed_bytes(Kernels::Auto).expect("packed")];
-        let model = model
-            .prepare_packed(&mut table, &mut packed, Kernels::Auto)
-            .expect("prepare");
-        let len = model.input_len();
+        let parsed = Model::parse(&bytes).expect("parse");
+        let prepared: Vec<Model> = kernel_sets
+            .iter()
+            .map(|&k| common::prepared(parsed, k))
+            .collect();
+        let len = parsed.input_len();
         let mut g = c.benchmark_group(&name);
         for batch in [1usize, 64] {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(batch as u64);
             let x: Vec<u8> = (0..batch * len).map(|_| rng.random()).collect();
             g.throughput(Throughput::Elements(batch as u64));
-            for &k in &kernel_sets {
+            for (&k, model) in kernel_sets.iter().zip(&prepared) {
                 let kname = k.resolved_name().expect("kernels");
                 for threads in [1usize, 2] {
                     if k != Kernels::Auto && threads != 1 {
                         continue;
                     }
-                    let mut arena = vec![0u8; arena_bytes_parallel(&model, k, batch, threads)];
+                    let mut arena = vec![0u8; arena_bytes_parallel(model, k, batch, threads)];
                     g.bench_function(
                         BenchmarkId::new(format!("int8-{kname}/threads{threads}"), batch),
                         |b| {
                             b.iter(|| {
-                                run_parallel_with(&model, k, &x, &mut arena, threads).expect("run")
+                                run_parallel_with(model, k, &x, &mut arena, threads).expect("run")
                                     [0]
                             })
                         },

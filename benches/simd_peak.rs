@@ -86,6 +86,46 @@ mod x86 {
     }
 
     pub const ACCS: usize = ACC;
+
+    /// AMX `tdpbssd`: 16 × 16 × 64 = 16 384 multiply-adds each, into six independent sum
+    /// tiles (tmm0–5) from one input and one weight tile (tmm6, tmm7) loaded once.
+    /// `Kernels::amx_available()` must hold (it asks Linux for the tile state).
+    pub unsafe fn tdpbssd(x: &[u8; 64], _: &[i32; ACC]) -> i32 {
+        #[repr(C, align(64))]
+        struct Config([u8; 64]);
+        let mut cfg = Config([0; 64]);
+        cfg.0[0] = 1; // palette 1
+        for t in 0..8 {
+            cfg.0[16 + 2 * t] = 64; // bytes per row
+            cfg.0[48 + t] = 16; // rows
+        }
+        let rows = [*x; 16];
+        let mut out = [[0i32; 16]; 16];
+        core::arch::asm!(
+            "ldtilecfg [{cfg}]",
+            "tileloadd tmm6, [{x} + {s}*1]",
+            "tileloadd tmm7, [{x} + {s}*1]",
+            "tilezero tmm0", "tilezero tmm1", "tilezero tmm2",
+            "tilezero tmm3", "tilezero tmm4", "tilezero tmm5",
+            "2:",
+            "tdpbssd tmm0, tmm6, tmm7", "tdpbssd tmm1, tmm6, tmm7", "tdpbssd tmm2, tmm6, tmm7",
+            "tdpbssd tmm3, tmm6, tmm7", "tdpbssd tmm4, tmm6, tmm7", "tdpbssd tmm5, tmm6, tmm7",
+            "dec {n}",
+            "jnz 2b",
+            "tilestored [{out} + {s}*1], tmm0",
+            "tilerelease",
+            cfg = in(reg) &cfg,
+            x = in(reg) rows.as_ptr(),
+            out = in(reg) out.as_mut_ptr(),
+            s = in(reg) 64usize,
+            n = inout(reg) STEPS => _,
+            options(nostack)
+        );
+        out[0][0]
+    }
+
+    /// Sum tiles [`tdpbssd`] keeps busy.
+    pub const TILE_ACCS: usize = 6;
 }
 
 fn bench(c: &mut Criterion) {
@@ -120,6 +160,13 @@ fn bench(c: &mut Criterion) {
             g.throughput(Throughput::Elements((STEPS * ACCS * macs) as u64));
             // SAFETY: run only where the CPU has the kernel's features (checked above).
             g.bench_function(name, |b| b.iter(|| unsafe { f(&x, &w) }));
+        }
+        if octet_runtime::Kernels::amx_available() {
+            g.throughput(Throughput::Elements(
+                (STEPS * TILE_ACCS * 16 * 16 * 64) as u64,
+            ));
+            // SAFETY: the CPU has AMX-INT8 and the OS granted the tile state (checked above).
+            g.bench_function("tdpbssd-amx", |b| b.iter(|| unsafe { tdpbssd(&x, &w) }));
         }
         g.finish();
     }

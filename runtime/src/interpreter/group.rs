@@ -16,12 +16,13 @@ impl Model<'_> {
     /// batched VNNI kernel.
     pub(super) fn groups_help(&self, k: Resolved) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if k == Resolved::Vnni {
+        if k.base() == Resolved::Vnni {
             return (0..self.num_ops() as u32).any(|j| {
                 self.with_op(j, |p| {
                     Ok(match &p.params {
                         OpParams::Conv2d(c) => {
                             c.packed.of(kernels::Layout::VnniFc).is_some()
+                                || c.packed.of(kernels::Layout::AmxFc).is_some()
                                 || (c.is_uniform() && kernels::lanes_supported(&c.geometry()))
                         }
                         OpParams::FullyConnected(_) => true,
@@ -46,13 +47,14 @@ impl Model<'_> {
         back: bool,
     ) -> Result<bool> {
         #[cfg(target_arch = "x86_64")]
-        if k == Resolved::Vnni {
+        if k.base() == Resolved::Vnni {
             // A conv the few-channel kernel covers runs image by image (it needs no group), as
             // does one the lanes kernel does not cover (window, geometry; either rounding).
             let batched = match &p.params {
                 OpParams::FullyConnected(_) => true,
                 OpParams::Conv2d(c) => {
                     c.packed.of(kernels::Layout::VnniFc).is_some()
+                        || c.packed.of(kernels::Layout::AmxFc).is_some()
                         || (c.is_uniform()
                             && kernels::lanes_supported(&c.geometry())
                             && !kernels::vnni::narrow_preferred(c))
@@ -86,8 +88,8 @@ impl Model<'_> {
             if back {
                 imgs[..n].reverse();
             }
-            // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/BW/VL are
-            // available.
+            // SAFETY: Resolved::Vnni (also Amx's base) is only produced when AVX2 and AVX-512
+            // VNNI/BW/VL are available, Resolved::Amx only where the tiles may run.
             return Ok(unsafe {
                 match &p.params {
                     OpParams::FullyConnected(f) => {
@@ -95,7 +97,8 @@ impl Model<'_> {
                         true
                     }
                     OpParams::Conv2d(c) => {
-                        kernels::vnni::conv2d_packed(c, &mut imgs[..n])
+                        (k == Resolved::Amx && kernels::amx::conv2d(c, &mut imgs[..n]))
+                            || kernels::vnni::conv2d_packed(c, &mut imgs[..n])
                             || kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n])
                     }
                     _ => false,

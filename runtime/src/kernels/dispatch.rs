@@ -28,7 +28,7 @@ use super::cortex_m;
 #[cfg(target_arch = "aarch64")]
 use super::neon;
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, vnni, ConvImage, VNNI_MIN_COUT, VNNI_MIN_K};
+use super::{amx, avx2, vnni, ConvImage, VNNI_MIN_COUT, VNNI_MIN_K};
 use super::{
     scalar, AddRequant, ConvParams, DepthwiseParams, FcParams, PadParams, PoolParams, Resolved,
     SoftmaxParams, TfliteAddParams, TfliteAddTables,
@@ -50,6 +50,14 @@ pub(crate) fn conv2d(
         }
     }
     #[cfg(target_arch = "x86_64")]
+    if k == Resolved::Amx {
+        // SAFETY: Resolved::Amx is only produced where the tiles may run.
+        if unsafe { amx::conv2d(p, &mut [ConvImage::new(input, output, scratch)]) } {
+            return;
+        }
+        return conv2d(Resolved::Vnni, p, input, output, scratch);
+    }
+    #[cfg(target_arch = "x86_64")]
     let all = 0..p.output.h;
     match k {
         Resolved::Scalar => scalar::conv2d(p, input, output),
@@ -68,8 +76,9 @@ pub(crate) fn conv2d(
             }
         },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
-        Resolved::Vnni => unsafe {
+        // SAFETY: Resolved::Vnni (and Amx, which includes it) is only produced when AVX2 and
+        // AVX-512 VNNI/VL are available.
+        Resolved::Vnni | Resolved::Amx => unsafe {
             let one = &mut [ConvImage::new(input, output, scratch)];
             if vnni::conv2d_packed(p, one) {
                 // Packed at prepare: the packed fully connected kernel over its patches.
@@ -101,7 +110,12 @@ pub(crate) fn conv2d(
 /// conv by output channels instead.
 #[cfg(feature = "std")]
 pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -> bool {
-    match k {
+    // A conv on tiles splits by channels (whole blocks of its packed rows).
+    #[cfg(target_arch = "x86_64")]
+    if k == Resolved::Amx && p.packed.of(super::Layout::AmxFc).is_some() {
+        return false;
+    }
+    match k.base() {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => {
             // The scratch rule sizes every op the lanes geometry covers for this kernel.
@@ -132,7 +146,7 @@ pub(crate) fn conv2d_rows(
     scratch: &mut [u8],
     rows: core::ops::Range<usize>,
 ) -> bool {
-    match k {
+    match k.base() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni => unsafe {
@@ -157,7 +171,7 @@ pub(crate) fn conv2d_rows(
 
 /// max_pool with the chosen kernels.
 pub(crate) fn max_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
-    match k {
+    match k.base() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
         Resolved::Avx2 | Resolved::Vnni | Resolved::AvxVnni => unsafe {
@@ -178,14 +192,15 @@ pub(crate) fn fully_connected(
     scratch: &mut [u8],
 ) {
     let _ = &scratch;
-    match k {
+    match k.base() {
         Resolved::Scalar => scalar::fully_connected(p, input, output),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
         Resolved::Avx2 | Resolved::AvxVnni => unsafe { avx2::fully_connected(p, input, output) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available.
-        Resolved::Vnni => unsafe { vnni::fully_connected(p, input, output) },
+        // SAFETY: Resolved::Vnni (and Amx, which includes it) is only produced when AVX-512 F,
+        // BW, VL and VNNI are available.
+        Resolved::Vnni | Resolved::Amx => unsafe { vnni::fully_connected(p, input, output) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: Resolved::Neon is only produced when NEON is available.
         Resolved::Neon => unsafe { neon::fully_connected(p, input, output) },
@@ -208,7 +223,7 @@ pub(crate) fn avg_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [
 /// the parameters fit its lanes, else the scalar reference.
 pub(crate) fn add(k: Resolved, p: &AddRequant, a: &[i8], b: &[i8], output: &mut [i8]) {
     #[cfg(target_arch = "x86_64")]
-    if k == Resolved::Vnni && vnni::add_supported(p) {
+    if k.base() == Resolved::Vnni && vnni::add_supported(p) {
         // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available;
         // add_supported(p) holds.
         return unsafe { vnni::add(p, a, b, output) };
@@ -227,7 +242,7 @@ pub(crate) fn depthwise_conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    match k {
+    match k.base() {
         #[cfg(octet_arm_dsp)]
         Resolved::CortexM => cortex_m::depthwise_conv2d(p, input, output, scratch),
         #[cfg(target_arch = "x86_64")]
@@ -254,7 +269,7 @@ pub(crate) fn depthwise_conv2d(
 /// tflite_avg_pool with the chosen kernels: Cortex-M's and x86's own (AVX2 for all three x86
 /// sets), the scalar reference in every other set.
 pub(crate) fn tflite_avg_pool(k: Resolved, p: &PoolParams, input: &[i8], output: &mut [i8]) {
-    match k {
+    match k.base() {
         #[cfg(octet_arm_dsp)]
         Resolved::CortexM => cortex_m::tflite_avg_pool(p, input, output),
         #[cfg(target_arch = "x86_64")]
@@ -316,7 +331,7 @@ pub(crate) fn tflite_add(
     allow(dead_code)
 )]
 pub(crate) fn tflite_add_tables(k: Resolved, p: &TfliteAddParams) -> Option<TfliteAddTables> {
-    match k {
+    match k.base() {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni | Resolved::Avx2 | Resolved::AvxVnni => TfliteAddTables::new(p),
         #[cfg(target_arch = "aarch64")]
@@ -343,7 +358,7 @@ pub(crate) fn tflite_add_with(
     b: &[i8],
     output: &mut [i8],
 ) {
-    match (k, tables) {
+    match (k.base(), tables) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX-512 F, BW, VL and VNNI are available.
         (Resolved::Vnni, Some(t)) => unsafe { vnni::tflite_add(t, a, b, output) },

@@ -17,6 +17,8 @@
 //!   few-input-channel conv (kernel rows in quads), the packed-patch conv, fully_connected, the
 //!   residual add, tflite_add; the x86 convs' epilogues compute both roundings
 //!   ([`crate::requant::FusedRequant`]), the tflite_adds' `requant::HighRequant`'s form of it;
+//! - `amx` (AMX-INT8 tiles, with the AVX-512 VNNI set for the rest): conv2d over weights
+//!   packed at prepare into weight tiles, 32 pixels' patches per pass;
 //! - `neon` (aarch64): conv2d and fully_connected, with `SDOT` (dotprod) and without,
 //!   tflite_add;
 //! - `cortex_m` (Armv7E-M, the DSP extension: Cortex-M4/M7): conv2d over any undilated window
@@ -38,6 +40,9 @@ pub mod avx2;
 
 #[cfg(target_arch = "x86_64")]
 pub mod vnni;
+
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
@@ -62,8 +67,8 @@ pub use add_tables::TfliteAddTables;
 pub(crate) use dispatch::*;
 pub(crate) use packed::{conv_packing, depthwise_packing, fc_packing, pack, Layout, PackOp};
 pub use packed::{
-    FcEpi, Packed, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP, IM2COL_MAX_K, IM2COL_MAX_PIXELS,
-    PACKED_ALIGN,
+    AmxFc, FcEpi, Packed, PackedFc, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP,
+    IM2COL_MAX_K, IM2COL_MAX_PIXELS, PACKED_ALIGN,
 };
 pub use params::*;
 pub use scratch::*;

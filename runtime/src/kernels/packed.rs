@@ -35,6 +35,9 @@ pub(crate) enum Layout {
     /// kernel), as it lays them out in scratch when unpacked (`avx2::depthwise_conv2d`).
     #[cfg(target_arch = "x86_64")]
     X86Depthwise,
+    /// The AMX conv's ([`AmxFc`]).
+    #[cfg(target_arch = "x86_64")]
+    AmxFc,
 }
 
 impl<'a> Packed<'a> {
@@ -57,6 +60,8 @@ impl<'a> Packed<'a> {
     #[cfg(feature = "std")]
     pub(crate) fn split_align(&self, align: usize) -> usize {
         match self.layout {
+            #[cfg(target_arch = "x86_64")]
+            Layout::AmxFc => align.max(FC_BLOCK_ROWS),
             Layout::VnniFc => align.max(FC_BLOCK_ROWS),
             _ => align,
         }
@@ -150,51 +155,103 @@ impl PackedFc {
     /// Writes `p`'s layout into `dst` (at least [`PackedFc::bytes`] long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = PackedFc { k: p.k, n: p.n };
-        let rows = FC_BLOCK_ROWS;
-        for (b, block) in dst[..l.bytes()]
-            .chunks_exact_mut(l.block_bytes())
-            .enumerate()
-        {
-            let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
-            epi.fill(0);
-            let mut put = |at: usize, v: &[u8]| epi[at..at + v.len()].copy_from_slice(v);
-            let mut hi = true;
-            for r in 0..rows {
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0x80);
+    }
+}
+
+/// Inputs per step of [`AmxFc`] (a tile row: `tdpbssd`'s 64 bytes).
+pub const AMX_K_STEP: usize = 64;
+
+/// Patch length up to which the AMX set packs a conv (ResNet-18's 3×3×512; the kernel stages
+/// 32 patches of up to this many bytes on the stack).
+pub const AMX_MAX_K: usize = 4608;
+
+/// The AMX layout of a K × N layer: [`PackedFc`]'s blocks of [`FC_BLOCK_ROWS`] rows, each its
+/// [`FcEpi`] constants then its weights in the same order (per 4 inputs, 16 rows × 4 bytes:
+/// a weight tile's row), but as they are (int8: `tdpbssd` multiplies signed by signed, no
+/// correction) and K padded with zeros to a multiple of [`AMX_K_STEP`] (whole weight tiles
+/// of 16 such rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AmxFc {
+    /// Inputs (K).
+    pub k: usize,
+    /// Outputs (N).
+    pub n: usize,
+}
+
+impl AmxFc {
+    /// Blocks of rows.
+    pub const fn blocks(&self) -> usize {
+        self.n.div_ceil(FC_BLOCK_ROWS)
+    }
+
+    /// Steps of [`AMX_K_STEP`] inputs (weight tiles per block).
+    pub const fn k_steps(&self) -> usize {
+        self.k.div_ceil(AMX_K_STEP)
+    }
+
+    /// Bytes of one block.
+    pub const fn block_bytes(&self) -> usize {
+        FC_EPI_BYTES + self.k_steps() * AMX_K_STEP * FC_BLOCK_ROWS
+    }
+
+    /// Bytes of the whole layer.
+    pub const fn bytes(&self) -> usize {
+        self.blocks() * self.block_bytes()
+    }
+
+    /// Writes `p`'s layout into `dst` (at least [`AmxFc::bytes`] long).
+    pub fn pack(p: &FcParams, dst: &mut [u8]) {
+        let l = AmxFc { k: p.k, n: p.n };
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0);
+    }
+}
+
+/// The blocks of [`PackedFc`] or [`AmxFc`] (`block_bytes` each) of layer `p` into `dst`: each
+/// its constants, then its steps of 16 rows × 4 weights, each weight `w ^ flip` as a byte
+/// (0x80: u8 w + 128; 0: int8 w), 0 past K or N.
+fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8) {
+    let rows = FC_BLOCK_ROWS;
+    for (b, block) in dst.chunks_exact_mut(block_bytes).enumerate() {
+        let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
+        epi.fill(0);
+        let mut put = |at: usize, v: &[u8]| epi[at..at + v.len()].copy_from_slice(v);
+        let mut hi = true;
+        for r in 0..rows {
+            let j = b * rows + r;
+            let (bias, m0, sh) = if j < p.n {
+                (p.bias.get(j), p.multiplier.get(j), p.shift.get(j))
+            } else {
+                (0, 0, -2)
+            };
+            let f = FusedRequant::new(m0, sh, p.out.rounding);
+            let h = HighRequant::new(m0, sh, p.out.rounding);
+            hi &= f.n >= 33;
+            put(FcEpi::BIAS + 4 * r, &bias.to_le_bytes());
+            put(FcEpi::M0 + 4 * r, &f.m0.to_le_bytes());
+            put(FcEpi::R_HI + 4 * r, &((f.round >> 32) as i32).to_le_bytes());
+            put(FcEpi::N_HI + 4 * r, &(f.n as i32 - 32).to_le_bytes());
+            put(FcEpi::ACC_MIN + 4 * r, &h.acc_min.to_le_bytes());
+            put(FcEpi::ACC_MAX + 4 * r, &h.acc_max.to_le_bytes());
+            put(FcEpi::LS + 4 * r, &(h.ls as i32).to_le_bytes());
+            put(FcEpi::N + 4 * r, &(h.n as i32).to_le_bytes());
+            // 64-bit lane r / 2 of the even (r even) or odd rows' vector.
+            let lane = 8 * ((r % 2) * 8 + r / 2);
+            put(FcEpi::PRE + lane, &(h.pre as i64).to_le_bytes());
+            put(FcEpi::ROUND + lane, &h.round.to_le_bytes());
+            put(FcEpi::CORR + lane, &h.corr.to_le_bytes());
+        }
+        put(FcEpi::HI, &(hi as i32).to_le_bytes());
+        for (s, step) in w.chunks_exact_mut(FC_STEP * rows).enumerate() {
+            for (r, lane) in step.chunks_exact_mut(FC_STEP).enumerate() {
                 let j = b * rows + r;
-                let (bias, m0, sh) = if j < p.n {
-                    (p.bias.get(j), p.multiplier.get(j), p.shift.get(j))
-                } else {
-                    (0, 0, -2)
-                };
-                let f = FusedRequant::new(m0, sh, p.out.rounding);
-                let h = HighRequant::new(m0, sh, p.out.rounding);
-                hi &= f.n >= 33;
-                put(FcEpi::BIAS + 4 * r, &bias.to_le_bytes());
-                put(FcEpi::M0 + 4 * r, &f.m0.to_le_bytes());
-                put(FcEpi::R_HI + 4 * r, &((f.round >> 32) as i32).to_le_bytes());
-                put(FcEpi::N_HI + 4 * r, &(f.n as i32 - 32).to_le_bytes());
-                put(FcEpi::ACC_MIN + 4 * r, &h.acc_min.to_le_bytes());
-                put(FcEpi::ACC_MAX + 4 * r, &h.acc_max.to_le_bytes());
-                put(FcEpi::LS + 4 * r, &(h.ls as i32).to_le_bytes());
-                put(FcEpi::N + 4 * r, &(h.n as i32).to_le_bytes());
-                // 64-bit lane r / 2 of the even (r even) or odd rows' vector.
-                let lane = 8 * ((r % 2) * 8 + r / 2);
-                put(FcEpi::PRE + lane, &(h.pre as i64).to_le_bytes());
-                put(FcEpi::ROUND + lane, &h.round.to_le_bytes());
-                put(FcEpi::CORR + lane, &h.corr.to_le_bytes());
-            }
-            put(FcEpi::HI, &(hi as i32).to_le_bytes());
-            for (s, step) in w.chunks_exact_mut(FC_STEP * rows).enumerate() {
-                for (r, lane) in step.chunks_exact_mut(FC_STEP).enumerate() {
-                    let j = b * rows + r;
-                    for (i, byte) in lane.iter_mut().enumerate() {
-                        let at = s * FC_STEP + i;
-                        *byte = if j < p.n && at < p.k {
-                            (p.weights[j * p.k + at] as u8) ^ 0x80
-                        } else {
-                            0
-                        };
-                    }
+                for (i, byte) in lane.iter_mut().enumerate() {
+                    let at = s * FC_STEP + i;
+                    *byte = if j < p.n && at < p.k {
+                        (p.weights[j * p.k + at] as u8) ^ flip
+                    } else {
+                        0
+                    };
                 }
             }
         }
@@ -205,8 +262,12 @@ impl PackedFc {
 /// none for it).
 pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
     match k {
+        // The AMX set's fully connected layers stay on VNNI: at batch 1 a layer has one row,
+        // a sixteenth of a tile.
         #[cfg(target_arch = "x86_64")]
-        Resolved::Vnni => Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes())),
+        Resolved::Vnni | Resolved::Amx => {
+            Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes()))
+        }
         _ => {
             let _ = (k, p);
             None
@@ -234,11 +295,18 @@ pub const IM2COL_MAX_PIXELS: usize = 64;
 /// convs on 32×32 and 16×16 in 1.05–1.8×.
 pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize)> {
     let w = &p.window;
+    let undilated = w.dilation_h == 1 && w.dilation_w == 1;
+    #[cfg(target_arch = "x86_64")]
+    if k == Resolved::Amx {
+        // Tiles for every conv of a whole block of output channels: the rows are pixels, so
+        // even a 3×3 image fills most of a tile's 16. The rest runs on AVX-512 VNNI.
+        let f = p.as_fc();
+        return (p.output.c >= FC_BLOCK_ROWS && undilated && p.k() <= AMX_MAX_K)
+            .then(|| (Layout::AmxFc, AmxFc { k: f.k, n: f.n }.bytes()));
+    }
     let small = p.output.h * p.output.w <= IM2COL_MAX_PIXELS;
-    let gathered = p.k() <= IM2COL_MAX_K
-        && w.dilation_h == 1
-        && w.dilation_w == 1
-        && (w.stride_h > 1 || w.stride_w > 1 || small);
+    let gathered =
+        p.k() <= IM2COL_MAX_K && undilated && (w.stride_h > 1 || w.stride_w > 1 || small);
     let pointwise = p.pointwise_fc().is_some() && small;
     if p.output.c < FC_BLOCK_ROWS || !(pointwise || gathered) {
         return None;
@@ -250,7 +318,7 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
 pub(crate) fn depthwise_packing(k: Resolved, p: &DepthwiseParams) -> Option<(Layout, usize)> {
     match k {
         #[cfg(target_arch = "x86_64")]
-        Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni => {
+        Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni | Resolved::Amx => {
             super::avx2::depthwise_packed_bytes(p).map(|n| (Layout::X86Depthwise, n))
         }
         _ => {
@@ -265,6 +333,8 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
     match (layout, op) {
         (Layout::VnniFc, PackOp::Fc(p)) => PackedFc::pack(p, dst),
         (Layout::VnniFc, PackOp::Conv(p)) => PackedFc::pack(&p.as_fc(), dst),
+        #[cfg(target_arch = "x86_64")]
+        (Layout::AmxFc, PackOp::Conv(p)) => AmxFc::pack(&p.as_fc(), dst),
         #[cfg(target_arch = "x86_64")]
         (Layout::X86Depthwise, PackOp::Depthwise(p)) => super::avx2::depthwise_pack(p, dst),
         _ => return Packed::default(),
@@ -284,16 +354,24 @@ pub(crate) enum PackOp<'p, 'a> {
 /// The packed weights of outputs `n0..n1` of a layer of `k` inputs, where they start a block
 /// ([`crate::kernels::FcParams::outputs`]); else none (the unpacked kernel runs them).
 pub(crate) fn fc_outputs<'a>(packed: &Packed<'a>, k: usize, n0: usize, n1: usize) -> Packed<'a> {
-    let l = PackedFc { k, n: n1 };
-    if packed.layout != Layout::VnniFc
-        || !n0.is_multiple_of(FC_BLOCK_ROWS)
-        || packed.bytes.len() < l.bytes()
-    {
+    let (block, all) = match packed.layout {
+        Layout::VnniFc => {
+            let l = PackedFc { k, n: n1 };
+            (l.block_bytes(), l.bytes())
+        }
+        #[cfg(target_arch = "x86_64")]
+        Layout::AmxFc => {
+            let l = AmxFc { k, n: n1 };
+            (l.block_bytes(), l.bytes())
+        }
+        _ => return Packed::default(),
+    };
+    if !n0.is_multiple_of(FC_BLOCK_ROWS) || packed.bytes.len() < all {
         return Packed::default();
     }
     Packed {
         layout: packed.layout,
-        bytes: &packed.bytes[n0 / FC_BLOCK_ROWS * l.block_bytes()..l.bytes()],
+        bytes: &packed.bytes[n0 / FC_BLOCK_ROWS * block..all],
     }
 }
 

@@ -742,7 +742,9 @@ impl Kernels {
             Kernels::Scalar => 0,
             Kernels::Neon | Kernels::NeonDot => neon_scratch_bytes(g),
             Kernels::CortexM => cortex_m_scratch_bytes(g),
-            Kernels::Avx2 | Kernels::AvxVnni | Kernels::Avx512Vnni => x86_scratch_bytes(g),
+            Kernels::Avx2 | Kernels::AvxVnni | Kernels::Avx512Vnni | Kernels::Amx => {
+                x86_scratch_bytes(g)
+            }
             // `resolved_kernels` never gives `Auto`.
             Kernels::Auto => 0,
         }

@@ -14,6 +14,10 @@ pub enum Kernels {
     /// AVX-VNNI (`vpdpbusd` on 256-bit vectors, Alder Lake and later) for conv2d, AVX2 for the
     /// rest (error if the CPU lacks AVX2 or AVX-VNNI).
     AvxVnni,
+    /// AMX-INT8 tiles (Xeon from Sapphire Rapids on) for conv2d over weights packed at prepare
+    /// (`Model::prepare_packed`), the AVX-512 VNNI set for the rest (error if the CPU lacks
+    /// either, or the OS does not grant the tile state: [`Kernels::amx_available`]).
+    Amx,
     /// aarch64 NEON kernels without `dotprod` (error if not on aarch64 or the CPU lacks NEON).
     Neon,
     /// aarch64 NEON kernels with `SDOT` (error if the CPU lacks NEON or `dotprod`).
@@ -21,7 +25,7 @@ pub enum Kernels {
     /// Cortex-M kernels with the DSP extension, `SMLAD` (error unless built for Armv7E-M,
     /// `thumbv7em-*`).
     CortexM,
-    /// The fastest available (AVX-512 VNNI, then AVX-VNNI, then AVX2; on aarch64 NEON with dotprod, then
+    /// The fastest available (AMX, then AVX-512 VNNI, then AVX-VNNI, then AVX2; on aarch64 NEON with dotprod, then
     /// NEON; on Armv7E-M the Cortex-M kernels; then scalar).
     #[default]
     Auto,
@@ -111,6 +115,8 @@ pub(crate) enum Resolved {
     Vnni,
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
+    #[cfg(target_arch = "x86_64")]
+    Amx,
     #[cfg(target_arch = "aarch64")]
     Neon,
     #[cfg(target_arch = "aarch64")]
@@ -120,6 +126,17 @@ pub(crate) enum Resolved {
 }
 
 impl Resolved {
+    /// The set whose kernels run the ops this one has none of its own for: the AMX set's
+    /// AVX-512 VNNI (every op but its convs); every other set itself.
+    #[inline]
+    pub(crate) const fn base(self) -> Resolved {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Resolved::Amx => Resolved::Vnni,
+            k => k,
+        }
+    }
+
     /// The kernel set that names this resolution.
     pub(crate) const fn kernels(self) -> Kernels {
         match self {
@@ -130,6 +147,8 @@ impl Resolved {
             Resolved::Vnni => Kernels::Avx512Vnni,
             #[cfg(target_arch = "x86_64")]
             Resolved::AvxVnni => Kernels::AvxVnni,
+            #[cfg(target_arch = "x86_64")]
+            Resolved::Amx => Kernels::Amx,
             #[cfg(target_arch = "aarch64")]
             Resolved::Neon => Kernels::Neon,
             #[cfg(target_arch = "aarch64")]
@@ -265,18 +284,19 @@ impl Kernels {
 
     /// Every kernel set, the reference first (each may be unavailable here: see
     /// [`Kernels::resolved_name`]).
-    pub const ALL: [Kernels; 8] = [
+    pub const ALL: [Kernels; 9] = [
         Kernels::Scalar,
         Kernels::Avx2,
         Kernels::AvxVnni,
         Kernels::Avx512Vnni,
+        Kernels::Amx,
         Kernels::Neon,
         Kernels::NeonDot,
         Kernels::CortexM,
         Kernels::Auto,
     ];
 
-    /// Lower-case name (`scalar`, `avx2`, `avx-vnni`, `avx512-vnni`, `neon`, `neon-dotprod`,
+    /// Lower-case name (`scalar`, `avx2`, `avx-vnni`, `avx512-vnni`, `amx`, `neon`, `neon-dotprod`,
     /// `cortex-m-dsp`, `auto`), as command lines and benchmark files spell it.
     pub const fn name(self) -> &'static str {
         match self {
@@ -284,6 +304,7 @@ impl Kernels {
             Kernels::Avx2 => "avx2",
             Kernels::AvxVnni => "avx-vnni",
             Kernels::Avx512Vnni => "avx512-vnni",
+            Kernels::Amx => "amx",
             Kernels::Neon => "neon",
             Kernels::NeonDot => "neon-dotprod",
             Kernels::CortexM => "cortex-m-dsp",
@@ -303,6 +324,7 @@ impl Kernels {
             Kernels::Avx2 => "x86-64 AVX2",
             Kernels::AvxVnni => "x86-64 AVX-VNNI (256-bit vpdpbusd) for conv2d, AVX2 for the rest",
             Kernels::Avx512Vnni => "x86-64 AVX-512 VNNI for conv2d, AVX2 for the rest",
+            Kernels::Amx => "x86-64 AMX-INT8 tiles for conv2d, AVX-512 VNNI for the rest",
             Kernels::Neon => "aarch64 NEON without dotprod",
             Kernels::NeonDot => "aarch64 NEON with SDOT (dotprod)",
             Kernels::CortexM => "Cortex-M DSP extension, SMLAD (builds for Armv7E-M only)",
@@ -361,6 +383,21 @@ impl Kernels {
         }
     }
 
+    /// Whether the AMX kernels can run here: the AVX-512 VNNI set, AMX-TILE and AMX-INT8, the
+    /// tile state enabled by the OS and, on Linux with `std`, granted to this process
+    /// (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, asked once). Without `std` the embedding program
+    /// must ask for it before the first run.
+    pub fn amx_available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            super::amx::available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     pub(crate) fn resolve(self) -> crate::Result<Resolved> {
         match self {
             Kernels::Scalar => Ok(Resolved::Scalar),
@@ -373,6 +410,9 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Kernels::AvxVnni if Self::avx_vnni_available() => Ok(Resolved::AvxVnni),
             Kernels::AvxVnni => Err(crate::RuntimeError::KernelsUnavailable),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Amx if Self::amx_available() => Ok(Resolved::Amx),
+            Kernels::Amx => Err(crate::RuntimeError::KernelsUnavailable),
             #[cfg(target_arch = "aarch64")]
             Kernels::Neon if Self::neon_available() => Ok(Resolved::Neon),
             Kernels::Neon => Err(crate::RuntimeError::KernelsUnavailable),
@@ -387,6 +427,8 @@ impl Kernels {
             Kernels::Auto if Self::dotprod_available() => Ok(Resolved::NeonDot),
             #[cfg(target_arch = "aarch64")]
             Kernels::Auto if Self::neon_available() => Ok(Resolved::Neon),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Auto if Self::amx_available() => Ok(Resolved::Amx),
             #[cfg(target_arch = "x86_64")]
             Kernels::Auto if Self::vnni_available() => Ok(Resolved::Vnni),
             #[cfg(target_arch = "x86_64")]

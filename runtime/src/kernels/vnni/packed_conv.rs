@@ -83,7 +83,7 @@ pub unsafe fn conv2d_packed(p: &ConvParams, images: &mut [ConvImage]) -> bool {
 /// otherwise a call to memcpy, per piece of a patch).
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-unsafe fn copy(src: *const i8, dst: *mut i8, n: usize) {
+pub(crate) unsafe fn copy(src: *const i8, dst: *mut i8, n: usize) {
     let mut at = 0;
     while at < n {
         let mask: __mmask64 = if n - at >= 64 {

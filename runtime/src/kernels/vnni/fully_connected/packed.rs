@@ -157,13 +157,8 @@ impl Pass<'_> {
             let r0 = self.row0 + b * FC_BLOCK_ROWS;
             let rows = (l.n - r0).min(FC_BLOCK_ROWS);
             let mask = ((1u32 << rows) - 1) as u16;
-            let hi = (e.add(FcEpi::HI) as *const i32).read_unaligned() == 1;
             for ((&y, a), &corr) in self.y.iter().zip(&acc).zip(&self.corr) {
-                let v = match (hi, self.double) {
-                    (true, false) => requant_hi::<false>(a[b], corr, e, self.lim),
-                    (true, true) => requant_hi::<true>(a[b], corr, e, self.lim),
-                    (false, _) => requant(a[b], corr, e, self.lim),
-                };
+                let v = block_out(a[b], corr, e, self.lim, self.double);
                 _mm_mask_storeu_epi8(y.add(r0), mask, v);
             }
         }
@@ -218,8 +213,31 @@ impl Pass<'_> {
     }
 }
 
+/// A block's 16 sums corrected by `corr`, requantized with its constants at `e` ([`FcEpi`],
+/// the form its `HI` flag names), clamped, as bytes: the packed layouts' epilogue (the AMX
+/// conv's too).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW and VL; `e` points at a block's constants.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn block_out(
+    sum: __m512i,
+    corr: __m512i,
+    e: *const u8,
+    lim: &Limits,
+    double: bool,
+) -> __m128i {
+    let hi = (e.add(FcEpi::HI) as *const i32).read_unaligned() == 1;
+    match (hi, double) {
+        (true, false) => requant_hi::<false>(sum, corr, e, lim),
+        (true, true) => requant_hi::<true>(sum, corr, e, lim),
+        (false, _) => requant(sum, corr, e, lim),
+    }
+}
+
 /// The output clamp, less the zero point, and the zero point.
-struct Limits {
+pub(crate) struct Limits {
     lo: __m512i,
     hi: __m512i,
     zo: __m512i,
@@ -228,7 +246,7 @@ struct Limits {
 impl Limits {
     #[inline]
     #[target_feature(enable = "avx2,avx512f")]
-    unsafe fn new(out: &OutputQuant) -> Self {
+    pub(crate) unsafe fn new(out: &OutputQuant) -> Self {
         let zo = out.zero_point;
         // Clamped before the zero point is added, so nothing overflows; the saturating
         // narrowing then clamps to i8 as the reference's last clamp does.

@@ -1,0 +1,177 @@
+//! conv2d on AMX tiles: the conv as the fully connected layer it applies to each output pixel's
+//! patch (`ConvParams::as_fc`, K = kh·kw·C_in, N = C_out), over weights packed at prepare
+//! ([`AmxFc`]), the rows the pixels of every image of a group (so a 3×3 late layer still
+//! fills the tiles at batch 64). A pointwise conv's rows are copied from its pixels; any other
+//! conv's are its patches gathered (pad values included).
+
+use core::mem::MaybeUninit;
+
+use super::gemm;
+use crate::kernels::vnni::copy;
+use crate::kernels::{AmxFc, ConvImage, ConvParams, Layout, PatchPiece, AMX_MAX_K};
+
+/// `p` over every image of `images` (their scratch unused), where `p` was packed for the AMX
+/// set, is uniform where not pointwise (the dispatch pads other convs first) and the buffers
+/// hold its tensors; `false` (nothing written) else.
+///
+/// # Safety
+/// [`super::available`] must hold.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
+    let Some(w) = p.packed.of(Layout::AmxFc) else {
+        return false;
+    };
+    let f = p.as_fc();
+    let px = p.output.h * p.output.w;
+    let fits = |m: &ConvImage| m.input.len() >= p.input.len() && m.output.len() >= p.output.len();
+    if w.len() < (AmxFc { k: f.k, n: f.n }).bytes()
+        || f.k > AMX_MAX_K
+        || images.is_empty()
+        || !images.iter().all(fits)
+    {
+        return false;
+    }
+    let pointwise = p.pointwise_fc().is_some();
+    if !pointwise && !p.is_uniform() {
+        return false;
+    }
+    let (k, cout) = (f.k, f.n);
+    let ptrs = |i: usize| {
+        let m = &images[i / px];
+        (m.input.as_ptr(), m.output.as_ptr() as *mut i8)
+    };
+    let out = |i: usize| ptrs(i).1.add(i % px * cout);
+    if pointwise {
+        gemm::rows(
+            &f,
+            w,
+            images.len() * px,
+            |i, dst| copy(ptrs(i).0.add(i % px * k), dst, k),
+            out,
+        );
+        return true;
+    }
+    // One tap of padding: every channel's pad value (only those C_in bytes are read).
+    let mut pad = MaybeUninit::<[i8; AMX_MAX_K]>::uninit();
+    let pad = pad.as_mut_ptr() as *mut i8;
+    for c in 0..p.input.c.min(AMX_MAX_K) {
+        pad.add(c).write(p.pad_value(c));
+    }
+    let cin = p.input.c;
+    gemm::rows(
+        &f,
+        w,
+        images.len() * px,
+        |i, dst| {
+            let x = ptrs(i).0;
+            p.patch_pieces(i % px, |at, piece| match piece {
+                PatchPiece::Input { start, n } => copy(x.add(start), dst.add(at), n),
+                PatchPiece::Pad => copy(pad, dst.add(at), cin),
+            })
+        },
+        out,
+    );
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{conv_matches_scalar, conv_suite, ConvCase, ConvData};
+    use crate::kernels::{conv_packing, pack, scalar, Kernels, PackOp, Resolved, Rounding};
+
+    fn skip() -> bool {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        let skip = !Kernels::amx_available();
+        if skip {
+            SAID.call_once(|| println!("SKIP: no AMX-INT8 tiles here"));
+        }
+        skip
+    }
+
+    /// `p` packed as the AMX set packs it, then run by that set's conv dispatch: the tiles,
+    /// or the VNNI kernels for what is not packed.
+    fn amx_set(p: &ConvParams, x: &[i8], y: &mut [i8], s: &mut [u8]) {
+        let mut buf = Vec::new();
+        let q = match conv_packing(Resolved::Amx, p) {
+            Some((layout, n)) => {
+                buf.resize(n, 0);
+                ConvParams {
+                    packed: pack(layout, PackOp::Conv(p), &mut buf),
+                    ..*p
+                }
+            }
+            None => *p,
+        };
+        crate::kernels::conv2d(Resolved::Amx, &q, x, y, s);
+    }
+
+    fn check(c: &ConvCase) {
+        if !skip() {
+            conv_matches_scalar(c, &mut amx_set);
+        }
+    }
+
+    conv_suite!(check);
+
+    /// The tiles themselves over groups of images (1 to 9; 9 to 2 304 pixels a image, C 1 to
+    /// 512, K up to 4 608; pointwise and gathered patches with padding and strides; block
+    /// counts odd and even; rows not a multiple of 32): each image's bytes as the reference's,
+    /// in both roundings.
+    #[test]
+    fn groups_equal_scalar() {
+        if skip() {
+            return;
+        }
+        let mut tested = 0;
+        for &(cin, cout, hw, kk, st, pad, n) in &[
+            (8, 16, 48, 1, 1, 0, 1),
+            (64, 64, 5, 1, 1, 0, 3),
+            (128, 256, 6, 1, 1, 0, 2),
+            (256, 48, 3, 1, 1, 0, 5),
+            (20, 36, 4, 1, 1, 0, 4),
+            (3, 16, 32, 3, 1, 1, 1),
+            (16, 16, 8, 3, 1, 1, 2),
+            (16, 32, 9, 3, 2, 1, 3),
+            (1, 64, 12, 4, 2, 0, 2),
+            (3, 24, 10, 3, 2, 1, 9),
+            (64, 64, 4, 1, 2, 0, 2),
+            (224, 24, 3, 3, 1, 1, 1),
+            (512, 32, 4, 3, 1, 1, 2),
+        ] {
+            for r in Rounding::ALL {
+                let case =
+                    |i: usize| ConvCase::square(cin, cout, hw, kk, st, pad, (cin * 37 + i) as u64);
+                let data: Vec<ConvData> = (0..n)
+                    .filter_map(|i| ConvData::typical(&case(i).with_rounding(r)))
+                    .collect();
+                let mut p = data[0].params();
+                let f = p.as_fc();
+                let mut buf = vec![0u8; AmxFc { k: f.k, n: f.n }.bytes()];
+                AmxFc::pack(&f, &mut buf);
+                p.packed = crate::kernels::Packed {
+                    layout: Layout::AmxFc,
+                    bytes: &buf,
+                };
+                let mut want = vec![vec![0i8; p.output.len()]; n];
+                let mut got = vec![vec![0x55i8; p.output.len()]; n];
+                for (d, y) in data.iter().zip(want.iter_mut()) {
+                    scalar::conv2d(&p, &d.input, y);
+                }
+                let mut imgs: Vec<ConvImage> = data
+                    .iter()
+                    .zip(got.iter_mut())
+                    .map(|(d, y)| ConvImage::new(&d.input, y, &mut []))
+                    .collect();
+                // SAFETY: the tiles may run (skip() is false).
+                assert!(unsafe { conv2d(&p, &mut imgs) });
+                assert_eq!(
+                    want, got,
+                    "{cin}→{cout}, {hw}×{hw}, {kk}×{kk}/{st}, {n} images, {r:?}"
+                );
+                tested += 1;
+            }
+        }
+        assert_eq!(tested, 26);
+    }
+}
