@@ -21,6 +21,7 @@ fn models() -> Vec<Vec<u8>> {
         common::lenet_on(3, 8).encode(),
         common::small_resnet(9).encode(),
         common::small_late_resnet(10).encode(),
+        common::wide_block_net(13).encode(),
         common::hand_model().encode(),
         common::embedded_net(1, 11).encode(),
         common::embedded_net(2, 12).encode(),

@@ -744,6 +744,18 @@ pub fn small_late_resnet(seed: u64) -> Builder {
     b
 }
 
+/// A 40-channel identity block on 8×8: convs whose output channels two threads split at an odd
+/// multiple of 8 (packed convs split at whole blocks of 16), each followed by an add split the
+/// same way.
+pub fn wide_block_net(seed: u64) -> Builder {
+    let mut b = Builder::new(3, 8, 8, seed);
+    let s = b.conv(0, 40, 3, 1, 1, true);
+    let s = b.block(s, 40, 1);
+    let p = b.avg_pool(s, 8, 8);
+    b.fc(p, 10, false);
+    b
+}
+
 /// The hand-computed model (see `hand_computed_model` in `roundtrip.rs`).
 pub fn hand_model() -> Builder {
     let mut b = Builder::new(1, 2, 2, 0);

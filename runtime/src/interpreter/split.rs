@@ -17,8 +17,10 @@ type SpanKernel<'f> = dyn FnMut(&[i8], &[i8], &mut [i8]) + 'f;
 pub(crate) enum ConvSplit {
     /// Bands of output rows, each written in place.
     Rows,
-    /// Output channels in groups of 8, each computed apart and copied into place.
-    Channels,
+    /// Output channels in groups of this many (8, or a packed conv's blocks:
+    /// `Packed::split_align`), each computed apart and copied into place; an add right after
+    /// splits its channels the same way.
+    Channels(usize),
     /// Not split: part 0 runs it whole.
     Whole,
 }
@@ -116,7 +118,7 @@ impl Model<'_> {
                     let split = conv_split(t.k, c, scratch, t.share.parts);
                     match split {
                         ConvSplit::Rows => t.conv_rows(p, c, own),
-                        ConvSplit::Channels => t.conv_channels(p, c, own),
+                        ConvSplit::Channels(align) => t.conv_channels(p, c, own, align),
                         ConvSplit::Whole => t.whole(p),
                     }?;
                     return Ok(Some(split));
@@ -153,7 +155,7 @@ impl Model<'_> {
         conv: Option<ConvSplit>,
     ) -> Result<Option<ConvSplit>> {
         let split = match conv {
-            Some(split @ (ConvSplit::Rows | ConvSplit::Channels)) => split,
+            Some(split @ (ConvSplit::Rows | ConvSplit::Channels(_))) => split,
             _ => return Ok(None),
         };
         if j as usize >= self.num_ops() {
@@ -194,7 +196,7 @@ fn conv_split(k: Resolved, p: &ConvParams, scratch: usize, parts: usize) -> Conv
     {
         ConvSplit::Rows
     } else if p.output.c >= 8 * parts {
-        ConvSplit::Channels
+        ConvSplit::Channels(p.packed.split_align(8))
     } else {
         ConvSplit::Whole
     }
@@ -247,10 +249,16 @@ impl ThreadPart {
     /// # Safety
     /// As [`Model::exec_part`]: those channels of the output are this part's; no part writes the
     /// input.
-    unsafe fn conv_channels(self, p: &PreparedOp, c: &ConvParams, own: &mut [u8]) -> Result<()> {
+    unsafe fn conv_channels(
+        self,
+        p: &PreparedOp,
+        c: &ConvParams,
+        own: &mut [u8],
+        align: usize,
+    ) -> Result<()> {
         let (k, area, share) = (self.k, self.area, self.share);
         let x = area.tensor(p.input);
-        let (c0, c1) = share.of(c.output.c, c.packed.split_align(8));
+        let (c0, c1) = share.of(c.output.c, align);
         if c0 == c1 {
             return Ok(());
         }
@@ -310,8 +318,8 @@ impl ThreadPart {
                     elements(r0 * row, r1 * row);
                 }
             }
-            Some(ConvSplit::Channels) => {
-                let (c0, c1) = share.of(c, 8);
+            Some(ConvSplit::Channels(align)) => {
+                let (c0, c1) = share.of(c, align);
                 if c0 < c1 {
                     (0..len / c).for_each(|px| elements(px * c + c0, px * c + c1));
                 }
