@@ -35,20 +35,25 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
     if !pointwise && !p.is_uniform() {
         return false;
     }
-    let (k, cout) = (f.k, f.n);
-    let ptrs = |i: usize| {
-        let m = &images[i / px];
-        (m.input.as_ptr(), m.output.as_ptr() as *mut i8)
+    let (k, cout, n) = (f.k, f.n, images.len() * px);
+    // Rows come in order: the image and pixel of the next one, without a division per row.
+    let (mut img, mut pix) = (0usize, 0usize);
+    let mut next = |i: usize| {
+        debug_assert_eq!(i, img * px + pix);
+        let m = &mut images[img];
+        let at = (m.input.as_ptr(), m.output.as_mut_ptr(), pix);
+        pix += 1;
+        if pix == px {
+            (img, pix) = (img + 1, 0);
+        }
+        at
     };
-    let out = |i: usize| ptrs(i).1.add(i % px * cout);
     if pointwise {
-        gemm::rows(
-            &f,
-            w,
-            images.len() * px,
-            |i, dst| copy(ptrs(i).0.add(i % px * k), dst, k),
-            out,
-        );
+        gemm::rows(&f, w, n, |i, dst| {
+            let (x, y, pi) = next(i);
+            copy(x.add(pi * k), dst, k);
+            y.add(pi * cout)
+        });
         return true;
     }
     // One tap of padding: every channel's pad value (only those C_in bytes are read).
@@ -58,19 +63,14 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
         pad.add(c).write(p.pad_value(c));
     }
     let cin = p.input.c;
-    gemm::rows(
-        &f,
-        w,
-        images.len() * px,
-        |i, dst| {
-            let x = ptrs(i).0;
-            p.patch_pieces(i % px, |at, piece| match piece {
-                PatchPiece::Input { start, n } => copy(x.add(start), dst.add(at), n),
-                PatchPiece::Pad => copy(pad, dst.add(at), cin),
-            })
-        },
-        out,
-    );
+    gemm::rows(&f, w, n, |i, dst| {
+        let (x, y, pi) = next(i);
+        p.patch_pieces(pi, |at, piece| match piece {
+            PatchPiece::Input { start, n } => copy(x.add(start), dst.add(at), n),
+            PatchPiece::Pad => copy(pad, dst.add(at), cin),
+        });
+        y.add(pi * cout)
+    });
     true
 }
 

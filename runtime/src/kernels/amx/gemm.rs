@@ -2,32 +2,32 @@
 //! (two input tiles) staged on the stack, `align64(K)` bytes each, zero past K; for each pair
 //! of 16-row blocks, four sum tiles over every step of 64 inputs (each weight tile read once
 //! per 32 rows, each input tile once per 32 outputs), stored and requantized row by row by
-//! the packed VNNI epilogue (16 outputs of one row per vector).
+//! the packed VNNI epilogue (16 outputs of one row per vector, the block's constants loaded
+//! once per pass).
 
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 
 use super::tiles::{Tiles, ROWS, ROW_BYTES};
-use crate::kernels::vnni::{block_out, Limits};
+use crate::kernels::vnni::{BlockEpi, Limits};
 use crate::kernels::{AmxFc, FcParams, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, FC_EPI_BYTES};
 use crate::requant::Rounding;
 
 /// Rows per pass: two input tiles.
 const PASS: usize = 2 * ROWS;
 
-/// Layer `p` from its packed weights `w` over `n` rows: `stage(i, dst)` writes row `i`'s K
-/// inputs at `dst`, and its N outputs go to `out(i)`.
+/// Layer `p` from its packed weights `w` over `n` rows: `row(i, dst)`, called for `i` from 0
+/// to `n − 1` in order, writes row `i`'s K inputs at `dst` and gives where its N outputs go.
 ///
 /// # Safety
 /// [`super::available`] holds; `w` holds `AmxFc::bytes` of `p` with K ≤ [`AMX_MAX_K`];
-/// `stage` writes at most K bytes; each `out(i)` points at N writable bytes.
+/// `row` writes at most K bytes and gives a pointer to N writable bytes.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn rows(
     p: &FcParams,
     w: &[u8],
     n: usize,
-    mut stage: impl FnMut(usize, *mut i8),
-    out: impl Fn(usize) -> *mut i8,
+    mut row: impl FnMut(usize, *mut i8) -> *mut i8,
 ) {
     let l = AmxFc { k: p.k, n: p.n };
     let kp = l.k_steps() * AMX_K_STEP;
@@ -41,11 +41,12 @@ pub(super) unsafe fn rows(
     let double = p.out.rounding == Rounding::Double;
     let (bb, blocks, tile) = (l.block_bytes(), l.blocks(), ROWS * ROW_BYTES);
     let mut c = [[[0i32; ROWS]; ROWS]; 4];
+    let mut out = [core::ptr::null_mut::<i8>(); PASS];
     let tiles = Tiles::configure();
     for r0 in (0..n).step_by(PASS) {
         let m = (n - r0).min(PASS);
-        for i in 0..m {
-            stage(r0 + i, a.add(i * kp));
+        for (i, o) in out.iter_mut().enumerate().take(m) {
+            *o = row(r0 + i, a.add(i * kp));
         }
         for b0 in (0..blocks).step_by(2) {
             // An odd last block runs as both of the pair; the second's sums are dropped.
@@ -69,13 +70,13 @@ pub(super) unsafe fn rows(
                 .enumerate()
                 .take(1 + (b1 > b0) as usize)
             {
-                let e = w.as_ptr().add(b * bb);
+                let epi = BlockEpi::load(w.as_ptr().add(b * bb));
                 let first = b * FC_BLOCK_ROWS;
                 let mask = ((1u32 << (p.n - first).min(FC_BLOCK_ROWS)) - 1) as u16;
-                for i in 0..m {
+                for (i, &o) in out.iter().enumerate().take(m) {
                     let sums = _mm512_loadu_si512(c[2 * (i / ROWS) + j][i % ROWS].as_ptr() as _);
-                    let v = block_out(sums, _mm512_setzero_si512(), e, &lim, double);
-                    _mm_mask_storeu_epi8(out(r0 + i).add(first), mask, v);
+                    let v = epi.apply(sums, _mm512_setzero_si512(), &lim, double);
+                    _mm_mask_storeu_epi8(o.add(first), mask, v);
                 }
             }
         }

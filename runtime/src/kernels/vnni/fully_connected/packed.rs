@@ -157,8 +157,9 @@ impl Pass<'_> {
             let r0 = self.row0 + b * FC_BLOCK_ROWS;
             let rows = (l.n - r0).min(FC_BLOCK_ROWS);
             let mask = ((1u32 << rows) - 1) as u16;
+            let epi = BlockEpi::load(e);
             for ((&y, a), &corr) in self.y.iter().zip(&acc).zip(&self.corr) {
-                let v = block_out(a[b], corr, e, self.lim, self.double);
+                let v = epi.apply(a[b], corr, self.lim, self.double);
                 _mm_mask_storeu_epi8(y.add(r0), mask, v);
             }
         }
@@ -213,26 +214,60 @@ impl Pass<'_> {
     }
 }
 
-/// A block's 16 sums corrected by `corr`, requantized with its constants at `e` ([`FcEpi`],
-/// the form its `HI` flag names), clamped, as bytes: the packed layouts' epilogue (the AMX
-/// conv's too).
-///
-/// # Safety
-/// The CPU must support AVX-512 F, BW and VL; `e` points at a block's constants.
-#[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-pub(crate) unsafe fn block_out(
-    sum: __m512i,
-    corr: __m512i,
+/// A block's requantization ([`FcEpi`]: the form its `HI` flag names) loaded once for the
+/// rows of sums it requantizes (a pass's images here, the AMX conv's 32 pixels): the packed
+/// layouts' epilogue.
+pub(crate) struct BlockEpi {
     e: *const u8,
-    lim: &Limits,
-    double: bool,
-) -> __m128i {
-    let hi = (e.add(FcEpi::HI) as *const i32).read_unaligned() == 1;
-    match (hi, double) {
-        (true, false) => requant_hi::<false>(sum, corr, e, lim),
-        (true, true) => requant_hi::<true>(sum, corr, e, lim),
-        (false, _) => requant(sum, corr, e, lim),
+    /// Every row has the short form.
+    hi: bool,
+    bias: __m512i,
+    m0: __m512i,
+    r_hi: __m512i,
+    n_hi: __m512i,
+}
+
+impl BlockEpi {
+    /// The constants of the block at `e`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F; `e` points at a block's constants.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    pub(crate) unsafe fn load(e: *const u8) -> Self {
+        BlockEpi {
+            e,
+            hi: (e.add(FcEpi::HI) as *const i32).read_unaligned() == 1,
+            bias: table(e, FcEpi::BIAS),
+            m0: table(e, FcEpi::M0),
+            r_hi: table(e, FcEpi::R_HI),
+            n_hi: table(e, FcEpi::N_HI),
+        }
+    }
+
+    /// 16 rows' sums corrected by `corr`, requantized in the block's form, clamped, as bytes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW and VL.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    pub(crate) unsafe fn apply(
+        &self,
+        sum: __m512i,
+        corr: __m512i,
+        lim: &Limits,
+        double: bool,
+    ) -> __m128i {
+        if !self.hi {
+            return requant(sum, corr, self.e, lim);
+        }
+        let x = _mm512_add_epi32(_mm512_add_epi32(sum, corr), self.bias);
+        let r = if double {
+            short_requant::<true>(x, self.m0, self.r_hi, self.n_hi)
+        } else {
+            short_requant::<false>(x, self.m0, self.r_hi, self.n_hi)
+        };
+        lim.finish(r)
     }
 }
 
@@ -273,28 +308,7 @@ unsafe fn table(e: *const u8, at: usize) -> __m512i {
     _mm512_loadu_si512(e.add(at) as *const _)
 }
 
-/// 16 rows' sums (Σ(w + 128)·x) corrected by `corr`, biased and requantized with the block's
-/// constants at `e` in the short form (every row n ≥ 33; the depthwise conv's `requant_hi`),
-/// clamped, as bytes.
-#[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-unsafe fn requant_hi<const DOUBLE: bool>(
-    sum: __m512i,
-    corr: __m512i,
-    e: *const u8,
-    lim: &Limits,
-) -> __m128i {
-    let x = _mm512_add_epi32(_mm512_add_epi32(sum, corr), table(e, FcEpi::BIAS));
-    let r = short_requant::<DOUBLE>(
-        x,
-        table(e, FcEpi::M0),
-        table(e, FcEpi::R_HI),
-        table(e, FcEpi::N_HI),
-    );
-    lim.finish(r)
-}
-
-/// [`requant_hi`] for any shift: [`crate::requant::HighRequant`]'s form, the depthwise conv's
+/// [`BlockEpi::apply`]'s short form for any shift: [`crate::requant::HighRequant`]'s form, the depthwise conv's
 /// general `requant` on 16 lanes.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
