@@ -166,6 +166,20 @@ pub const AMX_K_STEP: usize = 64;
 /// 32 patches of up to this many bytes on the stack).
 pub const AMX_MAX_K: usize = 4608;
 
+/// The least patch length, output channels and output pixels of a conv the AMX set runs on
+/// tiles (the others as the AVX-512 VNNI set does). Measured per op on one core of a Xeon with
+/// AMX, batch 1: ResNet-18's 3×3 convs (K 576–4 608, 16 to 1 024 pixels) ran in 0.4–0.65×
+/// the VNNI kernels' time, ResNet-8's of K = 288 and 576 in 0.5–0.75×; a shorter K leaves most of each 64-byte tile row to zeros
+/// (stems of K = 27: 1.35–2.3×; ResNet-8's 3×3 16→16, K = 144, N = 16: 1.8×; MobileNet's
+/// pointwise convs of K = 8 to 128: 1.4–2.3×), N = 16 runs a pair of weight tiles half
+/// wasted, and a 3×3 image (9 rows of a pass's 32) runs MobileNet's last pointwise conv
+/// (K = 256) in 2.3×. Short of those, VNNI's kernels stay.
+pub const AMX_MIN_K: usize = 256;
+/// See [`AMX_MIN_K`].
+pub const AMX_MIN_COUT: usize = 32;
+/// See [`AMX_MIN_K`].
+pub const AMX_MIN_PIXELS: usize = 16;
+
 /// The AMX layout of a K × N layer: [`PackedFc`]'s blocks of [`FC_BLOCK_ROWS`] rows, each its
 /// [`FcEpi`] constants then its weights in the same order (per 4 inputs, 16 rows × 4 bytes:
 /// a weight tile's row), but as they are (int8: `tdpbssd` multiplies signed by signed, no
@@ -298,11 +312,16 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
     let undilated = w.dilation_h == 1 && w.dilation_w == 1;
     #[cfg(target_arch = "x86_64")]
     if k == Resolved::Amx {
-        // Tiles for every conv of a whole block of output channels: the rows are pixels, so
-        // even a 3×3 image fills most of a tile's 16. The rest runs on AVX-512 VNNI.
         let f = p.as_fc();
-        return (p.output.c >= FC_BLOCK_ROWS && undilated && p.k() <= AMX_MAX_K)
-            .then(|| (Layout::AmxFc, AmxFc { k: f.k, n: f.n }.bytes()));
+        let tiles = undilated
+            && p.k() >= AMX_MIN_K
+            && p.k() <= AMX_MAX_K
+            && p.output.c >= AMX_MIN_COUT
+            && p.output.h * p.output.w >= AMX_MIN_PIXELS;
+        return match tiles {
+            true => Some((Layout::AmxFc, AmxFc { k: f.k, n: f.n }.bytes())),
+            false => conv_packing(k.base(), p),
+        };
     }
     let small = p.output.h * p.output.w <= IM2COL_MAX_PIXELS;
     let gathered =
