@@ -12,16 +12,19 @@ PEER=${PEER:-../shared/peers/cpu}
 export OUT=${OUT:-bench/results/cpu_infer.json}
 python3 -c "import onnxruntime, numpy" 2>/dev/null || python3 -m pip install -q onnxruntime numpy
 python3 -c "import ai_edge_litert" 2>/dev/null || python3 -m pip install -q ai-edge-litert || echo "TFLite peer unavailable"
-# Prebuilt benches (BENCH_BIN_DIR, COMMIT): bench/prebuilt.sh. INFER_FILTER=int8 times the
-# int8 rows only (no candle f32); CRITERION_ARGS shorten runs (--measurement-time 2, ...).
+# Prebuilt benches (BENCH_BIN_DIR, COMMIT): bench/prebuilt.sh. INFER_FILTER (a criterion
+# filter: int8, resnet18/int8-amx, ...) times only the rows it matches (candle f32's one-thread
+# rows only if it names candle); CRITERION_ARGS shorten runs (--measurement-time 2, ...).
 . bench/prebuilt.sh
 rm -rf target/criterion
 # shellcheck disable=SC2086
 bench infer ${INFER_FILTER:-} ${CRITERION_ARGS:-}
-if [ "${INFER_FILTER:-}" != int8 ]; then
-  # shellcheck disable=SC2086
-  RAYON_NUM_THREADS=1 bench infer candle ${CRITERION_ARGS:-}
-fi
+case "${INFER_FILTER:-}" in
+  "" | *candle*)
+    # shellcheck disable=SC2086
+    RAYON_NUM_THREADS=1 bench infer candle ${CRITERION_ARGS:-}
+    ;;
+esac
 python3 "$PEER/ort_bench.py" --json target/ort_bench.json
 python3 bench/merge_cpu.py target/criterion target/ort_bench.json "$(bench_commit)" > "$OUT"
 python3 - <<'PY'

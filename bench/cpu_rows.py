@@ -58,3 +58,21 @@ def first(rows, key):
 
 def ratio(a, b):
     return round(a / b, 3) if a and b else None
+
+
+def best_of(rows, keys):
+    """One row per distinct `keys` over several runs (interleaved, on a shared machine): each
+    figure its best run's (lowest batch1_ms, highest batch64_img_s), repeats pooled."""
+    out = []
+    for r in rows:
+        same = find(out, **{k: r.get(k) for k in keys})
+        if not same:
+            out.append(dict(r))
+            continue
+        best = same[0]
+        for key, pick in (("batch1_ms", min), ("batch64_img_s", max)):
+            if r.get(key) is not None:
+                best[key] = r[key] if best.get(key) is None else pick(best[key], r[key])
+        if "repeats" in r:
+            best["repeats"] = best.get("repeats", []) + r["repeats"]
+    return out

@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """Merges criterion's estimates (benches/infer.rs) and ort_bench.py's rows into one file.
 
-usage: merge_cpu.py CRITERION_DIR ORT_JSON COMMIT > bench/results/cpu_infer_<cpu>.json
+usage: merge_cpu.py CRITERION_DIR[,DIR…] ORT_JSON[,ORT_JSON…] COMMIT > bench/results/cpu_infer_<cpu>.json
 Batch-1 rows are median latency in ms, batch-64 rows median throughput in img/s. Every octet
 row names the kernels that ran (`int8-<kernels>` in the benchmark id); the file records the
-CPU model and its SIMD features, so figures from different machines are never mixed up.
+CPU model and its SIMD features, so figures from different machines are never mixed up. With
+several runs of either (interleaved, on a shared machine), each figure is that engine's best run.
 """
 import json, os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu_rows import cpu, criterion_rows, find, first, machine, ratio  # noqa: E402
+from cpu_rows import best_of, cpu, criterion_rows, find, first, machine, ratio  # noqa: E402
 
-crit, ort_path, commit = sys.argv[1], sys.argv[2], sys.argv[3]
-octet = criterion_rows(crit)
-peer = json.load(open(ort_path))
+crits, peer_paths, commit = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3]
+octet = best_of([r for crit in crits for r in criterion_rows(crit)],
+                ("engine", "kernels", "model", "threads", "batch"))
+peer = best_of([r for path in peer_paths for r in json.load(open(path))],
+               ("engine", "model", "precision", "threads"))
 
 
 summary = []

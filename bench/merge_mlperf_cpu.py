@@ -12,35 +12,13 @@ best run.
 import json, os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu_rows import cpu, criterion_rows, find, first, machine, ratio  # noqa: E402
+from cpu_rows import best_of, cpu, criterion_rows, find, first, machine, ratio  # noqa: E402
 
 crits, peer_paths, commit = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3]
-peer = []
-for path in peer_paths:
-    for r in json.load(open(path)):
-        same = find(peer, model=r["model"], threads=r["threads"])
-        if not same:
-            peer.append(dict(r))
-            continue
-        best = same[0]
-        best["batch1_ms"] = min(best["batch1_ms"], r["batch1_ms"])
-        best["batch64_img_s"] = max(best["batch64_img_s"], r["batch64_img_s"])
-        best["repeats"] = best.get("repeats", []) + r.get("repeats", [])
+peer = best_of([r for path in peer_paths for r in json.load(open(path))], ("model", "threads"))
 models = sorted({r["model"] for r in peer})
-octet = []
-for crit in crits:
-    for r in criterion_rows(crit):
-        if r["model"] not in models:
-            continue
-        keys = {k: r[k] for k in ("engine", "kernels", "model", "threads", "batch")}
-        same = find(octet, **keys)
-        if not same:
-            octet.append(r)
-            continue
-        if r["batch1_ms"]:
-            same[0]["batch1_ms"] = min(same[0]["batch1_ms"], r["batch1_ms"])
-        if r["batch64_img_s"]:
-            same[0]["batch64_img_s"] = max(same[0]["batch64_img_s"], r["batch64_img_s"])
+octet = best_of([r for crit in crits for r in criterion_rows(crit) if r["model"] in models],
+                ("engine", "kernels", "model", "threads", "batch"))
 summary = []
 for model in models:
     # The default kernels are the ones timed at 2 threads too.

@@ -110,10 +110,10 @@ pub(crate) fn conv2d(
 /// conv by output channels instead.
 #[cfg(feature = "std")]
 pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -> bool {
-    // A conv on tiles splits by channels (whole blocks of its packed rows).
+    // A conv on tiles splits by bands of its pixels, each thread staging its own.
     #[cfg(target_arch = "x86_64")]
     if k == Resolved::Amx && p.packed.of(super::Layout::AmxFc).is_some() {
-        return false;
+        return amx::rows_covered(p);
     }
     match k.base() {
         #[cfg(target_arch = "x86_64")]
@@ -146,6 +146,11 @@ pub(crate) fn conv2d_rows(
     scratch: &mut [u8],
     rows: core::ops::Range<usize>,
 ) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if k == Resolved::Amx && p.packed.of(super::Layout::AmxFc).is_some() {
+        // SAFETY: Resolved::Amx is only produced where the tiles may run.
+        return unsafe { amx::conv2d_rows(p, input, output, rows) };
+    }
     match k.base() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.

@@ -8,7 +8,7 @@ use core::mem::MaybeUninit;
 
 use super::gemm;
 use crate::kernels::vnni::copy;
-use crate::kernels::{AmxFc, ConvImage, ConvParams, Layout, PatchPiece, AMX_MAX_K};
+use crate::kernels::{AmxFc, ConvImage, ConvParams, FcParams, Layout, PatchPiece, AMX_MAX_K};
 
 /// `p` over every image of `images` (their scratch unused), where `p` was packed for the AMX
 /// set, is uniform where not pointwise (the dispatch pads other convs first) and the buffers
@@ -18,60 +18,122 @@ use crate::kernels::{AmxFc, ConvImage, ConvParams, Layout, PatchPiece, AMX_MAX_K
 /// [`super::available`] must hold.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
-    let Some(w) = p.packed.of(Layout::AmxFc) else {
+    let fits = |m: &ConvImage| m.input.len() >= p.input.len() && m.output.len() >= p.output.len();
+    let Some((f, w, rows)) = Patches::new(p) else {
         return false;
     };
-    let f = p.as_fc();
-    let px = p.output.h * p.output.w;
-    let fits = |m: &ConvImage| m.input.len() >= p.input.len() && m.output.len() >= p.output.len();
-    if w.len() < (AmxFc { k: f.k, n: f.n }).bytes()
-        || f.k > AMX_MAX_K
-        || images.is_empty()
-        || !images.iter().all(fits)
-    {
+    if images.is_empty() || !images.iter().all(fits) {
         return false;
     }
-    let pointwise = p.pointwise_fc().is_some();
-    if !pointwise && !p.is_uniform() {
-        return false;
-    }
-    let (k, cout, n) = (f.k, f.n, images.len() * px);
+    let (px, cout) = (p.output.h * p.output.w, f.n);
     // Rows come in order: the image and pixel of the next one, without a division per row.
     let (mut img, mut pix) = (0usize, 0usize);
-    let mut next = |i: usize| {
+    gemm::rows(&f, w, images.len() * px, |i, dst| {
         debug_assert_eq!(i, img * px + pix);
         let m = &mut images[img];
-        let at = (m.input.as_ptr(), m.output.as_mut_ptr(), pix);
+        rows.write(m.input.as_ptr(), pix, dst);
+        let y = m.output.as_mut_ptr().add(pix * cout);
         pix += 1;
         if pix == px {
             (img, pix) = (img + 1, 0);
         }
-        at
+        y
+    });
+    true
+}
+
+/// Output rows `band` of `p` (all its columns) into `output` (those rows, HWC), where
+/// [`conv2d`] would run it: threads sharing an image each take a band of rows, so each stages
+/// only its own pixels' patches. `false` (nothing written) else.
+///
+/// # Safety
+/// [`super::available`] must hold.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn conv2d_rows(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    band: core::ops::Range<usize>,
+) -> bool {
+    let Some((f, w, rows)) = Patches::new(p) else {
+        return false;
     };
-    if pointwise {
-        gemm::rows(&f, w, n, |i, dst| {
-            let (x, y, pi) = next(i);
-            copy(x.add(pi * k), dst, k);
-            y.add(pi * cout)
-        });
-        return true;
+    let (w_out, cout) = (p.output.w, f.n);
+    if band.start > band.end
+        || band.end > p.output.h
+        || input.len() < p.input.len()
+        || output.len() < band.len() * w_out * cout
+    {
+        return false;
     }
-    // One tap of padding: every channel's pad value (only those C_in bytes are read).
-    let mut pad = MaybeUninit::<[i8; AMX_MAX_K]>::uninit();
-    let pad = pad.as_mut_ptr() as *mut i8;
-    for c in 0..p.input.c.min(AMX_MAX_K) {
-        pad.add(c).write(p.pad_value(c));
+    let (px0, y) = (band.start * w_out, output.as_mut_ptr());
+    gemm::rows(&f, w, band.len() * w_out, |i, dst| {
+        rows.write(input.as_ptr(), px0 + i, dst);
+        y.add(i * cout)
+    });
+    true
+}
+
+/// Whether threads may split conv `p` by bands of rows ([`conv2d_rows`]): packed for the tiles
+/// and uniform.
+pub fn rows_covered(p: &ConvParams) -> bool {
+    p.packed.of(Layout::AmxFc).is_some() && p.is_uniform()
+}
+
+/// How a pixel's row of the product is written: the pixel itself (pointwise), else its patch
+/// (pad values where it leaves the input).
+struct Patches<'p, 'a> {
+    p: &'p ConvParams<'a>,
+    k: usize,
+    pointwise: bool,
+    /// One tap of padding: every channel's pad value (only those C_in bytes are read).
+    pad: MaybeUninit<[i8; AMX_MAX_K]>,
+}
+
+impl<'p, 'a> Patches<'p, 'a> {
+    /// The layer and packed weights of `p`, and how its rows are written, where `p` was
+    /// packed for the tiles and is uniform or pointwise; `None` else.
+    fn new(p: &'p ConvParams<'a>) -> Option<(FcParams<'a>, &'a [u8], Self)> {
+        let w = p.packed.of(Layout::AmxFc)?;
+        let f = p.as_fc();
+        let pointwise = p.pointwise_fc().is_some();
+        if w.len() < (AmxFc { k: f.k, n: f.n }).bytes()
+            || f.k > AMX_MAX_K
+            || (!pointwise && !p.is_uniform())
+        {
+            return None;
+        }
+        let mut pad = MaybeUninit::<[i8; AMX_MAX_K]>::uninit();
+        let at = pad.as_mut_ptr() as *mut i8;
+        for c in 0..p.input.c.min(AMX_MAX_K) {
+            // SAFETY: c < AMX_MAX_K.
+            unsafe { at.add(c).write(p.pad_value(c)) };
+        }
+        let rows = Patches {
+            p,
+            k: f.k,
+            pointwise,
+            pad,
+        };
+        Some((f, w, rows))
     }
-    let cin = p.input.c;
-    gemm::rows(&f, w, n, |i, dst| {
-        let (x, y, pi) = next(i);
-        p.patch_pieces(pi, |at, piece| match piece {
+
+    /// Pixel `pi`'s row of the input `x` at `dst` (K bytes).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW and VL; `x` holds the conv's input, `dst` K bytes.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn write(&self, x: *const i8, pi: usize, dst: *mut i8) {
+        if self.pointwise {
+            return copy(x.add(pi * self.k), dst, self.k);
+        }
+        let (pad, cin) = (self.pad.as_ptr() as *const i8, self.p.input.c);
+        self.p.patch_pieces(pi, |at, piece| match piece {
             PatchPiece::Input { start, n } => copy(x.add(start), dst.add(at), n),
             PatchPiece::Pad => copy(pad, dst.add(at), cin),
         });
-        y.add(pi * cout)
-    });
-    true
+    }
 }
 
 #[cfg(test)]
@@ -173,5 +235,46 @@ mod tests {
             }
         }
         assert_eq!(tested, 26);
+    }
+
+    /// Bands of rows (threads sharing an image): each the reference's bytes for its rows, in
+    /// both roundings, pointwise and gathered, bands of one row to all of them.
+    #[test]
+    fn bands_equal_scalar() {
+        if skip() {
+            return;
+        }
+        for &(cin, cout, hw, kk, st, pad) in &[
+            (64, 64, 9, 3, 1, 1),
+            (256, 48, 6, 1, 1, 0),
+            (32, 32, 11, 3, 2, 1),
+        ] {
+            for r in Rounding::ALL {
+                let c = ConvCase::square(cin, cout, hw, kk, st, pad, 5).with_rounding(r);
+                let d = ConvData::typical(&c).unwrap();
+                let mut p = d.params();
+                let f = p.as_fc();
+                let mut buf = vec![0u8; AmxFc { k: f.k, n: f.n }.bytes()];
+                AmxFc::pack(&f, &mut buf);
+                p.packed = crate::kernels::Packed {
+                    layout: Layout::AmxFc,
+                    bytes: &buf,
+                };
+                assert!(rows_covered(&p));
+                let mut want = vec![0i8; p.output.len()];
+                scalar::conv2d(&p, &d.input, &mut want);
+                let (h, row) = (p.output.h, p.output.w * p.output.c);
+                for band in [0..1, 0..h / 2, h / 2..h, 0..h, h - 1..h] {
+                    let mut got = vec![0x55i8; band.len() * row];
+                    // SAFETY: the tiles may run (skip() is false).
+                    assert!(unsafe { conv2d_rows(&p, &d.input, &mut got, band.clone()) });
+                    assert_eq!(
+                        got,
+                        want[band.start * row..band.end * row],
+                        "{c:?} {band:?}"
+                    );
+                }
+            }
+        }
     }
 }

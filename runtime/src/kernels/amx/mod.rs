@@ -23,5 +23,5 @@ mod conv2d;
 mod gemm;
 mod tiles;
 
-pub use conv2d::conv2d;
+pub use conv2d::{conv2d, conv2d_rows, rows_covered};
 pub use tiles::available;
