@@ -17,7 +17,7 @@ rows = ["| CPU (kernels) | model | b64 1 thread | b64 2 threads | b1 1 thread | 
         "|---|---|---|---|---|---|"]
 for path in sys.argv[1:]:
     d = json.load(open(path))
-    cpu = d["machine"].split(", ", 2)[-1] + " " + "/".join(f for f in d["cpu_features"] if f in ("avx2", "avx512_vnni", "avx_vnni"))
+    cpu = d["machine"].split(", ", 2)[-1] + " " + "/".join(f for f in d["cpu_features"] if f in ("avx2", "avx512_vnni", "avx_vnni", "amx_int8"))
     S = {(r["model"], r["threads"]): r for r in d["summary"]}
     for model in ("resnet18", "lenet", "resnet18-1ch", "lenet-1ch"):
         r1, r2 = S[(model, 1)], S[(model, 2)]
@@ -29,9 +29,10 @@ for path in sys.argv[1:]:
                         [("latency_ort_over_octet", "ORT"), ("latency_tflite_over_octet", "TFLite")])
         rows.append(f"| {cpu} ({r1['kernels']}) | {model} | {tp(r1)} | {tp(r2)} | {lat(r1)} | {lat(r2)} |")
         # other kernel sets timed on the same CPU (1 thread)
-        for k in ("avx2", "avx_vnni"):
+        for k in ("avx512_vnni", "avx2", "avx_vnni"):
             key = f"octet_int8_{k}_batch64_img_s"
             if r1.get(key):
-                o = r1.get(f"throughput_octet_{k}_over_ort")
-                rows.append(f"| same CPU ({k.replace('_', '-')} kernels forced) | {model} | {r1[key]:,.0f} ({o:.2f}× ORT on AVX-512) | | {r1[f'octet_int8_{k}_batch1_ms']:.3f} ms | |")
+                peers = [(f"throughput_octet_{k}_over_ort", "ORT"), (f"throughput_octet_{k}_over_tflite", "TFLite")]
+                name = k.replace("avx512_", "avx512-").replace("_", "-")
+                rows.append(f"| same CPU ({name} kernels forced) | {model} | {cell(f'{r1[key]:,.0f}', r1, peers)} | | {r1[f'octet_int8_{k}_batch1_ms']:.3f} ms | |")
 print("\n".join(rows))
