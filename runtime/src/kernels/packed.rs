@@ -29,7 +29,8 @@ pub(crate) enum Layout {
     /// None packed.
     #[default]
     None,
-    /// The AVX-512 VNNI fully connected layer's ([`PackedFc`]).
+    /// The AVX-512 VNNI fully connected layer's ([`PackedFc`]; only x86 sets pack it).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     VnniFc,
     /// The x86 depthwise conv's weights and requantization constants (every x86 set's
     /// kernel), as it lays them out in scratch when unpacked (`avx2::depthwise_conv2d`).
