@@ -743,6 +743,62 @@ pub fn fc_batch_matches_scalar(
     assert_eq!(want, got, "{m} images, k {k}, n {n}, {r:?}");
 }
 
+/// A packed conv's shape for [`packed_groups_match_scalar`]: (C_in, C_out, H = W, kernel,
+/// stride, pad, images).
+#[cfg(target_arch = "x86_64")]
+pub type PackedConvShape = (usize, usize, usize, usize, usize, usize, usize);
+
+/// Each conv of `shapes` over its group of images (values from seeds `seed` + image), its
+/// weights packed by `pack` (the packed region it fills, then the layout), run by `kernel`
+/// over the whole group at once (it must take it: `true`): each image's bytes as the
+/// reference's, in both roundings. The x86 packed convs' (VNNI, AMX) test.
+#[cfg(target_arch = "x86_64")]
+pub fn packed_groups_match_scalar(
+    shapes: &[PackedConvShape],
+    seed: usize,
+    pack: &dyn Fn(&FcParams) -> (Vec<u8>, crate::kernels::Layout),
+    kernel: &mut dyn FnMut(&ConvParams, &mut [ConvImage]) -> bool,
+) {
+    for &(cin, cout, hw, kk, st, pad, n) in shapes {
+        for r in Rounding::ALL {
+            let case =
+                |i: usize| ConvCase::square(cin, cout, hw, kk, st, pad, (cin * seed + i) as u64);
+            let data: Vec<ConvData> = (0..n)
+                .filter_map(|i| ConvData::typical(&case(i).with_rounding(r)))
+                .collect();
+            assert_eq!(
+                data.len(),
+                n,
+                "{cin}→{cout} {hw}×{hw} {kk}×{kk}: no such conv"
+            );
+            let mut p = data[0].params();
+            let (buf, layout) = pack(&p.as_fc());
+            p.packed = Packed {
+                layout,
+                bytes: &buf,
+            };
+            let mut want = vec![vec![0i8; p.output.len()]; n];
+            let mut got = vec![vec![0x55i8; p.output.len()]; n];
+            for (d, y) in data.iter().zip(want.iter_mut()) {
+                crate::kernels::scalar::conv2d(&p, &d.input, y);
+            }
+            let mut imgs: Vec<ConvImage> = data
+                .iter()
+                .zip(got.iter_mut())
+                .map(|(d, y)| ConvImage::new(&d.input, y, &mut []))
+                .collect();
+            assert!(
+                kernel(&p, &mut imgs),
+                "{cin}→{cout} {hw}×{hw} {kk}×{kk}: declined"
+            );
+            assert_eq!(
+                want, got,
+                "{cin}→{cout}, {hw}×{hw}, {kk}×{kk}/{st}, {n} images, {r:?}"
+            );
+        }
+    }
+}
+
 /// The fully connected shapes of the models here, and edge shapes (k 1, 65 536).
 pub const FC_SHAPES: [(usize, usize); 7] = [
     (400, 120),

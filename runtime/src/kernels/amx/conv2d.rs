@@ -139,7 +139,10 @@ impl<'p, 'a> Patches<'p, 'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{conv_matches_scalar, conv_suite, ConvCase, ConvData};
+    use crate::kernels::test_util::{
+        conv_matches_scalar, conv_suite, packed_groups_match_scalar, ConvCase, ConvData,
+        PackedConvShape,
+    };
     use crate::kernels::{conv_packing, pack, scalar, Kernels, PackOp, Resolved, Rounding};
 
     fn skip() -> bool {
@@ -176,6 +179,13 @@ mod tests {
 
     conv_suite!(check);
 
+    /// `f` packed for the tiles.
+    fn amx_packed(f: &FcParams) -> (Vec<u8>, Layout) {
+        let mut buf = vec![0u8; AmxFc { k: f.k, n: f.n }.bytes()];
+        AmxFc::pack(f, &mut buf);
+        (buf, Layout::AmxFc)
+    }
+
     /// The tiles themselves over groups of images (1 to 9; 9 to 2 304 pixels a image, C 1 to
     /// 512, K up to 4 608; pointwise and gathered patches with padding and strides; block
     /// counts odd and even; rows not a multiple of 32): each image's bytes as the reference's,
@@ -185,8 +195,7 @@ mod tests {
         if skip() {
             return;
         }
-        let mut tested = 0;
-        for &(cin, cout, hw, kk, st, pad, n) in &[
+        let shapes: &[PackedConvShape] = &[
             (8, 16, 48, 1, 1, 0, 1),
             (64, 64, 5, 1, 1, 0, 3),
             (128, 256, 6, 1, 1, 0, 2),
@@ -200,41 +209,11 @@ mod tests {
             (64, 64, 4, 1, 2, 0, 2),
             (224, 24, 3, 3, 1, 1, 1),
             (512, 32, 4, 3, 1, 1, 2),
-        ] {
-            for r in Rounding::ALL {
-                let case =
-                    |i: usize| ConvCase::square(cin, cout, hw, kk, st, pad, (cin * 37 + i) as u64);
-                let data: Vec<ConvData> = (0..n)
-                    .filter_map(|i| ConvData::typical(&case(i).with_rounding(r)))
-                    .collect();
-                let mut p = data[0].params();
-                let f = p.as_fc();
-                let mut buf = vec![0u8; AmxFc { k: f.k, n: f.n }.bytes()];
-                AmxFc::pack(&f, &mut buf);
-                p.packed = crate::kernels::Packed {
-                    layout: Layout::AmxFc,
-                    bytes: &buf,
-                };
-                let mut want = vec![vec![0i8; p.output.len()]; n];
-                let mut got = vec![vec![0x55i8; p.output.len()]; n];
-                for (d, y) in data.iter().zip(want.iter_mut()) {
-                    scalar::conv2d(&p, &d.input, y);
-                }
-                let mut imgs: Vec<ConvImage> = data
-                    .iter()
-                    .zip(got.iter_mut())
-                    .map(|(d, y)| ConvImage::new(&d.input, y, &mut []))
-                    .collect();
-                // SAFETY: the tiles may run (skip() is false).
-                assert!(unsafe { conv2d(&p, &mut imgs) });
-                assert_eq!(
-                    want, got,
-                    "{cin}→{cout}, {hw}×{hw}, {kk}×{kk}/{st}, {n} images, {r:?}"
-                );
-                tested += 1;
-            }
-        }
-        assert_eq!(tested, 26);
+        ];
+        // SAFETY: the tiles may run (skip() is false).
+        packed_groups_match_scalar(shapes, 37, &amx_packed, &mut |p, imgs| unsafe {
+            conv2d(p, imgs)
+        });
     }
 
     /// Bands of rows (threads sharing an image): each the reference's bytes for its rows, in
@@ -253,11 +232,9 @@ mod tests {
                 let c = ConvCase::square(cin, cout, hw, kk, st, pad, 5).with_rounding(r);
                 let d = ConvData::typical(&c).unwrap();
                 let mut p = d.params();
-                let f = p.as_fc();
-                let mut buf = vec![0u8; AmxFc { k: f.k, n: f.n }.bytes()];
-                AmxFc::pack(&f, &mut buf);
+                let (buf, layout) = amx_packed(&p.as_fc());
                 p.packed = crate::kernels::Packed {
-                    layout: Layout::AmxFc,
+                    layout,
                     bytes: &buf,
                 };
                 assert!(rows_covered(&p));

@@ -100,67 +100,45 @@ pub(crate) unsafe fn copy(src: *const i8, dst: *mut i8, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{ConvCase, ConvData};
-    use crate::kernels::{scalar, Kernels, Packed, Rounding};
+    use crate::kernels::test_util::{
+        packed_groups_match_scalar, ConvCase, ConvData, PackedConvShape,
+    };
+    use crate::kernels::{FcParams, Kernels};
 
-    /// Convs of the models' shapes, packed (1 to 5 images, 9 to 2 304 pixels, C 1 to 256,
-    /// pointwise and gathered patches with padding and strides): each image's bytes as the
-    /// reference's, in both roundings; a dilated conv declines.
+    /// The models' shapes and edge ones (1 to 9 images, 9 to 2 304 pixels, C 1 to 256,
+    /// pointwise and gathered patches with padding and strides).
+    const SHAPES: &[PackedConvShape] = &[
+        (8, 16, 48, 1, 1, 0, 1),
+        (64, 64, 5, 1, 1, 0, 3),
+        (128, 256, 6, 1, 1, 0, 2),
+        (256, 256, 3, 1, 1, 0, 5),
+        (20, 36, 4, 1, 1, 0, 4),
+        (3, 5, 7, 1, 1, 0, 9),
+        (16, 16, 8, 3, 1, 1, 2),
+        (16, 32, 9, 3, 2, 1, 3),
+        (1, 64, 12, 4, 2, 0, 2),
+        (3, 8, 10, 3, 2, 1, 1),
+        (64, 64, 4, 1, 2, 0, 2),
+        (224, 24, 3, 3, 1, 1, 1),
+    ];
+
+    /// [`SHAPES`] packed, over groups of images: each image's bytes as the reference's, in
+    /// both roundings.
     #[test]
     fn equals_scalar() {
         if !Kernels::vnni_available() {
             println!("SKIP: no AVX-512 VNNI");
             return;
         }
-        let mut tested = 0;
-        for &(cin, cout, hw, kk, st, pad, n) in &[
-            (8, 16, 48, 1, 1, 0, 1),
-            (64, 64, 5, 1, 1, 0, 3),
-            (128, 256, 6, 1, 1, 0, 2),
-            (256, 256, 3, 1, 1, 0, 5),
-            (20, 36, 4, 1, 1, 0, 4),
-            (3, 5, 7, 1, 1, 0, 9),
-            (16, 16, 8, 3, 1, 1, 2),
-            (16, 32, 9, 3, 2, 1, 3),
-            (1, 64, 12, 4, 2, 0, 2),
-            (3, 8, 10, 3, 2, 1, 1),
-            (64, 64, 4, 1, 2, 0, 2),
-            (224, 24, 3, 3, 1, 1, 1),
-        ] {
-            for r in Rounding::ALL {
-                let case =
-                    |i: usize| ConvCase::square(cin, cout, hw, kk, st, pad, (cin * 31 + i) as u64);
-                let data: Vec<ConvData> = (0..n)
-                    .filter_map(|i| ConvData::typical(&case(i).with_rounding(r)))
-                    .collect();
-                let mut p = data[0].params();
-                let f = p.as_fc();
-                tested += 1;
-                let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
-                PackedFc::pack(&f, &mut buf);
-                p.packed = Packed {
-                    layout: Layout::VnniFc,
-                    bytes: &buf,
-                };
-                let mut want = vec![vec![0i8; p.output.len()]; n];
-                let mut got = vec![vec![0x55i8; p.output.len()]; n];
-                for (d, y) in data.iter().zip(want.iter_mut()) {
-                    scalar::conv2d(&p, &d.input, y);
-                }
-                let mut imgs: Vec<ConvImage> = data
-                    .iter()
-                    .zip(got.iter_mut())
-                    .map(|(d, y)| ConvImage::new(&d.input, y, &mut []))
-                    .collect();
-                // SAFETY: AVX-512 VNNI is available.
-                assert!(unsafe { conv2d_packed(&p, &mut imgs) });
-                assert_eq!(
-                    want, got,
-                    "{cin}→{cout}, {hw}×{hw}, {kk}×{kk}/{st}, {n} images, {r:?}"
-                );
-            }
-        }
-        assert!(tested >= 20, "{tested}");
+        let pack = |f: &FcParams| {
+            let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
+            PackedFc::pack(f, &mut buf);
+            (buf, Layout::VnniFc)
+        };
+        // SAFETY: AVX-512 VNNI is available.
+        packed_groups_match_scalar(SHAPES, 31, &pack, &mut |p, imgs| unsafe {
+            conv2d_packed(p, imgs)
+        });
         // A 3×3 window is no pointwise conv.
         let d = ConvData::typical(&ConvCase::square(8, 16, 6, 3, 1, 1, 1)).unwrap();
         assert!(d.params().pointwise_fc().is_none());
