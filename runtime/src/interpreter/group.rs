@@ -93,7 +93,11 @@ impl Model<'_> {
             return Ok(unsafe {
                 match &p.params {
                     OpParams::FullyConnected(f) => {
-                        kernels::vnni::fully_connected_batch(f, &mut imgs[..n]);
+                        if !(k == Resolved::Amx
+                            && kernels::amx::fully_connected_batch(f, &mut imgs[..n]))
+                        {
+                            kernels::vnni::fully_connected_batch(f, &mut imgs[..n]);
+                        }
                         true
                     }
                     OpParams::Conv2d(c) => {
