@@ -93,11 +93,7 @@ impl Model<'_> {
             return Ok(unsafe {
                 match &p.params {
                     OpParams::FullyConnected(f) => {
-                        if !(k == Resolved::Amx
-                            && kernels::amx::fully_connected_batch(f, &mut imgs[..n]))
-                        {
-                            kernels::vnni::fully_connected_batch(f, &mut imgs[..n]);
-                        }
+                        kernels::vnni::fully_connected_batch(f, &mut imgs[..n]);
                         true
                     }
                     OpParams::Conv2d(c) => {

@@ -277,8 +277,8 @@ fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8) {
 /// none for it).
 pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
     match k {
-        // The AMX set packs fully connected layers as VNNI does: one image runs on VNNI (one
-        // row, a sixteenth of a tile), a group on tiles (`tdpbsud` reads the same bytes).
+        // The AMX set's fully connected layers stay on VNNI: at batch 1 a layer has one row,
+        // a sixteenth of a tile.
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni | Resolved::Amx => {
             Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes()))

@@ -164,39 +164,7 @@ impl Tiles {
         );
     }
 
-    /// One step of 64 inputs against four weight tiles in the VNNI fully connected layout
-    /// (u8 w + 128: `tdpbsud`, signed inputs by unsigned weights): the input tile from `a`
-    /// (rows `sa` bytes apart), weight tiles from `b[j]` (rows 64 bytes apart), sums
-    /// `c[j] += a · b[j]` (the fourth weight tile reuses the first's register once its product
-    /// has read it).
-    ///
-    /// # Safety
-    /// Each pointer is readable for 16 rows of 64 bytes at its stride.
-    #[inline(always)]
-    pub(super) unsafe fn step_1x4_unsigned(&self, a: *const i8, sa: usize, b: [*const u8; 4]) {
-        asm!(
-            "tileloadd tmm4, [{a} + {sa}*1]",
-            "tileloadd tmm5, [{b0} + {sb}*1]",
-            "tileloadd tmm6, [{b1} + {sb}*1]",
-            "tdpbsud tmm0, tmm4, tmm5",
-            "tileloadd tmm7, [{b2} + {sb}*1]",
-            "tdpbsud tmm1, tmm4, tmm6",
-            "tileloadd tmm5, [{b3} + {sb}*1]",
-            "tdpbsud tmm2, tmm4, tmm7",
-            "tdpbsud tmm3, tmm4, tmm5",
-            a = in(reg) a,
-            sa = in(reg) sa,
-            b0 = in(reg) b[0],
-            b1 = in(reg) b[1],
-            b2 = in(reg) b[2],
-            b3 = in(reg) b[3],
-            sb = in(reg) ROW_BYTES,
-            options(nostack, readonly)
-        );
-    }
-
-    /// The four sum tiles into `c` (the 2 × 2 block's `c[2i + j]`, or the 1 × 4 step's `c[j]`;
-    /// 16 rows of 16 i32 each).
+    /// The 2 × 2 sums into `c` (`c[2i + j]`, 16 rows of 16 i32 each).
     #[inline(always)]
     pub(super) fn store(&self, c: &mut [[[i32; ROWS]; ROWS]; 4]) {
         let p = c.as_mut_ptr() as *mut u8;
