@@ -21,8 +21,7 @@ impl Model<'_> {
                 self.with_op(j, |p| {
                     Ok(match &p.params {
                         OpParams::Conv2d(c) => {
-                            c.packed.of(kernels::Layout::VnniFc).is_some()
-                                || c.packed.of(kernels::Layout::AmxFc).is_some()
+                            c.packed.is_fc()
                                 || (c.is_uniform() && kernels::lanes_supported(&c.geometry()))
                         }
                         OpParams::FullyConnected(_) => true,
@@ -53,8 +52,7 @@ impl Model<'_> {
             let batched = match &p.params {
                 OpParams::FullyConnected(_) => true,
                 OpParams::Conv2d(c) => {
-                    c.packed.of(kernels::Layout::VnniFc).is_some()
-                        || c.packed.of(kernels::Layout::AmxFc).is_some()
+                    c.packed.is_fc()
                         || (c.is_uniform()
                             && kernels::lanes_supported(&c.geometry())
                             && !kernels::vnni::narrow_preferred(c))

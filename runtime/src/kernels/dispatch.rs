@@ -50,14 +50,6 @@ pub(crate) fn conv2d(
         }
     }
     #[cfg(target_arch = "x86_64")]
-    if k == Resolved::Amx {
-        // SAFETY: Resolved::Amx is only produced where the tiles may run.
-        if unsafe { amx::conv2d(p, &mut [ConvImage::new(input, output, scratch)]) } {
-            return;
-        }
-        return conv2d(Resolved::Vnni, p, input, output, scratch);
-    }
-    #[cfg(target_arch = "x86_64")]
     let all = 0..p.output.h;
     match k {
         Resolved::Scalar => scalar::conv2d(p, input, output),
@@ -77,11 +69,12 @@ pub(crate) fn conv2d(
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni (and Amx, which includes it) is only produced when AVX2 and
-        // AVX-512 VNNI/VL are available.
+        // AVX-512 VNNI/VL are available, Resolved::Amx only where the tiles may run.
         Resolved::Vnni | Resolved::Amx => unsafe {
             let one = &mut [ConvImage::new(input, output, scratch)];
-            if vnni::conv2d_packed(p, one) {
-                // Packed at prepare: the packed fully connected kernel over its patches.
+            if (k == Resolved::Amx && amx::conv2d(p, one)) || vnni::conv2d_packed(p, one) {
+                // Packed at prepare: on tiles, or the packed fully connected kernel over its
+                // patches.
             } else if (vnni::narrow_preferred(p)
                 && vnni::conv2d_narrow(p, ConvImage::new(input, output, scratch)))
                 || vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), all)

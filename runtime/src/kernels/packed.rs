@@ -60,11 +60,23 @@ impl<'a> Packed<'a> {
     /// ([`fc_outputs`]).
     #[cfg(feature = "std")]
     pub(crate) fn split_align(&self, align: usize) -> usize {
+        if self.is_fc() {
+            align.max(FC_BLOCK_ROWS)
+        } else {
+            align
+        }
+    }
+
+    /// Whether these are a layer's rows in blocks of [`FC_BLOCK_ROWS`] ([`PackedFc`] or
+    /// [`AmxFc`]: the packed matrix products).
+    #[inline]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn is_fc(&self) -> bool {
         match self.layout {
+            Layout::VnniFc => true,
             #[cfg(target_arch = "x86_64")]
-            Layout::AmxFc => align.max(FC_BLOCK_ROWS),
-            Layout::VnniFc => align.max(FC_BLOCK_ROWS),
-            _ => align,
+            Layout::AmxFc => true,
+            _ => false,
         }
     }
 }
@@ -195,29 +207,22 @@ pub struct AmxFc {
 }
 
 impl AmxFc {
-    /// Blocks of rows.
-    pub const fn blocks(&self) -> usize {
-        self.n.div_ceil(FC_BLOCK_ROWS)
-    }
-
     /// Steps of [`AMX_K_STEP`] inputs (weight tiles per block).
     pub const fn k_steps(&self) -> usize {
         self.k.div_ceil(AMX_K_STEP)
     }
 
-    /// Bytes of one block.
-    pub const fn block_bytes(&self) -> usize {
-        FC_EPI_BYTES + self.k_steps() * AMX_K_STEP * FC_BLOCK_ROWS
+    /// The same blocks, sized as [`PackedFc`]'s of K padded to whole weight tiles.
+    pub const fn padded(&self) -> PackedFc {
+        PackedFc {
+            k: self.k_steps() * AMX_K_STEP,
+            n: self.n,
+        }
     }
 
-    /// Bytes of the whole layer.
-    pub const fn bytes(&self) -> usize {
-        self.blocks() * self.block_bytes()
-    }
-
-    /// Writes `p`'s layout into `dst` (at least [`AmxFc::bytes`] long).
+    /// Writes `p`'s layout into `dst` (at least `padded().bytes()` long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
-        let l = AmxFc { k: p.k, n: p.n };
+        let l = AmxFc { k: p.k, n: p.n }.padded();
         pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0);
     }
 }
@@ -276,13 +281,11 @@ fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8) {
 /// The layout and bytes kernel set `k` packs fully connected layer `p` in (`None`: it packs
 /// none for it).
 pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
-    match k {
-        // The AMX set's fully connected layers stay on VNNI: at batch 1 a layer has one row,
-        // a sixteenth of a tile.
+    // The AMX set's fully connected layers run on VNNI, packed as there: at batch 1 a layer
+    // has one row, a sixteenth of a tile.
+    match k.base() {
         #[cfg(target_arch = "x86_64")]
-        Resolved::Vnni | Resolved::Amx => {
-            Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes()))
-        }
+        Resolved::Vnni => Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes())),
         _ => {
             let _ = (k, p);
             None
@@ -320,7 +323,7 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
             && p.output.c >= AMX_MIN_COUT
             && p.output.h * p.output.w >= AMX_MIN_PIXELS;
         return match tiles {
-            true => Some((Layout::AmxFc, AmxFc { k: f.k, n: f.n }.bytes())),
+            true => Some((Layout::AmxFc, AmxFc { k: f.k, n: f.n }.padded().bytes())),
             false => conv_packing(k.base(), p),
         };
     }
@@ -336,9 +339,9 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
 
 /// The layout and bytes kernel set `k` packs depthwise conv `p` in (`None`: it packs none).
 pub(crate) fn depthwise_packing(k: Resolved, p: &DepthwiseParams) -> Option<(Layout, usize)> {
-    match k {
+    match k.base() {
         #[cfg(target_arch = "x86_64")]
-        Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni | Resolved::Amx => {
+        Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni => {
             super::avx2::depthwise_packed_bytes(p).map(|n| (Layout::X86Depthwise, n))
         }
         _ => {
@@ -374,24 +377,18 @@ pub(crate) enum PackOp<'p, 'a> {
 /// The packed weights of outputs `n0..n1` of a layer of `k` inputs, where they start a block
 /// ([`crate::kernels::FcParams::outputs`]); else none (the unpacked kernel runs them).
 pub(crate) fn fc_outputs<'a>(packed: &Packed<'a>, k: usize, n0: usize, n1: usize) -> Packed<'a> {
-    let (block, all) = match packed.layout {
-        Layout::VnniFc => {
-            let l = PackedFc { k, n: n1 };
-            (l.block_bytes(), l.bytes())
-        }
+    let l = match packed.layout {
+        Layout::VnniFc => PackedFc { k, n: n1 },
         #[cfg(target_arch = "x86_64")]
-        Layout::AmxFc => {
-            let l = AmxFc { k, n: n1 };
-            (l.block_bytes(), l.bytes())
-        }
+        Layout::AmxFc => AmxFc { k, n: n1 }.padded(),
         _ => return Packed::default(),
     };
-    if !n0.is_multiple_of(FC_BLOCK_ROWS) || packed.bytes.len() < all {
+    if !n0.is_multiple_of(FC_BLOCK_ROWS) || packed.bytes.len() < l.bytes() {
         return Packed::default();
     }
     Packed {
         layout: packed.layout,
-        bytes: &packed.bytes[n0 / FC_BLOCK_ROWS * block..all],
+        bytes: &packed.bytes[n0 / FC_BLOCK_ROWS * l.block_bytes()..l.bytes()],
     }
 }
 

@@ -4,11 +4,9 @@
 //! fills the tiles at batch 64). A pointwise conv's rows are copied from its pixels; any other
 //! conv's are its patches gathered (pad values included).
 
-use core::mem::MaybeUninit;
-
 use super::gemm;
-use crate::kernels::vnni::copy;
-use crate::kernels::{AmxFc, ConvImage, ConvParams, FcParams, Layout, PatchPiece, AMX_MAX_K};
+use crate::kernels::vnni::{copy, Gather};
+use crate::kernels::{AmxFc, ConvImage, ConvParams, FcParams, Layout, AMX_MAX_K};
 
 /// `p` over every image of `images` (their scratch unused), where `p` was packed for the AMX
 /// set, is uniform where not pointwise (the dispatch pads other convs first) and the buffers
@@ -80,14 +78,13 @@ pub fn rows_covered(p: &ConvParams) -> bool {
     p.packed.of(Layout::AmxFc).is_some() && p.is_uniform()
 }
 
-/// How a pixel's row of the product is written: the pixel itself (pointwise), else its patch
-/// (pad values where it leaves the input).
-struct Patches<'p, 'a> {
-    p: &'p ConvParams<'a>,
-    k: usize,
-    pointwise: bool,
-    /// One tap of padding: every channel's pad value (only those C_in bytes are read).
-    pad: MaybeUninit<[i8; AMX_MAX_K]>,
+/// How a pixel's row of the product is written: the pixel itself (pointwise), else its patch.
+// One per call, on the stack (no heap to box the gather's pad values in).
+#[allow(clippy::large_enum_variant)]
+enum Patches<'p, 'a> {
+    /// K = C_in bytes of the pixel.
+    Pixels(usize),
+    Gathered(Gather<'p, 'a>),
 }
 
 impl<'p, 'a> Patches<'p, 'a> {
@@ -96,24 +93,12 @@ impl<'p, 'a> Patches<'p, 'a> {
     fn new(p: &'p ConvParams<'a>) -> Option<(FcParams<'a>, &'a [u8], Self)> {
         let w = p.packed.of(Layout::AmxFc)?;
         let f = p.as_fc();
-        let pointwise = p.pointwise_fc().is_some();
-        if w.len() < (AmxFc { k: f.k, n: f.n }).bytes()
-            || f.k > AMX_MAX_K
-            || (!pointwise && !p.is_uniform())
-        {
+        if w.len() < (AmxFc { k: f.k, n: f.n }).padded().bytes() || f.k > AMX_MAX_K {
             return None;
         }
-        let mut pad = MaybeUninit::<[i8; AMX_MAX_K]>::uninit();
-        let at = pad.as_mut_ptr() as *mut i8;
-        for c in 0..p.input.c.min(AMX_MAX_K) {
-            // SAFETY: c < AMX_MAX_K.
-            unsafe { at.add(c).write(p.pad_value(c)) };
-        }
-        let rows = Patches {
-            p,
-            k: f.k,
-            pointwise,
-            pad,
+        let rows = match p.pointwise_fc() {
+            Some(_) => Patches::Pixels(f.k),
+            None => Patches::Gathered(Gather::new(p)?),
         };
         Some((f, w, rows))
     }
@@ -125,14 +110,10 @@ impl<'p, 'a> Patches<'p, 'a> {
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
     unsafe fn write(&self, x: *const i8, pi: usize, dst: *mut i8) {
-        if self.pointwise {
-            return copy(x.add(pi * self.k), dst, self.k);
+        match self {
+            Patches::Pixels(k) => copy(x.add(pi * k), dst, *k),
+            Patches::Gathered(g) => g.write(x, pi, dst),
         }
-        let (pad, cin) = (self.pad.as_ptr() as *const i8, self.p.input.c);
-        self.p.patch_pieces(pi, |at, piece| match piece {
-            PatchPiece::Input { start, n } => copy(x.add(start), dst.add(at), n),
-            PatchPiece::Pad => copy(pad, dst.add(at), cin),
-        });
     }
 }
 
@@ -181,7 +162,7 @@ mod tests {
 
     /// `f` packed for the tiles.
     fn amx_packed(f: &FcParams) -> (Vec<u8>, Layout) {
-        let mut buf = vec![0u8; AmxFc { k: f.k, n: f.n }.bytes()];
+        let mut buf = vec![0u8; AmxFc { k: f.k, n: f.n }.padded().bytes()];
         AmxFc::pack(f, &mut buf);
         (buf, Layout::AmxFc)
     }

@@ -29,8 +29,8 @@ pub(super) unsafe fn rows(
     n: usize,
     mut row: impl FnMut(usize, *mut i8) -> *mut i8,
 ) {
-    let l = AmxFc { k: p.k, n: p.n };
-    let kp = l.k_steps() * AMX_K_STEP;
+    let l = AmxFc { k: p.k, n: p.n }.padded();
+    let (kp, k_steps) = (l.k, l.k / AMX_K_STEP);
     debug_assert!(kp <= AMX_MAX_K && w.len() >= l.bytes());
     let mut a = MaybeUninit::<[i8; PASS * AMX_MAX_K]>::uninit();
     let a = a.as_mut_ptr() as *mut i8;
@@ -54,7 +54,7 @@ pub(super) unsafe fn rows(
             let w0 = w.as_ptr().add(b0 * bb + FC_EPI_BYTES);
             let w1 = w.as_ptr().add(b1 * bb + FC_EPI_BYTES);
             tiles.zero();
-            for s in 0..l.k_steps() {
+            for s in 0..k_steps {
                 let at = s * AMX_K_STEP;
                 tiles.step(
                     a.add(at),

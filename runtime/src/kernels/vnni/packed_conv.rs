@@ -11,7 +11,7 @@ use core::mem::MaybeUninit;
 
 use super::fully_connected::packed_rows;
 use crate::kernels::{
-    ConvImage, ConvParams, Layout, PackedFc, PatchPiece, GROUP_IMAGES, IM2COL_MAX_K,
+    ConvImage, ConvParams, Layout, PackedFc, PatchPiece, AMX_MAX_K, GROUP_IMAGES, IM2COL_MAX_K,
 };
 
 /// Pixels whose patches are gathered at once.
@@ -49,17 +49,12 @@ pub unsafe fn conv2d_packed(p: &ConvParams, images: &mut [ConvImage]) -> bool {
         }
         return true;
     }
-    if !p.is_uniform() || k > IM2COL_MAX_K || p.input.c > IM2COL_MAX_K {
-        return false;
-    }
-    // One tap of padding: every channel's pad value.
-    // Uninitialized (18 KB on every call otherwise): only the C_in pad values and each row's K
-    // patch bytes are written, and only those are read.
-    let mut pad = MaybeUninit::<[i8; IM2COL_MAX_K]>::uninit();
-    let pad = pad.as_mut_ptr() as *mut i8;
-    for c in 0..p.input.c {
-        pad.add(c).write(p.pad_value(c));
-    }
+    let gather = match Gather::new(p) {
+        Some(g) if k <= IM2COL_MAX_K => g,
+        _ => return false,
+    };
+    // Uninitialized (18 KB on every call otherwise): only each row's K patch bytes are
+    // written, and only those are read.
     let mut patches = MaybeUninit::<[i8; PIXELS * IM2COL_MAX_K]>::uninit();
     let rows = patches.as_mut_ptr() as *mut i8;
     for m in images.iter_mut() {
@@ -67,16 +62,59 @@ pub unsafe fn conv2d_packed(p: &ConvParams, images: &mut [ConvImage]) -> bool {
         for p0 in (0..px).step_by(PIXELS) {
             let n = (px - p0).min(PIXELS);
             for i in 0..n {
-                let row = rows.add(i * k);
-                p.patch_pieces(p0 + i, |at, piece| match piece {
-                    PatchPiece::Input { start, n } => copy(x.add(start), row.add(at), n),
-                    PatchPiece::Pad => copy(pad, row.add(at), p.input.c),
-                });
+                gather.write(x, p0 + i, rows.add(i * k));
             }
             packed_rows(&f, w, n, |i| (rows.add(i * k), y.add((p0 + i) * cout)));
         }
     }
     true
+}
+
+/// Input channels up to which [`Gather`] holds a tap of pad values.
+const GATHER_MAX_CIN: usize = if AMX_MAX_K > IM2COL_MAX_K {
+    AMX_MAX_K
+} else {
+    IM2COL_MAX_K
+};
+
+/// Output pixels' patches of a uniform conv written as rows of K bytes (`patch_pieces`): the
+/// input's pieces copied, the pad values where a tap leaves the input. The packed convs' (this
+/// one's and the AMX set's) gather.
+pub(crate) struct Gather<'p, 'a> {
+    p: &'p ConvParams<'a>,
+    /// One tap of padding: every channel's pad value (only those C_in bytes are written and
+    /// read; uninitialized past them).
+    pad: MaybeUninit<[i8; GATHER_MAX_CIN]>,
+}
+
+impl<'p, 'a> Gather<'p, 'a> {
+    /// The gather of `p`, where it is uniform with C_in ≤ [`GATHER_MAX_CIN`].
+    pub(crate) fn new(p: &'p ConvParams<'a>) -> Option<Self> {
+        if !p.is_uniform() || p.input.c > GATHER_MAX_CIN {
+            return None;
+        }
+        let mut pad = MaybeUninit::<[i8; GATHER_MAX_CIN]>::uninit();
+        let at = pad.as_mut_ptr() as *mut i8;
+        for c in 0..p.input.c {
+            // SAFETY: c < C_in ≤ GATHER_MAX_CIN.
+            unsafe { at.add(c).write(p.pad_value(c)) };
+        }
+        Some(Gather { p, pad })
+    }
+
+    /// Pixel `pi`'s patch of the input `x` at `dst` (K bytes).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW and VL; `x` holds the conv's input, `dst` K bytes.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    pub(crate) unsafe fn write(&self, x: *const i8, pi: usize, dst: *mut i8) {
+        let (pad, cin) = (self.pad.as_ptr() as *const i8, self.p.input.c);
+        self.p.patch_pieces(pi, |at, piece| match piece {
+            PatchPiece::Input { start, n } => copy(x.add(start), dst.add(at), n),
+            PatchPiece::Pad => copy(pad, dst.add(at), cin),
+        });
+    }
 }
 
 /// `n` bytes from `src` to `dst`, 64 at a time through masks (a copy of a runtime length is
