@@ -31,8 +31,8 @@
 //! far less.
 
 use super::{
-    instance, ldrd_inc, load, smlad, widen, word, Bounds, Clamp, Double, Epilogue, Full, Requant,
-    Requant2, Round, Single,
+    instance, load, widen, word, Bounds, Clamp, Double, Epilogue, Full, Requant, Requant2, Round,
+    Single,
 };
 use crate::kernels::{scalar, ConvParams, CortexMConv, Rounding};
 
@@ -345,126 +345,213 @@ pub(super) fn block<R: Round, C: Clamp>(
     let q = [c0, c0 + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
     let b0 = p.bias.get(c0);
     if c0 + 1 == cout {
-        return pixels(cols, wt, out, cout, [b0, 0], |o, a, _| {
-            o[c0] = q[0].apply(a, e)
+        return pixels(cols, wt, out, cout, c0, [b0, 0], |o: &mut [i8; 1], a, _| {
+            o[0] = q[0].apply(a, e)
         });
     }
     let bias = [b0, p.bias.get(c0 + 1)];
     match Requant2::<R, C>::new(q, e) {
-        Some(q2) => pixels(cols, wt, out, cout, bias, |o, a0, a1| {
-            o[c0..c0 + 2].copy_from_slice(&q2.apply(a0, a1))
+        Some(q2) => pixels(cols, wt, out, cout, c0, bias, |o: &mut [i8; 2], a0, a1| {
+            *o = q2.apply(a0, a1)
         }),
-        None => pixels(cols, wt, out, cout, bias, |o, a0, a1| {
-            o[c0] = q[0].apply(a0, e);
-            o[c0 + 1] = q[1].apply(a1, e);
+        None => pixels(cols, wt, out, cout, c0, bias, |o: &mut [i8; 2], a0, a1| {
+            *o = [q[0].apply(a0, e), q[1].apply(a1, e)]
         }),
     }
 }
 
-/// For each pixel pair of the block, [`dot2x2`] from `bias`, then `put(pixel's outputs, sum of
-/// the first channel, of the second)` for each pixel (one for an odd last pixel).
+/// Pixel pairs whose sums [`dot2x2_run`] computes per call (on the stack, 16 bytes each).
+const RUN: usize = 16;
+
+/// For each pixel pair of the block, the sums of [`dot2x2`] from `bias` (runs of [`RUN`] pairs
+/// at a time: [`dot2x2_run`]), then `put(channels c0 .. c0 + W of the pixel, sum of the first
+/// channel, of the second)` for each pixel of `out` (`cout` values each; one for an odd last
+/// pixel).
 #[inline(always)]
-fn pixels(
+fn pixels<const W: usize>(
     cols: &[u64],
     wt: &[u64],
     out: &mut [i8],
     cout: usize,
+    c0: usize,
     bias: [i32; 2],
-    mut put: impl FnMut(&mut [i8], i32, i32),
+    mut put: impl FnMut(&mut [i8; W], i32, i32),
 ) {
-    let [b0, b1] = bias;
-    for (x, o) in cols.chunks_exact(wt.len()).zip(out.chunks_mut(2 * cout)) {
-        let a = dot2x2([b0, b0, b1, b1], x, wt);
-        let (o0, o1) = o.split_at_mut(cout);
-        put(o0, a[0], a[2]);
-        if !o1.is_empty() {
-            put(o1, a[1], a[3]);
+    let (len, np) = (wt.len(), out.len() / cout);
+    assert!(c0 + W <= cout && cols.len() >= np.div_ceil(2) * len);
+    let base = out.as_mut_ptr().wrapping_add(c0);
+    // SAFETY: pixel px < np of `out`, its values c0 .. c0 + W ≤ cout (asserted).
+    let at = |px: usize| unsafe { &mut *base.add(px * cout).cast::<[i8; W]>() };
+    let mut sums = [[0i32; 4]; RUN];
+    let mut px = 0;
+    for x in cols[..np.div_ceil(2) * len].chunks(RUN * len) {
+        let sums = &mut sums[..x.len() / len];
+        dot2x2_run(x, wt, bias, sums);
+        for a in sums.iter() {
+            put(at(px), a[0], a[2]);
+            if px + 1 < np {
+                put(at(px + 1), a[1], a[3]);
+            }
+            px += 2;
         }
+    }
+}
+
+/// Pairs of steps [`dot2x2_run`]'s written-out run holds: 16 (640 bytes of code).
+#[cfg(octet_arm_dsp)]
+const CHUNK_PAIRS: usize = 16;
+
+/// [`dot2x2_run`]'s `asm!`, `$odd` the odd first step of each pixel pair (or nothing). The
+/// stack frame: the current pixel pair's end of steps, the computed branch's offset, the
+/// weights' start, the bytes of a pixel pair's paired steps, the next sums and their end, the
+/// two biases.
+#[cfg(octet_arm_dsp)]
+macro_rules! run_asm {
+    ($odd:expr, $x:expr, $w:expr, $pairs:expr, $sums:expr, $bias:expr) => {{
+        // A pair of steps: both pixels' patch words (r0, r1 then r2, r3) and both channels'
+        // weight words (r4, r5 then r8, r9); 40 bytes (every instruction 32-bit: `.w`).
+        macro_rules! pair {
+            () => {
+                concat!(
+                    "ldm.w r6!, {{r0, r1, r2, r3}}\n",
+                    "ldm.w r7!, {{r4, r5, r8, r9}}\n",
+                    "smlad r10, r4, r0, r10\n",
+                    "smlad r11, r4, r1, r11\n",
+                    "smlad r12, r5, r0, r12\n",
+                    "smlad lr, r5, r1, lr\n",
+                    "smlad r10, r8, r2, r10\n",
+                    "smlad r11, r8, r3, r11\n",
+                    "smlad r12, r9, r2, r12\n",
+                    "smlad lr, r9, r3, lr\n",
+                )
+            };
+        }
+        const _: () = assert!(CHUNK_PAIRS == 16);
+        let n = $sums.len();
+        core::arch::asm!(
+            "push {{r6, r7}}",
+            "sub sp, #32",
+            "mov r6, r0",
+            "mov r7, r1",
+            "str r1, [sp, #8]",
+            "lsls r1, r2, #4",
+            "str r1, [sp, #12]",
+            "add.w r4, r3, r4, lsl #4",
+            "strd r3, r4, [sp, #16]",
+            "ldrd r8, r9, [r5]",
+            "strd r8, r9, [sp, #24]",
+            // The branch enters 40·(pairs mod 16) bytes before the run's end: 40·(16 − that)
+            // after its start, which lies 4 bytes past the PC `mov` reads (its address + 4;
+            // `ADR` would align that, and the linker places code at any halfword); + 1: Thumb.
+            "and r3, r2, #15",
+            "rsb.w r3, r3, #16",
+            "add.w r3, r3, r3, lsl #2",
+            "lsls r3, r3, #3",
+            "adds r3, r3, #5",
+            "str r3, [sp, #4]",
+            "4:",
+            "ldrd r10, r12, [sp, #24]",
+            "mov r11, r10",
+            "mov lr, r12",
+            $odd,
+            "ldr r0, [sp, #12]",
+            "add r0, r0, r6",
+            "str r0, [sp]",
+            "ldr r3, [sp, #4]",
+            "mov r0, pc",
+            "add.w r0, r0, r3",
+            "bx r0",
+            "2:",
+            pair!(), pair!(), pair!(), pair!(), pair!(), pair!(), pair!(), pair!(),
+            pair!(), pair!(), pair!(), pair!(), pair!(), pair!(), pair!(), pair!(),
+            "3:",
+            "ldr r0, [sp]",
+            "cmp r6, r0",
+            "bne 2b",
+            "ldr r0, [sp, #16]",
+            "stm r0!, {{r10, r11, r12, lr}}",
+            "str r0, [sp, #16]",
+            "ldr r7, [sp, #8]",
+            "ldr r1, [sp, #20]",
+            "cmp r0, r1",
+            "bne 4b",
+            "add sp, #32",
+            "pop {{r6, r7}}",
+            inout("r0") $x.as_ptr() => _,
+            inout("r1") $w.as_ptr() => _,
+            inout("r2") $pairs => _,
+            inout("r3") $sums.as_mut_ptr() => _,
+            inout("r4") n => _,
+            inout("r5") $bias.as_ptr() => _,
+            out("r8") _,
+            out("r9") _,
+            out("r10") _,
+            out("r11") _,
+            out("r12") _,
+            out("lr") _,
+        )
+    }};
+}
+
+/// [`dot2x2`] from `[b0, b0, b1, b1]` for each pixel pair of `x` (`w.len()` words each, as
+/// many as `sums` holds) into `sums`. On Arm with DSP one `asm!` for all of them: per pixel
+/// pair an odd first step (`LDRD`s), then the steps two at a time, 10 instructions a pair of
+/// steps (16 multiply-adds: an `LDM` of four words from each side, eight `SMLAD`s) written out
+/// [`CHUNK_PAIRS`] times with no loop inside, entered part-way for `pairs mod CHUNK_PAIRS` (a
+/// computed branch) and repeated whole (3 instructions a repeat), then the four sums stored
+/// (`STM`): about 20 instructions a pixel pair besides. The sums, two pointers and eight loaded
+/// words take 14 registers: the 12 `asm!` may use and r6, r7 (which LLVM reserves), saved on
+/// the stack and restored; the rest of the state lives on the stack beside them.
+#[inline(always)]
+fn dot2x2_run(x: &[u64], w: &[u64], bias: [i32; 2], sums: &mut [[i32; 4]]) {
+    let len = w.len();
+    assert!(len > 0 && x.len() == sums.len() * len);
+    if sums.is_empty() {
+        return;
+    }
+    #[cfg(octet_arm_dsp)]
+    // SAFETY: per pixel pair `len` words of `x` and of `w` (asserted), one element of `sums`.
+    unsafe {
+        match len % 2 {
+            0 => run_asm!("", x, w, len / 2, sums, bias),
+            _ => run_asm!(
+                concat!(
+                    "ldrd r0, r1, [r6], #8\n",
+                    "ldrd r4, r5, [r7], #8\n",
+                    "smlad r10, r4, r0, r10\n",
+                    "smlad r11, r4, r1, r11\n",
+                    "smlad r12, r5, r0, r12\n",
+                    "smlad lr, r5, r1, lr\n",
+                ),
+                x,
+                w,
+                len / 2,
+                sums,
+                bias
+            ),
+        }
+    }
+    #[cfg(not(octet_arm_dsp))]
+    for (x, s) in x.chunks_exact(len).zip(sums) {
+        let [b0, b1] = bias;
+        *s = dot2x2([b0, b0, b1, b1], x, w);
     }
 }
 
 /// Sums of two channels × two pixels, starting from `a` = `[c0·p0, c0·p1, c1·p0, c1·p1]`:
 /// each word of `x` holds the two pixels' patch words (pixel 0 in the low half), each of `w`
-/// the two channels' weights.
-#[inline(always)]
+/// the two channels' weights (the model of [`dot2x2_run`]'s `asm!` elsewhere).
+#[cfg(not(octet_arm_dsp))]
 fn dot2x2(mut a: [i32; 4], x: &[u64], w: &[u64]) -> [i32; 4] {
-    let n = x.len().min(w.len());
-    let (mut x, mut w) = (x.as_ptr(), w.as_ptr());
-    if n % 2 == 1 {
-        // SAFETY: n ≥ 1 words from each start.
-        let ((v0, v1), (w0, w1)) = unsafe { (ldrd_inc(&mut x), ldrd_inc(&mut w)) };
+    use super::smlad;
+    for (&v, &w) in x.iter().zip(w) {
+        let (v0, v1, w0, w1) = (v as u32, (v >> 32) as u32, w as u32, (w >> 32) as u32);
         a[0] = smlad(w0, v0, a[0]);
         a[1] = smlad(w0, v1, a[1]);
         a[2] = smlad(w1, v0, a[2]);
         a[3] = smlad(w1, v1, a[3]);
     }
-    if n >= 2 {
-        // SAFETY: n − n % 2 more words from each (even, at least 2).
-        unsafe { dot2x2_pairs(&mut a, x, w, n / 2) };
-    }
     a
-}
-
-/// [`dot2x2`]'s steps two at a time over `pairs` pairs of words from `x` and `w`: on Arm with
-/// DSP written out (14 instructions for two steps; LLVM's unrolled loop spilled), elsewhere the
-/// same sums in plain Rust.
-///
-/// # Safety
-/// `x` and `w` are valid (and 8-aligned) for reads of `pairs` ≥ 1 pairs of 8-byte words.
-#[inline(always)]
-unsafe fn dot2x2_pairs(a: &mut [i32; 4], x: *const u64, w: *const u64, pairs: usize) {
-    #[cfg(octet_arm_dsp)]
-    {
-        let [mut a0, mut a1, mut a2, mut a3] = *a;
-        // One step: a word of both pixels' patches and one of both channels' weights.
-        macro_rules! step {
-            () => {
-                concat!(
-                    "ldrd {v0}, {v1}, [{x}], #8\n",
-                    "ldrd {w0}, {w1}, [{w}], #8\n",
-                    "smlad {a0}, {w0}, {v0}, {a0}\n",
-                    "smlad {a1}, {w0}, {v1}, {a1}\n",
-                    "smlad {a2}, {w1}, {v0}, {a2}\n",
-                    "smlad {a3}, {w1}, {v1}, {a3}\n",
-                )
-            };
-        }
-        // SAFETY: the caller's guarantee; reads memory, writes registers only.
-        unsafe {
-            core::arch::asm!(
-                "2:",
-                step!(),
-                step!(),
-                "cmp {x}, {end}",
-                "bne 2b",
-                x = inout(reg) x => _,
-                w = inout(reg) w => _,
-                end = in(reg) x.wrapping_add(2 * pairs),
-                v0 = out(reg) _,
-                v1 = out(reg) _,
-                w0 = out(reg) _,
-                w1 = out(reg) _,
-                a0 = inout(reg) a0,
-                a1 = inout(reg) a1,
-                a2 = inout(reg) a2,
-                a3 = inout(reg) a3,
-                options(readonly, nostack)
-            );
-        }
-        *a = [a0, a1, a2, a3];
-    }
-    #[cfg(not(octet_arm_dsp))]
-    {
-        let (mut x, mut w) = (x, w);
-        for _ in 0..2 * pairs {
-            // SAFETY: the caller's guarantee.
-            let ((v0, v1), (w0, w1)) = unsafe { (ldrd_inc(&mut x), ldrd_inc(&mut w)) };
-            a[0] = smlad(w0, v0, a[0]);
-            a[1] = smlad(w0, v1, a[1]);
-            a[2] = smlad(w1, v0, a[2]);
-            a[3] = smlad(w1, v1, a[3]);
-        }
-    }
 }
 
 /// Brings the ring to output row `oy`: padded rows t = oy·s .. oy·s + kh (s the vertical
@@ -517,15 +604,77 @@ fn widen_natural(dst: &mut [i8], src: &[i8]) {
     let mut d = dst.chunks_exact_mut(8);
     let mut s = src.chunks_exact(4);
     for (d, s) in (&mut d).zip(&mut s) {
-        let (a, b) = widen(word(s));
-        let lo = (a & 0xFFFF) | (b << 16);
-        let hi = (b & 0xFFFF_0000) | (a >> 16);
+        let [lo, hi] = natural(word(s));
         put(&mut d[..4], lo);
         put(&mut d[4..], hi);
     }
     for (d, &v) in d.into_remainder().chunks_exact_mut(2).zip(s.remainder()) {
         put16(d, v as i16);
     }
+}
+
+/// [`widen_weights`]' groups of four values: `body.len() / 2` groups from each of `x0`, `x1`
+/// into two 8-byte words each, as [`natural`] orders them, `x1`'s masked by `mask`. On Arm with
+/// DSP written out (16 instructions per eight values; LLVM's loop took half as many again).
+///
+/// # Safety
+/// `x0` and `x1` are valid for reads of `2 · body.len()` bytes.
+#[inline(always)]
+unsafe fn widen_groups(x0: *const i8, x1: *const i8, body: &mut [u64], mask: u32) {
+    let groups = body.len() / 2;
+    if groups == 0 {
+        return;
+    }
+    #[cfg(octet_arm_dsp)]
+    // SAFETY: the caller's guarantee; `body` holds `2 · groups` words.
+    unsafe {
+        core::arch::asm!(
+            "2:",
+            "ldr {a}, [{x0}], #4",
+            "ldr {b}, [{x1}], #4",
+            "sxtb16 {t}, {a}",
+            "sxtb16 {a}, {a}, ror #8",
+            "pkhbt {u}, {t}, {a}, lsl #16",
+            "pkhtb {a}, {a}, {t}, asr #16",
+            "sxtb16 {t}, {b}",
+            "sxtb16 {b}, {b}, ror #8",
+            "pkhbt {v}, {t}, {b}, lsl #16",
+            "pkhtb {b}, {b}, {t}, asr #16",
+            "and {v}, {v}, {m}",
+            "and {b}, {b}, {m}",
+            "strd {u}, {v}, [{d}], #8",
+            "strd {a}, {b}, [{d}], #8",
+            "subs {n}, {n}, #1",
+            "bne 2b",
+            x0 = inout(reg) x0 => _,
+            x1 = inout(reg) x1 => _,
+            d = inout(reg) body.as_mut_ptr() => _,
+            n = inout(reg) groups => _,
+            m = in(reg) mask,
+            a = out(reg) _,
+            b = out(reg) _,
+            t = out(reg) _,
+            u = out(reg) _,
+            v = out(reg) _,
+            options(nostack)
+        );
+    }
+    #[cfg(not(octet_arm_dsp))]
+    for (g, d) in body.chunks_exact_mut(2).enumerate() {
+        // SAFETY: the caller's guarantee.
+        let ([lo0, hi0], [lo1, hi1]) =
+            unsafe { (natural(load(x0.add(4 * g))), natural(load(x1.add(4 * g)))) };
+        d[0] = lo0 as u64 | ((lo1 & mask) as u64) << 32;
+        d[1] = hi0 as u64 | ((hi1 & mask) as u64) << 32;
+    }
+}
+
+/// The four int8 values of `v` as two words of i16 pairs in order: (0, 1) and (2, 3), from
+/// `SXTB16`'s (0, 2) and (1, 3) by `PKHBT` and `PKHTB`.
+#[inline(always)]
+fn natural(v: u32) -> [u32; 2] {
+    let (a, b) = widen(v);
+    [(a & 0xFFFF) | (b << 16), (b & 0xFFFF_0000) | (a >> 16)]
 }
 
 /// Pixels of pad values (`pad_value(c)` for channel c) as i16, filling `dst`.
@@ -551,33 +700,29 @@ fn put16(d: &mut [i8], v: i16) {
 
 /// Channels `c0` and `c0 + 1` (zeros past C_out) widened into `pair`: kernel row ky's kw·C_in
 /// values as i16 pairs, a zero after an odd count; each element holds the two channels' words
-/// (channel `c0` in the low half). Four values at a time, as [`widen_natural`] widens the input.
+/// (channel `c0` in the low half). Four values of each channel at a time, as [`widen_natural`]
+/// widens the input, stored as two 8-byte words.
 fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
     let (k, run) = (p.k(), p.window.kernel_w * p.input.c);
     let rw = run.div_ceil(2);
-    // SAFETY: each u64 is two u32s, the low one first (little-endian targets: the kernels'
-    // `LDRD` reads the low word first), every bit pattern valid for both.
-    let words =
-        unsafe { core::slice::from_raw_parts_mut(pair.as_mut_ptr().cast::<u32>(), 2 * pair.len()) };
-    for (half, c) in [c0, c0 + 1].into_iter().enumerate() {
-        if c >= p.output.c {
-            words[half..].iter_mut().step_by(2).for_each(|w| *w = 0);
-            continue;
-        }
-        let rows = p.weights[c * k..][..k].chunks_exact(run);
-        for (dst, row) in words.chunks_exact_mut(2 * rw).zip(rows) {
-            let groups = row.chunks_exact(4);
-            let (tail, done) = (groups.remainder(), 2 * (run / 4));
-            for (g, d) in groups.zip(dst.chunks_exact_mut(4)) {
-                let (a, b) = widen(word(g));
-                d[half] = (a & 0xFFFF) | (b << 16);
-                d[2 + half] = (b & 0xFFFF_0000) | (a >> 16);
-            }
-            let d = dst[2 * done..].iter_mut().skip(half).step_by(2);
-            for (v, d) in tail.chunks(2).zip(d) {
-                let hi = v.get(1).map_or(0, |&b| b as i16 as u16 as u32);
-                *d = v[0] as i16 as u16 as u32 | hi << 16;
-            }
+    // Past C_out: channel c0's values again, masked to zero (one loop for both cases).
+    let (c1, mask) = match c0 + 1 < p.output.c {
+        true => (c0 + 1, u32::MAX),
+        false => (c0, 0),
+    };
+    let rows = |c: usize| p.weights[c * k..][..k].chunks_exact(run);
+    let both = |a: u32, b: u32| a as u64 | ((b & mask) as u64) << 32;
+    let pack = |v: &[i8]| {
+        v[0] as i16 as u16 as u32 | (v.get(1).map_or(0, |&b| b as i16 as u16 as u32) << 16)
+    };
+    for ((dst, r0), r1) in pair.chunks_exact_mut(rw).zip(rows(c0)).zip(rows(c1)) {
+        let (g0, g1) = (r0.chunks_exact(4), r1.chunks_exact(4));
+        let (t0, t1) = (g0.remainder(), g1.remainder());
+        let (body, tail) = dst.split_at_mut(2 * (run / 4));
+        // SAFETY: `body` holds two words per group of four values of `r0` and of `r1`.
+        unsafe { widen_groups(r0.as_ptr(), r1.as_ptr(), body, mask) };
+        for ((d, v0), v1) in tail.iter_mut().zip(t0.chunks(2)).zip(t1.chunks(2)) {
+            *d = both(pack(v0), pack(v1));
         }
     }
 }

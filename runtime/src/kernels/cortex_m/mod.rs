@@ -93,39 +93,6 @@ fn sxtb16<const ROT: u32>(x: u32) -> u32 {
     }
 }
 
-/// The low and high words of the 8-byte word at `*p`, and `p` advanced past it: `LDRD` with
-/// post-increment (LLVM splits such a load into two `LDR`s and indexes them, costing the inner
-/// loops a third more).
-///
-/// # Safety
-/// `*p` is valid for reads (and aligned, as `LDRD` needs).
-#[inline(always)]
-unsafe fn ldrd_inc(p: &mut *const u64) -> (u32, u32) {
-    #[cfg(octet_arm_dsp)]
-    {
-        let (lo, hi): (u32, u32);
-        // SAFETY: the caller's guarantee; reads memory, writes registers only. Little-endian:
-        // the low word is the first.
-        unsafe {
-            core::arch::asm!(
-                "ldrd {lo}, {hi}, [{p}], #8",
-                p = inout(reg) *p,
-                lo = out(reg) lo,
-                hi = out(reg) hi,
-                options(pure, readonly, nostack, preserves_flags)
-            )
-        };
-        (lo, hi)
-    }
-    #[cfg(not(octet_arm_dsp))]
-    {
-        // SAFETY: the caller's guarantee.
-        let v = unsafe { p.read() };
-        *p = p.wrapping_add(1);
-        (v as u32, (v >> 32) as u32)
-    }
-}
-
 /// `SXTAB16 acc, acc, x, ROR #ROT` (ROT 0 or 8): bytes ROT/8 and ROT/8 + 2 of `x`,
 /// sign-extended, added to the two 16-bit lanes of `acc` (modulo 2^16 each).
 #[inline(always)]
