@@ -14,8 +14,10 @@
 //! the patches of each pixel pair are gathered word by word from the band, interleaved (one
 //! 8-byte word per patch word: the pair's two words). The weights are widened the same way, a
 //! channel pair's rows interleaved. So the inner loop is one flat run over the patch: per step
-//! an 8-byte word of patches and one of weights (`LDRD`s) feed four `SMLAD`s, 8 multiply-adds;
-//! the epilogue requantizes a pixel's two channels together (`Requant2`). An odd last pixel of
+//! an 8-byte word of patches and one of weights feed four `SMLAD`s, 8 multiply-adds, two steps
+//! loaded by one `LDM` from each side (10 instructions per 16 multiply-adds: [`dot2x2_run`], one
+//! `asm!` for a run of pixel pairs); the epilogue requantizes a pixel's two channels together
+//! (`Requant2`). An odd last pixel of
 //! a block is gathered twice and an odd last channel pairs with zero weights; their extra sums
 //! are dropped.
 //!
@@ -501,8 +503,9 @@ macro_rules! run_asm {
 /// computed branch) and repeated whole (3 instructions a repeat), then the four sums stored
 /// (`STM`): about 20 instructions a pixel pair besides. The sums, two pointers and eight loaded
 /// words take 14 registers: the 12 `asm!` may use and r6, r7 (which LLVM reserves), saved on
-/// the stack and restored; the rest of the state lives on the stack beside them.
-#[inline(always)]
+/// the stack and restored; the rest of the state lives on the stack beside them. Not inlined:
+/// one copy of the 1.3 KB of code for every rounding and clamp.
+#[inline(never)]
 fn dot2x2_run(x: &[u64], w: &[u64], bias: [i32; 2], sums: &mut [[i32; 4]]) {
     let len = w.len();
     assert!(len > 0 && x.len() == sums.len() * len);
