@@ -95,6 +95,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
     let e = Epilogue::new(&p.out);
     // The channel pairs' loop in the op's rounding, chosen once.
     let block: Block = instance!(&p.out, block);
+    let mut sums: Sums = [[0; 4]; RUN];
     let mut run_block = |band: &[i8], px: Pixels, np: usize, out: &mut [i8]| {
         let cols = &mut cols[..np.div_ceil(2) * len];
         gather_any(band, px, np, &g, cols);
@@ -105,7 +106,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8], scratch: &mut [u8
                 widen_weights(p, c0, wts);
                 wts
             };
-            block(p, cols, wt, out, c0, &e);
+            block(p, cols, wt, out, c0, &e, &mut sums);
         }
     };
     if plan.image {
@@ -329,7 +330,10 @@ fn gather<const RW: usize>(band: &[i8], px: Pixels, np: usize, g: &Geometry, col
 }
 
 /// [`block`] in one rounding and clamp.
-pub(super) type Block = fn(&ConvParams, &[u64], &[u64], &mut [i8], usize, &Epilogue);
+pub(super) type Block = fn(&ConvParams, &[u64], &[u64], &mut [i8], usize, &Epilogue, &mut Sums);
+
+/// The sums of a run of pixel pairs ([`dot2x2_run`]'s), a call's buffer (zeroed once per call).
+pub(super) type Sums = [[i32; 4]; RUN];
 
 /// Channels `c0`, `c0 + 1` (when below C_out) of the block's pixels: `cols` holds their patches
 /// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out); `R` is the
@@ -342,28 +346,48 @@ pub(super) fn block<R: Round, C: Clamp>(
     out: &mut [i8],
     c0: usize,
     e: &Epilogue,
+    sums: &mut Sums,
 ) {
     let cout = p.output.c;
     let q = [c0, c0 + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
     let b0 = p.bias.get(c0);
     if c0 + 1 == cout {
-        return pixels(cols, wt, out, cout, c0, [b0, 0], |o: &mut [i8; 1], a, _| {
-            o[0] = q[0].apply(a, e)
-        });
+        return pixels(
+            cols,
+            wt,
+            out,
+            (cout, c0),
+            sums,
+            [b0, 0],
+            |o: &mut [i8; 1], a, _| o[0] = q[0].apply(a, e),
+        );
     }
     let bias = [b0, p.bias.get(c0 + 1)];
     match Requant2::<R, C>::new(q, e) {
-        Some(q2) => pixels(cols, wt, out, cout, c0, bias, |o: &mut [i8; 2], a0, a1| {
-            *o = q2.apply(a0, a1)
-        }),
-        None => pixels(cols, wt, out, cout, c0, bias, |o: &mut [i8; 2], a0, a1| {
-            *o = [q[0].apply(a0, e), q[1].apply(a1, e)]
-        }),
+        Some(q2) => pixels(
+            cols,
+            wt,
+            out,
+            (cout, c0),
+            sums,
+            bias,
+            |o: &mut [i8; 2], a0, a1| *o = q2.apply(a0, a1),
+        ),
+        None => pixels(
+            cols,
+            wt,
+            out,
+            (cout, c0),
+            sums,
+            bias,
+            |o: &mut [i8; 2], a0, a1| *o = [q[0].apply(a0, e), q[1].apply(a1, e)],
+        ),
     }
 }
 
-/// Pixel pairs whose sums [`dot2x2_run`] computes per call (on the stack, 16 bytes each).
-const RUN: usize = 16;
+/// Pixel pairs whose sums [`dot2x2_run`] computes per call (a conv call's [`Sums`], 16 bytes
+/// each).
+pub(super) const RUN: usize = 16;
 
 /// For each pixel pair of the block, the sums of [`dot2x2`] from `bias` (runs of [`RUN`] pairs
 /// at a time: [`dot2x2_run`]), then `put(channels c0 .. c0 + W of the pixel, sum of the first
@@ -374,8 +398,8 @@ fn pixels<const W: usize>(
     cols: &[u64],
     wt: &[u64],
     out: &mut [i8],
-    cout: usize,
-    c0: usize,
+    (cout, c0): (usize, usize),
+    sums: &mut Sums,
     bias: [i32; 2],
     mut put: impl FnMut(&mut [i8; W], i32, i32),
 ) {
@@ -384,7 +408,6 @@ fn pixels<const W: usize>(
     let base = out.as_mut_ptr().wrapping_add(c0);
     // SAFETY: pixel px < np of `out`, its values c0 .. c0 + W ≤ cout (asserted).
     let at = |px: usize| unsafe { &mut *base.add(px * cout).cast::<[i8; W]>() };
-    let mut sums = [[0i32; 4]; RUN];
     let mut px = 0;
     for x in cols[..np.div_ceil(2) * len].chunks(RUN * len) {
         let sums = &mut sums[..x.len() / len];

@@ -5,7 +5,7 @@
 //! the same order, so each `SMLAD` still pairs a weight with its value. The channel pairs'
 //! loop is the conv's ([`conv2d::block`](super::conv2d)).
 
-use super::conv2d::{block, Block};
+use super::conv2d::{block, Block, Sums, RUN};
 use super::{instance, widen, word, Bounds, Clamp, Double, Epilogue, Full, Single};
 use crate::kernels::{ConvParams, CortexMConv, Rounding, CORTEX_M_FLAT_BLOCK};
 
@@ -40,6 +40,7 @@ pub(super) fn pointwise(
     }
     let e = Epilogue::new(&p.out);
     let blk: Block = instance!(&p.out, block);
+    let mut sums: Sums = [[0; 4]; RUN];
     for x0 in (0..n).step_by(block_px) {
         let np = (n - x0).min(block_px);
         let cols = &mut cols[..np.div_ceil(2) * len];
@@ -52,7 +53,7 @@ pub(super) fn pointwise(
                 widen_weights(p, c0, wts);
                 wts
             };
-            blk(p, cols, wt, out, c0, &e);
+            blk(p, cols, wt, out, c0, &e, &mut sums);
         }
     }
     true
