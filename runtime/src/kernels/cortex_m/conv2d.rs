@@ -639,57 +639,89 @@ fn widen_natural(dst: &mut [i8], src: &[i8]) {
     }
 }
 
-/// [`widen_weights`]' groups of four values: `body.len() / 2` groups from each of `x0`, `x1`
-/// into two 8-byte words each, as [`natural`] orders them, `x1`'s masked by `mask`. On Arm with
-/// DSP written out (16 instructions per eight values; LLVM's loop took half as many again).
+/// Groups of four weights of two channels widened: `body.len() / 2` groups from each of `x0`,
+/// `x1` into two 8-byte words each (channel `x0`'s in the low halves, `x1`'s masked by `mask`),
+/// in order ([`natural`], as [`widen_weights`] needs) or not (the `SXTB16` halves, as the
+/// pointwise conv's gather widens its pixels). On Arm with DSP written out (16 or 12
+/// instructions per eight values; LLVM's loops took half as many again and more).
 ///
 /// # Safety
 /// `x0` and `x1` are valid for reads of `2 · body.len()` bytes.
 #[inline(always)]
-unsafe fn widen_groups(x0: *const i8, x1: *const i8, body: &mut [u64], mask: u32) {
+pub(super) unsafe fn widen_groups<const NATURAL: bool>(
+    x0: *const i8,
+    x1: *const i8,
+    body: &mut [u64],
+    mask: u32,
+) {
     let groups = body.len() / 2;
     if groups == 0 {
         return;
     }
     #[cfg(octet_arm_dsp)]
+    macro_rules! groups_asm {
+        ($($line:literal),*; $($scratch:tt)*) => {
+            core::arch::asm!(
+                "2:",
+                "ldr {a}, [{x0}], #4",
+                "ldr {b}, [{x1}], #4",
+                $($line,)*
+                "and {v}, {v}, {m}",
+                "and {b}, {b}, {m}",
+                "strd {u}, {v}, [{d}], #8",
+                "strd {a}, {b}, [{d}], #8",
+                "subs {n}, {n}, #1",
+                "bne 2b",
+                x0 = inout(reg) x0 => _,
+                x1 = inout(reg) x1 => _,
+                d = inout(reg) body.as_mut_ptr() => _,
+                n = inout(reg) groups => _,
+                m = in(reg) mask,
+                a = out(reg) _,
+                b = out(reg) _,
+                u = out(reg) _,
+                v = out(reg) _,
+                $($scratch)*
+                options(nostack)
+            )
+        };
+    }
+    #[cfg(octet_arm_dsp)]
     // SAFETY: the caller's guarantee; `body` holds `2 · groups` words.
     unsafe {
-        core::arch::asm!(
-            "2:",
-            "ldr {a}, [{x0}], #4",
-            "ldr {b}, [{x1}], #4",
-            "sxtb16 {t}, {a}",
-            "sxtb16 {a}, {a}, ror #8",
-            "pkhbt {u}, {t}, {a}, lsl #16",
-            "pkhtb {a}, {a}, {t}, asr #16",
-            "sxtb16 {t}, {b}",
-            "sxtb16 {b}, {b}, ror #8",
-            "pkhbt {v}, {t}, {b}, lsl #16",
-            "pkhtb {b}, {b}, {t}, asr #16",
-            "and {v}, {v}, {m}",
-            "and {b}, {b}, {m}",
-            "strd {u}, {v}, [{d}], #8",
-            "strd {a}, {b}, [{d}], #8",
-            "subs {n}, {n}, #1",
-            "bne 2b",
-            x0 = inout(reg) x0 => _,
-            x1 = inout(reg) x1 => _,
-            d = inout(reg) body.as_mut_ptr() => _,
-            n = inout(reg) groups => _,
-            m = in(reg) mask,
-            a = out(reg) _,
-            b = out(reg) _,
-            t = out(reg) _,
-            u = out(reg) _,
-            v = out(reg) _,
-            options(nostack)
-        );
+        if NATURAL {
+            groups_asm!(
+                "sxtb16 {t}, {a}",
+                "sxtb16 {a}, {a}, ror #8",
+                "pkhbt {u}, {t}, {a}, lsl #16",
+                "pkhtb {a}, {a}, {t}, asr #16",
+                "sxtb16 {t}, {b}",
+                "sxtb16 {b}, {b}, ror #8",
+                "pkhbt {v}, {t}, {b}, lsl #16",
+                "pkhtb {b}, {b}, {t}, asr #16";
+                t = out(reg) _,
+            );
+        } else {
+            groups_asm!(
+                "sxtb16 {u}, {a}",
+                "sxtb16 {a}, {a}, ror #8",
+                "sxtb16 {v}, {b}",
+                "sxtb16 {b}, {b}, ror #8";
+            );
+        }
     }
     #[cfg(not(octet_arm_dsp))]
     for (g, d) in body.chunks_exact_mut(2).enumerate() {
+        let halves = |v: u32| match NATURAL {
+            true => natural(v),
+            false => {
+                let (a, b) = widen(v);
+                [a, b]
+            }
+        };
         // SAFETY: the caller's guarantee.
         let ([lo0, hi0], [lo1, hi1]) =
-            unsafe { (natural(load(x0.add(4 * g))), natural(load(x1.add(4 * g)))) };
+            unsafe { (halves(load(x0.add(4 * g))), halves(load(x1.add(4 * g)))) };
         d[0] = lo0 as u64 | ((lo1 & mask) as u64) << 32;
         d[1] = hi0 as u64 | ((hi1 & mask) as u64) << 32;
     }
@@ -746,7 +778,7 @@ fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
         let (t0, t1) = (g0.remainder(), g1.remainder());
         let (body, tail) = dst.split_at_mut(2 * (run / 4));
         // SAFETY: `body` holds two words per group of four values of `r0` and of `r1`.
-        unsafe { widen_groups(r0.as_ptr(), r1.as_ptr(), body, mask) };
+        unsafe { widen_groups::<true>(r0.as_ptr(), r1.as_ptr(), body, mask) };
         for ((d, v0), v1) in tail.iter_mut().zip(t0.chunks(2)).zip(t1.chunks(2)) {
             *d = both(pack(v0), pack(v1));
         }
