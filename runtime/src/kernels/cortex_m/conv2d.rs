@@ -16,10 +16,10 @@
 //! channel pair's rows interleaved. So the inner loop is one flat run over the patch: per step
 //! an 8-byte word of patches and one of weights feed four `SMLAD`s, 8 multiply-adds, two steps
 //! loaded by one `LDM` from each side (10 instructions per 16 multiply-adds: [`dot2x2_run`], one
-//! `asm!` for a run of pixel pairs); the epilogue requantizes a pixel's two channels together
-//! (`Requant2`). An odd last pixel of
-//! a block is gathered twice and an odd last channel pairs with zero weights; their extra sums
-//! are dropped.
+//! `asm!` for a run of pixel pairs); the epilogue then requantizes the run's sums a channel at a
+//! time (its constants in registers: `QADD`, `SSAT`, about 10 instructions an output). An odd
+//! last pixel of a block is gathered twice and an odd last channel pairs with zero weights;
+//! their extra sums are dropped.
 //!
 //! The kernel fits itself into the scratch it is given, as [`plan`] decides from its length:
 //! where whole widened rows fit, the band is a ring of them, each input row widened once per
@@ -33,8 +33,7 @@
 //! far less.
 
 use super::{
-    instance, load, widen, word, Bounds, Clamp, Double, Epilogue, Full, Requant, Requant2, Round,
-    Single,
+    instance, load, widen, word, Bounds, Clamp, Double, Epilogue, Full, Requant, Round, Single,
 };
 use crate::kernels::{scalar, ConvParams, CortexMConv, Rounding};
 
@@ -337,7 +336,8 @@ pub(super) type Sums = [[i32; 4]; RUN];
 
 /// Channels `c0`, `c0 + 1` (when below C_out) of the block's pixels: `cols` holds their patches
 /// by pairs, `wt` the channels' weights, `out` the block's outputs (pixels × C_out); `R` is the
-/// op's rounding.
+/// op's rounding, `C` its clamp. Each run's sums are requantized a channel at a time
+/// ([`channel`]), so the loop keeps that channel's constants in registers.
 #[inline(never)]
 pub(super) fn block<R: Round, C: Clamp>(
     p: &ConvParams,
@@ -349,39 +349,38 @@ pub(super) fn block<R: Round, C: Clamp>(
     sums: &mut Sums,
 ) {
     let cout = p.output.c;
+    let np = out.len() / cout;
     let q = [c0, c0 + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
-    let b0 = p.bias.get(c0);
-    if c0 + 1 == cout {
-        return pixels(
-            cols,
-            wt,
-            out,
-            (cout, c0),
-            sums,
-            [b0, 0],
-            |o: &mut [i8; 1], a, _| o[0] = q[0].apply(a, e),
-        );
-    }
-    let bias = [b0, p.bias.get(c0 + 1)];
-    match Requant2::<R, C>::new(q, e) {
-        Some(q2) => pixels(
-            cols,
-            wt,
-            out,
-            (cout, c0),
-            sums,
-            bias,
-            |o: &mut [i8; 2], a0, a1| *o = q2.apply(a0, a1),
-        ),
-        None => pixels(
-            cols,
-            wt,
-            out,
-            (cout, c0),
-            sums,
-            bias,
-            |o: &mut [i8; 2], a0, a1| *o = [q[0].apply(a0, e), q[1].apply(a1, e)],
-        ),
+    let two = c0 + 1 < cout;
+    let bias = [p.bias.get(c0), if two { p.bias.get(c0 + 1) } else { 0 }];
+    let fast = q[0].fast() && (!two || q[1].fast());
+    pixels(cols, wt, np, sums, bias, |s, px, n| {
+        let o = &mut out[px * cout + c0..];
+        if !fast {
+            return slow(s, n, o, cout, &q[..1 + two as usize], e);
+        }
+        channel::<0>(s, n, o, cout, |a| q[0].fast_apply::<C>(a, e));
+        if two {
+            channel::<1>(s, n, &mut o[1..], cout, |a| q[1].fast_apply::<C>(a, e));
+        }
+    });
+}
+
+/// [`block`]'s channels (one or two, `q`) where a multiplier leaves the high-word path: each
+/// output through [`Requant::apply`], out of line (rare: multipliers of 2^−2 and more, or
+/// zero).
+#[inline(never)]
+fn slow<R: Round>(
+    sums: &[[i32; 4]],
+    n: usize,
+    out: &mut [i8],
+    cout: usize,
+    q: &[Requant<R>],
+    e: &Epilogue,
+) {
+    channel::<0>(sums, n, out, cout, |a| q[0].apply(a, e));
+    if let Some(q1) = q.get(1) {
+        channel::<1>(sums, n, &mut out[1..], cout, |a| q1.apply(a, e));
     }
 }
 
@@ -389,35 +388,50 @@ pub(super) fn block<R: Round, C: Clamp>(
 /// each).
 pub(super) const RUN: usize = 16;
 
-/// For each pixel pair of the block, the sums of [`dot2x2`] from `bias` (runs of [`RUN`] pairs
-/// at a time: [`dot2x2_run`]), then `put(channels c0 .. c0 + W of the pixel, sum of the first
-/// channel, of the second)` for each pixel of `out` (`cout` values each; one for an odd last
-/// pixel).
+/// For the `np` pixels of the block by pairs, the sums of [`dot2x2`] from `bias`, runs of
+/// [`RUN`] pairs at a time ([`dot2x2_run`]), then `pass(the run's sums, its first pixel, its
+/// pixels)`.
 #[inline(always)]
-fn pixels<const W: usize>(
+fn pixels(
     cols: &[u64],
     wt: &[u64],
-    out: &mut [i8],
-    (cout, c0): (usize, usize),
+    np: usize,
     sums: &mut Sums,
     bias: [i32; 2],
-    mut put: impl FnMut(&mut [i8; W], i32, i32),
+    mut pass: impl FnMut(&[[i32; 4]], usize, usize),
 ) {
-    let (len, np) = (wt.len(), out.len() / cout);
-    assert!(c0 + W <= cout && cols.len() >= np.div_ceil(2) * len);
-    let base = out.as_mut_ptr().wrapping_add(c0);
-    // SAFETY: pixel px < np of `out`, its values c0 .. c0 + W ≤ cout (asserted).
-    let at = |px: usize| unsafe { &mut *base.add(px * cout).cast::<[i8; W]>() };
+    let len = wt.len();
     let mut px = 0;
     for x in cols[..np.div_ceil(2) * len].chunks(RUN * len) {
         let sums = &mut sums[..x.len() / len];
         dot2x2_run(x, wt, bias, sums);
-        for a in sums.iter() {
-            put(at(px), a[0], a[2]);
-            if px + 1 < np {
-                put(at(px + 1), a[1], a[3]);
-            }
-            px += 2;
+        let n = (2 * sums.len()).min(np - px);
+        pass(sums, px, n);
+        px += n;
+    }
+}
+
+/// Channel `L` (0: the pair's first) of `n` pixels from a run's sums (pixel 2i: `a[2L]` of
+/// pair i, pixel 2i + 1: `a[2L + 1]`) through `y` into `out`, the first pixel's value first,
+/// `cout` values a pixel.
+#[inline(always)]
+fn channel<const L: usize>(
+    sums: &[[i32; 4]],
+    n: usize,
+    out: &mut [i8],
+    cout: usize,
+    y: impl Fn(i32) -> i8,
+) {
+    assert!(n > 0 && n <= 2 * sums.len() && (n - 1) * cout < out.len());
+    let o = out.as_mut_ptr();
+    // SAFETY: pixels k < n, at k·cout < out.len() (asserted).
+    unsafe {
+        for (i, a) in sums[..n / 2].iter().enumerate() {
+            *o.add(2 * i * cout) = y(a[2 * L]);
+            *o.add((2 * i + 1) * cout) = y(a[2 * L + 1]);
+        }
+        if n % 2 == 1 {
+            *o.add((n - 1) * cout) = y(sums[n / 2][2 * L]);
         }
     }
 }

@@ -451,6 +451,17 @@ impl<R: Round> Requant<R> {
         let v = self.scaled(acc).saturating_add(e.out.zero_point);
         v.max(e.lo).min(e.hi) as i8
     }
+
+    /// [`Requant::apply`] where the high-word path applies (the caller checked [`fast`]) and
+    /// `C` covers the epilogue's bounds (the kernels' instance): `QADD`, then `SSAT #8` for
+    /// [`Full`].
+    ///
+    /// [`fast`]: Requant::fast
+    #[inline(always)]
+    fn fast_apply<C: Clamp>(&self, acc: i32, e: &Epilogue) -> i8 {
+        let v = self.scaled(acc).saturating_add(e.out.zero_point);
+        C::one(v, e.lo, e.hi) as i8
+    }
 }
 
 /// How [`Requant2`] clamps its two int16 lanes to an op's bounds, chosen per op (the kernels
@@ -460,6 +471,8 @@ trait Clamp: Copy {
     fn covers(e: &Epilogue) -> bool;
     /// Each lane of `v` clamped to [lo, hi] (`lo`, `hi`: the bounds in both lanes).
     fn lanes(v: u32, lo: u32, hi: u32) -> u32;
+    /// `v` clamped to [lo, hi] (the epilogue's bounds).
+    fn one(v: i32, lo: i32, hi: i32) -> i32;
 }
 
 /// The whole int8 range (no activation, or a ReLU whose zero point is −128): one `SSAT16 #8`.
@@ -476,6 +489,11 @@ impl Clamp for Full {
     fn lanes(v: u32, _: u32, _: u32) -> u32 {
         ssat16_8(v)
     }
+
+    #[inline(always)]
+    fn one(v: i32, _: i32, _: i32) -> i32 {
+        v.clamp(-128, 127)
+    }
 }
 
 /// Any bounds: `SSUB16` + `SEL`, twice.
@@ -491,6 +509,11 @@ impl Clamp for Bounds {
     #[inline(always)]
     fn lanes(v: u32, lo: u32, hi: u32) -> u32 {
         min16(max16(v, lo), hi)
+    }
+
+    #[inline(always)]
+    fn one(v: i32, lo: i32, hi: i32) -> i32 {
+        v.max(lo).min(hi)
     }
 }
 
