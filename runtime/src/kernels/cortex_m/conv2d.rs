@@ -440,6 +440,37 @@ fn channel<const L: usize>(
 #[cfg(octet_arm_dsp)]
 const CHUNK_PAIRS: usize = 16;
 
+/// One step's four `SMLAD`s into [`dot2x2_run`]'s sums (r10, r11: channel 0 × pixels 0, 1;
+/// r12, lr: channel 1): weight words `$w0`, `$w1` (the channels'), patch words `$v0`, `$v1`
+/// (the pixels').
+#[cfg(octet_arm_dsp)]
+macro_rules! step_sums {
+    ($w0:literal, $w1:literal, $v0:literal, $v1:literal) => {
+        concat!(
+            "smlad r10, ",
+            $w0,
+            ", ",
+            $v0,
+            ", r10\n",
+            "smlad r11, ",
+            $w0,
+            ", ",
+            $v1,
+            ", r11\n",
+            "smlad r12, ",
+            $w1,
+            ", ",
+            $v0,
+            ", r12\n",
+            "smlad lr, ",
+            $w1,
+            ", ",
+            $v1,
+            ", lr\n",
+        )
+    };
+}
+
 /// [`dot2x2_run`]'s `asm!`, `$odd` the odd first step of each pixel pair (or nothing). The
 /// stack frame: the current pixel pair's end of steps, the computed branch's offset, the
 /// weights' start, the bytes of a pixel pair's paired steps, the next sums and their end, the
@@ -454,14 +485,8 @@ macro_rules! run_asm {
                 concat!(
                     "ldm.w r6!, {{r0, r1, r2, r3}}\n",
                     "ldm.w r7!, {{r4, r5, r8, r9}}\n",
-                    "smlad r10, r4, r0, r10\n",
-                    "smlad r11, r4, r1, r11\n",
-                    "smlad r12, r5, r0, r12\n",
-                    "smlad lr, r5, r1, lr\n",
-                    "smlad r10, r8, r2, r10\n",
-                    "smlad r11, r8, r3, r11\n",
-                    "smlad r12, r9, r2, r12\n",
-                    "smlad lr, r9, r3, lr\n",
+                    step_sums!("r4", "r5", "r0", "r1"),
+                    step_sums!("r8", "r9", "r2", "r3"),
                 )
             };
         }
@@ -558,10 +583,7 @@ fn dot2x2_run(x: &[u64], w: &[u64], bias: [i32; 2], sums: &mut [[i32; 4]]) {
                 concat!(
                     "ldrd r0, r1, [r6], #8\n",
                     "ldrd r4, r5, [r7], #8\n",
-                    "smlad r10, r4, r0, r10\n",
-                    "smlad r11, r4, r1, r11\n",
-                    "smlad r12, r5, r0, r12\n",
-                    "smlad lr, r5, r1, lr\n",
+                    step_sums!("r4", "r5", "r0", "r1"),
                 ),
                 x,
                 w,
@@ -650,6 +672,16 @@ fn widen_natural(dst: &mut [i8], src: &[i8]) {
     }
     for (d, &v) in d.into_remainder().chunks_exact_mut(2).zip(s.remainder()) {
         put16(d, v as i16);
+    }
+}
+
+/// The second channel of the pair from `c0` whose weights [`widen_groups`] widens, and the
+/// mask of its words: `c0 + 1`, or past C_out (`cout`) channel c0 again, masked to zero (one
+/// loop for both cases).
+pub(super) fn second_channel(c0: usize, cout: usize) -> (usize, u32) {
+    match c0 + 1 < cout {
+        true => (c0 + 1, u32::MAX),
+        false => (c0, 0),
     }
 }
 
@@ -777,11 +809,7 @@ fn put16(d: &mut [i8], v: i16) {
 fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
     let (k, run) = (p.k(), p.window.kernel_w * p.input.c);
     let rw = run.div_ceil(2);
-    // Past C_out: channel c0's values again, masked to zero (one loop for both cases).
-    let (c1, mask) = match c0 + 1 < p.output.c {
-        true => (c0 + 1, u32::MAX),
-        false => (c0, 0),
-    };
+    let (c1, mask) = second_channel(c0, p.output.c);
     let rows = |c: usize| p.weights[c * k..][..k].chunks_exact(run);
     let both = |a: u32, b: u32| a as u64 | ((b & mask) as u64) << 32;
     let pack = |v: &[i8]| {

@@ -464,8 +464,9 @@ impl<R: Round> Requant<R> {
     }
 }
 
-/// How [`Requant2`] clamps its two int16 lanes to an op's bounds, chosen per op (the kernels
-/// are instantiated per clamp, as per rounding: [`instance!`]).
+/// How [`Requant2`] clamps its two int16 lanes (and [`Requant::fast_apply`] one value) to an
+/// op's bounds, chosen per op (the kernels are instantiated per clamp, as per rounding:
+/// [`instance!`]).
 trait Clamp: Copy {
     /// Whether this clamp gives the epilogue's bounds.
     fn covers(e: &Epilogue) -> bool;

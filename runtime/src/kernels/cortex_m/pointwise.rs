@@ -5,7 +5,7 @@
 //! the same order, so each `SMLAD` still pairs a weight with its value. The channel pairs'
 //! loop is the conv's ([`conv2d::block`](super::conv2d)).
 
-use super::conv2d::{block, widen_groups, Block, Sums, RUN};
+use super::conv2d::{block, second_channel, widen_groups, Block, Sums, RUN};
 use super::{instance, widen, word, Bounds, Clamp, Double, Epilogue, Full, Single};
 use crate::kernels::{ConvParams, CortexMConv, Rounding, CORTEX_M_FLAT_BLOCK};
 
@@ -85,11 +85,7 @@ fn gather(src: &[i8], k: usize, cols: &mut [u64]) {
 /// half of each element.
 fn widen_weights(p: &ConvParams, c0: usize, pair: &mut [u64]) {
     let k = p.input.c;
-    // Past C_out: channel c0's values again, masked to zero.
-    let (c1, mask) = match c0 + 1 < p.output.c {
-        true => (c0 + 1, u32::MAX),
-        false => (c0, 0),
-    };
+    let (c1, mask) = second_channel(c0, p.output.c);
     let (w0, w1) = (&p.weights[c0 * k..][..k], &p.weights[c1 * k..][..k]);
     let pair = &mut pair[..k / 2];
     // SAFETY: `pair` holds two words per group of four of the k values (k a multiple of 4).
