@@ -107,7 +107,8 @@ fn thread_cpu_time() -> f64 {
     ts.sec as f64 + ts.nsec as f64 * 1e-9
 }
 
-/// Per-op CPU time and MAC rate of ResNet-18 (CIFAR) at batch 64, one thread:
+/// Per-op CPU time and MAC rate of ResNet-18 (CIFAR) at batch 64, one thread, the model
+/// prepared with packed weights:
 /// `cargo test --release -p octet-runtime --features std --test perf -- --ignored --nocapture profile`.
 #[cfg(all(feature = "std", target_os = "linux"))]
 #[test]
@@ -118,6 +119,10 @@ fn profile_resnet18_ops() {
     let m = Model::parse(&bytes).unwrap();
     let kernels = kernels_from_env();
     println!("kernels: {}", kernels.resolved_name().unwrap());
+    // Prepared with the set's packed weights, as `octet run` and the benches run it.
+    let mut table = vec![octet_runtime::PreparedOp::EMPTY; m.num_ops()];
+    let mut packed = vec![0u8; m.packed_bytes(kernels).unwrap()];
+    let m = m.prepare_packed(&mut table, &mut packed, kernels).unwrap();
     let batch = 64;
     let pixels = common::Rng::new(2).bytes(batch * m.input_len());
     // ONE_AREA=1: one working area, so images run one by one (as a batch of 1 does).

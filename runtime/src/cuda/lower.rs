@@ -434,7 +434,7 @@ impl<'m, 'a> Lowering<'m, 'a> {
             OpParams::AvgPool(p) => Step::Pool(pool(PoolKind::Avg, &p, x, y)?),
             OpParams::TfliteAvgPool(p) => Step::Pool(pool(PoolKind::TfliteAvg, &p, x, y)?),
             OpParams::Add(rq, _) => Step::Add(self.add(o, rq, prev_dense)?),
-            OpParams::TfliteAdd(p, _) => Step::TfliteAdd(self.tflite_add(o, &p, len)?),
+            OpParams::TfliteAdd(p, ..) => Step::TfliteAdd(self.tflite_add(o, &p, len)?),
             OpParams::Softmax(p) => Step::Softmax(softmax(&p, &tin, x, y)?),
             OpParams::Pad(p) => {
                 let at = Placement {

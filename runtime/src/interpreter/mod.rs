@@ -291,7 +291,9 @@ fn exec(k: Resolved, p: &PreparedOp, work: &mut [u8], scratch: Range<usize>) -> 
         OpParams::Softmax(s) => kernels::softmax(k, s, x, y),
         OpParams::Reshape => kernels::reshape(k, x, y),
         OpParams::Pad(pad) => kernels::pad(k, pad, x, y),
-        OpParams::TfliteAdd(add, _) => kernels::tflite_add(k, add, x, x1, y, scratch),
+        OpParams::TfliteAdd(add, _, packed) => {
+            kernels::tflite_add(k, add, packed, x, x1, y, scratch)
+        }
     }
     Ok(())
 }

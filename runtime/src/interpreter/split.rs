@@ -1,11 +1,12 @@
 //! Threads sharing one image (batch smaller than the thread count: latency,
 //! `parallel::run_split_with`): every op split into parts, one per thread, over the one shared
-//! working area: a conv by bands of output rows or by groups of output channels, a fully
-//! connected op by outputs, an add (octet's or TFLite's) by elements (or, right after its
-//! conv, by that conv's split); every other op runs whole on one thread.
+//! working area: a conv by bands of output rows or by groups of output channels, a depthwise
+//! conv by bands of output rows (the x86 sets), a fully connected op by outputs, an add
+//! (octet's or TFLite's) by elements (or, right after its conv, by that conv's split); every
+//! other op runs whole on one thread.
 
 use super::{exec, Carved};
-use crate::kernels::{self, ConvParams, FcParams, Resolved, Shape};
+use crate::kernels::{self, ConvParams, DepthwiseParams, FcParams, Resolved, Shape};
 use crate::model::{OpParams, Place, PreparedOp};
 use crate::{as_i8, as_i8_mut, Model, Result};
 
@@ -124,17 +125,35 @@ impl Model<'_> {
                     return Ok(Some(split));
                 }
                 OpParams::FullyConnected(f) => t.fully_connected(p, f),
+                OpParams::DepthwiseConv2d(d) => {
+                    let scratch = own.len().saturating_sub(t.scratch_start);
+                    let input = p.input.end - p.input.start;
+                    if d.output.h >= t.share.parts
+                        && kernels::depthwise_conv2d_rows_covered(t.k, d, input, scratch)
+                    {
+                        t.depthwise_rows(p, d, own)?
+                    } else {
+                        t.whole(p)?
+                    }
+                }
                 OpParams::Add(add, shape) => {
                     t.elementwise(p, *shape, after_conv, &mut |a, b, y| {
                         kernels::add(t.k, add, a, b, y)
                     })
                 }
-                OpParams::TfliteAdd(add, shape) => {
-                    // The tables once for all of this part's spans (one per pixel where the
-                    // conv before was split by channels).
-                    let tables = kernels::tflite_add_tables(t.k, add);
+                OpParams::TfliteAdd(add, shape, packed) => {
+                    // The tables packed at prepare, else built once for all of this part's
+                    // spans (one per pixel where the conv before was split by channels).
+                    let built;
+                    let tables = match packed.add_tables() {
+                        Some(t) => Some(t),
+                        None => {
+                            built = kernels::tflite_add_tables(t.k, add);
+                            built.as_ref()
+                        }
+                    };
                     t.elementwise(p, *shape, after_conv, &mut |a, b, y| {
-                        kernels::tflite_add_with(t.k, add, tables.as_ref(), a, b, y)
+                        kernels::tflite_add_with(t.k, add, tables, a, b, y)
                     })
                 }
                 _ => t.whole(p)?,
@@ -239,6 +258,30 @@ impl ThreadPart {
         let carved = Carved::new(own, p.output.range(), scratch).ok_or(p.layout_error())?;
         let out = core::slice::from_raw_parts_mut(area.at(p.output).add(r0 * row), (r1 - r0) * row);
         if r0 < r1 && !kernels::conv2d_rows(k, c, x, out, carved.scratch, r0..r1) {
+            return Err(p.layout_error());
+        }
+        Ok(())
+    }
+
+    /// This part's band of output rows of depthwise conv `p`, written in place (its scratch,
+    /// the input rows the band reads widened, in `own`).
+    ///
+    /// # Safety
+    /// As [`Model::exec_part`]: rows of the output are this part's; no part writes the input.
+    unsafe fn depthwise_rows(
+        self,
+        p: &PreparedOp,
+        d: &DepthwiseParams,
+        own: &mut [u8],
+    ) -> Result<()> {
+        let (k, area, share) = (self.k, self.area, self.share);
+        let x = area.tensor(p.input);
+        let (r0, r1) = share.of(d.output.h, 1);
+        let row = d.output.w * d.output.c;
+        let scratch = self.own_scratch(own);
+        let carved = Carved::new(own, p.output.range(), scratch).ok_or(p.layout_error())?;
+        let out = core::slice::from_raw_parts_mut(area.at(p.output).add(r0 * row), (r1 - r0) * row);
+        if r0 < r1 && !kernels::depthwise_conv2d_rows(k, d, x, out, carved.scratch, r0..r1) {
             return Err(p.layout_error());
         }
         Ok(())

@@ -1,15 +1,15 @@
 //! The form the SIMD tflite_add kernels compute: the two input requantizations depend on the
-//! input byte only, so a call first tabulates them (256 values per input, each by the
-//! definition, `Rounding::requantize`), leaving one requantization per element, the output's,
-//! in [`HighRequant`]'s i32-lane form.
+//! input byte only, so they are tabulated (256 values per input, each by the definition,
+//! `Rounding::requantize`) once at prepare (`Model::prepare_packed`) or, unprepared, per call,
+//! leaving one requantization per element, the output's, in [`HighRequant`]'s i32-lane form.
 
 use crate::kernels::TfliteAddParams;
 use crate::model::TFLITE_ADD_MAX_SHIFT;
 use crate::requant::{valid_multiplier, HighRequant};
 
-/// One call's tables and output constants (built per call: 512 requantizations, little
-/// against the tens of thousands of elements of a residual add, and nothing kept between
-/// calls).
+/// One op's tables and output constants: packed at prepare (`Layout::AddTables`), else built
+/// per call (512 requantizations, about 2 µs: a quarter of a residual add's time on 16,384
+/// elements with the AVX-512 lines).
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct TfliteAddTables {
@@ -26,6 +26,64 @@ pub struct TfliteAddTables {
     pub lo: i32,
     /// Clamp less the zero point, high end.
     pub hi: i32,
+    /// Both tables as lines and bytes ([`InputLine`]), where kernels without gathers asked
+    /// for them ([`TfliteAddTables::with_lines`]) and both tables fit.
+    pub lines: Option<[InputLine; 2]>,
+}
+
+/// An input table as a line and a byte: `t[q + 128] = ((q·c + off) >> k) + r[q as u8]` for
+/// every byte q, every term within i32 and every `r` within [−64, 63] (two of them add in an
+/// i8). A table is a rounded line (each input's requantization is affine in q), so kernels
+/// compute it with one multiply and one byte lookup instead of a gather.
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
+pub struct InputLine {
+    /// The residuals, indexed by the input byte as u8 (q = 0..127, then −128..−1).
+    pub r: [i8; 256],
+    /// The line's slope, scaled by 2^k.
+    pub c: i32,
+    /// The line's value at q = 0, scaled by 2^k, with half of 2^k to round.
+    pub off: i32,
+    /// The scale's shift, in [0, 24].
+    pub k: u32,
+}
+
+impl InputLine {
+    /// The line through `t`'s ends at the finest scale whose terms stay within i32, and its
+    /// residuals; `None` where one falls outside [−64, 63] (a saturated or wrapped table).
+    pub fn fit(t: &[i32; 256]) -> Option<Self> {
+        let rise = t[255] as i64 - t[0] as i64;
+        let term = |c: i64, off: i64, q: i64| q * c + off;
+        let (c, off, k) = (0..=24u32).rev().find_map(|k| {
+            // Round half up: the slope over 255 steps and the value at q = 0.
+            let c = ((rise << k) + 127).div_euclid(255);
+            let off = ((t[128] as i64) << k) + ((1i64 << k) >> 1);
+            let fits = |v: i64| i32::try_from(v).is_ok();
+            (fits(c) && fits(term(c, off, -128)) && fits(term(c, off, 127))).then_some((c, off, k))
+        })?;
+        let mut r = [0i8; 256];
+        for (i, &v) in t.iter().enumerate() {
+            let q = i as i64 - 128;
+            let d = v as i64 - (term(c, off, q) >> k);
+            r[q as u8 as usize] = i8::try_from(d).ok().filter(|d| (-64..64).contains(d))?;
+        }
+        Some(InputLine {
+            r,
+            c: c as i32,
+            off: off as i32,
+            k,
+        })
+    }
+
+    /// Input byte q's table value as the kernels compute it (wrapping, as their lanes do).
+    #[cfg(test)]
+    pub fn value(&self, q: i8) -> i32 {
+        (q as i32)
+            .wrapping_mul(self.c)
+            .wrapping_add(self.off)
+            .wrapping_shr(self.k)
+            .wrapping_add(self.r[q as u8 as usize] as i32)
+    }
 }
 
 impl TfliteAddTables {
@@ -54,7 +112,16 @@ impl TfliteAddTables {
             zero_point: zo,
             lo: lo - zo,
             hi: hi - zo,
+            lines: None,
         })
+    }
+
+    /// These tables with their lines where both fit ([`InputLine::fit`]).
+    pub fn with_lines(mut self) -> Self {
+        self.lines = InputLine::fit(&self.a)
+            .zip(InputLine::fit(&self.b))
+            .map(<[_; 2]>::from);
+        self
     }
 
     /// Whether the tables cover `p`: zero points within [−128, 127], a left shift within
@@ -118,6 +185,44 @@ mod tests {
                 assert_eq!(t.apply(a[i], b[i]), want[i], "{p:?} {} {}", a[i], b[i]);
             }
         }
+    }
+
+    /// Where a table fits a line, the line and residuals give every entry; TFLite's own
+    /// parameters (left shift 20, multipliers s_i / (2·max s)) always fit, in both roundings;
+    /// saturated tables do not.
+    #[test]
+    fn lines_are_the_tables() {
+        let (mut fitted, mut tflite) = (0, 0);
+        for seed in 0..256 {
+            let mut rng = Rng(seed * 2 + 1);
+            let mut p = tflite_add_params(&mut rng);
+            if seed % 2 == 0 {
+                let [s0, s1] = [0; 2].map(|_| 2f64.powf(-12.0 * rng.unit()));
+                let twice = 2.0 * s0.max(s1);
+                let pair = |m: f64| crate::requant::quantize_multiplier_tflite(m).unwrap();
+                p.multipliers[0] = pair(s0 / twice);
+                p.multipliers[1] = pair(s1 / twice);
+                p.left_shift = 20;
+            }
+            let t = TfliteAddTables::new(&p).unwrap().with_lines();
+            if seed % 2 == 0 {
+                assert!(t.lines.is_some(), "{p:?}");
+                tflite += 1;
+            }
+            let Some(lines) = &t.lines else {
+                continue;
+            };
+            fitted += 1;
+            for (line, table) in lines.iter().zip([&t.a, &t.b]) {
+                for q in -128..=127i8 {
+                    assert_eq!(line.value(q), table[(q as i32 + 128) as usize], "{p:?} {q}");
+                }
+            }
+        }
+        let mut saturated = [i32::MIN; 256];
+        saturated[200..].fill(i32::MAX);
+        assert!(InputLine::fit(&saturated).is_none());
+        assert!(fitted > tflite, "{fitted} {tflite}");
     }
 
     /// Only what the format rejects is declined: a zero point outside i8, a left shift above

@@ -30,8 +30,8 @@ use super::neon;
 #[cfg(target_arch = "x86_64")]
 use super::{amx, avx2, vnni, ConvImage, VNNI_MIN_COUT, VNNI_MIN_K};
 use super::{
-    scalar, AddRequant, ConvParams, DepthwiseParams, FcParams, PadParams, PoolParams, Resolved,
-    SoftmaxParams, TfliteAddParams, TfliteAddTables,
+    scalar, AddRequant, ConvParams, DepthwiseParams, FcParams, Packed, PadParams, PoolParams,
+    Resolved, SoftmaxParams, TfliteAddParams, TfliteAddTables,
 };
 
 /// conv2d with the chosen kernels.
@@ -159,6 +159,59 @@ pub(crate) fn conv2d_rows(
         // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
         Resolved::AvxVnni => unsafe {
             avx2::conv2d_lanes_vnni(p, ConvImage::new(input, output, scratch), rows)
+        },
+        _ => {
+            let _ = (p, input, output, scratch, rows);
+            false
+        }
+    }
+}
+
+/// Whether [`depthwise_conv2d_rows`] covers depthwise conv `p` (an input of `input` bytes)
+/// with the chosen kernels and `scratch` bytes: the x86 sets' kernel, where it covers the
+/// whole op; elsewhere threads leave the op to one of them.
+#[cfg(feature = "std")]
+pub(crate) fn depthwise_conv2d_rows_covered(
+    k: Resolved,
+    p: &DepthwiseParams,
+    input: usize,
+    scratch: usize,
+) -> bool {
+    match k.base() {
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Avx2 | Resolved::AvxVnni | Resolved::Vnni => {
+            super::SimdDepthwise::for_call(p, input, p.output.len(), scratch).is_some()
+        }
+        _ => {
+            let _ = (p, input, scratch);
+            false
+        }
+    }
+}
+
+/// Output rows `rows` of depthwise conv `p` into `output` (those rows, HWC), for threads
+/// sharing an image, where [`depthwise_conv2d_rows_covered`] holds; `false` (nothing written)
+/// where the kernel declines.
+#[cfg(feature = "std")]
+pub(crate) fn depthwise_conv2d_rows(
+    k: Resolved,
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: core::ops::Range<usize>,
+) -> bool {
+    match k.base() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 and AvxVnni are only produced when AVX2 is available.
+        Resolved::Avx2 | Resolved::AvxVnni => unsafe {
+            avx2::depthwise_conv2d_rows::<false>(p, input, output, scratch, rows)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 F/BW/VL/VNNI are
+        // available.
+        Resolved::Vnni => unsafe {
+            avx2::depthwise_conv2d_rows::<true>(p, input, output, scratch, rows)
         },
         _ => {
             let _ = (p, input, output, scratch, rows);
@@ -297,11 +350,12 @@ pub(crate) fn reshape(k: Resolved, input: &[i8], output: &mut [i8]) {
     scalar::reshape(input, output)
 }
 
-/// tflite_add with the chosen kernels ([`tflite_add_with`] on this call's tables; Cortex-M's
-/// tables in the op's scratch).
+/// tflite_add with the chosen kernels ([`tflite_add_with`] on the tables packed at prepare,
+/// else on this call's; Cortex-M's tables in the op's scratch).
 pub(crate) fn tflite_add(
     k: Resolved,
     p: &TfliteAddParams,
+    packed: &Packed,
     a: &[i8],
     b: &[i8],
     output: &mut [i8],
@@ -314,10 +368,15 @@ pub(crate) fn tflite_add(
     let _ = scratch;
     // Only where a set has tables: elsewhere (microcontrollers) no 2 KiB of them on the stack.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    if let Some(t) = tflite_add_tables(k, p) {
-        return tflite_add_with(k, p, Some(&t), a, b, output);
+    {
+        if let Some(t) = packed.add_tables() {
+            return tflite_add_with(k, p, Some(t), a, b, output);
+        }
+        if let Some(t) = tflite_add_tables(k, p) {
+            return tflite_add_with(k, p, Some(&t), a, b, output);
+        }
     }
-    let _ = k;
+    let _ = (k, packed);
     scalar::tflite_add(p, a, b, output)
 }
 
@@ -331,7 +390,9 @@ pub(crate) fn tflite_add(
 pub(crate) fn tflite_add_tables(k: Resolved, p: &TfliteAddParams) -> Option<TfliteAddTables> {
     match k.base() {
         #[cfg(target_arch = "x86_64")]
-        Resolved::Vnni | Resolved::Avx2 | Resolved::AvxVnni => TfliteAddTables::new(p),
+        Resolved::Vnni => TfliteAddTables::new(p).map(TfliteAddTables::with_lines),
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Avx2 | Resolved::AvxVnni => TfliteAddTables::new(p),
         #[cfg(target_arch = "aarch64")]
         Resolved::Neon | Resolved::NeonDot => TfliteAddTables::new(p),
         _ => {

@@ -63,9 +63,11 @@ mod valid;
 #[cfg(test)]
 pub(crate) mod test_util;
 
-pub use add_tables::TfliteAddTables;
+pub use add_tables::{InputLine, TfliteAddTables};
 pub(crate) use dispatch::*;
-pub(crate) use packed::{conv_packing, depthwise_packing, fc_packing, pack, Layout, PackOp};
+pub(crate) use packed::{
+    add_packing, conv_packing, depthwise_packing, fc_packing, pack, Layout, PackOp,
+};
 pub use packed::{
     AmxFc, FcEpi, Packed, PackedFc, AMX_K_STEP, AMX_MAX_K, AMX_MIN_COUT, AMX_MIN_K, AMX_MIN_PIXELS,
     FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP, IM2COL_MAX_K, IM2COL_MAX_PIXELS, PACKED_ALIGN,

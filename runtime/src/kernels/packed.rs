@@ -12,7 +12,7 @@
 //! by −128·Σx per image (exact in wrapping i32); and the x86 depthwise conv's, what it would
 //! otherwise build in scratch on every call.
 
-use super::{ConvParams, DepthwiseParams, FcParams, Resolved};
+use super::{ConvParams, DepthwiseParams, FcParams, Resolved, TfliteAddParams, TfliteAddTables};
 use crate::requant::{FusedRequant, HighRequant};
 
 /// One op's packed weights and their layout (only the kernels of that layout read them);
@@ -39,6 +39,10 @@ pub(crate) enum Layout {
     /// The AMX conv's ([`AmxFc`]).
     #[cfg(target_arch = "x86_64")]
     AmxFc,
+    /// A tflite_add's tables ([`TfliteAddTables`], with their lines), which the sets with a
+    /// tflite_add of their own otherwise build on every call.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    AddTables,
 }
 
 impl<'a> Packed<'a> {
@@ -53,6 +57,26 @@ impl<'a> Packed<'a> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn of(&self, layout: Layout) -> Option<&'a [u8]> {
         (self.layout == layout).then_some(self.bytes)
+    }
+
+    /// The tables, where packed as [`Layout::AddTables`].
+    #[inline]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
+    pub(crate) fn add_tables(&self) -> Option<&'a TfliteAddTables> {
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        if self.layout == Layout::AddTables {
+            let ptr = self.bytes.as_ptr().cast::<TfliteAddTables>();
+            if self.bytes.len() >= size_of::<TfliteAddTables>() && ptr.is_aligned() {
+                // SAFETY: only `pack` makes packed bytes of this layout, by writing a
+                // `TfliteAddTables` at their (aligned) start; they are borrowed, unchanged,
+                // for 'a.
+                return Some(unsafe { &*ptr });
+            }
+        }
+        None
     }
 
     /// The granularity at which threads may split these outputs (rows, channels) given the
@@ -351,6 +375,17 @@ pub(crate) fn depthwise_packing(k: Resolved, p: &DepthwiseParams) -> Option<(Lay
     }
 }
 
+/// The layout and bytes kernel set `k` packs tflite_add `p` in: its tables, where the set has
+/// a tflite_add of its own ([`super::tflite_add_tables`]) and they cover `p`.
+pub(crate) fn add_packing(k: Resolved, p: &TfliteAddParams) -> Option<(Layout, usize)> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if super::tflite_add_tables(k, p).is_some() {
+        return Some((Layout::AddTables, size_of::<TfliteAddTables>()));
+    }
+    let _ = (k, p);
+    None
+}
+
 /// Writes layout `layout` of an op's weights into `dst` (as long as its packing states).
 pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<'a> {
     match (layout, op) {
@@ -360,6 +395,19 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
         (Layout::AmxFc, PackOp::Conv(p)) => AmxFc::pack(&p.as_fc(), dst),
         #[cfg(target_arch = "x86_64")]
         (Layout::X86Depthwise, PackOp::Depthwise(p)) => super::avx2::depthwise_pack(p, dst),
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        (Layout::AddTables, PackOp::Add(p)) => {
+            // With the lines: only the sets that use them read them.
+            let Some(t) = TfliteAddTables::new(p).map(TfliteAddTables::with_lines) else {
+                return Packed::default();
+            };
+            let ptr = dst.as_mut_ptr().cast::<TfliteAddTables>();
+            if dst.len() < size_of::<TfliteAddTables>() || !ptr.is_aligned() {
+                return Packed::default();
+            }
+            // SAFETY: `dst` holds a `TfliteAddTables` at its aligned start (checked).
+            unsafe { ptr.write(t) };
+        }
         _ => return Packed::default(),
     }
     Packed { layout, bytes: dst }
@@ -372,6 +420,7 @@ pub(crate) enum PackOp<'p, 'a> {
     Fc(&'p FcParams<'a>),
     Conv(&'p ConvParams<'a>),
     Depthwise(&'p DepthwiseParams<'a>),
+    Add(&'p TfliteAddParams),
 }
 
 /// The packed weights of outputs `n0..n1` of a layer of `k` inputs, where they start a block
@@ -424,5 +473,37 @@ mod tests {
         };
         assert_eq!(fc_outputs(&packed, 10, 16, 19).bytes.len(), l.block_bytes());
         assert_eq!(fc_outputs(&packed, 10, 4, 19).layout, Layout::None);
+    }
+
+    /// A tflite_add's tables packed by each set with a tflite_add of its own are the tables
+    /// (with their lines) a call builds; the other sets pack none.
+    #[test]
+    fn add_tables() {
+        use crate::kernels::test_util::{tflite_add_params, Rng};
+        #[repr(align(64))]
+        struct Region([u8; 4096]);
+        for seed in 0..16 {
+            let p = tflite_add_params(&mut Rng(seed * 2 + 1));
+            for k in crate::kernels::Kernels::available() {
+                let r = k.resolve().unwrap();
+                let Some((layout, n)) = add_packing(r, &p) else {
+                    assert!(crate::kernels::tflite_add_tables(r, &p).is_none(), "{k:?}");
+                    continue;
+                };
+                let mut region = Region([0xA5; 4096]);
+                let packed = pack(layout, PackOp::Add(&p), &mut region.0[..n]);
+                let got = packed.add_tables().expect("packed");
+                let want = TfliteAddTables::new(&p).unwrap().with_lines();
+                assert_eq!(
+                    (got.a, got.b, got.lo, got.hi),
+                    (want.a, want.b, want.lo, want.hi)
+                );
+                let r = |t: &TfliteAddTables| t.lines.as_ref().map(|l| l.clone().map(|l| l.r));
+                assert_eq!(r(got), r(&want));
+                // Misaligned or short bytes are not read as tables.
+                let bytes = &region.0[1..n];
+                assert!(Packed { layout, bytes }.add_tables().is_none());
+            }
+        }
     }
 }

@@ -59,9 +59,12 @@ pub(crate) enum OpParams<'a> {
     Reshape,
     Pad(PadParams),
     /// TFLite's add and its output shape (split as octet's add is).
+    /// TFLite's add, its output shape (split as octet's add is) and its tables where the
+    /// kernel set packs them.
     TfliteAdd(
         TfliteAddParams,
         #[cfg_attr(not(feature = "std"), allow(dead_code))] Shape,
+        Packed<'a>,
     ),
 }
 
@@ -182,9 +185,10 @@ impl<'a> Model<'a> {
     /// [`Model::prepare`], and the weights `kernels` reads in its own order packed once into
     /// `packed` (at least [`Model::packed_bytes`] bytes; TensorFlow Lite Micro's persistent
     /// buffers): a run with that set then reads them instead of reordering the weights on
-    /// every call (the AVX-512 VNNI fully connected layers and pointwise convs, the x86 depthwise convs). Every
-    /// other set runs as if unpacked; the bytes out are the same. Fails with `OutOfBounds`
-    /// when `table` or `packed` is too short, and as [`Kernels::resolve`] does.
+    /// every call (the AVX-512 VNNI fully connected layers and pointwise convs, the x86
+    /// depthwise convs; the x86 and NEON tflite_adds' tables). Every other set runs as if
+    /// unpacked; the bytes out are the same. Fails with `OutOfBounds` when `table` or
+    /// `packed` is too short, and as [`Kernels::resolve`] does.
     pub fn prepare_packed(
         mut self,
         table: &'a mut [PreparedOp<'a>],
@@ -221,6 +225,9 @@ impl<'a> Model<'a> {
                 }
                 OpParams::Conv2d(c) => {
                     c.packed = kernels::pack(layout, PackOp::Conv(c), mine);
+                }
+                OpParams::TfliteAdd(a, _, packed) => {
+                    *packed = kernels::pack(layout, PackOp::Add(a), mine);
                 }
                 _ => {}
             }
@@ -287,7 +294,8 @@ impl<'a> Model<'a> {
                     if o.kind == OpKind::Add {
                         OpParams::Add(Self::add_params(o, tin, t1, tout), tout.shape())
                     } else {
-                        OpParams::TfliteAdd(tflite_add_params(o, tin, t1, tout, r), tout.shape())
+                        let p = tflite_add_params(o, tin, t1, tout, r);
+                        OpParams::TfliteAdd(p, tout.shape(), Packed::NONE)
                     }
                 }
                 OpKind::DepthwiseConv2d => {
@@ -458,6 +466,7 @@ fn packing(k: Resolved, params: &OpParams) -> Option<(Layout, usize)> {
         OpParams::FullyConnected(f) => kernels::fc_packing(k, f),
         OpParams::DepthwiseConv2d(d) => kernels::depthwise_packing(k, d),
         OpParams::Conv2d(c) => kernels::conv_packing(k, c),
+        OpParams::TfliteAdd(a, ..) => kernels::add_packing(k, a),
         _ => None,
     }
 }

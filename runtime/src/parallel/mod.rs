@@ -75,11 +75,12 @@ fn logits_of(outs: &mut [u8], n: usize) -> &[i8] {
 
 /// Multiply-adds per image from which a batch smaller than the thread count runs each image
 /// on all threads ([`run_split_with`]): below, starting a thread and meeting after every op
-/// cost more than half the image (LeNet's 0.4 M run on one thread). Measured on two cores
-/// (`benches/mlperf_tiny.rs`, batch 1): ResNet-8 (12.5 M) runs in 0.87× the time split,
-/// MobileNet v1 0.25 (7.5 M, its depthwise convs whole on one thread) in 1.14× and DS-CNN
-/// (2.7 M) in 1.26×.
-pub const SPLIT_MIN_MACS: u64 = 10_000_000;
+/// cost more than half the image (LeNet's 0.4 M run on one thread). Measured on two cores of
+/// an AMD EPYC (AVX-512 VNNI; `benches/mlperf_tiny.rs`, batch 1), since the x86 depthwise
+/// convs split by rows too: DS-CNN (2.7 M) runs in 0.89× the time split, MobileNet v1 0.25
+/// (7.5 M) in 0.96×, ResNet-8 (12.5 M) in 0.62×. (With the depthwise convs whole on one
+/// thread, on a Xeon: DS-CNN 1.26×, MobileNet 1.14×.)
+pub const SPLIT_MIN_MACS: u64 = 1_000_000;
 
 /// Output pixels from which threads sharing an image split a conv by bands of rows rather than
 /// by output channels (where the kernels allow): with fewer, a band is a pass or two of the

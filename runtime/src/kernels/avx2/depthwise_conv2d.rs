@@ -11,6 +11,7 @@
 //! it ([`HighRequant`]'s i32-lane form, per channel, in either rounding).
 
 use core::arch::x86_64::*;
+use core::ops::Range;
 
 use crate::kernels::vnni::short_requant::short_requant;
 use crate::kernels::{
@@ -55,7 +56,9 @@ pub unsafe fn depthwise_conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    run::<false>(p, input, output, scratch)
+    if !run::<false>(p, input, output, scratch, 0..p.output.h) {
+        scalar::depthwise_conv2d(p, input, output)
+    }
 }
 
 /// [`depthwise_conv2d`] with two output pixels per AVX-512 vector (the VNNI set), where every
@@ -70,25 +73,79 @@ pub unsafe fn depthwise_conv2d_512(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    run::<true>(p, input, output, scratch)
+    if !run::<true>(p, input, output, scratch, 0..p.output.h) {
+        scalar::depthwise_conv2d(p, input, output)
+    }
 }
 
-/// The kernel; `WIDE`: pairs of pixels in AVX-512 vectors (the CPU has AVX-512 F and BW).
+/// Output rows `rows` of [`depthwise_conv2d`] (`WIDE`: of [`depthwise_conv2d_512`]) into
+/// `output` (those rows, HWC), for threads sharing an image: only the input rows they read are
+/// widened. `false` (nothing written) where the kernel does not cover the call.
+///
+/// # Safety
+/// The CPU must support AVX2 (`WIDE`: and AVX-512 F, BW, VL and VNNI).
+pub unsafe fn depthwise_conv2d_rows<const WIDE: bool>(
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: Range<usize>,
+) -> bool {
+    if WIDE {
+        rows_512(p, input, output, scratch, rows)
+    } else {
+        rows_256(p, input, output, scratch, rows)
+    }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn rows_256(
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: Range<usize>,
+) -> bool {
+    run::<false>(p, input, output, scratch, rows)
+}
+
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_512(
+    p: &DepthwiseParams,
+    input: &[i8],
+    output: &mut [i8],
+    scratch: &mut [u8],
+    rows: Range<usize>,
+) -> bool {
+    run::<true>(p, input, output, scratch, rows)
+}
+
+/// The kernel over output rows `rows` (`output` holds those rows); `WIDE`: pairs of pixels in
+/// AVX-512 vectors (the CPU has AVX-512 F and BW). `false` where it does not cover the call.
 #[inline(always)]
 unsafe fn run<const WIDE: bool>(
     p: &DepthwiseParams,
     input: &[i8],
     output: &mut [i8],
     scratch: &mut [u8],
-) {
-    let Some(l) = SimdDepthwise::for_call(p, input.len(), output.len(), scratch.len()) else {
-        return scalar::depthwise_conv2d(p, input, output);
+    rows: Range<usize>,
+) -> bool {
+    let (ho, row) = (p.output.h, p.output.w * p.output.c);
+    if rows.start >= rows.end || rows.end > ho || output.len() < (rows.end - rows.start) * row {
+        return rows.start == rows.end && rows.end <= ho;
+    }
+    // The full output's length stands for the rows' (checked above).
+    let Some(l) = SimdDepthwise::for_call(p, input.len(), p.output.len(), scratch.len()) else {
+        return false;
     };
     let taps = p.window.kernel_h * p.window.kernel_w;
     let base = scratch.as_mut_ptr();
     let base = base.add(base.align_offset(32));
     let image = base as *mut i16;
-    widen(p, &l, input, image);
+    // The padded input rows these output rows read.
+    let sh = p.window.stride_h;
+    let read = rows.start * sh..((rows.end - 1) * sh + p.window.kernel_h).min(l.rows);
+    widen(p, &l, input, image, read);
     // The weights and constants packed at prepare, else laid out the same way in scratch.
     let (weights, epi, hi) = match packed_of(p, &l) {
         Some(pk) => {
@@ -127,6 +184,7 @@ unsafe fn run<const WIDE: bool>(
         offsets: &offsets[..l.pairs],
         lim: Limits::new(p),
         out: output.as_mut_ptr(),
+        rows,
     };
     match (hi, p.out.rounding, WIDE) {
         (true, Rounding::Single, true) => job.pixels_512::<false>(),
@@ -135,6 +193,7 @@ unsafe fn run<const WIDE: bool>(
         (true, Rounding::Double, false) => job.pixels::<HI_DOUBLE>(),
         (false, _, _) => job.pixels::<GENERAL>(),
     }
+    true
 }
 
 /// Writes the weights ([`pack_weights`]) and the constants ([`fill_epi`]) at `dst` (32-byte
@@ -197,15 +256,18 @@ struct Job<'p> {
     /// Each tap pair's offsets in i16 elements from an output's top-left input pixel.
     offsets: &'p [(usize, usize)],
     lim: Limits,
+    /// Output row `rows.start`'s first pixel.
     out: *mut i8,
+    /// The output rows to compute.
+    rows: Range<usize>,
 }
 
 impl Job<'_> {
-    /// Every output pixel, every block of channels.
+    /// Every output pixel of the rows, every block of channels.
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn pixels<const E: u8>(&self) {
-        for oy in 0..self.p.output.h {
+        for oy in self.rows.clone() {
             for ox in 0..self.p.output.w {
                 self.pixel::<E>(oy, ox);
             }
@@ -221,7 +283,7 @@ impl Job<'_> {
         let (sh, sw) = (p.window.stride_h, p.window.stride_w);
         let blk = l.blocks * DW_BLOCK;
         let x0 = self.image.add((oy * sh * l.cols + ox * sw) * blk);
-        let y = self.out.add((oy * wo + ox) * c);
+        let y = self.out.add(((oy - self.rows.start) * wo + ox) * c);
         for b in 0..l.blocks {
             let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
             let xb = x0.add(b * DW_BLOCK);
@@ -264,7 +326,7 @@ impl Job<'_> {
 }
 
 impl Job<'_> {
-    /// Every output pixel, two consecutive ones (in row-major order, across rows: their
+    /// Every output pixel of the rows, two consecutive ones (in row-major order, across rows: their
     /// outputs are adjacent either way) per AVX-512 vector (the first in the low 256 bits):
     /// the same steps as [`Job::pixel`] with the weights and constants in both halves; an odd
     /// count's last pixel through [`Job::pixel`]. Every channel has the usual shifts.
@@ -272,7 +334,7 @@ impl Job<'_> {
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn pixels_512<const DOUBLE: bool>(&self) {
         let (p, l) = (self.p, &self.l);
-        let (c, ho, wo) = (p.output.c, p.output.h, p.output.w);
+        let (c, wo) = (p.output.c, p.output.w);
         let (sh, sw) = (p.window.stride_h, p.window.stride_w);
         let blk = l.blocks * DW_BLOCK;
         let both = |v: *const __m256i| _mm512_broadcast_i64x4(_mm256_load_si256(v));
@@ -290,8 +352,9 @@ impl Job<'_> {
             }
         };
         let at_in = |(oy, ox): (usize, usize)| (oy * sh * l.cols + ox * sw) * blk;
-        let (mut px, mut i) = ((0usize, 0usize), 0usize);
-        while i + 1 < ho * wo {
+        let (mut px, mut i) = ((self.rows.start, 0usize), 0usize);
+        let n = (self.rows.end - self.rows.start) * wo;
+        while i + 1 < n {
             let px1 = next(px);
             let x0 = self.image.add(at_in(px));
             let x1 = self.image.add(at_in(px1));
@@ -327,7 +390,7 @@ impl Job<'_> {
             px = next(px1);
             i += 2;
         }
-        if i < ho * wo {
+        if i < n {
             match DOUBLE {
                 false => self.pixel::<HI_SINGLE>(px.0, px.1),
                 true => self.pixel::<HI_DOUBLE>(px.0, px.1),
@@ -482,16 +545,22 @@ fn zero_point(p: &DepthwiseParams) -> i32 {
     p.input_zero_point.clamp(-128, 127)
 }
 
-/// The padded input as i16, x − z, 0 for padding and past C.
+/// Padded input rows `rows` as i16, x − z, 0 for padding and past C.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn widen(p: &DepthwiseParams, l: &SimdDepthwise, input: &[i8], image: *mut i16) {
+unsafe fn widen(
+    p: &DepthwiseParams,
+    l: &SimdDepthwise,
+    input: &[i8],
+    image: *mut i16,
+    rows: Range<usize>,
+) {
     let blk = l.blocks * DW_BLOCK;
     let (c, h, w) = (p.input.c, p.input.h, p.input.w);
     let (top, left) = (p.window.pad_top, p.window.pad_left);
     let z = zero_point(p);
     let zv = _mm256_set1_epi16(z as i16);
-    for r in 0..l.rows {
+    for r in rows {
         let iy = r.wrapping_sub(top);
         for col in 0..l.cols {
             let ix = col.wrapping_sub(left);
@@ -582,6 +651,36 @@ mod tests {
             depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| {
                 with_packed(p, &mut |q| unsafe { depthwise_conv2d_512(q, x, y, s) })
             });
+            // In bands of rows, as threads sharing an image run it.
+            // SAFETY: as above.
+            depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| unsafe {
+                in_bands::<true>(p, x, y, s)
+            });
+        }
+        // SAFETY: AVX2 is available.
+        depthwise_matches_scalar_in(c, &stated, &mut |p, x, y, s| {
+            with_packed(p, &mut |q| unsafe { in_bands::<false>(q, x, y, s) })
+        });
+    }
+
+    /// [`depthwise_conv2d_rows`] over three bands of output rows (some empty where the
+    /// output is short), each into its own rows of `y`; the scalar reference where the kernel
+    /// declines the first rows.
+    unsafe fn in_bands<const WIDE: bool>(
+        p: &DepthwiseParams,
+        x: &[i8],
+        y: &mut [i8],
+        s: &mut [u8],
+    ) {
+        let (h, row) = (p.output.h, p.output.w * p.output.c);
+        let cuts = [0, h / 3, (2 * h).div_ceil(3), h];
+        for b in 0..3 {
+            let rows = cuts[b]..cuts[b + 1];
+            let out = &mut y[rows.start * row..rows.end * row];
+            if !depthwise_conv2d_rows::<WIDE>(p, x, out, s, rows) {
+                assert_eq!(cuts[b], 0, "declined a later band of {p:?}");
+                return scalar::depthwise_conv2d(p, x, y);
+            }
         }
     }
 
