@@ -145,7 +145,7 @@ unsafe fn run<const WIDE: bool>(
     // The padded input rows these output rows read.
     let sh = p.window.stride_h;
     let read = rows.start * sh..((rows.end - 1) * sh + p.window.kernel_h).min(l.rows);
-    widen(p, &l, input, image, read);
+
     // The weights and constants packed at prepare, else laid out the same way in scratch.
     let (weights, epi, hi) = match packed_of(p, &l) {
         Some(pk) => {
@@ -167,11 +167,21 @@ unsafe fn run<const WIDE: bool>(
             )
         }
     };
+    // The AVX-512 loop (the usual shifts) reads the image block by block: each block's
+    // plane of rows × columns × 16 channels apart; the others a pixel's blocks together.
+    let block_major = WIDE && hi;
+    let unit = if block_major {
+        widen::<true>(p, &l, input, image, read);
+        DW_BLOCK
+    } else {
+        widen::<false>(p, &l, input, image, read);
+        l.blocks * DW_BLOCK
+    };
     // Each tap pair's offsets in i16 elements from an output's top-left input pixel.
     let mut offsets = [(0usize, 0usize); DW_MAX_TAPS.div_ceil(2)];
-    let (kw, blk) = (p.window.kernel_w, l.blocks * DW_BLOCK);
+    let kw = p.window.kernel_w;
     for (j, o) in offsets.iter_mut().take(l.pairs).enumerate() {
-        let at = |t: usize| ((t / kw) * l.cols + t % kw) * blk;
+        let at = |t: usize| ((t / kw) * l.cols + t % kw) * unit;
         // An odd count's last pair repeats its tap against a zero weight.
         *o = (at(2 * j), at((2 * j + 1).min(taps - 1)));
     }
@@ -326,93 +336,146 @@ impl Job<'_> {
 }
 
 impl Job<'_> {
-    /// Every output pixel of the rows, two consecutive ones (in row-major order, across rows: their
-    /// outputs are adjacent either way) per AVX-512 vector (the first in the low 256 bits):
-    /// the same steps as [`Job::pixel`] with the weights and constants in both halves; an odd
-    /// count's last pixel through [`Job::pixel`]. Every channel has the usual shifts.
+    /// Every output pixel of the rows, two per AVX-512 vector (consecutive in row-major
+    /// order, the first in the low 256 bits; an odd count's last one paired with itself),
+    /// block by block of channels, over the block-major image ([`widen`]): a block's weights
+    /// and constants stay in registers over all its pixels, and two neighbours of a row with
+    /// stride 1 are one 512-bit load (a pair across rows, or with a wider stride, two 256-bit
+    /// loads). The same steps as [`Job::pixel`] with the weights and constants in both
+    /// halves. Every channel has the usual shifts.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn pixels_512<const DOUBLE: bool>(&self) {
+        for b in 0..self.l.blocks {
+            // 3×3 windows (five tap pairs, the models' depthwise convs) with the pairs
+            // unrolled; others with their count.
+            match self.offsets.len() {
+                5 => self.block_512::<DOUBLE, 5>(b),
+                _ => self.block_512::<DOUBLE, 0>(b),
+            }
+        }
+    }
+
+    /// Block `b` of [`Job::pixels_512`]; `P`: the tap pairs, 0 for `offsets.len()`.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn block_512<const DOUBLE: bool, const P: usize>(&self, b: usize) {
         let (p, l) = (self.p, &self.l);
         let (c, wo) = (p.output.c, p.output.w);
         let (sh, sw) = (p.window.stride_h, p.window.stride_w);
-        let blk = l.blocks * DW_BLOCK;
+        let pairs = if P > 0 { P } else { self.offsets.len() };
         let both = |v: *const __m256i| _mm512_broadcast_i64x4(_mm256_load_si256(v));
+        let mut w = [[_mm512_setzero_si512(); 2]; DW_MAX_TAPS.div_ceil(2)];
+        for (j, wj) in w.iter_mut().enumerate().take(pairs) {
+            let at = self.weights.add((j * l.blocks + b) * 2);
+            *wj = [both(at), both(at.add(1))];
+        }
+        let e = [0, 1].map(|v| EpiV::new(&*self.epi.add(2 * b + v)));
         let lim = (
             _mm512_broadcast_i64x4(self.lim.lo),
             _mm512_broadcast_i64x4(self.lim.hi),
             _mm512_broadcast_i64x4(self.lim.zo),
         );
-        // Output pixel (oy, ox) and the next one's input offset.
-        let next = |(oy, ox): (usize, usize)| {
-            if ox + 1 < wo {
-                (oy, ox + 1)
-            } else {
-                (oy + 1, 0)
-            }
-        };
-        let at_in = |(oy, ox): (usize, usize)| (oy * sh * l.cols + ox * sw) * blk;
-        let (mut px, mut i) = ((self.rows.start, 0usize), 0usize);
+        let plane = self.image.add(b * l.rows * l.cols * DW_BLOCK);
+        let at_in = |(oy, ox): (usize, usize)| plane.add((oy * sh * l.cols + ox * sw) * DW_BLOCK);
         let n = (self.rows.end - self.rows.start) * wo;
-        while i + 1 < n {
-            let px1 = next(px);
-            let x0 = self.image.add(at_in(px));
-            let x1 = self.image.add(at_in(px1));
-            let y = self.out.add(i * c);
-            for b in 0..l.blocks {
-                let (mut a0, mut a1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                let at = b * DW_BLOCK;
-                let wb = self.weights.add(b * 2);
-                let two = |o: usize| {
-                    let lo = _mm256_loadu_si256(x0.add(at + o) as *const __m256i);
-                    let hi = _mm256_loadu_si256(x1.add(at + o) as *const __m256i);
+        let at = b * DW_BLOCK;
+        let mask = ((1u32 << (c - at).min(DW_BLOCK)) - 1) as __mmask16;
+        let (mut px, mut i) = ((self.rows.start, 0usize), 0usize);
+        while i < n {
+            let px1 = match (i + 1 < n, px.1 + 1 < wo) {
+                (false, _) => px,
+                (true, true) => (px.0, px.1 + 1),
+                (true, false) => (px.0 + 1, 0),
+            };
+            let (x0, x1) = (at_in(px), at_in(px1));
+            let taps = &self.offsets[..pairs];
+            let (a0, a1) = if sw == 1 && px1.0 == px.0 && px1.1 == px.1 + 1 {
+                pair_sums(
+                    taps,
+                    &w,
+                    |o| _mm512_loadu_si512(x0.add(o) as *const __m512i),
+                )
+            } else {
+                pair_sums(taps, &w, |o| {
+                    let lo = _mm256_loadu_si256(x0.add(o) as *const __m256i);
+                    let hi = _mm256_loadu_si256(x1.add(o) as *const __m256i);
                     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-                };
-                for (j, &(o0, o1)) in self.offsets.iter().enumerate() {
-                    let (xa, xc) = (two(o0), two(o1));
-                    let w = wb.add(j * l.blocks * 2);
-                    let lo = _mm512_unpacklo_epi16(xa, xc);
-                    let hi = _mm512_unpackhi_epi16(xa, xc);
-                    a0 = _mm512_dpwssd_epi32(a0, lo, both(w));
-                    a1 = _mm512_dpwssd_epi32(a1, hi, both(w.add(1)));
-                }
-                let (e0, e1) = (&*self.epi.add(2 * b), &*self.epi.add(2 * b + 1));
-                let r0 = requant_hi_512::<DOUBLE>(a0, e0, lim);
-                let r1 = requant_hi_512::<DOUBLE>(a1, e1, lim);
-                // i16 lanes: pixel 0's channels 0–7, 8–15, then pixel 1's.
-                let bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(r0, r1));
-                // Masked stores: a copy of a runtime length is a call to memcpy.
-                let n = (c - at).min(DW_BLOCK);
-                let mask = ((1u32 << n) - 1) as __mmask16;
-                _mm_mask_storeu_epi8(y.add(at), mask, _mm256_castsi256_si128(bytes));
-                _mm_mask_storeu_epi8(y.add(c + at), mask, _mm256_extracti128_si256::<1>(bytes));
+                })
+            };
+            let r0 = e[0].requant::<DOUBLE>(a0, lim);
+            let r1 = e[1].requant::<DOUBLE>(a1, lim);
+            // i16 lanes: pixel 0's channels 0–7, 8–15, then pixel 1's.
+            let bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(r0, r1));
+            // Masked stores: a copy of a runtime length is a call to memcpy.
+            let y = self.out.add(i * c + at);
+            _mm_mask_storeu_epi8(y, mask, _mm256_castsi256_si128(bytes));
+            if i + 1 < n {
+                _mm_mask_storeu_epi8(y.add(c), mask, _mm256_extracti128_si256::<1>(bytes));
             }
-            px = next(px1);
+            px = match px1.1 + 1 < wo {
+                true => (px1.0, px1.1 + 1),
+                false => (px1.0 + 1, 0),
+            };
             i += 2;
-        }
-        if i < n {
-            match DOUBLE {
-                false => self.pixel::<HI_SINGLE>(px.0, px.1),
-                true => self.pixel::<HI_DOUBLE>(px.0, px.1),
-            }
         }
     }
 }
 
-/// [`requant_hi`] on 16 lanes, the constants in both halves; `lim` the clamp, less the zero
-/// point, and the zero point.
+/// The two accumulators of a pair of pixels: for each tap pair's offsets, `two(offset)` the
+/// pixels' 16 channels side by side, interleaved tap by tap against the pair's weights.
 #[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-unsafe fn requant_hi_512<const DOUBLE: bool>(
-    sum: __m512i,
-    e: &Epi,
-    lim: (__m512i, __m512i, __m512i),
-) -> __m512i {
-    let ld = |a: &[i32; 8]| _mm512_broadcast_i64x4(_mm256_load_si256(a.as_ptr() as *const __m256i));
-    let x = _mm512_add_epi32(sum, ld(&e.bias));
-    let r = short_requant::<DOUBLE>(x, ld(&e.m0), ld(&e.r_hi), ld(&e.n_hi));
-    let r = _mm512_min_epi32(_mm512_max_epi32(r, lim.0), lim.1);
-    _mm512_add_epi32(r, lim.2)
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pair_sums(
+    taps: &[(usize, usize)],
+    w: &[[__m512i; 2]],
+    two: impl Fn(usize) -> __m512i,
+) -> (__m512i, __m512i) {
+    let (mut a0, mut a1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    for (&(o0, o1), wj) in taps.iter().zip(w) {
+        let (xa, xc) = (two(o0), two(o1));
+        a0 = _mm512_dpwssd_epi32(a0, _mm512_unpacklo_epi16(xa, xc), wj[0]);
+        a1 = _mm512_dpwssd_epi32(a1, _mm512_unpackhi_epi16(xa, xc), wj[1]);
+    }
+    (a0, a1)
+}
+
+/// One accumulator's constants of the usual shifts ([`requant_hi`]'s) in both halves of
+/// AVX-512 vectors, loaded once per block.
+struct EpiV {
+    bias: __m512i,
+    m0: __m512i,
+    r_hi: __m512i,
+    n_hi: __m512i,
+}
+
+impl EpiV {
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn new(e: &Epi) -> Self {
+        let ld =
+            |a: &[i32; 8]| _mm512_broadcast_i64x4(_mm256_load_si256(a.as_ptr() as *const __m256i));
+        EpiV {
+            bias: ld(&e.bias),
+            m0: ld(&e.m0),
+            r_hi: ld(&e.r_hi),
+            n_hi: ld(&e.n_hi),
+        }
+    }
+
+    /// [`requant_hi`] on 16 lanes; `lim` the clamp, less the zero point, and the zero point.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn requant<const DOUBLE: bool>(
+        &self,
+        sum: __m512i,
+        lim: (__m512i, __m512i, __m512i),
+    ) -> __m512i {
+        let x = _mm512_add_epi32(sum, self.bias);
+        let r = short_requant::<DOUBLE>(x, self.m0, self.r_hi, self.n_hi);
+        let r = _mm512_min_epi32(_mm512_max_epi32(r, lim.0), lim.1);
+        _mm512_add_epi32(r, lim.2)
+    }
 }
 
 /// The output clamp, less the zero point, and the zero point.
@@ -545,17 +608,19 @@ fn zero_point(p: &DepthwiseParams) -> i32 {
     p.input_zero_point.clamp(-128, 127)
 }
 
-/// Padded input rows `rows` as i16, x − z, 0 for padding and past C.
+/// Padded input rows `rows` as i16, x − z, 0 for padding and past C: block by block of
+/// [`DW_BLOCK`] channels, at `((row · cols + col) · blocks + block) · 16` (a pixel's blocks
+/// together) or, `BLOCK_MAJOR`, at `((block · rows + row) · cols + col) · 16` (each block's
+/// plane apart).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn widen(
+unsafe fn widen<const BLOCK_MAJOR: bool>(
     p: &DepthwiseParams,
     l: &SimdDepthwise,
     input: &[i8],
     image: *mut i16,
     rows: Range<usize>,
 ) {
-    let blk = l.blocks * DW_BLOCK;
     let (c, h, w) = (p.input.c, p.input.h, p.input.w);
     let (top, left) = (p.window.pad_top, p.window.pad_left);
     let z = zero_point(p);
@@ -564,24 +629,31 @@ unsafe fn widen(
         let iy = r.wrapping_sub(top);
         for col in 0..l.cols {
             let ix = col.wrapping_sub(left);
-            let dst = image.add((r * l.cols + col) * blk);
-            if iy >= h || ix >= w {
-                core::ptr::write_bytes(dst, 0, blk);
-                continue;
-            }
-            let src = input.as_ptr().add((iy * w + ix) * c);
-            let mut ci = 0;
-            while ci + 16 <= c {
-                let v = _mm256_cvtepi8_epi16(_mm_loadu_si128(src.add(ci) as *const __m128i));
-                _mm256_storeu_si256(dst.add(ci) as *mut __m256i, _mm256_sub_epi16(v, zv));
-                ci += 16;
-            }
-            for k in ci..blk {
-                *dst.add(k) = if k < c {
-                    (*src.add(k) as i32 - z) as i16
+            let inside = iy < h && ix < w;
+            let src = input
+                .as_ptr()
+                .add(if inside { (iy * w + ix) * c } else { 0 });
+            for b in 0..l.blocks {
+                let dst = image.add(if BLOCK_MAJOR {
+                    ((b * l.rows + r) * l.cols + col) * DW_BLOCK
                 } else {
-                    0
-                };
+                    ((r * l.cols + col) * l.blocks + b) * DW_BLOCK
+                });
+                let ci = b * DW_BLOCK;
+                if !inside {
+                    core::ptr::write_bytes(dst, 0, DW_BLOCK);
+                } else if ci + DW_BLOCK <= c {
+                    let v = _mm256_cvtepi8_epi16(_mm_loadu_si128(src.add(ci) as *const __m128i));
+                    _mm256_storeu_si256(dst as *mut __m256i, _mm256_sub_epi16(v, zv));
+                } else {
+                    for k in 0..DW_BLOCK {
+                        *dst.add(k) = if ci + k < c {
+                            (*src.add(ci + k) as i32 - z) as i16
+                        } else {
+                            0
+                        };
+                    }
+                }
             }
         }
     }
