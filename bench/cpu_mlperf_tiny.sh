@@ -9,6 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-bench/results/cpu_mlperf_tiny.json}
+# The command recorded in $OUT: this one, with OUT where it is not the default.
+if [ "$OUT" = bench/results/cpu_mlperf_tiny.json ]; then
+  export BENCH_COMMAND=${BENCH_COMMAND:-bash bench/cpu_mlperf_tiny.sh}
+else
+  export BENCH_COMMAND=${BENCH_COMMAND:-OUT=$OUT bash bench/cpu_mlperf_tiny.sh}
+fi
 python3 -c "import ai_edge_litert, numpy" 2>/dev/null || python3 -m pip install -q ai-edge-litert numpy
 # Prebuilt benches (BENCH_BIN_DIR, COMMIT): bench/prebuilt.sh; CRITERION_ARGS shorten runs.
 . bench/prebuilt.sh
