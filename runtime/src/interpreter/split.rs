@@ -6,7 +6,7 @@
 //! other op runs whole on one thread.
 
 use super::{exec, Carved};
-use crate::kernels::{self, ConvParams, DepthwiseParams, FcParams, Resolved, Shape};
+use crate::kernels::{self, ConvParams, FcParams, Resolved, Shape};
 use crate::model::{OpParams, Place, PreparedOp};
 use crate::{as_i8, as_i8_mut, Model, Result};
 
@@ -118,7 +118,9 @@ impl Model<'_> {
                     let scratch = own.len().saturating_sub(t.scratch_start);
                     let split = conv_split(t.k, c, scratch, t.share.parts);
                     match split {
-                        ConvSplit::Rows => t.conv_rows(p, c, own),
+                        ConvSplit::Rows => t.rows(p, c.output, own, |x, y, s, r| {
+                            kernels::conv2d_rows(t.k, c, x, y, s, r)
+                        }),
                         ConvSplit::Channels(align) => t.conv_channels(p, c, own, align),
                         ConvSplit::Whole => t.whole(p),
                     }?;
@@ -131,7 +133,9 @@ impl Model<'_> {
                     if d.output.h >= t.share.parts
                         && kernels::depthwise_conv2d_rows_covered(t.k, d, input, scratch)
                     {
-                        t.depthwise_rows(p, d, own)?
+                        t.rows(p, d.output, own, |x, y, s, r| {
+                            kernels::depthwise_conv2d_rows(t.k, d, x, y, s, r)
+                        })?
                     } else {
                         t.whole(p)?
                     }
@@ -245,43 +249,27 @@ impl ThreadPart {
         self.scratch_start.min(own.len())..own.len()
     }
 
-    /// This part's band of output rows of conv `p`, written in place (its scratch in `own`).
+    /// This part's band of output rows of an op whose output is `shape` (HWC), written in
+    /// place by `band` (input, the band's output rows, scratch in `own`, the rows): a conv's
+    /// or a depthwise conv's band kernel.
     ///
     /// # Safety
     /// As [`Model::exec_part`]: rows of the output are this part's; no part writes the input.
-    unsafe fn conv_rows(self, p: &PreparedOp, c: &ConvParams, own: &mut [u8]) -> Result<()> {
-        let (k, area, share) = (self.k, self.area, self.share);
-        let x = area.tensor(p.input);
-        let (r0, r1) = share.of(c.output.h, 1);
-        let row = c.output.w * c.output.c;
-        let scratch = self.own_scratch(own);
-        let carved = Carved::new(own, p.output.range(), scratch).ok_or(p.layout_error())?;
-        let out = core::slice::from_raw_parts_mut(area.at(p.output).add(r0 * row), (r1 - r0) * row);
-        if r0 < r1 && !kernels::conv2d_rows(k, c, x, out, carved.scratch, r0..r1) {
-            return Err(p.layout_error());
-        }
-        Ok(())
-    }
-
-    /// This part's band of output rows of depthwise conv `p`, written in place (its scratch,
-    /// the input rows the band reads widened, in `own`).
-    ///
-    /// # Safety
-    /// As [`Model::exec_part`]: rows of the output are this part's; no part writes the input.
-    unsafe fn depthwise_rows(
+    unsafe fn rows(
         self,
         p: &PreparedOp,
-        d: &DepthwiseParams,
+        shape: Shape,
         own: &mut [u8],
+        band: impl FnOnce(&[i8], &mut [i8], &mut [u8], core::ops::Range<usize>) -> bool,
     ) -> Result<()> {
-        let (k, area, share) = (self.k, self.area, self.share);
+        let (area, share) = (self.area, self.share);
         let x = area.tensor(p.input);
-        let (r0, r1) = share.of(d.output.h, 1);
-        let row = d.output.w * d.output.c;
+        let (r0, r1) = share.of(shape.h, 1);
+        let row = shape.w * shape.c;
         let scratch = self.own_scratch(own);
         let carved = Carved::new(own, p.output.range(), scratch).ok_or(p.layout_error())?;
         let out = core::slice::from_raw_parts_mut(area.at(p.output).add(r0 * row), (r1 - r0) * row);
-        if r0 < r1 && !kernels::depthwise_conv2d_rows(k, d, x, out, carved.scratch, r0..r1) {
+        if r0 < r1 && !band(x, out, carved.scratch, r0..r1) {
             return Err(p.layout_error());
         }
         Ok(())

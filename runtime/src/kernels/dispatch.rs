@@ -205,13 +205,13 @@ pub(crate) fn depthwise_conv2d_rows(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2 and AvxVnni are only produced when AVX2 is available.
         Resolved::Avx2 | Resolved::AvxVnni => unsafe {
-            avx2::depthwise_conv2d_rows::<false>(p, input, output, scratch, rows)
+            avx2::depthwise_conv2d_rows(p, input, output, scratch, rows)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 F/BW/VL/VNNI are
         // available.
         Resolved::Vnni => unsafe {
-            avx2::depthwise_conv2d_rows::<true>(p, input, output, scratch, rows)
+            avx2::depthwise_conv2d_512_rows(p, input, output, scratch, rows)
         },
         _ => {
             let _ = (p, input, output, scratch, rows);

@@ -49,14 +49,13 @@ const _: () = assert!(2 * core::mem::size_of::<Epi>() == DW_EPI_BYTES);
 ///
 /// # Safety
 /// The CPU must support AVX2.
-#[target_feature(enable = "avx2")]
 pub unsafe fn depthwise_conv2d(
     p: &DepthwiseParams,
     input: &[i8],
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    if !run::<false>(p, input, output, scratch, 0..p.output.h) {
+    if !depthwise_conv2d_rows(p, input, output, scratch, 0..p.output.h) {
         scalar::depthwise_conv2d(p, input, output)
     }
 }
@@ -66,40 +65,25 @@ pub unsafe fn depthwise_conv2d(
 ///
 /// # Safety
 /// The CPU must support AVX2 and AVX-512 F, BW, VL and VNNI.
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn depthwise_conv2d_512(
     p: &DepthwiseParams,
     input: &[i8],
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    if !run::<true>(p, input, output, scratch, 0..p.output.h) {
+    if !depthwise_conv2d_512_rows(p, input, output, scratch, 0..p.output.h) {
         scalar::depthwise_conv2d(p, input, output)
     }
 }
 
-/// Output rows `rows` of [`depthwise_conv2d`] (`WIDE`: of [`depthwise_conv2d_512`]) into
-/// `output` (those rows, HWC), for threads sharing an image: only the input rows they read are
-/// widened. `false` (nothing written) where the kernel does not cover the call.
+/// Output rows `rows` of [`depthwise_conv2d`] into `output` (those rows, HWC), for threads
+/// sharing an image: only the input rows they read are widened. `false` (nothing written)
+/// where the kernel does not cover the call.
 ///
 /// # Safety
-/// The CPU must support AVX2 (`WIDE`: and AVX-512 F, BW, VL and VNNI).
-pub unsafe fn depthwise_conv2d_rows<const WIDE: bool>(
-    p: &DepthwiseParams,
-    input: &[i8],
-    output: &mut [i8],
-    scratch: &mut [u8],
-    rows: Range<usize>,
-) -> bool {
-    if WIDE {
-        rows_512(p, input, output, scratch, rows)
-    } else {
-        rows_256(p, input, output, scratch, rows)
-    }
-}
-
+/// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-unsafe fn rows_256(
+pub unsafe fn depthwise_conv2d_rows(
     p: &DepthwiseParams,
     input: &[i8],
     output: &mut [i8],
@@ -109,8 +93,12 @@ unsafe fn rows_256(
     run::<false>(p, input, output, scratch, rows)
 }
 
+/// [`depthwise_conv2d_rows`] of [`depthwise_conv2d_512`].
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512 F, BW, VL and VNNI.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_512(
+pub unsafe fn depthwise_conv2d_512_rows(
     p: &DepthwiseParams,
     input: &[i8],
     output: &mut [i8],
@@ -735,7 +723,7 @@ mod tests {
         });
     }
 
-    /// [`depthwise_conv2d_rows`] over three bands of output rows (some empty where the
+    /// [`depthwise_conv2d_rows`] (`WIDE`: [`depthwise_conv2d_512_rows`]) over three bands of output rows (some empty where the
     /// output is short), each into its own rows of `y`; the scalar reference where the kernel
     /// declines the first rows.
     unsafe fn in_bands<const WIDE: bool>(
@@ -749,7 +737,12 @@ mod tests {
         for b in 0..3 {
             let rows = cuts[b]..cuts[b + 1];
             let out = &mut y[rows.start * row..rows.end * row];
-            if !depthwise_conv2d_rows::<WIDE>(p, x, out, s, rows) {
+            let covered = if WIDE {
+                depthwise_conv2d_512_rows(p, x, out, s, rows)
+            } else {
+                depthwise_conv2d_rows(p, x, out, s, rows)
+            };
+            if !covered {
                 assert_eq!(cuts[b], 0, "declined a later band of {p:?}");
                 return scalar::depthwise_conv2d(p, x, y);
             }

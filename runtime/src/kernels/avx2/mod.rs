@@ -15,8 +15,8 @@ mod tflite_avg_pool;
 
 pub use conv2d::conv2d;
 pub use depthwise_conv2d::{
-    depthwise_conv2d, depthwise_conv2d_512, depthwise_conv2d_rows, depthwise_pack,
-    depthwise_packed_bytes,
+    depthwise_conv2d, depthwise_conv2d_512, depthwise_conv2d_512_rows, depthwise_conv2d_rows,
+    depthwise_pack, depthwise_packed_bytes,
 };
 pub use fully_connected::fully_connected;
 pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
