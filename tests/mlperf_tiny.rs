@@ -2,7 +2,7 @@
 //! against stock TensorFlow Lite Micro (pip `tflite-micro`), byte for byte: `octet import`,
 //! `octet inspect` and `octet run --inputs` on each `.tflite`, then `bench/tflite_check.py` runs
 //! the same seeded random inputs through TFLite Micro and octet (which imports the `.tflite`
-//! itself): 0 differing output bytes.
+//! itself): 0 differing output bytes. Then the runtime's threads on each model.
 //!
 //! Without the Python package the comparison prints a SKIP line and passes, unless
 //! OCTET_REQUIRE_TFLITE=1 (CI sets it): then it fails.
@@ -151,6 +151,37 @@ fn every_model_matches_tflite_micro() {
             "{name}: {r}"
         );
         eprintln!("{name}: {stderr}");
+    }
+}
+
+/// Each model prepared with every kernel set's packed weights (as `octet run` prepares it) and
+/// run with each input split between 2 and 3 threads (every op in parts: the band and channel
+/// splits of convs, packed or not, and of depthwise convs) gives the scalar reference's bytes.
+#[test]
+fn threads_sharing_an_input_give_the_same_bytes() {
+    use octet_export::tflite::import::{import, ImportOptions};
+    use octet_runtime::parallel::{arena_bytes_split, run_split_with};
+    use octet_runtime::{Kernels, Model, PreparedOp};
+    for (name, ..) in MODELS {
+        let tflite = std::fs::read(model(name)).unwrap();
+        let bytes = import(&tflite, &ImportOptions::default()).unwrap().bytes;
+        let m = Model::parse(&bytes).unwrap();
+        let inputs = octet_testkit::Rng::new(7).bytes(2 * m.input_len());
+        let mut a = vec![0u8; m.arena_bytes_for(Kernels::Scalar, 2)];
+        let want = m
+            .run_with(Kernels::Scalar, &inputs, &mut a)
+            .unwrap()
+            .to_vec();
+        for k in Kernels::available() {
+            let mut table = vec![PreparedOp::EMPTY; m.num_ops()];
+            let mut packed = vec![0u8; m.packed_bytes(k).unwrap()];
+            let p = m.prepare_packed(&mut table, &mut packed, k).unwrap();
+            for threads in [2, 3] {
+                let mut a = vec![0u8; arena_bytes_split(&p, k, 2, threads)];
+                let got = run_split_with(&p, k, &inputs, &mut a, threads).unwrap();
+                assert_eq!(got, &want[..], "{name}, {k:?}, {threads} threads");
+            }
+        }
     }
 }
 

@@ -209,14 +209,17 @@ impl Model<'_> {
 /// How threads sharing an image split conv `p` (with `scratch` bytes of scratch): by bands of
 /// output rows (each builds only the input copy its rows read and writes its rows in place)
 /// where the kernels have a band kernel and there are many pixels (at least
-/// [`crate::parallel::SPLIT_ROWS_MIN_PIXELS`], and a row per part); else by output channels
-/// (groups of 8, one per part at least); else not at all.
+/// [`crate::parallel::SPLIT_ROWS_MIN_PIXELS`], [`crate::parallel::SPLIT_PACKED_ROWS_MIN_PIXELS`]
+/// for packed weights, and a row per part); else by output channels (groups of 8, one per
+/// part at least); else not at all.
 fn conv_split(k: Resolved, p: &ConvParams, scratch: usize, parts: usize) -> ConvSplit {
     let (h, w) = (p.output.h, p.output.w);
-    if h * w >= crate::parallel::SPLIT_ROWS_MIN_PIXELS
-        && h >= parts
-        && kernels::conv2d_rows_covered(k, p, scratch)
-    {
+    let min = if p.packed.of(kernels::Layout::VnniFc).is_some() {
+        crate::parallel::SPLIT_PACKED_ROWS_MIN_PIXELS
+    } else {
+        crate::parallel::SPLIT_ROWS_MIN_PIXELS
+    };
+    if h * w >= min && h >= parts && kernels::conv2d_rows_covered(k, p, scratch) {
         ConvSplit::Rows
     } else if p.output.c >= 8 * parts {
         ConvSplit::Channels(p.packed.split_align(8))

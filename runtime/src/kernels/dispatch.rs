@@ -109,6 +109,11 @@ pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -
         return amx::rows_covered(p);
     }
     match k.base() {
+        // A packed conv by the packed product over the band's pixels.
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Vnni if p.packed.of(super::Layout::VnniFc).is_some() => {
+            vnni::packed_rows_covered(p)
+        }
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => {
             // The scratch rule sizes every op the lanes geometry covers for this kernel.
@@ -147,6 +152,11 @@ pub(crate) fn conv2d_rows(
     match k.base() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
+        Resolved::Vnni if p.packed.of(super::Layout::VnniFc).is_some() => unsafe {
+            vnni::conv2d_packed_rows(p, input, output, rows)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
         Resolved::Vnni => unsafe {
             vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), rows)
         },

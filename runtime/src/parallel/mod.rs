@@ -87,6 +87,11 @@ pub const SPLIT_MIN_MACS: u64 = 1_000_000;
 /// kernel, and the channel split reads each weight once instead of once per thread.
 pub const SPLIT_ROWS_MIN_PIXELS: usize = 256;
 
+/// [`SPLIT_ROWS_MIN_PIXELS`] for a conv with packed weights (the packed product runs a pixel at a
+/// time, so a band costs no more per pixel than the whole; the channel split copies its
+/// channels into place).
+pub const SPLIT_PACKED_ROWS_MIN_PIXELS: usize = 64;
+
 /// Whether [`run_parallel_with`] splits each image between the threads.
 fn splits(model: &Model, batch: usize, threads: usize) -> bool {
     threads > 1 && batch < threads && model.macs_per_image() >= SPLIT_MIN_MACS

@@ -23,6 +23,6 @@ pub use fully_connected::{fully_connected, fully_connected_batch};
 pub(crate) use fully_connected::{BlockEpi, Limits};
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
-pub use packed_conv::conv2d_packed;
+pub use packed_conv::{conv2d_packed, conv2d_packed_rows, packed_rows_covered};
 pub(crate) use packed_conv::{copy, Gather};
 pub use tflite_add::tflite_add;

@@ -53,21 +53,98 @@ pub unsafe fn conv2d_packed(p: &ConvParams, images: &mut [ConvImage]) -> bool {
         Some(g) if k <= IM2COL_MAX_K => g,
         _ => return false,
     };
+    for m in images.iter_mut() {
+        gathered(
+            p,
+            &gather,
+            w,
+            m.input.as_ptr(),
+            m.output.as_mut_ptr(),
+            0..px,
+        );
+    }
+    true
+}
+
+/// Output rows `rows` of a conv [`conv2d_packed`] covers into `output` (those rows, HWC), for
+/// threads sharing an image: the packed product over those rows' pixels only (a pointwise
+/// conv's input rows, or the gathered patches); `false` (nothing written) where it declines.
+///
+/// # Safety
+/// The CPU must support AVX2, AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn conv2d_packed_rows(
+    p: &ConvParams,
+    input: &[i8],
+    output: &mut [i8],
+    rows: core::ops::Range<usize>,
+) -> bool {
+    let Some(w) = p.packed.of(Layout::VnniFc) else {
+        return false;
+    };
+    let f = p.as_fc();
+    let (wo, cout) = (p.output.w, f.n);
+    if !packed_rows_covered(p)
+        || w.len() < (PackedFc { k: f.k, n: f.n }).bytes()
+        || rows.start > rows.end
+        || rows.end > p.output.h
+        || input.len() < p.input.len()
+        || output.len() < (rows.end - rows.start) * wo * cout
+    {
+        return false;
+    }
+    let pixels = rows.start * wo..rows.end * wo;
+    // The output pointer of pixel `pixels.start`, as if the whole output were there.
+    let y = output.as_mut_ptr().wrapping_sub(pixels.start * cout);
+    if p.pointwise_fc().is_some() {
+        let x = input.as_ptr();
+        packed_rows(&f, w, pixels.len(), |i| {
+            let at = pixels.start + i;
+            (x.add(at * f.k), y.wrapping_add(at * cout))
+        });
+        return true;
+    }
+    let Some(gather) = Gather::new(p) else {
+        return false;
+    };
+    gathered(p, &gather, w, input.as_ptr(), y, pixels);
+    true
+}
+
+/// Whether [`conv2d_packed_rows`] covers packed conv `p`: a pointwise conv, or one whose
+/// patches it gathers.
+pub fn packed_rows_covered(p: &ConvParams) -> bool {
+    p.pointwise_fc().is_some()
+        || (p.k() <= IM2COL_MAX_K && p.is_uniform() && p.input.c <= GATHER_MAX_CIN)
+}
+
+/// Pixels `pixels` of one image through gathered patches, `PIXELS` at a time: `y` is pixel 0's
+/// output (only `pixels`' are written).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn gathered(
+    p: &ConvParams,
+    gather: &Gather,
+    w: &[u8],
+    x: *const i8,
+    y: *mut i8,
+    pixels: core::ops::Range<usize>,
+) {
+    let f = p.as_fc();
+    let (k, cout) = (f.k, f.n);
     // Uninitialized (18 KB on every call otherwise): only each row's K patch bytes are
     // written, and only those are read.
     let mut patches = MaybeUninit::<[i8; PIXELS * IM2COL_MAX_K]>::uninit();
     let rows = patches.as_mut_ptr() as *mut i8;
-    for m in images.iter_mut() {
-        let (x, y) = (m.input.as_ptr(), m.output.as_mut_ptr());
-        for p0 in (0..px).step_by(PIXELS) {
-            let n = (px - p0).min(PIXELS);
-            for i in 0..n {
-                gather.write(x, p0 + i, rows.add(i * k));
-            }
-            packed_rows(&f, w, n, |i| (rows.add(i * k), y.add((p0 + i) * cout)));
+    for p0 in pixels.clone().step_by(PIXELS) {
+        let n = (pixels.end - p0).min(PIXELS);
+        for i in 0..n {
+            gather.write(x, p0 + i, rows.add(i * k));
         }
+        packed_rows(&f, w, n, |i| {
+            (rows.add(i * k), y.wrapping_add((p0 + i) * cout))
+        });
     }
-    true
 }
 
 /// Input channels up to which [`Gather`] holds a tap of pad values.
@@ -180,5 +257,32 @@ mod tests {
         // A 3×3 window is no pointwise conv.
         let d = ConvData::typical(&ConvCase::square(8, 16, 6, 3, 1, 1, 1)).unwrap();
         assert!(d.params().pointwise_fc().is_none());
+    }
+
+    /// In three bands of output rows (some empty on short outputs), each image's bands into
+    /// their rows, as threads sharing an image run it: the same bytes.
+    #[test]
+    fn bands_equal_scalar() {
+        if !Kernels::vnni_available() {
+            println!("SKIP: no AVX-512 VNNI");
+            return;
+        }
+        let pack = |f: &FcParams| {
+            let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
+            PackedFc::pack(f, &mut buf);
+            (buf, Layout::VnniFc)
+        };
+        packed_groups_match_scalar(SHAPES, 37, &pack, &mut |p, imgs| {
+            assert!(packed_rows_covered(p), "{p:?}");
+            let (h, row) = (p.output.h, p.output.w * p.output.c);
+            let cuts = [0, h / 3, (2 * h).div_ceil(3), h];
+            imgs.iter_mut().all(|m| {
+                (0..3).all(|b| {
+                    let out = &mut m.output[cuts[b] * row..cuts[b + 1] * row];
+                    // SAFETY: the VNNI set is available.
+                    unsafe { conv2d_packed_rows(p, m.input, out, cuts[b]..cuts[b + 1]) }
+                })
+            })
+        });
     }
 }
