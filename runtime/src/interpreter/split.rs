@@ -146,18 +146,12 @@ impl Model<'_> {
                     })
                 }
                 OpParams::TfliteAdd(add, shape, packed) => {
-                    // The tables packed at prepare, else built once for all of this part's
-                    // spans (one per pixel where the conv before was split by channels).
-                    let built;
-                    let tables = match packed.add_tables() {
-                        Some(t) => Some(t),
-                        None => {
-                            built = kernels::tflite_add_tables(t.k, add);
-                            built.as_ref()
-                        }
-                    };
-                    t.elementwise(p, *shape, after_conv, &mut |a, b, y| {
-                        kernels::tflite_add_with(t.k, add, tables, a, b, y)
+                    // The tables once for all of this part's spans (one per pixel where the
+                    // conv before was split by channels).
+                    kernels::with_add_tables(t.k, add, packed, |tables| {
+                        t.elementwise(p, *shape, after_conv, &mut |a, b, y| {
+                            kernels::tflite_add_with(t.k, add, tables, a, b, y)
+                        })
                     })
                 }
                 _ => t.whole(p)?,

@@ -378,16 +378,33 @@ pub(crate) fn tflite_add(
     let _ = scratch;
     // Only where a set has tables: elsewhere (microcontrollers) no 2 KiB of them on the stack.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if with_add_tables(k, p, packed, |t| {
+        t.map(|t| tflite_add_with(k, p, Some(t), a, b, output))
+    })
+    .is_some()
     {
-        if let Some(t) = packed.add_tables() {
-            return tflite_add_with(k, p, Some(t), a, b, output);
-        }
-        if let Some(t) = tflite_add_tables(k, p) {
-            return tflite_add_with(k, p, Some(&t), a, b, output);
-        }
+        return;
     }
     let _ = (k, packed);
     scalar::tflite_add(p, a, b, output)
+}
+
+/// `f` of tflite_add `p`'s tables: those packed at prepare, else built now where the chosen
+/// kernels have a tflite_add of their own ([`tflite_add_tables`]), else `None`.
+#[cfg_attr(
+    not(any(feature = "std", target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+pub(crate) fn with_add_tables<R>(
+    k: Resolved,
+    p: &TfliteAddParams,
+    packed: &Packed,
+    f: impl FnOnce(Option<&TfliteAddTables>) -> R,
+) -> R {
+    match packed.add_tables() {
+        Some(t) => f(Some(t)),
+        None => f(tflite_add_tables(k, p).as_ref()),
+    }
 }
 
 /// The tables of tflite_add `p` where the chosen kernels have a tflite_add of their own

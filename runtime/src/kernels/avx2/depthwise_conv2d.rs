@@ -369,13 +369,14 @@ impl Job<'_> {
         let n = (self.rows.end - self.rows.start) * wo;
         let at = b * DW_BLOCK;
         let mask = ((1u32 << (c - at).min(DW_BLOCK)) - 1) as __mmask16;
+        // The pixel after (oy, ox) in row-major order.
+        let next = |(oy, ox): (usize, usize)| match ox + 1 < wo {
+            true => (oy, ox + 1),
+            false => (oy + 1, 0),
+        };
         let (mut px, mut i) = ((self.rows.start, 0usize), 0usize);
         while i < n {
-            let px1 = match (i + 1 < n, px.1 + 1 < wo) {
-                (false, _) => px,
-                (true, true) => (px.0, px.1 + 1),
-                (true, false) => (px.0 + 1, 0),
-            };
+            let px1 = if i + 1 < n { next(px) } else { px };
             let (x0, x1) = (at_in(px), at_in(px1));
             let taps = &self.offsets[..pairs];
             let (a0, a1) = if sw == 1 && px1.0 == px.0 && px1.1 == px.1 + 1 {
@@ -401,10 +402,7 @@ impl Job<'_> {
             if i + 1 < n {
                 _mm_mask_storeu_epi8(y.add(c), mask, _mm256_extracti128_si256::<1>(bytes));
             }
-            px = match px1.1 + 1 < wo {
-                true => (px1.0, px1.1 + 1),
-                false => (px1.0 + 1, 0),
-            };
+            px = next(px1);
             i += 2;
         }
     }

@@ -239,19 +239,21 @@ mod tests {
 
     /// [`SHAPES`] packed, over groups of images: each image's bytes as the reference's, in
     /// both roundings.
+    /// `f`'s weights in the VNNI layout.
+    fn vnni_pack(f: &FcParams) -> (Vec<u8>, Layout) {
+        let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
+        PackedFc::pack(f, &mut buf);
+        (buf, Layout::VnniFc)
+    }
+
     #[test]
     fn equals_scalar() {
         if !Kernels::vnni_available() {
             println!("SKIP: no AVX-512 VNNI");
             return;
         }
-        let pack = |f: &FcParams| {
-            let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
-            PackedFc::pack(f, &mut buf);
-            (buf, Layout::VnniFc)
-        };
         // SAFETY: AVX-512 VNNI is available.
-        packed_groups_match_scalar(SHAPES, 31, &pack, &mut |p, imgs| unsafe {
+        packed_groups_match_scalar(SHAPES, 31, &vnni_pack, &mut |p, imgs| unsafe {
             conv2d_packed(p, imgs)
         });
         // A 3×3 window is no pointwise conv.
@@ -267,12 +269,7 @@ mod tests {
             println!("SKIP: no AVX-512 VNNI");
             return;
         }
-        let pack = |f: &FcParams| {
-            let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
-            PackedFc::pack(f, &mut buf);
-            (buf, Layout::VnniFc)
-        };
-        packed_groups_match_scalar(SHAPES, 37, &pack, &mut |p, imgs| {
+        packed_groups_match_scalar(SHAPES, 37, &vnni_pack, &mut |p, imgs| {
             assert!(packed_rows_covered(p), "{p:?}");
             let (h, row) = (p.output.h, p.output.w * p.output.c);
             let cuts = [0, h / 3, (2 * h).div_ceil(3), h];
