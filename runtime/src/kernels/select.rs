@@ -277,7 +277,8 @@ impl Kernels {
     }
 
     /// Whether the Cortex-M DSP kernels can run here: known at compile time (built for
-    /// Armv7E-M, `cfg(octet_arm_dsp)`; Armv7-M cores such as the Cortex-M3 lack `SMLAD`).
+    /// Armv7E-M or Armv7-A in Thumb-2, `cfg(octet_arm_dsp)`; Armv7-M cores such as the
+    /// Cortex-M3 lack `SMLAD`).
     pub const fn cortex_m_available() -> bool {
         cfg!(octet_arm_dsp)
     }
@@ -327,7 +328,9 @@ impl Kernels {
             Kernels::Amx => "x86-64 AMX-INT8 tiles for conv2d, AVX-512 VNNI for the rest",
             Kernels::Neon => "aarch64 NEON without dotprod",
             Kernels::NeonDot => "aarch64 NEON with SDOT (dotprod)",
-            Kernels::CortexM => "Cortex-M DSP extension, SMLAD (builds for Armv7E-M only)",
+            Kernels::CortexM => {
+                "Cortex-M DSP extension, SMLAD (builds for Armv7E-M and Armv7-A Thumb-2 only)"
+            }
             Kernels::Auto => "the fastest this CPU has",
         }
     }
@@ -572,6 +575,14 @@ mod mcu_tests {
             Kernels::CortexM
         );
         assert_eq!(auto("arm", "thumbv6m-none-eabi", "dsp2"), Kernels::Scalar);
+        assert_eq!(
+            auto("arm", "thumbv7neon-unknown-linux-gnueabihf", "v7,neon"),
+            Kernels::CortexM
+        );
+        assert_eq!(
+            auto("arm", "armv7-unknown-linux-gnueabihf", "v7"),
+            Kernels::Scalar
+        );
         assert_eq!(
             auto("x86_64", "thumbv7em-lookalike", "dsp"),
             Kernels::Scalar

@@ -18,7 +18,9 @@
 //! Each DSP instruction is one line of `asm!` on Arm with DSP (`cfg(octet_arm_dsp)`, set by
 //! `build.rs` for `thumbv7em-*`); elsewhere a plain function computes the same bits, so the same
 //! kernels run on the host under the shared proptests (there this module is compiled for tests
-//! only). The kernels are safe functions: they need nothing the target does not guarantee.
+//! only). The `asm!` itself runs those suites too: built for `thumbv7neon-unknown-linux-gnueabihf`
+//! (Armv7-A, the same Thumb-2 DSP instructions, with std) under QEMU user mode (`.ci/run`).
+//! The kernels are safe functions: they need nothing the target does not guarantee.
 
 mod conv2d;
 mod depthwise_conv2d;
