@@ -217,6 +217,9 @@ pub fn run_split_with<'b>(
     // Thread `part`: every image, every op's part; part 0 also loads the inputs and copies
     // the logits out while the others wait at the barrier.
     let worker = |part: usize, own: &mut [u8]| -> Result<()> {
+        // A part that panics releases the others from the barrier (they would wait for it
+        // forever); the pool reports the panic as an error.
+        let _release = FailOnUnwind(&barrier);
         for i in 0..batch {
             if part == 0 {
                 // SAFETY: the other threads wait at the barrier: nothing else touches `shared`.
@@ -279,4 +282,35 @@ pub fn run_split_with<'b>(
     };
     on_threads(owns, wb, t, &worker)?;
     Ok(logits_of(outs, batch * n_out))
+}
+
+/// Fails the barrier when dropped by a panicking thread.
+struct FailOnUnwind<'a>(&'a Barrier);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A part that panics between two barriers releases the part waiting for it.
+    #[test]
+    fn a_panicking_part_releases_the_barrier() {
+        let barrier = Barrier::new(2);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| barrier.wait());
+            let panicking = s.spawn(|| {
+                let _release = FailOnUnwind(&barrier);
+                panic!("a kernel's bug");
+            });
+            assert!(panicking.join().is_err());
+            assert!(!waiter.join().unwrap());
+        });
+    }
 }
