@@ -51,6 +51,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", argv[1], octet_status_message(s));
         return 1;
     }
+    /* Once: every op's parameters, and the weights laid out for this CPU's kernels. */
+    size_t prepared_len = octet_model_prepared_bytes(&model);
+    uint8_t *prepared = malloc(prepared_len);
+    if (!prepared) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    if ((s = octet_model_prepare(&model, prepared, prepared_len)) != OCTET_STATUS_OK) {
+        fprintf(stderr, "%s: %s\n", argv[1], octet_status_message(s));
+        return 1;
+    }
     OctetInputEncoding encoding;
     float scale;
     int32_t zero_point;
@@ -86,6 +97,7 @@ int main(int argc, char **argv)
     }
     free(logits);
     free(arena);
+    free(prepared);
     free(pixels);
     free(model_bytes);
     return 0;

@@ -56,10 +56,14 @@ enum OctetStatus
   OCTET_STATUS_INPUT_LENGTH = 15,
   // The logits buffer is smaller than batch × `octet_model_output_len(model)`.
   OCTET_STATUS_OUTPUT_TOO_SMALL = 16,
-  // Two of the buffers passed to `octet_model_run` overlap.
+  // Two of the buffers passed to `octet_model_run` overlap, or the arena or the logits
+  // overlap the buffer the model was prepared into.
   OCTET_STATUS_BUFFERS_OVERLAP = 17,
   // The runtime refused a request this API never makes (a bug of this library).
   OCTET_STATUS_INTERNAL = 18,
+  // The buffer given to `octet_model_prepare` is smaller than
+  // `octet_model_prepared_bytes(model)`.
+  OCTET_STATUS_PREPARE_TOO_SMALL = 19,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -127,6 +131,25 @@ OctetStatus octet_model_parse(struct OctetModel *model, const uint8_t *data, siz
 // # Safety
 // `model` is NULL or points to an `OctetModel`.
 size_t octet_model_arena_bytes(const struct OctetModel *model, size_t batch);
+
+// Bytes of the buffer `octet_model_prepare` needs for this model on this CPU (any alignment);
+// 0 when the handle is not a parsed model.
+//
+// # Safety
+// `model` is NULL or points to an `OctetModel`.
+size_t octet_model_prepared_bytes(const struct OctetModel *model);
+
+// Prepares a parsed model once for this CPU's kernels into `buffer[0..len]` (at least
+// `octet_model_prepared_bytes(model)` bytes, any alignment, any contents): every op's kernel
+// parameters, and the weights laid out for its kernels where they read them in their own
+// order (x86). Runs of the handle then use them; the output bytes are the same. On success
+// the handle also borrows `buffer`: keep it valid and unchanged, and give `octet_model_run`
+// an arena apart from it, while the handle is used. On failure the handle is unchanged.
+//
+// # Safety
+// `model` is NULL or points to an `OctetModel`; `buffer` is NULL or valid for writes of `len`
+// bytes and overlaps neither the handle nor the model's bytes.
+OctetStatus octet_model_prepare(struct OctetModel *model, uint8_t *buffer, size_t len);
 
 // Bytes of one input (c·h·w: raw pixels, planar, or the int8 tensor, as
 // `octet_model_input_encoding` says); 0 when the handle is not a parsed model.

@@ -9,6 +9,11 @@
 //! if (s != OCTET_STATUS_OK) puts(octet_status_message(s));
 //! ```
 //!
+//! Optionally, once after parsing, `octet_model_prepare` builds every op's kernel parameters
+//! and lays out the weights for this CPU's kernels in a buffer the caller gives
+//! (`octet_model_prepared_bytes`): runs then only dispatch, and on x86 read weights packed once
+//! (TensorFlow Lite Micro's Prepare and persistent buffers). The bytes out are the same.
+//!
 //! An input is the model's bytes as `octet_model_input_encoding` says: raw pixels (octet's
 //! exports) or the int8 tensor itself (a TensorFlow Lite model's), quantized as
 //! `octet_model_input_quant` gives.
@@ -25,7 +30,8 @@ use core::mem::{align_of, size_of};
 use core::ptr;
 
 use octet_runtime::format::InputEncoding;
-use octet_runtime::{Kernels, Model, RuntimeError};
+use octet_runtime::kernels::PACKED_ALIGN;
+use octet_runtime::{Kernels, Model, PreparedOp, RuntimeError};
 
 /// Status of every call. `OCTET_STATUS_OK` is 0; `octet_status_message` says what went wrong
 /// and what to do.
@@ -66,10 +72,14 @@ pub enum OctetStatus {
     InputLength = 15,
     /// The logits buffer is smaller than batch × `octet_model_output_len(model)`.
     OutputTooSmall = 16,
-    /// Two of the buffers passed to `octet_model_run` overlap.
+    /// Two of the buffers passed to `octet_model_run` overlap, or the arena or the logits
+    /// overlap the buffer the model was prepared into.
     BuffersOverlap = 17,
     /// The runtime refused a request this API never makes (a bug of this library).
     Internal = 18,
+    /// The buffer given to `octet_model_prepare` is smaller than
+    /// `octet_model_prepared_bytes(model)`.
+    PrepareTooSmall = 19,
 }
 
 impl From<RuntimeError> for OctetStatus {
@@ -95,7 +105,7 @@ impl From<RuntimeError> for OctetStatus {
 }
 
 /// Messages by status code, NUL-terminated (C strings).
-const MESSAGES: [&str; 19] = [
+const MESSAGES: [&str; 20] = [
     "success\0",
     "a pointer argument is NULL while its length is not 0: pass a valid buffer\0",
     "the model handle was not filled by a successful octet_model_parse: parse the model first \
@@ -119,11 +129,13 @@ const MESSAGES: [&str; 19] = [
     "the input length is not a positive multiple of octet_model_input_len(model): pass whole \
      inputs, as octet_model_input_encoding(model) says\0",
     "the logits buffer is too small: give at least batch x octet_model_output_len(model) bytes\0",
-    "buffers overlap: the pixels, the arena and the logits must be three separate buffers\0",
+    "buffers overlap: the pixels, the arena, the logits and the prepare buffer must be separate \
+     buffers\0",
     "internal error of the octet C API: please report it\0",
+    "the prepare buffer is too small: give at least octet_model_prepared_bytes(model) bytes\0",
 ];
 
-const _: () = assert!(MESSAGES.len() == OctetStatus::Internal as usize + 1);
+const _: () = assert!(MESSAGES.len() == OctetStatus::PrepareTooSmall as usize + 1);
 
 const UNKNOWN: &str = "unknown octet status code: pass a value returned by an octet_ function\0";
 
@@ -149,11 +161,13 @@ pub struct OctetModel {
     opaque: [u64; OCTET_MODEL_WORDS],
 }
 
-/// What the opaque storage holds: a tag (set only by a successful parse) and the model.
+/// What the opaque storage holds: a tag (set only by a successful parse), the model, and the
+/// buffer it runs from once prepared (empty before: no run may write over it).
 #[repr(C)]
 struct Parsed {
     tag: u64,
     model: Model<'static>,
+    prepared: (*const u8, usize),
 }
 
 /// "octet-m\0", little-endian.
@@ -179,6 +193,15 @@ unsafe fn parsed<'h>(handle: *const OctetModel) -> Result<&'h Model<'static>, Oc
         return Err(OctetStatus::BadHandle);
     }
     Ok(&(*p).model)
+}
+
+/// The bytes of the buffer the model behind a parsed `handle` runs from (empty unprepared).
+///
+/// # Safety
+/// `handle` was accepted by [`parsed`].
+unsafe fn prepared_buffer<'h>(handle: *const OctetModel) -> &'h [u8] {
+    let (p, len) = (*handle.cast::<Parsed>()).prepared;
+    slice(p, len).unwrap_or(&[])
 }
 
 /// `len` bytes at `p` as a slice; NULL is accepted for `len == 0`.
@@ -218,6 +241,7 @@ pub unsafe extern "C" fn octet_model_parse(
     match Model::parse(b) {
         Ok(m) => {
             ptr::addr_of_mut!((*p).model).write(m);
+            ptr::addr_of_mut!((*p).prepared).write((ptr::null(), 0));
             ptr::write_volatile(ptr::addr_of_mut!((*p).tag), TAG);
             OctetStatus::Ok
         }
@@ -237,6 +261,81 @@ pub unsafe extern "C" fn octet_model_parse(
 #[no_mangle]
 pub unsafe extern "C" fn octet_model_arena_bytes(model: *const OctetModel, batch: usize) -> usize {
     parsed(model).map_or(0, |m| m.arena_bytes_for(Kernels::Auto, batch.max(1)))
+}
+
+/// Where `octet_model_prepare` puts the table and the packed weights in a buffer at `base`:
+/// (table offset, packed offset, bytes needed). The worst case of both alignments is counted,
+/// so that the size does not depend on where the buffer lies.
+fn prepare_layout(m: &Model, base: usize) -> Result<(usize, usize, usize), OctetStatus> {
+    let packed = m.packed_bytes(Kernels::Auto)?;
+    let table_bytes = m.num_ops() * size_of::<PreparedOp>();
+    let worst = (align_of::<PreparedOp>() - 1) + table_bytes + (PACKED_ALIGN - 1) + packed;
+    let table_at = base.next_multiple_of(align_of::<PreparedOp>()) - base;
+    let packed_at = (base + table_at + table_bytes).next_multiple_of(PACKED_ALIGN) - base;
+    Ok((table_at, packed_at, worst))
+}
+
+/// Bytes of the buffer `octet_model_prepare` needs for this model on this CPU (any alignment);
+/// 0 when the handle is not a parsed model.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_prepared_bytes(model: *const OctetModel) -> usize {
+    parsed(model)
+        .and_then(|m| prepare_layout(m, 0))
+        .map_or(0, |(_, _, need)| need)
+}
+
+/// Prepares a parsed model once for this CPU's kernels into `buffer[0..len]` (at least
+/// `octet_model_prepared_bytes(model)` bytes, any alignment, any contents): every op's kernel
+/// parameters, and the weights laid out for its kernels where they read them in their own
+/// order (x86). Runs of the handle then use them; the output bytes are the same. On success
+/// the handle also borrows `buffer`: keep it valid and unchanged, and give `octet_model_run`
+/// an arena apart from it, while the handle is used. On failure the handle is unchanged.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`; `buffer` is NULL or valid for writes of `len`
+/// bytes and overlaps neither the handle nor the model's bytes.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_prepare(
+    model: *mut OctetModel,
+    buffer: *mut u8,
+    len: usize,
+) -> OctetStatus {
+    let prepare = || -> Result<(), OctetStatus> {
+        let m: Model<'static> = *parsed(model)?;
+        slice(buffer, len)?;
+        let (table_at, packed_at, need) = prepare_layout(&m, buffer as usize)?;
+        if len < need {
+            return Err(OctetStatus::PrepareTooSmall);
+        }
+        let n = m.num_ops();
+        // SAFETY: `buffer` is valid for writes of `len` ≥ `need` bytes (caller; non-NULL as
+        // `need` > 0), which hold the aligned table of `n` entries and then the packed weights'
+        // `packed_at..need` (their worst-case alignment counted in `need`). The entries are
+        // written before the slice is made; the handle keeps both only while the caller keeps
+        // the buffer (the contract above), as it does the model's bytes.
+        let (table, packed) = unsafe {
+            let t = buffer.add(table_at).cast::<PreparedOp<'static>>();
+            for i in 0..n {
+                t.add(i).write(PreparedOp::EMPTY);
+            }
+            (
+                core::slice::from_raw_parts_mut(t, n),
+                core::slice::from_raw_parts_mut(buffer.add(packed_at), need - packed_at),
+            )
+        };
+        let prepared = m.prepare_packed(table, packed, Kernels::Auto)?;
+        let p = model.cast::<Parsed>();
+        ptr::addr_of_mut!((*p).model).write(prepared);
+        ptr::addr_of_mut!((*p).prepared).write((buffer.cast_const(), len));
+        Ok(())
+    };
+    match prepare() {
+        Ok(()) => OctetStatus::Ok,
+        Err(s) => s,
+    }
 }
 
 /// Bytes of one input (c·h·w: raw pixels, planar, or the int8 tensor, as
@@ -417,7 +516,14 @@ pub unsafe extern "C" fn octet_model_run(
         let px = slice(pixels, pixels_len)?;
         let ar = slice(arena, arena_len)?;
         let lg = slice(logits.cast(), logits_len)?;
-        if overlap(px, ar) || overlap(px, lg) || overlap(ar, lg) {
+        // A prepared model's buffer is read by the run: no buffer written may lie over it.
+        let pb = prepared_buffer(model);
+        if overlap(px, ar)
+            || overlap(px, lg)
+            || overlap(ar, lg)
+            || overlap(ar, pb)
+            || overlap(lg, pb)
+        {
             return Err(OctetStatus::BuffersOverlap);
         }
         let batch = m.batch_of(pixels_len)?;

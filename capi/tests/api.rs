@@ -343,6 +343,7 @@ fn every_status_has_a_message() {
         OctetStatus::OutputTooSmall,
         OctetStatus::BuffersOverlap,
         OctetStatus::Internal,
+        OctetStatus::PrepareTooSmall,
     ];
     let mut seen = std::collections::HashSet::new();
     for (i, s) in statuses.iter().enumerate() {
@@ -355,4 +356,117 @@ fn every_status_has_a_message() {
     assert!(message(-1).starts_with("unknown"));
     assert!(message(i32::MAX).starts_with("unknown"));
     assert!(message(14).contains("octet_model_arena_bytes"));
+    assert!(message(19).contains("octet_model_prepared_bytes"));
+}
+
+fn prepare(m: &mut OctetModel, buffer: &mut [u8]) -> OctetStatus {
+    unsafe { octet_model_prepare(m, buffer.as_mut_ptr(), buffer.len()) }
+}
+
+/// Prepared into a buffer at any alignment, a model runs the unprepared model's bytes (on x86
+/// from weights packed for its kernels: the MLPerf-style nets have fully connected layers,
+/// pointwise and depthwise convs and residual adds); the arena it needs is unchanged.
+#[test]
+fn a_prepared_model_runs_the_same_bytes() {
+    let models = [
+        support::lenet(3, 5),
+        support::common::small_resnet(6).encode(),
+        {
+            let mut b = support::common::embedded_net(2, 7);
+            b.replan();
+            b.encode()
+        },
+    ];
+    for bytes in &models {
+        let unprepared = parsed(bytes);
+        let r = Model::parse(bytes).unwrap();
+        let pixels = support::images(3, r.input_len(), 3);
+        let n_out = 3 * r.output_len();
+        let arena_len = unsafe { octet_model_arena_bytes(&unprepared, 3) };
+        let mut want = vec![0i8; n_out];
+        let mut arena = vec![0u8; arena_len];
+        assert_eq!(
+            run(&unprepared, &pixels, &mut arena, &mut want),
+            OctetStatus::Ok
+        );
+        let need = unsafe { octet_model_prepared_bytes(&unprepared) };
+        let packed = r.packed_bytes(Kernels::Auto).unwrap();
+        assert!(need >= r.num_ops() * std::mem::size_of::<octet_runtime::PreparedOp>() + packed);
+        for offset in 0..4 {
+            let mut m = parsed(bytes);
+            let mut buffer = vec![0xa5u8; need + offset];
+            assert_eq!(prepare(&mut m, &mut buffer[offset..]), OctetStatus::Ok);
+            assert_eq!(unsafe { octet_model_arena_bytes(&m, 3) }, arena_len);
+            let mut got = vec![0i8; n_out];
+            assert_eq!(run(&m, &pixels, &mut arena, &mut got), OctetStatus::Ok);
+            assert_eq!(got, want, "prepared at offset {offset}");
+        }
+    }
+}
+
+/// A short, NULL or overlapping buffer and an unparsed handle are refused; a refused prepare
+/// leaves the handle as it was, and a prepared model's buffer may not be written by a run.
+#[test]
+fn prepare_checks_its_buffer_and_the_run_keeps_off_it() {
+    let bytes = support::lenet(1, 9);
+    let r = Model::parse(&bytes).unwrap();
+    let pixels = support::images(1, r.input_len(), 1);
+    let mut m = parsed(&bytes);
+    let need = unsafe { octet_model_prepared_bytes(&m) };
+    unsafe {
+        assert_eq!(octet_model_prepared_bytes(ptr::null()), 0);
+        assert_eq!(octet_model_prepared_bytes(&unparsed()), 0);
+        assert_eq!(
+            octet_model_prepare(ptr::null_mut(), ptr::null_mut(), 0),
+            OctetStatus::NullPointer
+        );
+        assert_eq!(
+            octet_model_prepare(&mut m, ptr::null_mut(), need),
+            OctetStatus::NullPointer
+        );
+        let mut u = unparsed();
+        let mut buffer = vec![0u8; need];
+        assert_eq!(prepare(&mut u, &mut buffer), OctetStatus::BadHandle);
+    }
+    let mut short = vec![0u8; need - 1];
+    assert_eq!(prepare(&mut m, &mut short), OctetStatus::PrepareTooSmall);
+    // Still the parsed model, unprepared: it runs, with any arena.
+    let mut arena = vec![0u8; r.arena_bytes(Kernels::Auto)];
+    let mut want = [0i8; 10];
+    assert_eq!(run(&m, &pixels, &mut arena, &mut want), OctetStatus::Ok);
+
+    // The arena and the logits lie apart from the prepare buffer.
+    let arena_len = arena.len();
+    let mut shared = vec![0u8; need + arena_len];
+    assert_eq!(prepare(&mut m, &mut shared[..need]), OctetStatus::Ok);
+    let mut logits = [0i8; 10];
+    let overlapping = unsafe {
+        octet_model_run(
+            &m,
+            pixels.as_ptr(),
+            pixels.len(),
+            shared.as_mut_ptr().add(need - 1),
+            arena_len,
+            logits.as_mut_ptr(),
+            logits.len(),
+        )
+    };
+    assert_eq!(overlapping, OctetStatus::BuffersOverlap);
+    let logits_over = unsafe {
+        octet_model_run(
+            &m,
+            pixels.as_ptr(),
+            pixels.len(),
+            arena.as_mut_ptr(),
+            arena_len,
+            shared.as_mut_ptr().cast::<i8>(),
+            10,
+        )
+    };
+    assert_eq!(logits_over, OctetStatus::BuffersOverlap);
+    assert_eq!(
+        run(&m, &pixels, &mut shared[need..], &mut logits),
+        OctetStatus::Ok
+    );
+    assert_eq!(logits, want);
 }
