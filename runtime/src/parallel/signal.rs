@@ -2,7 +2,7 @@
 //! microseconds), then sleeps on a condition variable (a thread whose core another process has
 //! must not be waited for by spinning).
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,11 @@ impl Signal {
     /// Wakes the sleepers (after a change made through another atomic they check).
     pub(super) fn notify(&self) {
         // A sleeper counts itself before checking the word (both SeqCst): either it sees the
-        // change or this sees it and wakes it (it holds the lock until it waits).
+        // change or this sees it and wakes it (it holds the lock until it waits). The fence
+        // keeps the change before the load below where SeqCst alone did not: QEMU's aarch64 on
+        // an x86 host lets a store-release pass a later load-acquire (Armv8 forbids it), and a
+        // sleeper then slept through the change (CI's hang in tests/prepared.rs).
+        fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             let _guard = self.lock.lock();
             self.wake.notify_all();
