@@ -103,6 +103,14 @@ pub(crate) fn conv2d(
 /// conv by output channels instead.
 #[cfg(feature = "std")]
 pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -> bool {
+    // A conv whose window is not uniform by its uniform form, over the input padded into the
+    // front of the scratch (each thread pads its own copy: [`conv2d_rows`]).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if k != Resolved::Scalar && !p.is_uniform() {
+        return super::valid::valid_params(p).is_some_and(|(q, front)| {
+            scratch >= front && conv2d_rows_covered(k, &q, scratch - front)
+        });
+    }
     // A conv on tiles splits by bands of its pixels, each thread staging its own.
     #[cfg(target_arch = "x86_64")]
     if k == Resolved::Amx && p.packed.of(super::Layout::AmxFc).is_some() {
@@ -144,6 +152,13 @@ pub(crate) fn conv2d_rows(
     scratch: &mut [u8],
     rows: core::ops::Range<usize>,
 ) -> bool {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if k != Resolved::Scalar && !p.is_uniform() {
+        return match super::valid::as_valid(p, input, scratch) {
+            Some((q, padded, rest)) => conv2d_rows(k, &q, padded, output, rest, rows),
+            None => false,
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     if k == Resolved::Amx && p.packed.of(super::Layout::AmxFc).is_some() {
         // SAFETY: Resolved::Amx is only produced where the tiles may run.

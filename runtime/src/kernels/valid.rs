@@ -14,6 +14,23 @@ pub fn as_valid<'a>(
     input: &[i8],
     scratch: &'a mut [u8],
 ) -> Option<(ConvParams<'a>, &'a [i8], &'a mut [u8])> {
+    let (q, front) = valid_params(p)?;
+    if scratch.len() < front || input.len() < p.input.len() {
+        return None;
+    }
+    let (image, rest) = scratch.split_at_mut(front);
+    let bytes = q.input.len();
+    // SAFETY: i8 and u8 have one layout; `image` is borrowed for 'a and not used as u8 again.
+    let image: &'a mut [i8] =
+        unsafe { core::slice::from_raw_parts_mut(image.as_mut_ptr() as *mut i8, bytes) };
+    pad(p, input, q.input, image);
+    Some((q, image, rest))
+}
+
+/// The uniform conv [`as_valid`] runs `p` as (over the padded input, with no padding) and the
+/// scratch its padded input takes at the front (64-byte multiple); `None` where
+/// [`valid_conv`] has no form for `p`.
+pub fn valid_params<'a>(p: &ConvParams<'a>) -> Option<(ConvParams<'a>, usize)> {
     let v = valid_conv(&p.geometry())?;
     let g = &v.geometry;
     let padded = Shape {
@@ -21,16 +38,6 @@ pub fn as_valid<'a>(
         h: g.h_in as usize,
         w: g.w_in as usize,
     };
-    let bytes = v.image_bytes();
-    let front = (bytes + 63) & !63;
-    if scratch.len() < front || input.len() < p.input.len() {
-        return None;
-    }
-    let (image, rest) = scratch.split_at_mut(front);
-    // SAFETY: i8 and u8 have one layout; `image` is borrowed for 'a and not used as u8 again.
-    let image: &'a mut [i8] =
-        unsafe { core::slice::from_raw_parts_mut(image.as_mut_ptr() as *mut i8, bytes) };
-    pad(p, input, padded, image);
     let q = ConvParams {
         input: padded,
         window: Placement {
@@ -40,7 +47,7 @@ pub fn as_valid<'a>(
         },
         ..*p
     };
-    Some((q, image, rest))
+    Some((q, v.image_bytes().next_multiple_of(64)))
 }
 
 /// Writes the padded input: row r, column x of `padded` are input row r − pad_top, column
