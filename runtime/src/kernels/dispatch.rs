@@ -34,6 +34,25 @@ use super::{
     Resolved, SoftmaxParams, TfliteAddParams, TfliteAddTables,
 };
 
+/// `run` of conv `p`'s uniform form where its window is not uniform and the chosen kernels
+/// are x86's or NEON's: the uniform conv over the input padded into the front of `scratch`
+/// (`valid::as_valid`), with that input and the scratch after it; `None` (nothing run) for a
+/// uniform window, the reference kernels, or where the form or its buffers are missing.
+fn padded_form<R>(
+    k: Resolved,
+    p: &ConvParams,
+    input: &[i8],
+    scratch: &mut [u8],
+    run: impl FnOnce(&ConvParams, &[i8], &mut [u8]) -> R,
+) -> Option<R> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if k != Resolved::Scalar && !p.is_uniform() {
+        return super::valid::as_valid(p, input, scratch).map(|(q, x, s)| run(&q, x, s));
+    }
+    let _ = (k, p, input, scratch, run);
+    None
+}
+
 /// conv2d with the chosen kernels.
 pub(crate) fn conv2d(
     k: Resolved,
@@ -42,12 +61,8 @@ pub(crate) fn conv2d(
     output: &mut [i8],
     scratch: &mut [u8],
 ) {
-    // x86 and NEON run a conv whose window is not uniform padded into scratch.
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    if k != Resolved::Scalar && !p.is_uniform() {
-        if let Some((q, padded, rest)) = super::valid::as_valid(p, input, scratch) {
-            return conv2d(k, &q, padded, output, rest);
-        }
+    if let Some(()) = padded_form(k, p, input, scratch, |q, x, s| conv2d(k, q, x, output, s)) {
+        return;
     }
     #[cfg(target_arch = "x86_64")]
     let all = 0..p.output.h;
@@ -152,12 +167,10 @@ pub(crate) fn conv2d_rows(
     scratch: &mut [u8],
     rows: core::ops::Range<usize>,
 ) -> bool {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    if k != Resolved::Scalar && !p.is_uniform() {
-        return match super::valid::as_valid(p, input, scratch) {
-            Some((q, padded, rest)) => conv2d_rows(k, &q, padded, output, rest, rows),
-            None => false,
-        };
+    if let Some(done) = padded_form(k, p, input, scratch, |q, x, s| {
+        conv2d_rows(k, q, x, output, s, rows.clone())
+    }) {
+        return done;
     }
     #[cfg(target_arch = "x86_64")]
     if k == Resolved::Amx && p.packed.of(super::Layout::AmxFc).is_some() {
