@@ -96,6 +96,7 @@ impl Model<'_> {
                     }
                     OpParams::Conv2d(c) => {
                         (k == Resolved::Amx && kernels::amx::conv2d(c, &mut imgs[..n]))
+                            || kernels::vnni::conv2d_implicit(c, &mut imgs[..n])
                             || kernels::vnni::conv2d_packed(c, &mut imgs[..n])
                             || kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n])
                     }

@@ -208,7 +208,8 @@ impl Model<'_> {
 /// part at least); else not at all.
 fn conv_split(k: Resolved, p: &ConvParams, scratch: usize, parts: usize) -> ConvSplit {
     let (h, w) = (p.output.h, p.output.w);
-    let min = if p.packed.of(kernels::Layout::VnniFc).is_some() {
+    let packed = [kernels::Layout::VnniFc, kernels::Layout::VnniConv];
+    let min = if packed.iter().any(|&l| p.packed.of(l).is_some()) {
         crate::parallel::SPLIT_PACKED_ROWS_MIN_PIXELS
     } else {
         crate::parallel::SPLIT_ROWS_MIN_PIXELS

@@ -87,9 +87,12 @@ pub(crate) fn conv2d(
         // AVX-512 VNNI/VL are available, Resolved::Amx only where the tiles may run.
         Resolved::Vnni | Resolved::Amx => unsafe {
             let one = &mut [ConvImage::new(input, output, scratch)];
-            if (k == Resolved::Amx && amx::conv2d(p, one)) || vnni::conv2d_packed(p, one) {
-                // Packed at prepare: on tiles, or the packed fully connected kernel over its
-                // patches.
+            if (k == Resolved::Amx && amx::conv2d(p, one))
+                || vnni::conv2d_implicit(p, one)
+                || vnni::conv2d_packed(p, one)
+            {
+                // Packed at prepare: on tiles, the implicit conv, or the packed fully
+                // connected kernel over its patches.
             } else if (vnni::narrow_preferred(p)
                 && vnni::conv2d_narrow(p, ConvImage::new(input, output, scratch)))
                 || vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), all)
@@ -138,6 +141,10 @@ pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -
             vnni::packed_rows_covered(p)
         }
         #[cfg(target_arch = "x86_64")]
+        Resolved::Vnni if p.packed.of(super::Layout::VnniConv).is_some() => {
+            vnni::implicit_rows_covered(p, scratch)
+        }
+        #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => {
             // The scratch rule sizes every op the lanes geometry covers for this kernel.
             !vnni::narrow_preferred(p)
@@ -182,6 +189,11 @@ pub(crate) fn conv2d_rows(
         // SAFETY: Resolved::Vnni is only produced when AVX2 and AVX-512 VNNI/VL are available.
         Resolved::Vnni if p.packed.of(super::Layout::VnniFc).is_some() => unsafe {
             vnni::conv2d_packed_rows(p, input, output, rows)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Resolved::Vnni if p.packed.of(super::Layout::VnniConv).is_some() => unsafe {
+            vnni::conv2d_implicit_rows(p, ConvImage::new(input, output, scratch), rows)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.

@@ -4,13 +4,15 @@
 //! file does not change: the region is the caller's, sized by `Model::packed_bytes`, and a
 //! model prepared without it runs the same bytes through the unpacked kernels.
 //!
-//! Two layouts ([`Layout`]): the AVX-512 VNNI fully connected layer's ([`PackedFc`], also
+//! The layouts ([`Layout`]): the AVX-512 VNNI fully connected layer's ([`PackedFc`], also
 //! what the VNNI convs it covers use: `ConvParams::as_fc`), output rows in blocks of
 //! [`FC_BLOCK_ROWS`] (one vector of i32 sums), each block its requantization constants then
 //! its weights as `vpdpbusd` reads them with the input broadcast: per step of 4 inputs, 16
 //! rows × 4 bytes, stored as u8 (w + 128), so the input stays int8 and the sums are corrected
-//! by −128·Σx per image (exact in wrapping i32); and the x86 depthwise conv's, what it would
-//! otherwise build in scratch on every call.
+//! by −128·Σx per image (exact in wrapping i32); the implicit VNNI conv's, the same blocks with
+//! int8 weights and the −128·Σw of a u8 input folded into the bias ([`PackedFc::pack_conv`]);
+//! the x86 depthwise conv's, what it would otherwise build in scratch on every call; the AMX
+//! conv's ([`AmxFc`]); a tflite_add's tables.
 
 use super::{ConvParams, DepthwiseParams, FcParams, Resolved, TfliteAddParams, TfliteAddTables};
 use crate::requant::{FusedRequant, HighRequant};
@@ -32,6 +34,10 @@ pub(crate) enum Layout {
     /// The AVX-512 VNNI fully connected layer's ([`PackedFc`]; only x86 sets pack it).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     VnniFc,
+    /// The AVX-512 VNNI implicit conv's ([`PackedFc::pack_conv`]: the same blocks, int8
+    /// weights, the bias folded for a u8 input).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    VnniConv,
     /// The x86 depthwise conv's weights and requantization constants (every x86 set's
     /// kernel), as it lays them out in scratch when unpacked (`avx2::depthwise_conv2d`).
     #[cfg(target_arch = "x86_64")]
@@ -97,7 +103,7 @@ impl<'a> Packed<'a> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn is_fc(&self) -> bool {
         match self.layout {
-            Layout::VnniFc => true,
+            Layout::VnniFc | Layout::VnniConv => true,
             #[cfg(target_arch = "x86_64")]
             Layout::AmxFc => true,
             _ => false,
@@ -192,7 +198,16 @@ impl PackedFc {
     /// Writes `p`'s layout into `dst` (at least [`PackedFc::bytes`] long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = PackedFc { k: p.k, n: p.n };
-        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0x80);
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0x80, false);
+    }
+
+    /// Writes the implicit conv's layout of `p` (a conv's layer, `ConvParams::as_fc`) into
+    /// `dst` (at least [`PackedFc::bytes`] long): the same blocks, but the weights as they are
+    /// (int8) and each row's bias less 128·Σw, for an input read as u8 (x + 128) (wrapping, as
+    /// the sums: exact modulo 2^32).
+    pub fn pack_conv(p: &FcParams, dst: &mut [u8]) {
+        let l = PackedFc { k: p.k, n: p.n };
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, true);
     }
 }
 
@@ -247,14 +262,14 @@ impl AmxFc {
     /// Writes `p`'s layout into `dst` (at least `padded().bytes()` long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = AmxFc { k: p.k, n: p.n }.padded();
-        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0);
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, false);
     }
 }
 
 /// The blocks of [`PackedFc`] or [`AmxFc`] (`block_bytes` each) of layer `p` into `dst`: each
 /// its constants, then its steps of 16 rows × 4 weights, each weight `w ^ flip` as a byte
-/// (0x80: u8 w + 128; 0: int8 w), 0 past K or N.
-fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8) {
+/// (0x80: u8 w + 128; 0: int8 w), 0 past K or N; each bias less 128·Σw where `fold`.
+fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8, fold: bool) {
     let rows = FC_BLOCK_ROWS;
     for (b, block) in dst.chunks_exact_mut(block_bytes).enumerate() {
         let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
@@ -264,7 +279,13 @@ fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8) {
         for r in 0..rows {
             let j = b * rows + r;
             let (bias, m0, sh) = if j < p.n {
-                (p.bias.get(j), p.multiplier.get(j), p.shift.get(j))
+                let w = &p.weights[j * p.k..(j + 1) * p.k];
+                let sw = w.iter().fold(0i32, |a, &v| a.wrapping_add(v as i32));
+                let bias = match fold {
+                    true => p.bias.get(j).wrapping_sub(sw.wrapping_mul(128)),
+                    false => p.bias.get(j),
+                };
+                (bias, p.multiplier.get(j), p.shift.get(j))
             } else {
                 (0, 0, -2)
             };
@@ -327,9 +348,10 @@ pub const IM2COL_MAX_K: usize = 2048;
 /// batch 1 (the same 4.7 µs per image in groups), on an AMD EPYC core with AVX-512 VNNI.
 pub const IM2COL_MAX_PIXELS: usize = 128;
 
-/// The layout and bytes kernel set `k` packs conv `p` in: its weights as the fully connected
-/// layer it applies to each pixel's patch (`ConvParams::as_fc`), read in place for a
-/// pointwise conv, else gathered (K up to [`IM2COL_MAX_K`], undilated), where that beats the
+/// The layout and bytes kernel set `k` packs conv `p` in: for the implicit conv where it
+/// covers `p` ([`implicit_preferred`]; the AMX set's convs off the tiles too), else its
+/// weights as the fully connected layer it applies to each pixel's patch
+/// (`ConvParams::as_fc`), read in place for a pointwise conv, else gathered (K up to [`IM2COL_MAX_K`], undilated), where that beats the
 /// pixels-in-lanes kernel: at least 16 output channels (one vector), and at most
 /// [`IM2COL_MAX_PIXELS`] output pixels or, gathered, a stride above 1 (the lanes kernel splits
 /// the input by stride phase). Measured per op on the MLPerf Tiny models (AVX-512 VNNI, one
@@ -353,6 +375,14 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
             false => conv_packing(k.base(), p),
         };
     }
+    #[cfg(target_arch = "x86_64")]
+    if k.base() == Resolved::Vnni && implicit_preferred(p) {
+        let l = PackedFc {
+            k: p.k(),
+            n: p.output.c,
+        };
+        return Some((Layout::VnniConv, l.bytes()));
+    }
     let small = p.output.h * p.output.w <= IM2COL_MAX_PIXELS;
     let gathered =
         p.k() <= IM2COL_MAX_K && undilated && (w.stride_h > 1 || w.stride_w > 1 || small);
@@ -361,6 +391,25 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
         return None;
     }
     fc_packing(k, &p.as_fc())
+}
+
+/// Whether the VNNI set packs conv `p` for its implicit conv (`vnni::conv2d_implicit`): C_in a
+/// multiple of 4, at least one block of output channels, no dilation, a uniform window or its
+/// padded uniform form, and the lanes geometry (whose scratch holds the padded input). Measured
+/// per op on one Zen 4 core (AVX-512 VNNI), batch 1, against the kernels it replaces (the
+/// pixels-in-lanes conv, the packed conv over gathered patches, the packed pointwise conv in
+/// place): ResNet-8's convs 0.72–0.96× their time, ResNet-18's 0.77–0.94× (the whole network
+/// at 210 G multiply-adds/s, 90% of `vpdpbusd`'s peak there), DS-CNN's pointwise convs 0.92×,
+/// MobileNet's 0.71–1.0×.
+#[cfg(target_arch = "x86_64")]
+fn implicit_preferred(p: &ConvParams) -> bool {
+    let w = &p.window;
+    p.input.c.is_multiple_of(4)
+        && p.output.c >= FC_BLOCK_ROWS
+        && w.dilation_h == 1
+        && w.dilation_w == 1
+        && super::lanes_supported(&p.geometry())
+        && (p.is_uniform() || super::valid::valid_params(p).is_some())
 }
 
 /// The layout and bytes kernel set `k` packs depthwise conv `p` in (`None`: it packs none).
@@ -393,6 +442,7 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
     match (layout, op) {
         (Layout::VnniFc, PackOp::Fc(p)) => PackedFc::pack(p, dst),
         (Layout::VnniFc, PackOp::Conv(p)) => PackedFc::pack(&p.as_fc(), dst),
+        (Layout::VnniConv, PackOp::Conv(p)) => PackedFc::pack_conv(&p.as_fc(), dst),
         #[cfg(target_arch = "x86_64")]
         (Layout::AmxFc, PackOp::Conv(p)) => AmxFc::pack(&p.as_fc(), dst),
         #[cfg(target_arch = "x86_64")]
@@ -429,7 +479,7 @@ pub(crate) enum PackOp<'p, 'a> {
 /// ([`crate::kernels::FcParams::outputs`]); else none (the unpacked kernel runs them).
 pub(crate) fn fc_outputs<'a>(packed: &Packed<'a>, k: usize, n0: usize, n1: usize) -> Packed<'a> {
     let l = match packed.layout {
-        Layout::VnniFc => PackedFc { k, n: n1 },
+        Layout::VnniFc | Layout::VnniConv => PackedFc { k, n: n1 },
         #[cfg(target_arch = "x86_64")]
         Layout::AmxFc => AmxFc { k, n: n1 }.padded(),
         _ => return Packed::default(),

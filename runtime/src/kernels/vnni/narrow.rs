@@ -14,6 +14,7 @@
 use core::arch::x86_64::*;
 
 use super::lanes::{epi_hi, epi_supported, fill_epi, store_tile, vbmi, Epi, OutputStage};
+use super::padded::pad_flipped;
 use crate::kernels::{ConvImage, ConvParams};
 
 /// Pixels per vector.
@@ -117,7 +118,10 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
     let wq = img.add(img_len) as *mut i32;
     let epi = img.add(img_len + wq_len) as *mut Epi;
     let tile = img.add(img_len + wq_len + epi_len);
-    pad_input(p, input, img);
+    let hp = p.input.h + 2 * p.pad();
+    pad_flipped(p, input, img, 0..hp);
+    // Read only by lanes that are dropped.
+    core::ptr::write_bytes(img.add(hp * row), 0, SLACK);
 
     weight_quads(p, wq);
     fill_epi(p, 0, cout, epi);
@@ -275,52 +279,6 @@ unsafe fn store_hwc(tile: *const u8, hwc: &[__m512i; 2], dst: *mut i8, cout: usi
             _mm512_mask_storeu_epi8(dst.add(64 * h), mask(bytes - 64 * h), v);
         }
     }
-}
-
-/// The input as u8 (x + 128), `(h + 2·pad) × (w + 2·pad) × C_in`, the border filled with the
-/// pad values; the `SLACK` bytes after it zeroed (read only by lanes that are dropped).
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn pad_input(p: &ConvParams, input: &[i8], img: *mut u8) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
-    let (hp, wp) = (h + 2 * pad, w + 2 * pad);
-    let row = wp * cin;
-    let pv: [u8; 8] = core::array::from_fn(|c| (p.pad_value(c.min(cin - 1)) as u8) ^ 0x80);
-    let flip = _mm512_set1_epi8(-128);
-    let fill = |dst: *mut u8, pixels: usize| {
-        for x in 0..pixels {
-            for (c, &v) in pv.iter().enumerate().take(cin) {
-                dst.add(x * cin + c).write(v);
-            }
-        }
-    };
-    for yp in 0..hp {
-        let dst = img.add(yp * row);
-        if yp < pad || yp >= h + pad {
-            fill(dst, wp);
-            continue;
-        }
-        fill(dst, pad);
-        // The row's interior: w·C_in bytes, 64 at a time.
-        let src = input.as_ptr().add((yp - pad) * w * cin) as *const u8;
-        let n = w * cin;
-        let mut i = 0;
-        while i < n {
-            let m: __mmask64 = if n - i >= 64 {
-                !0
-            } else {
-                (1u64 << (n - i)) - 1
-            };
-            let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
-            _mm512_mask_storeu_epi8(
-                dst.add(pad * cin + i) as *mut i8,
-                m,
-                _mm512_xor_si512(v, flip),
-            );
-            i += 64;
-        }
-        fill(dst.add((w + pad) * cin), pad);
-    }
-    core::ptr::write_bytes(img.add(hp * row), 0, SLACK);
 }
 
 #[cfg(test)]
