@@ -198,16 +198,35 @@ impl PackedFc {
     /// Writes `p`'s layout into `dst` (at least [`PackedFc::bytes`] long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = PackedFc { k: p.k, n: p.n };
-        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0x80, false);
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0x80, None);
     }
 
-    /// Writes the implicit conv's layout of `p` (a conv's layer, `ConvParams::as_fc`) into
-    /// `dst` (at least [`PackedFc::bytes`] long): the same blocks, but the weights as they are
-    /// (int8) and each row's bias less 128·Σw, for an input read as u8 (x + 128) (wrapping, as
-    /// the sums: exact modulo 2^32).
-    pub fn pack_conv(p: &FcParams, dst: &mut [u8]) {
-        let l = PackedFc { k: p.k, n: p.n };
-        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, true);
+    /// The implicit conv's layout of conv `p` ([`Layout::VnniConv`]): these blocks over its
+    /// patches, each pixel's channels padded to a quad where C_in < 4
+    /// ([`PackedFc::conv_channels`]).
+    pub fn of_conv(p: &ConvParams) -> PackedFc {
+        let w = &p.window;
+        PackedFc {
+            k: w.kernel_h * w.kernel_w * PackedFc::conv_channels(p),
+            n: p.output.c,
+        }
+    }
+
+    /// Channels per pixel of [`PackedFc::of_conv`]: C_in, or 4 where it is below (a quad per
+    /// tap, the rest zero weights).
+    pub fn conv_channels(p: &ConvParams) -> usize {
+        p.input.c.max(4)
+    }
+
+    /// Writes the implicit conv's layout of `p` ([`PackedFc::of_conv`]) into `dst` (at least
+    /// its bytes long): the weights as they are (int8), zero for the padding channels, and each
+    /// row's bias less 128·Σw, for an input read as u8 (x + 128) (wrapping, as the sums: exact
+    /// modulo 2^32).
+    pub fn pack_conv(p: &ConvParams, dst: &mut [u8]) {
+        let l = PackedFc::of_conv(p);
+        let f = p.as_fc();
+        let widen = (p.input.c, PackedFc::conv_channels(p));
+        pack_blocks(&f, &mut dst[..l.bytes()], l.block_bytes(), 0, Some(widen));
     }
 }
 
@@ -262,14 +281,29 @@ impl AmxFc {
     /// Writes `p`'s layout into `dst` (at least `padded().bytes()` long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = AmxFc { k: p.k, n: p.n }.padded();
-        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, false);
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, None);
     }
 }
 
 /// The blocks of [`PackedFc`] or [`AmxFc`] (`block_bytes` each) of layer `p` into `dst`: each
 /// its constants, then its steps of 16 rows × 4 weights, each weight `w ^ flip` as a byte
-/// (0x80: u8 w + 128; 0: int8 w), 0 past K or N; each bias less 128·Σw where `fold`.
-fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8, fold: bool) {
+/// (0x80: u8 w + 128; 0: int8 w), 0 past K or N. With `conv` = (C_in, C) for a conv's
+/// layer: each pixel's C_in channels padded to C (zero weights: its packed K is K / C_in · C)
+/// and each bias less 128·Σw.
+fn pack_blocks(
+    p: &FcParams,
+    dst: &mut [u8],
+    block_bytes: usize,
+    flip: u8,
+    conv: Option<(usize, usize)>,
+) {
+    let (cin, c) = conv.unwrap_or((1, 1));
+    // Packed input `at` of row j: its weight, or none (a padding channel, past K or N).
+    let weight = |j: usize, at: usize| -> Option<i8> {
+        let (tap, ch) = (at / c, at % c);
+        let k = tap * cin + ch;
+        (ch < cin && k < p.k && j < p.n).then(|| p.weights[j * p.k + k])
+    };
     let rows = FC_BLOCK_ROWS;
     for (b, block) in dst.chunks_exact_mut(block_bytes).enumerate() {
         let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
@@ -281,9 +315,9 @@ fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8, fold:
             let (bias, m0, sh) = if j < p.n {
                 let w = &p.weights[j * p.k..(j + 1) * p.k];
                 let sw = w.iter().fold(0i32, |a, &v| a.wrapping_add(v as i32));
-                let bias = match fold {
-                    true => p.bias.get(j).wrapping_sub(sw.wrapping_mul(128)),
-                    false => p.bias.get(j),
+                let bias = match conv {
+                    Some(_) => p.bias.get(j).wrapping_sub(sw.wrapping_mul(128)),
+                    None => p.bias.get(j),
                 };
                 (bias, p.multiplier.get(j), p.shift.get(j))
             } else {
@@ -311,12 +345,7 @@ fn pack_blocks(p: &FcParams, dst: &mut [u8], block_bytes: usize, flip: u8, fold:
             for (r, lane) in step.chunks_exact_mut(FC_STEP).enumerate() {
                 let j = b * rows + r;
                 for (i, byte) in lane.iter_mut().enumerate() {
-                    let at = s * FC_STEP + i;
-                    *byte = if j < p.n && at < p.k {
-                        (p.weights[j * p.k + at] as u8) ^ flip
-                    } else {
-                        0
-                    };
+                    *byte = weight(j, s * FC_STEP + i).map_or(0, |w| (w as u8) ^ flip);
                 }
             }
         }
@@ -377,11 +406,7 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
     }
     #[cfg(target_arch = "x86_64")]
     if k.base() == Resolved::Vnni && implicit_preferred(p) {
-        let l = PackedFc {
-            k: p.k(),
-            n: p.output.c,
-        };
-        return Some((Layout::VnniConv, l.bytes()));
+        return Some((Layout::VnniConv, PackedFc::of_conv(p).bytes()));
     }
     let small = p.output.h * p.output.w <= IM2COL_MAX_PIXELS;
     let gathered =
@@ -394,17 +419,19 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
 }
 
 /// Whether the VNNI set packs conv `p` for its implicit conv (`vnni::conv2d_implicit`): C_in a
-/// multiple of 4, at least one block of output channels, no dilation, a uniform window or its
-/// padded uniform form, and the lanes geometry (whose scratch holds the padded input). Measured
-/// per op on one Zen 4 core (AVX-512 VNNI), batch 1, against the kernels it replaces (the
-/// pixels-in-lanes conv, the packed conv over gathered patches, the packed pointwise conv in
-/// place): ResNet-8's convs 0.72–0.96× their time, ResNet-18's 0.77–0.94× (the whole network
-/// at 210 G multiply-adds/s, 90% of `vpdpbusd`'s peak there), DS-CNN's pointwise convs 0.92×,
-/// MobileNet's 0.71–1.0×.
+/// multiple of 4 or 3 (RGB stems, a quad per pixel three quarters used), at least one block of
+/// output channels, no dilation, a uniform window or its padded uniform form, and the lanes
+/// geometry (whose scratch holds the padded input). Measured per op on one Zen 4 core (AVX-512
+/// VNNI), batch 1, against the kernels it replaces (the pixels-in-lanes conv, the packed conv
+/// over gathered patches, the packed pointwise conv in place): ResNet-8's convs 0.72–0.96×
+/// their time (its stem 0.72×), ResNet-18's 0.75–0.94× (the whole network at 212 G
+/// multiply-adds/s, 91% of `vpdpbusd`'s peak there), DS-CNN's pointwise convs 0.92×,
+/// MobileNet's 0.71–1.0×; DS-CNN's 1-channel stem ran in 1.2× the packed conv's time (a quad a
+/// quarter used), so one channel stays there.
 #[cfg(target_arch = "x86_64")]
 fn implicit_preferred(p: &ConvParams) -> bool {
     let w = &p.window;
-    p.input.c.is_multiple_of(4)
+    (p.input.c.is_multiple_of(4) || p.input.c == 3)
         && p.output.c >= FC_BLOCK_ROWS
         && w.dilation_h == 1
         && w.dilation_w == 1
@@ -442,7 +469,7 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
     match (layout, op) {
         (Layout::VnniFc, PackOp::Fc(p)) => PackedFc::pack(p, dst),
         (Layout::VnniFc, PackOp::Conv(p)) => PackedFc::pack(&p.as_fc(), dst),
-        (Layout::VnniConv, PackOp::Conv(p)) => PackedFc::pack_conv(&p.as_fc(), dst),
+        (Layout::VnniConv, PackOp::Conv(p)) => PackedFc::pack_conv(p, dst),
         #[cfg(target_arch = "x86_64")]
         (Layout::AmxFc, PackOp::Conv(p)) => AmxFc::pack(&p.as_fc(), dst),
         #[cfg(target_arch = "x86_64")]
@@ -473,6 +500,16 @@ pub(crate) enum PackOp<'p, 'a> {
     Conv(&'p ConvParams<'a>),
     Depthwise(&'p DepthwiseParams<'a>),
     Add(&'p TfliteAddParams),
+}
+
+/// The packed weights of output channels `c0..c1` of conv `p` ([`fc_outputs`] of the layer
+/// its layout packs).
+pub(crate) fn conv_outputs<'a>(p: &ConvParams<'a>, c0: usize, c1: usize) -> Packed<'a> {
+    let k = match p.packed.layout {
+        Layout::VnniConv => PackedFc::of_conv(p).k,
+        _ => p.k(),
+    };
+    fc_outputs(&p.packed, k, c0, c1)
 }
 
 /// The packed weights of outputs `n0..n1` of a layer of `k` inputs, where they start a block

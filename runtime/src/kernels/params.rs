@@ -201,7 +201,7 @@ impl<'a> ConvParams<'a> {
             bias: self.bias.slice(c0, c1),
             multiplier: self.multiplier.slice(c0, c1),
             shift: self.shift.slice(c0, c1),
-            packed: super::packed::fc_outputs(&self.packed, k, c0, c1),
+            packed: super::packed::conv_outputs(self, c0, c1),
             ..*self
         }
     }

@@ -25,10 +25,10 @@ const MR: usize = 8;
 const NB: usize = 2;
 
 /// Whether [`conv2d_implicit`] covers conv `p`'s shape (given its packed weights and the
-/// scratch): a uniform window, C_in a multiple of 4.
+/// scratch): a uniform window, C_in a multiple of 4 or below 4 (a quad per pixel then).
 pub fn implicit_supported(p: &ConvParams) -> bool {
     p.is_uniform()
-        && p.input.c.is_multiple_of(4)
+        && (p.input.c.is_multiple_of(4) || p.input.c < 4)
         && p.input.c > 0
         && p.output.c > 0
         && p.output.h > 0
@@ -40,17 +40,13 @@ pub fn implicit_supported(p: &ConvParams) -> bool {
 pub fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
     let wp = p.input.w + 2 * p.pad();
     let in_rows = rows.saturating_sub(1) * p.stride() + p.window.kernel_h;
-    64 + in_rows * wp * p.input.c
+    64 + in_rows * wp * PackedFc::conv_channels(p)
 }
 
 /// The packed weights, where `p` has them in this layout and is covered.
 fn weights<'a>(p: &ConvParams<'a>) -> Option<&'a [u8]> {
     let w = p.packed.of(Layout::VnniConv)?;
-    let l = PackedFc {
-        k: p.k(),
-        n: p.output.c,
-    };
-    (implicit_supported(p) && w.len() >= l.bytes()).then_some(w)
+    (implicit_supported(p) && w.len() >= PackedFc::of_conv(p).bytes()).then_some(w)
 }
 
 /// Whether [`conv2d_implicit_rows`] covers `p` with `scratch` bytes, for any band.
@@ -120,13 +116,18 @@ unsafe fn band(
     if rows.is_empty() {
         return;
     }
-    let (cin, s, cout, wo) = (p.input.c, p.stride(), p.output.c, p.output.w);
+    let (cin, s, cout, wo) = (
+        PackedFc::conv_channels(p),
+        p.stride(),
+        p.output.c,
+        p.output.w,
+    );
     let row = (p.input.w + 2 * p.pad()) * cin;
     let img = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
     let first = rows.start * s;
     let in_rows = (rows.len() - 1) * s + p.window.kernel_h;
-    pad_flipped(p, input, img, first..first + in_rows);
-    let l = PackedFc { k: p.k(), n: cout };
+    pad_flipped(p, input, img, first..first + in_rows, cin);
+    let l = PackedFc::of_conv(p);
     let at = Tiles {
         img,
         row,
@@ -267,9 +268,8 @@ mod tests {
         check_conv_rows(
             c,
             &mut |p, im, rows| {
-                let f = p.as_fc();
-                let mut buf = vec![0u8; PackedFc { k: f.k, n: f.n }.bytes()];
-                PackedFc::pack_conv(&f, &mut buf);
+                let mut buf = vec![0u8; PackedFc::of_conv(p).bytes()];
+                PackedFc::pack_conv(p, &mut buf);
                 let bytes = &buf;
                 let layout = Layout::VnniConv;
                 let q = ConvParams {
