@@ -9,8 +9,9 @@
 //!   through `OutputQuant`) and takes a uniform window (`Placement::is_uniform`); beyond that
 //!   the AVX-512 VNNI few-channel conv (C_in ≤ 8, VBMI) and pixels-in-lanes conv (the lanes
 //!   geometry) need shifts from −23 up, the AVX2 / AVX-VNNI pixels-in-lanes conv shifts in
-//!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the AVX2 packed conv covers
-//!   every uniform conv, the scalar reference the rest.
+//!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the implicit VNNI conv
+//!   (`vnni::conv2d_implicit`) every uniform conv packed for it at prepare; the AVX2 packed
+//!   conv covers every uniform conv, the scalar reference the rest.
 //! - NEON: conv and fully connected in both roundings (an epilogue per rounding).
 //! - x86 and NEON: a conv whose window is not uniform (SAME padding) but has one stride runs
 //!   as the uniform conv over its input padded into scratch (`valid::as_valid`); the scalar

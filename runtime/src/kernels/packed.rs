@@ -202,31 +202,30 @@ impl PackedFc {
     }
 
     /// The implicit conv's layout of conv `p` ([`Layout::VnniConv`]): these blocks over its
-    /// patches, each pixel's channels padded to a quad where C_in < 4
-    /// ([`PackedFc::conv_channels`]).
+    /// patches, each kernel row's kw·C_in weights padded with zeros to whole steps
+    /// ([`PackedFc::row_bytes`]).
     pub fn of_conv(p: &ConvParams) -> PackedFc {
-        let w = &p.window;
         PackedFc {
-            k: w.kernel_h * w.kernel_w * PackedFc::conv_channels(p),
+            k: p.window.kernel_h * PackedFc::row_bytes(p),
             n: p.output.c,
         }
     }
 
-    /// Channels per pixel of [`PackedFc::of_conv`]: C_in, or 4 where it is below (a quad per
-    /// tap, the rest zero weights).
-    pub fn conv_channels(p: &ConvParams) -> usize {
-        p.input.c.max(4)
+    /// Bytes of a kernel row in [`PackedFc::of_conv`]: kw·C_in up to a multiple of
+    /// [`FC_STEP`] (a step's four bytes are contiguous in an HWC input row whatever C_in).
+    pub fn row_bytes(p: &ConvParams) -> usize {
+        (p.window.kernel_w * p.input.c).next_multiple_of(FC_STEP)
     }
 
     /// Writes the implicit conv's layout of `p` ([`PackedFc::of_conv`]) into `dst` (at least
-    /// its bytes long): the weights as they are (int8), zero for the padding channels, and each
+    /// its bytes long): the weights as they are (int8), zero past each kernel row, and each
     /// row's bias less 128·Σw, for an input read as u8 (x + 128) (wrapping, as the sums: exact
     /// modulo 2^32).
     pub fn pack_conv(p: &ConvParams, dst: &mut [u8]) {
         let l = PackedFc::of_conv(p);
         let f = p.as_fc();
-        let widen = (p.input.c, PackedFc::conv_channels(p));
-        pack_blocks(&f, &mut dst[..l.bytes()], l.block_bytes(), 0, Some(widen));
+        let rows = (p.window.kernel_w * p.input.c, PackedFc::row_bytes(p));
+        pack_blocks(&f, &mut dst[..l.bytes()], l.block_bytes(), 0, Some(rows));
     }
 }
 
@@ -287,8 +286,8 @@ impl AmxFc {
 
 /// The blocks of [`PackedFc`] or [`AmxFc`] (`block_bytes` each) of layer `p` into `dst`: each
 /// its constants, then its steps of 16 rows × 4 weights, each weight `w ^ flip` as a byte
-/// (0x80: u8 w + 128; 0: int8 w), 0 past K or N. With `conv` = (C_in, C) for a conv's
-/// layer: each pixel's C_in channels padded to C (zero weights: its packed K is K / C_in · C)
+/// (0x80: u8 w + 128; 0: int8 w), 0 past K or N. With `conv` = (kw·C_in, R) for a conv's
+/// layer: each kernel row's weights padded with zeros to R (its packed K is K / kw·C_in · R)
 /// and each bias less 128·Σw.
 fn pack_blocks(
     p: &FcParams,
@@ -297,12 +296,12 @@ fn pack_blocks(
     flip: u8,
     conv: Option<(usize, usize)>,
 ) {
-    let (cin, c) = conv.unwrap_or((1, 1));
-    // Packed input `at` of row j: its weight, or none (a padding channel, past K or N).
+    let (run, r) = conv.unwrap_or((1, 1));
+    // Packed input `at` of row j: its weight, or none (padding, past K or N).
     let weight = |j: usize, at: usize| -> Option<i8> {
-        let (tap, ch) = (at / c, at % c);
-        let k = tap * cin + ch;
-        (ch < cin && k < p.k && j < p.n).then(|| p.weights[j * p.k + k])
+        let (ky, i) = (at / r, at % r);
+        let k = ky * run + i;
+        (i < run && k < p.k && j < p.n).then(|| p.weights[j * p.k + k])
     };
     let rows = FC_BLOCK_ROWS;
     for (b, block) in dst.chunks_exact_mut(block_bytes).enumerate() {
@@ -418,20 +417,21 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
     fc_packing(k, &p.as_fc())
 }
 
-/// Whether the VNNI set packs conv `p` for its implicit conv (`vnni::conv2d_implicit`): C_in a
-/// multiple of 4 or 3 (RGB stems, a quad per pixel three quarters used), at least one block of
+/// Whether the VNNI set packs conv `p` for its implicit conv (`vnni::conv2d_implicit`): kernel
+/// rows in whole steps (kw·C_in a multiple of 4) or 3 channels (RGB stems: a 3×3 kernel row
+/// is 9 of 12 bytes), at least one block of
 /// output channels, no dilation, a uniform window or its padded uniform form, and the lanes
 /// geometry (whose scratch holds the padded input). Measured per op on one Zen 4 core (AVX-512
 /// VNNI), batch 1, against the kernels it replaces (the pixels-in-lanes conv, the packed conv
 /// over gathered patches, the packed pointwise conv in place): ResNet-8's convs 0.72–0.96×
 /// their time (its stem 0.72×), ResNet-18's 0.75–0.94× (the whole network at 212 G
 /// multiply-adds/s, 91% of `vpdpbusd`'s peak there), DS-CNN's pointwise convs 0.92×,
-/// MobileNet's 0.71–1.0×; DS-CNN's 1-channel stem ran in 1.2× the packed conv's time (a quad a
-/// quarter used), so one channel stays there.
+/// MobileNet's 0.71–1.0×, DS-CNN's 1-channel 10×4 stem 0.68× (a kernel row one step). Other
+/// few-channel kernel rows (1 channel, 3 or 5 wide) stay with the few-channel conv.
 #[cfg(target_arch = "x86_64")]
 fn implicit_preferred(p: &ConvParams) -> bool {
     let w = &p.window;
-    (p.input.c.is_multiple_of(4) || p.input.c == 3)
+    ((p.window.kernel_w * p.input.c).is_multiple_of(FC_STEP) || p.input.c == 3)
         && p.output.c >= FC_BLOCK_ROWS
         && w.dilation_h == 1
         && w.dilation_w == 1

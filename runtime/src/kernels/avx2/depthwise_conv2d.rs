@@ -156,9 +156,14 @@ unsafe fn run<const WIDE: bool>(
         }
     };
     // The AVX-512 loop (the usual shifts) reads the image block by block: each block's
-    // plane of rows × columns × 16 channels apart; the others a pixel's blocks together.
+    // plane of rows × columns × 16 channels apart (8 channels: 8 per pixel, four pixels per
+    // vector); the others a pixel's blocks together.
     let block_major = WIDE && hi;
-    let unit = if block_major {
+    let eight = block_major && p.output.c == 8;
+    let unit = if eight {
+        widen_eight(p, &l, input, image, read);
+        8
+    } else if block_major {
         widen::<true>(p, &l, input, image, read);
         DW_BLOCK
     } else {
@@ -185,6 +190,8 @@ unsafe fn run<const WIDE: bool>(
         rows,
     };
     match (hi, p.out.rounding, WIDE) {
+        (true, Rounding::Single, true) if eight => job.pixels_eight::<false>(),
+        (true, Rounding::Double, true) if eight => job.pixels_eight::<true>(),
         (true, Rounding::Single, true) => job.pixels_512::<false>(),
         (true, Rounding::Double, true) => job.pixels_512::<true>(),
         (true, Rounding::Single, false) => job.pixels::<HI_SINGLE>(),
@@ -408,6 +415,76 @@ impl Job<'_> {
     }
 }
 
+impl Job<'_> {
+    /// [`Job::pixels_512`] for 8 channels, over [`widen_eight`]'s image: four consecutive
+    /// pixels per AVX-512 vector (one 512-bit load per tap where they lie in one row at
+    /// stride 1), each 128-bit lane a pixel's 8 channels as the 16-channel loop's low halves
+    /// order them, so the block's weights and constants are its channels 0–7 in every lane.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn pixels_eight<const DOUBLE: bool>(&self) {
+        let (p, l) = (self.p, &self.l);
+        let wo = p.output.w;
+        let (sh, sw) = (p.window.stride_h, p.window.stride_w);
+        let pairs = self.offsets.len();
+        // A 256-bit vector's low 128 bits (channels 0–3 of its accumulator) in all four lanes.
+        let four = |v: *const __m256i| _mm512_broadcast_i32x4(_mm256_castsi256_si128(*v));
+        let mut w = [[_mm512_setzero_si512(); 2]; DW_MAX_TAPS.div_ceil(2)];
+        for (j, wj) in w.iter_mut().enumerate().take(pairs) {
+            let at = self.weights.add(j * l.blocks * 2);
+            *wj = [four(at), four(at.add(1))];
+        }
+        let e = [0, 1].map(|v| EpiV::eight(&*self.epi.add(v)));
+        let lim = (
+            _mm512_broadcast_i64x4(self.lim.lo),
+            _mm512_broadcast_i64x4(self.lim.hi),
+            _mm512_broadcast_i64x4(self.lim.zo),
+        );
+        let at_in = |(oy, ox): (usize, usize)| self.image.add((oy * sh * l.cols + ox * sw) * 8);
+        let n = (self.rows.end - self.rows.start) * wo;
+        let (mut oy, mut ox, mut i) = (self.rows.start, 0usize, 0usize);
+        while i < n {
+            let m = (n - i).min(4);
+            let (a0, a1) = if sw == 1 && ox + 4 <= wo {
+                let x0 = at_in((oy, ox));
+                pair_sums(&self.offsets[..pairs], &w, |o| {
+                    _mm512_loadu_si512(x0.add(o) as *const __m512i)
+                })
+            } else {
+                // Pixels past the band's last repeat it; their outputs are not stored.
+                let mut px = [(oy, ox); 4];
+                for k in 1..4 {
+                    let (y, x) = px[k - 1];
+                    px[k] = match (k < m, x + 1 < wo) {
+                        (false, _) => (y, x),
+                        (true, true) => (y, x + 1),
+                        (true, false) => (y + 1, 0),
+                    };
+                }
+                let x = px.map(at_in);
+                pair_sums(&self.offsets[..pairs], &w, |o| {
+                    let v = |k: usize| _mm_loadu_si128(x[k].add(o) as *const __m128i);
+                    let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(v(0)), v(1));
+                    let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(v(2)), v(3));
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                })
+            };
+            let r0 = e[0].requant::<DOUBLE>(a0, lim);
+            let r1 = e[1].requant::<DOUBLE>(a1, lim);
+            // Each 128-bit lane: its pixel's channels 0–3, then 4–7.
+            let bytes = _mm512_cvtsepi16_epi8(_mm512_packs_epi32(r0, r1));
+            let mask = (u32::MAX >> (32 - 8 * m)) as __mmask32;
+            _mm256_mask_storeu_epi8(self.out.add(i * 8), mask, bytes);
+            i += m;
+            ox += m;
+            while ox >= wo && i < n {
+                ox -= wo;
+                oy += 1;
+            }
+        }
+    }
+}
+
 /// The two accumulators of a pair of pixels: for each tap pair's offsets, `two(offset)` the
 /// pixels' 16 channels side by side, interleaved tap by tap against the pair's weights.
 #[inline]
@@ -441,6 +518,21 @@ impl EpiV {
     unsafe fn new(e: &Epi) -> Self {
         let ld =
             |a: &[i32; 8]| _mm512_broadcast_i64x4(_mm256_load_si256(a.as_ptr() as *const __m256i));
+        EpiV {
+            bias: ld(&e.bias),
+            m0: ld(&e.m0),
+            r_hi: ld(&e.r_hi),
+            n_hi: ld(&e.n_hi),
+        }
+    }
+
+    /// The constants of an 8-channel block's accumulator: its channels 0–3 in every 128-bit
+    /// lane ([`Job::pixels_eight`]).
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn eight(e: &Epi) -> Self {
+        let ld =
+            |a: &[i32; 8]| _mm512_broadcast_i32x4(_mm_load_si128(a.as_ptr() as *const __m128i));
         EpiV {
             bias: ld(&e.bias),
             m0: ld(&e.m0),
@@ -641,6 +733,36 @@ unsafe fn widen<const BLOCK_MAJOR: bool>(
                     }
                 }
             }
+        }
+    }
+}
+
+/// [`widen`] of an 8-channel input (one block), 8 values per pixel at `(row · cols + col) · 8`:
+/// four pixels in an AVX-512 vector.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn widen_eight(
+    p: &DepthwiseParams,
+    l: &SimdDepthwise,
+    input: &[i8],
+    image: *mut i16,
+    rows: Range<usize>,
+) {
+    let (h, w) = (p.input.h, p.input.w);
+    let (top, left) = (p.window.pad_top, p.window.pad_left);
+    let zv = _mm_set1_epi16(zero_point(p) as i16);
+    for r in rows {
+        let iy = r.wrapping_sub(top);
+        for col in 0..l.cols {
+            let ix = col.wrapping_sub(left);
+            let dst = image.add((r * l.cols + col) * 8) as *mut __m128i;
+            let v = if iy < h && ix < w {
+                let src = input.as_ptr().add((iy * w + ix) * 8) as *const __m128i;
+                _mm_sub_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(src)), zv)
+            } else {
+                _mm_setzero_si128()
+            };
+            _mm_storeu_si128(dst, v);
         }
     }
 }

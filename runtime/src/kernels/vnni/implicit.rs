@@ -16,7 +16,9 @@ use core::ops::Range;
 
 use super::fully_connected::{BlockEpi, Limits};
 use super::padded::pad_flipped;
-use crate::kernels::{ConvImage, ConvParams, Layout, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES};
+use crate::kernels::{
+    ConvImage, ConvParams, Layout, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP,
+};
 use crate::requant::Rounding;
 
 /// Output pixels per tile (of one band, across its rows).
@@ -25,22 +27,18 @@ const MR: usize = 8;
 const NB: usize = 2;
 
 /// Whether [`conv2d_implicit`] covers conv `p`'s shape (given its packed weights and the
-/// scratch): a uniform window, C_in a multiple of 4 or below 4 (a quad per pixel then).
+/// scratch): a uniform window.
 pub fn implicit_supported(p: &ConvParams) -> bool {
-    p.is_uniform()
-        && (p.input.c.is_multiple_of(4) || p.input.c < 4)
-        && p.input.c > 0
-        && p.output.c > 0
-        && p.output.h > 0
-        && p.output.w > 0
+    p.is_uniform() && p.input.c > 0 && p.output.c > 0 && p.output.h > 0 && p.output.w > 0
 }
 
 /// Scratch bytes [`conv2d_implicit_rows`] needs for `rows` output rows: the padded input rows
-/// they read, and 64 to align them.
+/// they read, 64 to align them and [`FC_STEP`] that a kernel row's last step may read past the
+/// last ([`PackedFc::row_bytes`]).
 pub fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
     let wp = p.input.w + 2 * p.pad();
     let in_rows = rows.saturating_sub(1) * p.stride() + p.window.kernel_h;
-    64 + in_rows * wp * PackedFc::conv_channels(p)
+    64 + in_rows * wp * p.input.c + FC_STEP
 }
 
 /// The packed weights, where `p` has them in this layout and is covered.
@@ -116,17 +114,14 @@ unsafe fn band(
     if rows.is_empty() {
         return;
     }
-    let (cin, s, cout, wo) = (
-        PackedFc::conv_channels(p),
-        p.stride(),
-        p.output.c,
-        p.output.w,
-    );
+    let (cin, s, cout, wo) = (p.input.c, p.stride(), p.output.c, p.output.w);
     let row = (p.input.w + 2 * p.pad()) * cin;
     let img = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
     let first = rows.start * s;
     let in_rows = (rows.len() - 1) * s + p.window.kernel_h;
-    pad_flipped(p, input, img, first..first + in_rows, cin);
+    pad_flipped(p, input, img, first..first + in_rows);
+    // What the last kernel row's last step reads past the rows meets zero weights.
+    core::ptr::write_bytes(img.add(in_rows * row), 0, FC_STEP);
     let l = PackedFc::of_conv(p);
     let at = Tiles {
         img,
@@ -135,7 +130,7 @@ unsafe fn band(
         out_row: s * row,
         wo,
         kh: p.window.kernel_h,
-        kwc: p.window.kernel_w * cin,
+        kwc: PackedFc::row_bytes(p),
         bb: l.block_bytes(),
         cout,
         lim: Limits::new(&p.out),
@@ -178,7 +173,7 @@ struct Tiles {
     out_row: usize,
     wo: usize,
     kh: usize,
-    /// Bytes of a kernel row (kw · C_in).
+    /// Bytes of a kernel row's steps (kw · C_in up to a multiple of 4).
     kwc: usize,
     /// Bytes per block.
     bb: usize,

@@ -119,7 +119,7 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
     let epi = img.add(img_len + wq_len) as *mut Epi;
     let tile = img.add(img_len + wq_len + epi_len);
     let hp = p.input.h + 2 * p.pad();
-    pad_flipped(p, input, img, 0..hp, cin);
+    pad_flipped(p, input, img, 0..hp);
     // Read only by lanes that are dropped.
     core::ptr::write_bytes(img.add(hp * row), 0, SLACK);
 
