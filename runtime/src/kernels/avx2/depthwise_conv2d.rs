@@ -516,14 +516,9 @@ impl EpiV {
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
     unsafe fn new(e: &Epi) -> Self {
-        let ld =
-            |a: &[i32; 8]| _mm512_broadcast_i64x4(_mm256_load_si256(a.as_ptr() as *const __m256i));
-        EpiV {
-            bias: ld(&e.bias),
-            m0: ld(&e.m0),
-            r_hi: ld(&e.r_hi),
-            n_hi: ld(&e.n_hi),
-        }
+        EpiV::loaded(e, |a| {
+            _mm512_broadcast_i64x4(_mm256_load_si256(a.as_ptr() as *const __m256i))
+        })
     }
 
     /// The constants of an 8-channel block's accumulator: its channels 0–3 in every 128-bit
@@ -531,8 +526,14 @@ impl EpiV {
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
     unsafe fn eight(e: &Epi) -> Self {
-        let ld =
-            |a: &[i32; 8]| _mm512_broadcast_i32x4(_mm_load_si128(a.as_ptr() as *const __m128i));
+        EpiV::loaded(e, |a| {
+            _mm512_broadcast_i32x4(_mm_load_si128(a.as_ptr() as *const __m128i))
+        })
+    }
+
+    /// Each constant of `e` through `ld`.
+    #[inline(always)]
+    fn loaded(e: &Epi, ld: impl Fn(&[i32; 8]) -> __m512i) -> Self {
         EpiV {
             bias: ld(&e.bias),
             m0: ld(&e.m0),

@@ -199,6 +199,14 @@ impl<'p, 'a> Gather<'p, 'a> {
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn copy(src: *const i8, dst: *mut i8, n: usize) {
+    copy_xor(src, dst, n, 0)
+}
+
+/// [`copy`], each byte xor `x` (−128: offset to u8, x + 128).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn copy_xor(src: *const i8, dst: *mut i8, n: usize, x: i8) {
+    let x = _mm512_set1_epi8(x);
     let mut at = 0;
     while at < n {
         let mask: __mmask64 = if n - at >= 64 {
@@ -207,7 +215,7 @@ pub(crate) unsafe fn copy(src: *const i8, dst: *mut i8, n: usize) {
             (1u64 << (n - at)) - 1
         };
         let v = _mm512_maskz_loadu_epi8(mask, src.add(at));
-        _mm512_mask_storeu_epi8(dst.add(at), mask, v);
+        _mm512_mask_storeu_epi8(dst.add(at), mask, _mm512_xor_si512(v, x));
         at += 64;
     }
 }

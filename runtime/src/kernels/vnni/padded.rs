@@ -2,9 +2,9 @@
 //! few-channel and the implicit convs read it: `vpdpbusd` multiplies u8 by int8, so with the
 //! input as u8 the weights stay int8 and the −128·Σw correction is per channel.
 
-use core::arch::x86_64::*;
 use core::ops::Range;
 
+use super::packed_conv::copy_xor;
 use crate::kernels::ConvParams;
 
 /// Padded rows `rows` (of `h + 2·pad`) of `p`'s input as u8 (x + 128), `(w + 2·pad)·C_in` bytes
@@ -17,7 +17,6 @@ use crate::kernels::ConvParams;
 pub(super) unsafe fn pad_flipped(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usize>) {
     let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
     let row = (w + 2 * pad) * cin;
-    let flip = _mm512_set1_epi8(-128);
     // One pad value for every channel (the input zero point, as a rule): the border is a
     // fill; else channel by channel.
     let one = (p.pad_value(0) as u8) ^ 0x80;
@@ -39,24 +38,9 @@ pub(super) unsafe fn pad_flipped(p: &ConvParams, input: &[i8], img: *mut u8, row
             continue;
         }
         fill(dst, pad);
-        // The row's interior: w·C_in bytes, 64 at a time.
+        // The row's interior: w·C_in bytes.
         let src = input.as_ptr().add((yp - pad) * w * cin);
-        let n = w * cin;
-        let mut at = 0;
-        while at < n {
-            let m: __mmask64 = if n - at >= 64 {
-                !0
-            } else {
-                (1u64 << (n - at)) - 1
-            };
-            let v = _mm512_maskz_loadu_epi8(m, src.add(at));
-            _mm512_mask_storeu_epi8(
-                dst.add(pad * cin + at) as *mut i8,
-                m,
-                _mm512_xor_si512(v, flip),
-            );
-            at += 64;
-        }
+        copy_xor(src, dst.add(pad * cin) as *mut i8, w * cin, -128);
         fill(dst.add((w + pad) * cin), pad);
     }
 }
