@@ -37,8 +37,14 @@ pub fn implicit_supported(p: &ConvParams) -> bool {
 /// last ([`PackedFc::row_bytes`]).
 pub fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
     let wp = p.input.w + 2 * p.pad();
-    let in_rows = rows.saturating_sub(1) * p.stride() + p.window.kernel_h;
-    64 + in_rows * wp * p.input.c + FC_STEP
+    // Saturating: a conv too large for memory is declined, never wrapped.
+    let in_rows = (rows.saturating_sub(1))
+        .saturating_mul(p.stride())
+        .saturating_add(p.window.kernel_h);
+    in_rows
+        .saturating_mul(wp)
+        .saturating_mul(p.input.c)
+        .saturating_add(64 + FC_STEP)
 }
 
 /// The packed weights, where `p` has them in this layout and is covered.
