@@ -312,10 +312,12 @@ fn pack_blocks(
         for r in 0..rows {
             let j = b * rows + r;
             let (bias, m0, sh) = if j < p.n {
-                let w = &p.weights[j * p.k..(j + 1) * p.k];
-                let sw = w.iter().fold(0i32, |a, &v| a.wrapping_add(v as i32));
                 let bias = match conv {
-                    Some(_) => p.bias.get(j).wrapping_sub(sw.wrapping_mul(128)),
+                    Some(_) => {
+                        let w = &p.weights[j * p.k..(j + 1) * p.k];
+                        let sw = w.iter().fold(0i32, |a, &v| a.wrapping_add(v as i32));
+                        p.bias.get(j).wrapping_sub(sw.wrapping_mul(128))
+                    }
                     None => p.bias.get(j),
                 };
                 (bias, p.multiplier.get(j), p.shift.get(j))
@@ -379,8 +381,8 @@ pub const IM2COL_MAX_PIXELS: usize = 128;
 /// The layout and bytes kernel set `k` packs conv `p` in: for the implicit conv where it
 /// covers `p` ([`implicit_preferred`]; the AMX set's convs off the tiles too), else its
 /// weights as the fully connected layer it applies to each pixel's patch
-/// (`ConvParams::as_fc`), read in place for a pointwise conv, else gathered (K up to [`IM2COL_MAX_K`], undilated), where that beats the
-/// pixels-in-lanes kernel: at least 16 output channels (one vector), and at most
+/// (`ConvParams::as_fc`), read in place for a pointwise conv, else gathered (K up to
+/// [`IM2COL_MAX_K`], undilated), where that beats the pixels-in-lanes kernel: at least 16 output channels (one vector), and at most
 /// [`IM2COL_MAX_PIXELS`] output pixels or, gathered, a stride above 1 (the lanes kernel splits
 /// the input by stride phase). Measured per op on the MLPerf Tiny models (AVX-512 VNNI, one
 /// core, batch 1): ResNet-8's stride-2 convs and its 3×3 conv on 8×8 run in 0.68–0.84× the
@@ -419,9 +421,8 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
 
 /// Whether the VNNI set packs conv `p` for its implicit conv (`vnni::conv2d_implicit`): kernel
 /// rows in whole steps (kw·C_in a multiple of 4) or 3 channels (RGB stems: a 3×3 kernel row
-/// is 9 of 12 bytes), at least one block of
-/// output channels, no dilation, a uniform window or its padded uniform form, and the lanes
-/// geometry (whose scratch holds the padded input). Measured per op on one Zen 4 core (AVX-512
+/// is 9 of 12 bytes), at least one block of output channels, no dilation, a uniform window or
+/// its padded uniform form, and the lanes geometry (whose scratch holds the padded input). Measured per op on one Zen 4 core (AVX-512
 /// VNNI), batch 1, against the kernels it replaces (the pixels-in-lanes conv, the packed conv
 /// over gathered patches, the packed pointwise conv in place): ResNet-8's convs 0.72–0.96×
 /// their time (its stem 0.72×), ResNet-18's 0.75–0.94× (the whole network at 212 G
@@ -431,7 +432,7 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
 #[cfg(target_arch = "x86_64")]
 fn implicit_preferred(p: &ConvParams) -> bool {
     let w = &p.window;
-    ((p.window.kernel_w * p.input.c).is_multiple_of(FC_STEP) || p.input.c == 3)
+    ((w.kernel_w * p.input.c).is_multiple_of(FC_STEP) || p.input.c == 3)
         && p.output.c >= FC_BLOCK_ROWS
         && w.dilation_h == 1
         && w.dilation_w == 1

@@ -376,11 +376,7 @@ impl Job<'_> {
         let n = (self.rows.end - self.rows.start) * wo;
         let at = b * DW_BLOCK;
         let mask = ((1u32 << (c - at).min(DW_BLOCK)) - 1) as __mmask16;
-        // The pixel after (oy, ox) in row-major order.
-        let next = |(oy, ox): (usize, usize)| match ox + 1 < wo {
-            true => (oy, ox + 1),
-            false => (oy + 1, 0),
-        };
+        let next = |px| after(px, 1, wo);
         let (mut px, mut i) = ((self.rows.start, 0usize), 0usize);
         while i < n {
             let px1 = if i + 1 < n { next(px) } else { px };
@@ -442,26 +438,24 @@ impl Job<'_> {
         );
         let at_in = |(oy, ox): (usize, usize)| self.image.add((oy * sh * l.cols + ox * sw) * 8);
         let n = (self.rows.end - self.rows.start) * wo;
-        let (mut oy, mut ox, mut i) = (self.rows.start, 0usize, 0usize);
+        let (mut px, mut i) = ((self.rows.start, 0usize), 0usize);
         while i < n {
             let m = (n - i).min(4);
-            let (a0, a1) = if sw == 1 && ox + 4 <= wo {
-                let x0 = at_in((oy, ox));
+            let (a0, a1) = if sw == 1 && px.1 + 4 <= wo {
+                let x0 = at_in(px);
                 pair_sums(&self.offsets[..pairs], &w, |o| {
                     _mm512_loadu_si512(x0.add(o) as *const __m512i)
                 })
             } else {
                 // Pixels past the band's last repeat it; their outputs are not stored.
-                let mut px = [(oy, ox); 4];
-                for k in 1..4 {
-                    let (y, x) = px[k - 1];
-                    px[k] = match (k < m, x + 1 < wo) {
-                        (false, _) => (y, x),
-                        (true, true) => (y, x + 1),
-                        (true, false) => (y + 1, 0),
-                    };
+                let mut four = [px; 4];
+                for k in 1..m {
+                    four[k] = after(four[k - 1], 1, wo);
                 }
-                let x = px.map(at_in);
+                for k in m..4 {
+                    four[k] = four[m - 1];
+                }
+                let x = four.map(at_in);
                 pair_sums(&self.offsets[..pairs], &w, |o| {
                     let v = |k: usize| _mm_loadu_si128(x[k].add(o) as *const __m128i);
                     let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(v(0)), v(1));
@@ -476,13 +470,20 @@ impl Job<'_> {
             let mask = (u32::MAX >> (32 - 8 * m)) as __mmask32;
             _mm256_mask_storeu_epi8(self.out.add(i * 8), mask, bytes);
             i += m;
-            ox += m;
-            while ox >= wo && i < n {
-                ox -= wo;
-                oy += 1;
-            }
+            px = after(px, m, wo);
         }
     }
+}
+
+/// The output pixel `m` after (`oy`, `ox`) in row-major order, rows `wo` wide.
+#[inline(always)]
+fn after((mut oy, ox): (usize, usize), m: usize, wo: usize) -> (usize, usize) {
+    let mut ox = ox + m;
+    while ox >= wo {
+        ox -= wo;
+        oy += 1;
+    }
+    (oy, ox)
 }
 
 /// The two accumulators of a pair of pixels: for each tap pair's offsets, `two(offset)` the

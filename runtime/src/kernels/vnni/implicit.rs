@@ -4,9 +4,10 @@
 //! broadcast, by a step of a block's weights. Nothing is gathered: a step's four bytes are read
 //! where they lie in the input, which is padded and offset to u8 (x + 128) once per call into
 //! scratch (only the rows a band of output rows reads), so the weights stay int8 and the
-//! −128·Σw correction is folded into the packed bias. C_in a multiple of 4 (a step never
-//! crosses taps), uniform windows (the dispatch pads the others first), either rounding (the
-//! packed fully connected layer's epilogue, [`BlockEpi`]).
+//! −128·Σw correction is folded into the packed bias. Any C_in (a step is four bytes of one
+//! kernel row, the rows padded with zero weights to whole steps), uniform windows (the
+//! dispatch pads the others first), either rounding (the packed fully connected layer's
+//! epilogue, [`BlockEpi`]).
 //!
 //! Against the gathered packed conv this saves the copies and the per-pixel Σx; against the
 //! pixels-in-lanes kernel, the input's rearrangement and the transpose of the outputs.
@@ -28,14 +29,14 @@ const NB: usize = 2;
 
 /// Whether [`conv2d_implicit`] covers conv `p`'s shape (given its packed weights and the
 /// scratch): a uniform window.
-pub fn implicit_supported(p: &ConvParams) -> bool {
+fn implicit_supported(p: &ConvParams) -> bool {
     p.is_uniform() && p.input.c > 0 && p.output.c > 0 && p.output.h > 0 && p.output.w > 0
 }
 
 /// Scratch bytes [`conv2d_implicit_rows`] needs for `rows` output rows: the padded input rows
 /// they read, 64 to align them and [`FC_STEP`] that a kernel row's last step may read past the
 /// last ([`PackedFc::row_bytes`]).
-pub fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
+fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
     let wp = p.input.w + 2 * p.pad();
     // Saturating: a conv too large for memory is declined, never wrapped.
     let in_rows = (rows.saturating_sub(1))
@@ -58,6 +59,16 @@ pub fn implicit_rows_covered(p: &ConvParams, scratch: usize) -> bool {
     weights(p).is_some() && scratch >= implicit_scratch(p, p.output.h)
 }
 
+/// Whether `im`'s buffers hold output rows `rows` of `p` (the output only those rows).
+fn fits(p: &ConvParams, im: &ConvImage, rows: &Range<usize>) -> bool {
+    let n = rows.end.saturating_sub(rows.start);
+    rows.start <= rows.end
+        && rows.end <= p.output.h
+        && im.input.len() >= p.input.len()
+        && im.output.len() >= n * p.output.w * p.output.c
+        && im.scratch.len() >= implicit_scratch(p, n)
+}
+
 /// `p` over every image of `images`, where it was packed for this kernel and every image's
 /// buffers and scratch hold it; `false` (nothing written) else.
 ///
@@ -68,17 +79,12 @@ pub unsafe fn conv2d_implicit(p: &ConvParams, images: &mut [ConvImage]) -> bool 
     let Some(w) = weights(p) else {
         return false;
     };
-    let ho = p.output.h;
-    let fits = |m: &ConvImage| {
-        m.input.len() >= p.input.len()
-            && m.output.len() >= p.output.len()
-            && m.scratch.len() >= implicit_scratch(p, ho)
-    };
-    if !images.iter().all(fits) {
+    let all = 0..p.output.h;
+    if !images.iter().all(|m| fits(p, m, &all)) {
         return false;
     }
     for m in images.iter_mut() {
-        band(p, w, m.input, m.output.as_mut_ptr(), m.scratch, 0..ho);
+        band(p, w, m.input, m.output.as_mut_ptr(), m.scratch, all.clone());
     }
     true
 }
@@ -93,13 +99,7 @@ pub unsafe fn conv2d_implicit_rows(p: &ConvParams, im: ConvImage, rows: Range<us
     let Some(w) = weights(p) else {
         return false;
     };
-    let n = rows.end.saturating_sub(rows.start);
-    if rows.start > rows.end
-        || rows.end > p.output.h
-        || im.input.len() < p.input.len()
-        || im.output.len() < n * p.output.w * p.output.c
-        || im.scratch.len() < implicit_scratch(p, n)
-    {
+    if !fits(p, &im, &rows) {
         return false;
     }
     band(p, w, im.input, im.output.as_mut_ptr(), im.scratch, rows);

@@ -23,10 +23,7 @@ pub(crate) use add::add_supported;
 pub use conv2d::conv2d;
 pub use fully_connected::{fully_connected, fully_connected_batch};
 pub(crate) use fully_connected::{BlockEpi, Limits};
-pub use implicit::{
-    conv2d_implicit, conv2d_implicit_rows, implicit_rows_covered, implicit_scratch,
-    implicit_supported,
-};
+pub use implicit::{conv2d_implicit, conv2d_implicit_rows, implicit_rows_covered};
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
 pub use packed_conv::{conv2d_packed, conv2d_packed_rows, packed_rows_covered};
