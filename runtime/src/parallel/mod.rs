@@ -229,7 +229,7 @@ pub fn run_split_with<'b>(
                     return Err(e);
                 }
             }
-            if !barrier.wait() {
+            if !barrier.wait(part) {
                 return Ok(());
             }
             // The split of the conv just run, when op j is a residual add of its output.
@@ -255,7 +255,7 @@ pub fn run_split_with<'b>(
                     }
                     Ok(next) => after_conv = next,
                 }
-                if after_conv.is_none() && !barrier.wait() {
+                if after_conv.is_none() && !barrier.wait(part) {
                     return Ok(());
                 }
             }
@@ -304,7 +304,7 @@ mod tests {
     fn a_panicking_part_releases_the_barrier() {
         let barrier = Barrier::new(2);
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| barrier.wait());
+            let waiter = s.spawn(|| barrier.wait(0));
             let panicking = s.spawn(|| {
                 let _release = FailOnUnwind(&barrier);
                 panic!("a kernel's bug");

@@ -59,7 +59,9 @@ impl Signal {
 
     /// Waits until `done(word)`, spinning for `spin` first; returns the word seen.
     pub(super) fn wait_until(&self, spin: Duration, done: impl Fn(usize) -> bool) -> usize {
-        let start = Instant::now();
+        // The clock is started after the first 64 spins and read every 64 only: it costs
+        // more than a spin, and most waits end sooner.
+        let mut start = None;
         let mut i = 0u32;
         let mut yielding = false;
         loop {
@@ -74,9 +76,8 @@ impl Signal {
             } else {
                 std::hint::spin_loop();
             }
-            // The clock is read every 64 spins only: it costs more than a spin.
             if yielding || i.is_multiple_of(64) {
-                let t = start.elapsed();
+                let t = start.get_or_insert_with(Instant::now).elapsed();
                 if t >= spin {
                     break;
                 }
