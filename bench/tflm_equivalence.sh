@@ -46,7 +46,7 @@ for arg in "$@"; do
   check "$name" "$work/$name.tflite" --data "$data" --images "$inputs"
 done
 
-env=$(env | grep -E '^(INPUTS|SEED|JOBS|DATA|INTERPRETERS)=' | sort | tr '\n' ' ')
+env=$(env | grep -E '^(INPUTS|SEED|JOBS|DATA|INTERPRETERS|OUT)=' | sort | tr '\n' ' ')
 python3 bench/tflite_report.py "$out" \
   "output bytes of octet (the .tflite imported by octet run) vs stock TensorFlow Lite Micro on the same .tflite and inputs" \
   "$env$0 $*" "${parts[@]}"
