@@ -128,10 +128,12 @@ pub const FC_EPI_BYTES: usize = 1024;
 /// little-endian i32 (one per row) or 16 i64 (the even rows', then the odd ones', as 64-bit
 /// lanes pair them).
 ///
-/// Two forms of the requantization: the short one where every row of the block has n ≥ 33
-/// ([`FusedRequant`]'s n; the usual shifts, from −2 down), from `BIAS`, `M0`, `R_HI`
-/// (round >> 32) and `N_HI` (n − 32); else [`HighRequant`]'s, from `BIAS`, `M0`, `ACC_MIN`,
-/// `ACC_MAX`, `LS`, `N`, `PRE`, `ROUND` and `CORR`. `HI` (one i32) says which.
+/// Two forms of the requantization: the short one where every row of the block has n in
+/// [33, 61] ([`FusedRequant`]'s n; the usual shifts, from −2 down) and |acc + bias| < 2^30
+/// for any input, from `BIAS`, `M0` and, in the single rounding, `R_HI` (round >> 32) and
+/// `N_HI` (n − 32), in the double `ROUND` and `N_HI`; else [`HighRequant`]'s, from `BIAS`,
+/// `M0`, `ACC_MIN`, `ACC_MAX`, `LS`, `N`, `PRE`, `ROUND` and `CORR`. `HI` (one i32) says
+/// which.
 pub struct FcEpi;
 
 impl FcEpi {
@@ -326,7 +328,11 @@ fn pack_blocks(
             };
             let f = FusedRequant::new(m0, sh, p.out.rounding);
             let h = HighRequant::new(m0, sh, p.out.rounding);
-            hi &= f.n >= 33;
+            // The short form's double rounding shifts (P + round) by 31 into an i32: room
+            // for it where |acc + bias| < 2^30 (|x·w| ≤ 2^14 per input) and n ≤ 61.
+            let bound = (p.k as u64) << 14;
+            let bias_of = if j < p.n { p.bias.get(j) } else { 0 };
+            hi &= f.n >= 33 && f.n <= 61 && bound + (bias_of.unsigned_abs() as u64) < 1 << 30;
             put(FcEpi::BIAS + 4 * r, &bias.to_le_bytes());
             put(FcEpi::M0 + 4 * r, &f.m0.to_le_bytes());
             put(FcEpi::R_HI + 4 * r, &((f.round >> 32) as i32).to_le_bytes());

@@ -225,6 +225,11 @@ pub(crate) struct BlockEpi {
     m0: __m512i,
     r_hi: __m512i,
     n_hi: __m512i,
+    /// The odd rows' M0 in the even halves, the rounding terms of the even and odd rows (64-bit
+    /// lanes), and n − 31: the short form's double rounding.
+    m0_odd: __m512i,
+    round: [__m512i; 2],
+    rs: __m512i,
 }
 
 impl BlockEpi {
@@ -235,13 +240,18 @@ impl BlockEpi {
     #[inline]
     #[target_feature(enable = "avx2,avx512f")]
     pub(crate) unsafe fn load(e: *const u8) -> Self {
+        let m0 = table(e, FcEpi::M0);
+        let n_hi = table(e, FcEpi::N_HI);
         BlockEpi {
             e,
             hi: (e.add(FcEpi::HI) as *const i32).read_unaligned() == 1,
             bias: table(e, FcEpi::BIAS),
-            m0: table(e, FcEpi::M0),
+            m0,
             r_hi: table(e, FcEpi::R_HI),
-            n_hi: table(e, FcEpi::N_HI),
+            n_hi,
+            m0_odd: _mm512_srli_epi64::<32>(m0),
+            round: [table(e, FcEpi::ROUND), table(e, FcEpi::ROUND + 64)],
+            rs: _mm512_add_epi32(n_hi, _mm512_set1_epi32(1)),
         }
     }
 
@@ -262,12 +272,24 @@ impl BlockEpi {
             return requant(sum, corr, self.e, lim);
         }
         let x = _mm512_add_epi32(_mm512_add_epi32(sum, corr), self.bias);
-        let r = if double {
-            short_requant::<true>(x, self.m0, self.r_hi, self.n_hi)
-        } else {
-            short_requant::<false>(x, self.m0, self.r_hi, self.n_hi)
-        };
-        lim.finish(r)
+        if !double {
+            return lim.finish(short_requant::<false>(x, self.m0, self.r_hi, self.n_hi));
+        }
+        // (P + round − [x < 0]·2^31) >> n as ((P + round) >> 31 − [x < 0]) >> (n − 31): the
+        // sign's correction after the 64-bit sums' bits 31–62 are gathered (in range: |x| <
+        // 2^30, `FcEpi`), two instructions fewer than before them.
+        let even = _mm512_add_epi64(_mm512_mul_epi32(x, self.m0), self.round[0]);
+        let odd = _mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m0_odd);
+        let odd = _mm512_add_epi64(odd, self.round[1]);
+        let t = _mm512_mask_blend_epi32(
+            0xAAAA,
+            _mm512_srli_epi64::<31>(even),
+            _mm512_slli_epi64::<1>(odd),
+        );
+        lim.finish(_mm512_srav_epi32(
+            _mm512_add_epi32(t, _mm512_srai_epi32::<31>(x)),
+            self.rs,
+        ))
     }
 }
 
