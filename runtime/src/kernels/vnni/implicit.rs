@@ -18,7 +18,7 @@ use core::ops::Range;
 use super::fully_connected::{BlockEpi, Limits};
 use super::padded::pad_flipped;
 use crate::kernels::{
-    ConvImage, ConvParams, Layout, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP,
+    ConvImage, ConvParams, FcEpi, Layout, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP,
 };
 use crate::requant::Rounding;
 
@@ -214,9 +214,8 @@ impl Tiles {
             let r0 = (b0 + b) * FC_BLOCK_ROWS;
             let mask = ((1u32 << (self.cout - r0).min(FC_BLOCK_ROWS)) - 1) as u16;
             let epi = BlockEpi::load(wb.add(b * self.bb));
-            let zero = _mm512_setzero_si512();
             for (r, a) in acc.iter().enumerate().take(n) {
-                let v = epi.apply(a[b], zero, &self.lim, self.double);
+                let v = epi.apply_biased(a[b], &self.lim, self.double);
                 _mm_mask_storeu_epi8(self.y.add((p0 + r) * self.cout + r0), mask, v);
             }
         }
@@ -232,7 +231,13 @@ impl Tiles {
         x: &[*const u8; M],
         wb: *const u8,
     ) -> [[__m512i; B]; M] {
+        // The sums start at the bias: the epilogue does not add it.
         let mut acc = [[_mm512_setzero_si512(); B]; M];
+        for a in acc.iter_mut() {
+            for (b, a) in a.iter_mut().enumerate() {
+                *a = _mm512_loadu_si512(wb.add(b * self.bb + FcEpi::BIAS) as *const _);
+            }
+        }
         let mut wp = wb.add(FC_EPI_BYTES);
         for ky in 0..self.kh {
             let o = ky * self.row;

@@ -158,8 +158,8 @@ impl Pass<'_> {
             let rows = (l.n - r0).min(FC_BLOCK_ROWS);
             let mask = ((1u32 << rows) - 1) as u16;
             let epi = BlockEpi::load(e);
-            for ((&y, a), &corr) in self.y.iter().zip(&acc).zip(&self.corr) {
-                let v = epi.apply(a[b], corr, self.lim, self.double);
+            for (&y, a) in self.y.iter().zip(&acc) {
+                let v = epi.apply_biased(a[b], self.lim, self.double);
                 _mm_mask_storeu_epi8(y.add(r0), mask, v);
             }
         }
@@ -172,7 +172,13 @@ impl Pass<'_> {
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn sums<const M: usize, const NB: usize>(&self) -> [[__m512i; NB]; M] {
         let (l, bb) = (self.l, self.l.block_bytes());
+        // The sums start at the bias and the correction: the epilogue adds neither.
         let mut acc = [[_mm512_setzero_si512(); NB]; M];
+        for (a, &corr) in acc.iter_mut().zip(&self.corr) {
+            for (b, a) in a.iter_mut().enumerate() {
+                *a = _mm512_add_epi32(table(self.w.add(b * bb), FcEpi::BIAS), corr);
+            }
+        }
         let full = l.k / FC_STEP;
         let mut wp = self.w.add(FC_EPI_BYTES);
         for s in 0..full {
@@ -268,10 +274,24 @@ impl BlockEpi {
         lim: &Limits,
         double: bool,
     ) -> __m128i {
+        self.apply_biased(
+            _mm512_add_epi32(_mm512_add_epi32(sum, corr), self.bias),
+            lim,
+            double,
+        )
+    }
+
+    /// [`BlockEpi::apply`] of sums that already hold the bias and the correction (their
+    /// accumulators started at them).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW and VL.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    pub(crate) unsafe fn apply_biased(&self, x: __m512i, lim: &Limits, double: bool) -> __m128i {
         if !self.hi {
-            return requant(sum, corr, self.e, lim);
+            return requant(x, self.e, lim);
         }
-        let x = _mm512_add_epi32(_mm512_add_epi32(sum, corr), self.bias);
         if !double {
             return lim.finish(short_requant::<false>(x, self.m0, self.r_hi, self.n_hi));
         }
@@ -330,13 +350,12 @@ unsafe fn table(e: *const u8, at: usize) -> __m512i {
     _mm512_loadu_si512(e.add(at) as *const _)
 }
 
-/// [`BlockEpi::apply`]'s short form for any shift: [`crate::requant::HighRequant`]'s form, the depthwise conv's
-/// general `requant` on 16 lanes.
+/// [`BlockEpi::apply_biased`]'s general form, for any shift: [`crate::requant::HighRequant`]'s
+/// form, the depthwise conv's general `requant` on 16 lanes.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-unsafe fn requant(sum: __m512i, corr: __m512i, e: *const u8, lim: &Limits) -> __m128i {
-    let mut x = _mm512_add_epi32(_mm512_add_epi32(sum, corr), table(e, FcEpi::BIAS));
-    x = _mm512_min_epi32(
+unsafe fn requant(x: __m512i, e: *const u8, lim: &Limits) -> __m128i {
+    let mut x = _mm512_min_epi32(
         _mm512_max_epi32(x, table(e, FcEpi::ACC_MIN)),
         table(e, FcEpi::ACC_MAX),
     );
