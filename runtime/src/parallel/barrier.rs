@@ -45,12 +45,14 @@ impl Barrier {
         let round = slot.load(Ordering::Relaxed).wrapping_add(1);
         slot.store(round, Ordering::SeqCst);
         self.wake.notify();
-        // A part is never more than one round ahead of another: it waits here for all.
+        // A part is never more than one round ahead of another: it waits here for all. The
+        // loads are SeqCst as the store above: `Signal`'s sleepers rely on it (a plain load on
+        // x86, the same `ldar` as an acquire on Armv8).
         self.wake.wait_until(SPIN, |_| {
             self.failed.load(Ordering::SeqCst)
                 || self.slots[..self.n]
                     .iter()
-                    .all(|s| s.0.load(Ordering::Acquire) >= round)
+                    .all(|s| s.0.load(Ordering::SeqCst) >= round)
         });
         !self.failed.load(Ordering::SeqCst)
     }
