@@ -306,6 +306,8 @@ fn pack_blocks(
         (i < run && k < p.k && j < p.n).then(|| p.weights[j * p.k + k])
     };
     let rows = FC_BLOCK_ROWS;
+    // |Σ x·w| ≤ K·2^14 (int8 by int8): the sums' bound before the bias.
+    let sums = (p.k as u64) << 14;
     for (b, block) in dst.chunks_exact_mut(block_bytes).enumerate() {
         let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
         epi.fill(0);
@@ -313,27 +315,27 @@ fn pack_blocks(
         let mut hi = true;
         for r in 0..rows {
             let j = b * rows + r;
-            let (bias, m0, sh) = if j < p.n {
-                let bias = match conv {
+            // The layer's bias, and the one stored (less 128·Σw for a conv's u8 input).
+            let (bias, stored, m0, sh) = if j < p.n {
+                let bias = p.bias.get(j);
+                let stored = match conv {
                     Some(_) => {
                         let w = &p.weights[j * p.k..(j + 1) * p.k];
                         let sw = w.iter().fold(0i32, |a, &v| a.wrapping_add(v as i32));
-                        p.bias.get(j).wrapping_sub(sw.wrapping_mul(128))
+                        bias.wrapping_sub(sw.wrapping_mul(128))
                     }
-                    None => p.bias.get(j),
+                    None => bias,
                 };
-                (bias, p.multiplier.get(j), p.shift.get(j))
+                (bias, stored, p.multiplier.get(j), p.shift.get(j))
             } else {
-                (0, 0, -2)
+                (0, 0, 0, -2)
             };
             let f = FusedRequant::new(m0, sh, p.out.rounding);
             let h = HighRequant::new(m0, sh, p.out.rounding);
             // The short form's double rounding shifts (P + round) by 31 into an i32: room
-            // for it where |acc + bias| < 2^30 (|x·w| ≤ 2^14 per input) and n ≤ 61.
-            let bound = (p.k as u64) << 14;
-            let bias_of = if j < p.n { p.bias.get(j) } else { 0 };
-            hi &= f.n >= 33 && f.n <= 61 && bound + (bias_of.unsigned_abs() as u64) < 1 << 30;
-            put(FcEpi::BIAS + 4 * r, &bias.to_le_bytes());
+            // for it where |acc + bias| < 2^30 and n ≤ 61 (`short_double`).
+            hi &= f.n >= 33 && f.n <= 61 && sums + (bias.unsigned_abs() as u64) < 1 << 30;
+            put(FcEpi::BIAS + 4 * r, &stored.to_le_bytes());
             put(FcEpi::M0 + 4 * r, &f.m0.to_le_bytes());
             put(FcEpi::R_HI + 4 * r, &((f.round >> 32) as i32).to_le_bytes());
             put(FcEpi::N_HI + 4 * r, &(f.n as i32 - 32).to_le_bytes());

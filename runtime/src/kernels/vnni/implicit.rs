@@ -16,7 +16,7 @@ use core::arch::x86_64::*;
 use core::ops::Range;
 
 use super::fully_connected::{BlockEpi, Limits};
-use super::padded::pad_flipped;
+use super::padded::{band_rows, pad_flipped, row_bytes};
 use crate::kernels::{
     ConvImage, ConvParams, FcEpi, Layout, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP,
 };
@@ -37,14 +37,9 @@ fn implicit_supported(p: &ConvParams) -> bool {
 /// they read, 64 to align them and [`FC_STEP`] that a kernel row's last step may read past the
 /// last ([`PackedFc::row_bytes`]).
 fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
-    let wp = p.input.w + 2 * p.pad();
     // Saturating: a conv too large for memory is declined, never wrapped.
-    let in_rows = (rows.saturating_sub(1))
-        .saturating_mul(p.stride())
-        .saturating_add(p.window.kernel_h);
-    in_rows
-        .saturating_mul(wp)
-        .saturating_mul(p.input.c)
+    band_rows(p, rows)
+        .saturating_mul(row_bytes(p))
         .saturating_add(64 + FC_STEP)
 }
 
@@ -121,10 +116,10 @@ unsafe fn band(
         return;
     }
     let (cin, s, cout, wo) = (p.input.c, p.stride(), p.output.c, p.output.w);
-    let row = (p.input.w + 2 * p.pad()) * cin;
+    let row = row_bytes(p);
     let img = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64));
     let first = rows.start * s;
-    let in_rows = (rows.len() - 1) * s + p.window.kernel_h;
+    let in_rows = band_rows(p, rows.len());
     pad_flipped(p, input, img, first..first + in_rows);
     // What the last kernel row's last step reads past the rows meets zero weights.
     core::ptr::write_bytes(img.add(in_rows * row), 0, FC_STEP);

@@ -14,7 +14,7 @@
 use core::arch::x86_64::*;
 
 use super::lanes::{epi_hi, epi_supported, fill_epi, store_tile, vbmi, Epi, OutputStage};
-use super::padded::pad_flipped;
+use super::padded::{pad_flipped, row_bytes};
 use crate::kernels::{ConvImage, ConvParams};
 
 /// Pixels per vector.
@@ -101,9 +101,8 @@ pub unsafe fn conv2d_narrow(p: &ConvParams, im: ConvImage) -> bool {
     let (input, output, scratch) = (im.input, im.output, im.scratch);
     let (cin, s, kh) = (p.input.c, p.stride(), p.window.kernel_h);
     let (cout, ho, wo) = (p.output.c, p.output.h, p.output.w);
-    let wp = p.input.w + 2 * p.pad();
     let g = quads(p);
-    let row = wp * cin;
+    let row = row_bytes(p);
     let taps = kh * g;
     let [img_len, wq_len, epi_len, _] = regions(p);
     let base = scratch.as_ptr().align_offset(64);

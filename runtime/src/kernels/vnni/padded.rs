@@ -7,8 +7,21 @@ use core::ops::Range;
 use super::packed_conv::copy_xor;
 use crate::kernels::ConvParams;
 
-/// Padded rows `rows` (of `h + 2·pad`) of `p`'s input as u8 (x + 128), `(w + 2·pad)·C_in` bytes
-/// each, from `img` on: the border filled with the pad values (offset too).
+/// Bytes of one padded input row of `p`: `(w + 2·pad)·C_in`.
+pub(super) fn row_bytes(p: &ConvParams) -> usize {
+    (p.input.w + 2 * p.pad()) * p.input.c
+}
+
+/// Padded input rows that `n` (≥ 1) consecutive output rows of `p` read: `(n − 1)·stride + kh`
+/// (saturating: a conv too large for memory is declined, never wrapped).
+pub(super) fn band_rows(p: &ConvParams, n: usize) -> usize {
+    n.saturating_sub(1)
+        .saturating_mul(p.stride())
+        .saturating_add(p.window.kernel_h)
+}
+
+/// Padded rows `rows` (of `h + 2·pad`) of `p`'s input as u8 (x + 128), [`row_bytes`] each, from
+/// `img` on: the border filled with the pad values (offset too).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F and BW; `input` holds `p`'s input, `p` is uniform, `rows`
@@ -16,7 +29,7 @@ use crate::kernels::ConvParams;
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn pad_flipped(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usize>) {
     let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
-    let row = (w + 2 * pad) * cin;
+    let row = row_bytes(p);
     // One pad value for every channel (the input zero point, as a rule): the border is a
     // fill; else channel by channel.
     let one = (p.pad_value(0) as u8) ^ 0x80;

@@ -1,7 +1,10 @@
 //! The short form of the i32-lane requantization on 16 lanes, for lanes whose n is at least 33
 //! (`FusedRequant`'s n: the usual shifts, from −2 down; `HighRequant`'s form without the
 //! accumulator's bound and shifts): what the packed fully connected layer and the x86
-//! depthwise conv's AVX-512 form share.
+//! depthwise conv's AVX-512 form share. [`short_double`] is the double rounding in two
+//! instructions fewer where the sums are bounded (|x| < 2^30, n ≤ 61): the packed layouts check
+//! that at packing (`FcEpi`) and take it; the depthwise conv's constants do not, and it keeps
+//! [`short_requant`]'s.
 
 use core::arch::x86_64::*;
 
@@ -37,4 +40,32 @@ pub(crate) unsafe fn short_requant<const DOUBLE: bool>(
     ));
     let high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
     _mm512_srav_epi32(_mm512_add_epi32(high, r_hi), n_hi)
+}
+
+/// The double rounding `(P + round − [x < 0]·2^31) >> n` (P = x·M0) as `((P + round) >> 31 −
+/// [x < 0]) >> (n − 31)`: the sign's correction after the 64-bit sums' bits 31–62 are gathered,
+/// two instructions fewer than [`short_requant`]'s before them. `m0_odd` is M0 of the odd lanes
+/// in the even halves, `round` the rounding terms of the even and odd lanes (64-bit), `rs` =
+/// n − 31. Exact where |x| < 2^30 and n ≤ 61 (the gathered bits fit an i32). Before the
+/// output's clamp and zero point.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+pub(crate) unsafe fn short_double(
+    x: __m512i,
+    m0: __m512i,
+    m0_odd: __m512i,
+    round: [__m512i; 2],
+    rs: __m512i,
+) -> __m512i {
+    let even = _mm512_add_epi64(_mm512_mul_epi32(x, m0), round[0]);
+    let odd = _mm512_add_epi64(
+        _mm512_mul_epi32(_mm512_srli_epi64::<32>(x), m0_odd),
+        round[1],
+    );
+    let t = _mm512_mask_blend_epi32(
+        0xAAAA,
+        _mm512_srli_epi64::<31>(even),
+        _mm512_slli_epi64::<1>(odd),
+    );
+    _mm512_srav_epi32(_mm512_add_epi32(t, _mm512_srai_epi32::<31>(x)), rs)
 }

@@ -13,7 +13,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::vnni::short_requant::short_requant;
+use crate::kernels::vnni::short_requant::{short_double, short_requant};
 use crate::kernels::{ConvImage, FcEpi, FcParams, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP};
 use crate::requant::{OutputQuant, Rounding};
 
@@ -232,7 +232,7 @@ pub(crate) struct BlockEpi {
     r_hi: __m512i,
     n_hi: __m512i,
     /// The odd rows' M0 in the even halves, the rounding terms of the even and odd rows (64-bit
-    /// lanes), and n − 31: the short form's double rounding.
+    /// lanes), and n − 31: the short form's double rounding ([`short_double`]).
     m0_odd: __m512i,
     round: [__m512i; 2],
     rs: __m512i,
@@ -295,21 +295,7 @@ impl BlockEpi {
         if !double {
             return lim.finish(short_requant::<false>(x, self.m0, self.r_hi, self.n_hi));
         }
-        // (P + round − [x < 0]·2^31) >> n as ((P + round) >> 31 − [x < 0]) >> (n − 31): the
-        // sign's correction after the 64-bit sums' bits 31–62 are gathered (in range: |x| <
-        // 2^30, `FcEpi`), two instructions fewer than before them.
-        let even = _mm512_add_epi64(_mm512_mul_epi32(x, self.m0), self.round[0]);
-        let odd = _mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m0_odd);
-        let odd = _mm512_add_epi64(odd, self.round[1]);
-        let t = _mm512_mask_blend_epi32(
-            0xAAAA,
-            _mm512_srli_epi64::<31>(even),
-            _mm512_slli_epi64::<1>(odd),
-        );
-        lim.finish(_mm512_srav_epi32(
-            _mm512_add_epi32(t, _mm512_srai_epi32::<31>(x)),
-            self.rs,
-        ))
+        lim.finish(short_double(x, self.m0, self.m0_odd, self.round, self.rs))
     }
 }
 
