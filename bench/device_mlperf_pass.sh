@@ -16,7 +16,7 @@ if [ "$1" = 1 ]; then
   for t in rt_lib rt_prepared rt_parallel; do echo "== $t"; ".carry/bin/$t" 2>&1 | grep -E "test result|FAILED|panicked|SKIP" | sort | uniq -c | head; done
   echo "== rt_imported"; OCTET_IMPORTED_DIR=.carry/imported .carry/bin/rt_imported 2>&1 | grep -E "test result|FAILED|panicked" | head
   # The other tests there run the `octet` binary, which is not carried.
-  echo "== t_mlperf_tiny"; .carry/bin/t_mlperf_tiny threads_sharing 2>&1 | grep -E "test result|FAILED|panicked" | head
+  echo "== t_mlperf_tiny"; .carry/bin/t_mlperf_tiny threads_sharing batches_in_groups 2>&1 | grep -E "test result|FAILED|panicked" | head
 fi
 BENCH_BIN_DIR=$PWD/.carry/bin COMMIT=${COMMIT:-unknown} \
   CRITERION_ARGS="int8-a(mx|vx512) --warm-up-time 0.5 --measurement-time 1.5 --sample-size 10" \

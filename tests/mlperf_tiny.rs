@@ -185,6 +185,48 @@ fn threads_sharing_an_input_give_the_same_bytes() {
     }
 }
 
+/// Each model prepared with every kernel set's packed weights and run on a batch in groups of
+/// images, on 1 and 2 threads (37 inputs: groups full and partial, the AMX set's groups of 32
+/// for anomaly detection's fully connected layers on tiles, and the rest on VNNI), gives the
+/// scalar reference's bytes.
+#[test]
+fn batches_in_groups_give_the_same_bytes() {
+    use octet_export::tflite::import::{import, ImportOptions};
+    use octet_runtime::parallel::{arena_bytes_parallel, run_parallel_with};
+    use octet_runtime::{Kernels, Model, PreparedOp};
+    const BATCH: usize = 37;
+    for (name, ..) in MODELS {
+        let tflite = std::fs::read(model(name)).unwrap();
+        let bytes = import(&tflite, &ImportOptions::default()).unwrap().bytes;
+        let m = Model::parse(&bytes).unwrap();
+        let inputs = octet_testkit::Rng::new(11).bytes(BATCH * m.input_len());
+        let mut a = vec![0u8; m.arena_bytes_for(Kernels::Scalar, BATCH)];
+        let want = m
+            .run_with(Kernels::Scalar, &inputs, &mut a)
+            .unwrap()
+            .to_vec();
+        for k in Kernels::available().filter(|&k| k != Kernels::Scalar) {
+            let mut table = vec![PreparedOp::EMPTY; m.num_ops()];
+            let mut packed = vec![0u8; m.packed_bytes(k).unwrap()];
+            let p = m.prepare_packed(&mut table, &mut packed, k).unwrap();
+            for threads in [1, 2] {
+                let mut a = vec![0u8; arena_bytes_parallel(&p, k, BATCH, threads)];
+                let got = run_parallel_with(&p, k, &inputs, &mut a, threads).unwrap();
+                let group = p.group_images(k);
+                assert_eq!(
+                    got,
+                    &want[..],
+                    "{name}, {k:?}, {threads} threads, groups of {group}"
+                );
+                if k == Kernels::Amx && name.starts_with("ad01") {
+                    // The fully connected layers on tiles: an image a row.
+                    assert_eq!(group, octet_runtime::kernels::AMX_GROUP_IMAGES);
+                }
+            }
+        }
+    }
+}
+
 /// An op outside the set is refused with its name and index; a file that is not a flatbuffer
 /// with what it is not; nothing is written.
 #[test]

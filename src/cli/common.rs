@@ -151,7 +151,7 @@ pub fn arena_for(
             "the model needs {needed} bytes of arena for {batch} image(s) on {threads} \
              thread(s) ({} bytes per image in flight, up to {} images per thread)",
             model.working_bytes(kernels),
-            octet_runtime::kernels::GROUP_IMAGES
+            model.group_images(kernels)
         )
     };
     let memory = physical_memory();

@@ -63,7 +63,7 @@ impl Model<'_> {
                 return Ok(false);
             }
             let layout = p.layout_error();
-            let mut imgs: [kernels::vnni::ConvImage; kernels::GROUP_IMAGES] =
+            let mut imgs: [kernels::vnni::ConvImage; kernels::AMX_GROUP_IMAGES] =
                 core::array::from_fn(|_| kernels::vnni::ConvImage {
                     input: &[],
                     output: &mut [],
@@ -88,21 +88,35 @@ impl Model<'_> {
             }
             // SAFETY: Resolved::Vnni (also Amx's base) is only produced when AVX2 and AVX-512
             // VNNI/BW/VL are available, Resolved::Amx only where the tiles may run.
-            return Ok(unsafe {
-                match &p.params {
-                    OpParams::FullyConnected(f) => {
-                        kernels::vnni::fully_connected_batch(f, &mut imgs[..n]);
-                        true
+            unsafe {
+                if let OpParams::FullyConnected(f) = &p.params {
+                    if k == Resolved::Amx && kernels::amx::fully_connected_batch(f, &mut imgs[..n])
+                    {
+                        return Ok(true);
                     }
-                    OpParams::Conv2d(c) => {
-                        (k == Resolved::Amx && kernels::amx::conv2d(c, &mut imgs[..n]))
-                            || kernels::vnni::conv2d_implicit(c, &mut imgs[..n])
-                            || kernels::vnni::conv2d_packed(c, &mut imgs[..n])
-                            || kernels::vnni::conv2d_lanes_batch(c, &mut imgs[..n])
-                    }
-                    _ => false,
                 }
-            });
+                // The VNNI kernels take up to GROUP_IMAGES images a call (an AMX group has
+                // more); each call's answer is the same (the op's parameters decide it).
+                for group in imgs[..n].chunks_mut(kernels::GROUP_IMAGES) {
+                    let done = match &p.params {
+                        OpParams::FullyConnected(f) => {
+                            kernels::vnni::fully_connected_batch(f, group);
+                            true
+                        }
+                        OpParams::Conv2d(c) => {
+                            (k == Resolved::Amx && kernels::amx::conv2d(c, group))
+                                || kernels::vnni::conv2d_implicit(c, group)
+                                || kernels::vnni::conv2d_packed(c, group)
+                                || kernels::vnni::conv2d_lanes_batch(c, group)
+                        }
+                        _ => false,
+                    };
+                    if !done {
+                        return Ok(false);
+                    }
+                }
+            }
+            return Ok(true);
         }
         let _ = (k, p, work, back);
         Ok(false)

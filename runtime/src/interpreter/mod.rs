@@ -18,7 +18,7 @@ pub(crate) use split::{Share, SharedArea, ThreadPart};
 use core::ops::Range;
 
 use crate::format::InputEncoding;
-use crate::kernels::{self, Kernels, Resolved, GROUP_IMAGES};
+use crate::kernels::{self, Kernels, Resolved};
 use crate::model::{OpParams, PreparedOp};
 use crate::{as_i8, as_i8_mut, Model, Result, RuntimeError};
 
@@ -44,7 +44,7 @@ impl<'a> Model<'a> {
     /// another: u8 images planar C×H×W for octet's exports, the int8 tensors for imported
     /// models) with the fastest kernels; returns `batch · output_len()` outputs at the start of
     /// `arena`, which must hold at least `arena_bytes_for(Kernels::Auto, batch)` bytes; room
-    /// for more working areas (up to `GROUP_IMAGES`) runs the inputs in groups, op by op
+    /// for more working areas (up to `group_images(kernels)`) runs the inputs in groups, op by op
     /// (faster, the same bytes). No allocation.
     pub fn run<'b>(&self, pixels: &[u8], arena: &'b mut [u8]) -> Result<&'b [i8]> {
         self.run_with(Kernels::Auto, pixels, arena)
@@ -91,10 +91,11 @@ impl<'a> Model<'a> {
         self.scratch_offset().min(len)..len
     }
 
-    /// Working areas that fit `len` bytes, at least 1 and at most `min(batch, GROUP_IMAGES)`.
+    /// Working areas that fit `len` bytes, at least 1 and at most `min(batch, group)`
+    /// (`group_images`).
     pub(crate) fn working_areas(&self, k: Resolved, len: usize, batch: usize) -> usize {
         let fit = len.checked_div(self.work_bytes(k)).unwrap_or(usize::MAX);
-        fit.min(batch).clamp(1, GROUP_IMAGES)
+        fit.min(batch).clamp(1, self.group_images(k.kernels()))
     }
 
     /// Runs every image of `pixels` through `work` (a whole number of working areas), writing
@@ -112,7 +113,7 @@ impl<'a> Model<'a> {
             .len()
             .checked_div(wb)
             .unwrap_or(1)
-            .clamp(1, GROUP_IMAGES);
+            .clamp(1, self.group_images(k.kernels()));
         // Groups pay off only through the batched conv; otherwise image by image (hot caches).
         if areas == 1 || !self.groups_help(k) {
             for (img, out) in pixels.chunks_exact(n_in).zip(outs.chunks_exact_mut(n_out)) {

@@ -90,6 +90,18 @@ impl OpGeometry {
 /// them in one call; see `Model::arena_bytes_for`).
 pub const GROUP_IMAGES: usize = 8;
 
+/// Images a group runs together on the AMX set where [`AMX_GROUP_BYTES`] hold their working
+/// areas (`Model::group_images`): two input tiles' rows, so a fully connected layer, an image
+/// a row, fills the tiles.
+pub const AMX_GROUP_IMAGES: usize = 32;
+
+/// Working areas' bytes up to which a group of [`AMX_GROUP_IMAGES`] runs on the AMX set: a
+/// small model (anomaly detection's 1.4 KB a working area) keeps its group within L1 and L2;
+/// a larger one runs groups of [`GROUP_IMAGES`], whose convs fill the tiles with their pixels.
+pub const AMX_GROUP_BYTES: usize = 64 * 1024;
+
+const _: () = assert!(AMX_GROUP_IMAGES >= GROUP_IMAGES);
+
 /// Output pixels the scratch rule sizes a pass of the pixels-in-lanes VNNI conv
 /// ([`vnni::conv2d_lanes`]) for: 4 vectors of 16 pixels. The kernel's passes take 3 vectors
 /// (48 pixels); the rule keeps its room for 64 so that `scratch_bytes`, and with it the

@@ -201,6 +201,24 @@ impl<'a> Model<'a> {
         }
     }
 
+    /// Images one thread runs together, op by op, each in its own working area, with
+    /// `kernels`: [`crate::kernels::GROUP_IMAGES`], or on the AMX set
+    /// [`crate::kernels::AMX_GROUP_IMAGES`] where so many working areas fit in
+    /// [`crate::kernels::AMX_GROUP_BYTES`] (the fully connected layers of a small model then
+    /// fill the tiles' rows, an image a row).
+    pub fn group_images(&self, kernels: Kernels) -> usize {
+        use crate::kernels::{Resolved, AMX_GROUP_BYTES, AMX_GROUP_IMAGES, GROUP_IMAGES};
+        match kernels.resolve() {
+            Ok(Resolved::Amx)
+                if AMX_GROUP_IMAGES.saturating_mul(self.working_bytes(kernels))
+                    <= AMX_GROUP_BYTES =>
+            {
+                AMX_GROUP_IMAGES
+            }
+            _ => GROUP_IMAGES,
+        }
+    }
+
     /// Arena `run_with(kernels, …)` needs for one input: `align16(out_len)` for the output,
     /// then the working area; exact, so firmware can size a static arena at build time.
     pub fn arena_bytes(&self, kernels: Kernels) -> usize {

@@ -1,5 +1,5 @@
 //! Multi-threaded batch inference (feature `std`): the batch is split into chunks of up to
-//! `GROUP_IMAGES` images, handed out to the threads in turn, each thread with its own working
+//! `Model::group_images` images, handed out to the threads in turn, each thread with its own working
 //! slice of the arena (one working area per image of a chunk). A batch smaller than the thread
 //! count (one image: latency) instead runs each image on every thread, op by op, each op split
 //! between them ([`run_split_with`]). The threads stay between calls (`pool`). No allocation
@@ -16,12 +16,12 @@ use barrier::Barrier;
 use pool::on_threads;
 
 use crate::interpreter::{check_arena, Share, SharedArea, ThreadPart};
-use crate::kernels::{Kernels, Resolved, GROUP_IMAGES};
+use crate::kernels::{Kernels, Resolved};
 use crate::{as_i8, Model, Result, RuntimeError};
 
 /// Arena [`run_parallel_with`] needs with `kernels`: `align16(batch·out_len) + t · g ·
 /// working_bytes(kernels)` with
-/// `t = min(threads, batch)` threads and `g = min(GROUP_IMAGES, ⌈batch / t⌉)` working areas
+/// `t = min(threads, batch)` threads and `g = min(group_images(kernels), ⌈batch / t⌉)` working areas
 /// per thread (each thread runs its images in groups of `g`, op by op) (saturating); or, when
 /// the batch is smaller than `threads` and the model large enough to split each image
 /// ([`SPLIT_MIN_MACS`]), [`arena_bytes_split`].
@@ -36,7 +36,7 @@ pub fn arena_bytes_parallel(
     }
     let t = threads.clamp(1, batch.max(1));
     model.logits_bytes(batch).saturating_add(
-        t.saturating_mul(areas(batch, t))
+        t.saturating_mul(areas(model, kernels, batch, t))
             .saturating_mul(model.working_bytes(kernels)),
     )
 }
@@ -127,8 +127,8 @@ unsafe impl Send for SharedPtr {}
 unsafe impl Sync for SharedPtr {}
 
 /// Working areas per thread.
-fn areas(batch: usize, t: usize) -> usize {
-    batch.div_ceil(t).clamp(1, GROUP_IMAGES)
+fn areas(model: &Model, kernels: Kernels, batch: usize, t: usize) -> usize {
+    batch.div_ceil(t).clamp(1, model.group_images(kernels))
 }
 
 /// Runs `pixels` (a batch of images) on up to `threads` threads with the fastest kernels;
@@ -163,7 +163,7 @@ pub fn run_parallel_with<'b>(
     // Chunks of one group of images each, handed out in turn: a thread slowed down (another
     // process on its core) takes fewer, and every chunk runs op by op over its group.
     let t0 = threads.min(batch);
-    let per = areas(batch, t0);
+    let per = areas(model, kernels, batch, t0);
     let chunks = batch.div_ceil(per);
     let t = t0.min(chunks).min(MAX_THREADS);
     let work_len = per * model.working_bytes(kernels);

@@ -6,7 +6,7 @@
 
 use super::gemm;
 use crate::kernels::vnni::{copy, Gather};
-use crate::kernels::{AmxFc, ConvImage, ConvParams, FcParams, Layout, AMX_MAX_K};
+use crate::kernels::{AmxFc, ConvImage, ConvParams, FcParams, Layout, PackedFc, AMX_MAX_K};
 
 /// `p` over every image of `images` (their scratch unused), where `p` was packed for the AMX
 /// set, is uniform where not pointwise (the dispatch pads other convs first) and the buffers
@@ -26,7 +26,7 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
     let (px, cout) = (p.output.h * p.output.w, f.n);
     // Rows come in order: the image and pixel of the next one, without a division per row.
     let (mut img, mut pix) = (0usize, 0usize);
-    gemm::rows(&f, w, images.len() * px, |i, dst| {
+    gemm::rows::<true, AMX_MAX_K>(&f, w, tile_layout(&f), images.len() * px, |i, dst| {
         debug_assert_eq!(i, img * px + pix);
         let m = &mut images[img];
         rows.write(m.input.as_ptr(), pix, dst);
@@ -35,7 +35,7 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
         if pix == px {
             (img, pix) = (img + 1, 0);
         }
-        y
+        (y, 0)
     });
     true
 }
@@ -65,9 +65,9 @@ pub unsafe fn conv2d_rows(
         return false;
     }
     let (px0, y) = (band.start * w_out, output.as_mut_ptr());
-    gemm::rows(&f, w, band.len() * w_out, |i, dst| {
+    gemm::rows::<true, AMX_MAX_K>(&f, w, tile_layout(&f), band.len() * w_out, |i, dst| {
         rows.write(input.as_ptr(), px0 + i, dst);
-        y.add(i * cout)
+        (y.add(i * cout), 0)
     });
     true
 }
@@ -76,6 +76,11 @@ pub unsafe fn conv2d_rows(
 /// and uniform.
 pub fn rows_covered(p: &ConvParams) -> bool {
     p.packed.of(Layout::AmxFc).is_some() && p.is_uniform()
+}
+
+/// The blocks of `f` packed for the tiles.
+fn tile_layout(f: &FcParams) -> PackedFc {
+    AmxFc { k: f.k, n: f.n }.padded()
 }
 
 /// How a pixel's row of the product is written: the pixel itself (pointwise), else its patch.
@@ -93,7 +98,7 @@ impl<'p, 'a> Patches<'p, 'a> {
     fn new(p: &'p ConvParams<'a>) -> Option<(FcParams<'a>, &'a [u8], Self)> {
         let w = p.packed.of(Layout::AmxFc)?;
         let f = p.as_fc();
-        if w.len() < (AmxFc { k: f.k, n: f.n }).padded().bytes() || f.k > AMX_MAX_K {
+        if w.len() < tile_layout(&f).bytes() || f.k > AMX_MAX_K {
             return None;
         }
         let rows = match p.pointwise_fc() {

@@ -1,70 +1,118 @@
-//! The tile product of a layer packed as [`AmxFc`] with rows of inputs: 32 rows at a time
+//! The tile product of a layer packed in blocks of 16 rows ([`PackedFc`]'s order: a block's
+//! constants, then per 4 inputs a weight tile's row) with rows of inputs: 32 rows at a time
 //! (two input tiles) staged on the stack, `align64(K)` bytes each, zero past K; for each pair
 //! of 16-row blocks, four sum tiles over every step of 64 inputs (each weight tile read once
 //! per 32 rows, each input tile once per 32 outputs), stored and requantized row by row by
 //! the packed VNNI epilogue (16 outputs of one row per vector, the block's constants loaded
 //! once per pass).
+//!
+//! The epilogue of one pair runs while the tiles multiply the next: the sums are stored first,
+//! and the next pair's steps are issued between the epilogue's rows, so that the tile unit
+//! and the vector units can work at once.
 
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 
 use super::tiles::{Tiles, ROWS, ROW_BYTES};
 use crate::kernels::vnni::{BlockEpi, Limits};
-use crate::kernels::{AmxFc, FcParams, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, FC_EPI_BYTES};
+use crate::kernels::{FcParams, PackedFc, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, FC_EPI_BYTES};
 use crate::requant::Rounding;
 
 /// Rows per pass: two input tiles.
-const PASS: usize = 2 * ROWS;
+pub(super) const PASS: usize = 2 * ROWS;
 
-/// Layer `p` from its packed weights `w` over `n` rows: `row(i, dst)`, called for `i` from 0
-/// to `n − 1` in order, writes row `i`'s K inputs at `dst` and gives where its N outputs go.
+/// Bytes of a weight tile.
+const TILE: usize = ROWS * ROW_BYTES;
+
+/// Layer `p` from its blocks `w` (laid out as `l`) over `n` rows: `row(i, dst)`, called for
+/// `i` from 0 to `n − 1` in order, writes row `i`'s K inputs at `dst` and gives where its N
+/// outputs go and what its sums need added (the −128·Σx of weights stored as u8 w + 128).
+/// Signed weights (`AmxFc`, K a multiple of 64) where `SIGNED`, else unsigned (`PackedFc`:
+/// the last block's last tile may reach past `w`, so it is read from a copy).
 ///
 /// # Safety
-/// [`super::available`] holds; `w` holds `AmxFc::bytes` of `p` with K ≤ [`AMX_MAX_K`];
-/// `row` writes at most K bytes and gives a pointer to N writable bytes.
+/// [`super::available`] holds; `w` holds `l.bytes()` with `l.k` = `p.k` rounded up to 4 (64
+/// where `SIGNED`), `l.n` = `p.n`, `p.k` rounded up to 64 ≤ `MAX_K` ≤ [`AMX_MAX_K`]; `row` writes at most K bytes and
+/// gives a pointer to N writable bytes. The rows are staged in `MAX_K` bytes each (a
+/// smaller stack frame where K allows).
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn rows(
+pub(super) unsafe fn rows<const SIGNED: bool, const MAX_K: usize>(
     p: &FcParams,
     w: &[u8],
+    l: PackedFc,
     n: usize,
-    mut row: impl FnMut(usize, *mut i8) -> *mut i8,
+    mut row: impl FnMut(usize, *mut i8) -> (*mut i8, i32),
 ) {
-    let l = AmxFc { k: p.k, n: p.n }.padded();
-    let (kp, k_steps) = (l.k, l.k / AMX_K_STEP);
-    debug_assert!(kp <= AMX_MAX_K && w.len() >= l.bytes());
-    let mut a = MaybeUninit::<[i8; PASS * AMX_MAX_K]>::uninit();
+    let kp = l.k.next_multiple_of(AMX_K_STEP);
+    let k_steps = kp / AMX_K_STEP;
+    assert!(kp <= MAX_K && MAX_K <= AMX_MAX_K);
+    debug_assert!(w.len() >= l.bytes() && (!SIGNED || kp == l.k));
+    let mut a = MaybeUninit::<[[i8; MAX_K]; PASS]>::uninit();
     let a = a.as_mut_ptr() as *mut i8;
-    // The bytes past K of every row meet zero weights; rows past n in the last pass are
-    // multiplied too (their sums dropped): all initialized once.
+    // The bytes past K of every row meet zero weights (or, in the last step of a block that
+    // is not the last, the next block's bytes: times zero, nothing); rows past n in the last
+    // pass are multiplied too (their sums dropped): all initialized once.
     core::ptr::write_bytes(a, 0, PASS * kp);
     let lim = Limits::new(&p.out);
     let double = p.out.rounding == Rounding::Double;
-    let (bb, blocks, tile) = (l.block_bytes(), l.blocks(), ROWS * ROW_BYTES);
+    let (bb, blocks) = (l.block_bytes(), l.blocks());
+    let weights = |b: usize| w.as_ptr().add(b * bb + FC_EPI_BYTES);
+    // The last block's last tile, where it reaches past `w`: its bytes up to the end, zeros
+    // after (they meet inputs past K).
+    let mut last = [0u8; TILE];
+    let last_tile = weights(blocks - 1).add((k_steps - 1) * TILE);
+    let in_w = w.as_ptr().add(w.len()).offset_from(last_tile) as usize;
+    let last_tile = if in_w >= TILE {
+        last_tile
+    } else {
+        core::ptr::copy_nonoverlapping(last_tile, last.as_mut_ptr(), in_w);
+        last.as_ptr()
+    };
+    let tile = |b: usize, s: usize| {
+        if b + 1 == blocks && s + 1 == k_steps {
+            last_tile
+        } else {
+            weights(b).add(s * TILE)
+        }
+    };
+    let pairs = blocks.div_ceil(2);
+    // An odd last block runs as both of its pair; the second's sums are dropped.
+    let pair = |q: usize| (2 * q, (2 * q + 1).min(blocks - 1));
     let mut c = [[[0i32; ROWS]; ROWS]; 4];
     let mut out = [core::ptr::null_mut::<i8>(); PASS];
+    let mut corr = [_mm512_setzero_si512(); PASS];
     let tiles = Tiles::configure();
+    let step = |q: usize, s: usize| {
+        let (b0, b1) = pair(q);
+        let at = s * AMX_K_STEP;
+        tiles.step::<SIGNED>(
+            a.add(at),
+            a.add(ROWS * kp + at),
+            kp,
+            tile(b0, s),
+            tile(b1, s),
+        );
+    };
     for r0 in (0..n).step_by(PASS) {
         let m = (n - r0).min(PASS);
-        for (i, o) in out.iter_mut().enumerate().take(m) {
-            *o = row(r0 + i, a.add(i * kp));
+        for i in 0..m {
+            let (o, k) = row(r0 + i, a.add(i * kp));
+            (out[i], corr[i]) = (o, _mm512_set1_epi32(k));
         }
-        for b0 in (0..blocks).step_by(2) {
-            // An odd last block runs as both of the pair; the second's sums are dropped.
-            let b1 = (b0 + 1).min(blocks - 1);
-            let w0 = w.as_ptr().add(b0 * bb + FC_EPI_BYTES);
-            let w1 = w.as_ptr().add(b1 * bb + FC_EPI_BYTES);
-            tiles.zero();
-            for s in 0..k_steps {
-                let at = s * AMX_K_STEP;
-                tiles.step(
-                    a.add(at),
-                    a.add(ROWS * kp + at),
-                    kp,
-                    w0.add(s * tile),
-                    w1.add(s * tile),
-                );
+        tiles.zero();
+        for s in 0..k_steps {
+            step(0, s);
+        }
+        tiles.store(&mut c);
+        for q in 0..pairs {
+            let next = q + 1 < pairs;
+            if next {
+                tiles.zero();
             }
-            tiles.store(&mut c);
+            let (b0, b1) = pair(q);
+            let mut s = 0;
+            // The next pair's steps, spread over this pair's rows (m of them per block).
+            let spread = (1 + (b1 > b0) as usize) * m;
             for (j, b) in [b0, b1]
                 .into_iter()
                 .enumerate()
@@ -73,11 +121,23 @@ pub(super) unsafe fn rows(
                 let epi = BlockEpi::load(w.as_ptr().add(b * bb));
                 let first = b * FC_BLOCK_ROWS;
                 let mask = ((1u32 << (p.n - first).min(FC_BLOCK_ROWS)) - 1) as u16;
-                for (i, &o) in out.iter().enumerate().take(m) {
+                for i in 0..m {
                     let sums = _mm512_loadu_si512(c[2 * (i / ROWS) + j][i % ROWS].as_ptr() as _);
-                    let v = epi.apply(sums, _mm512_setzero_si512(), &lim, double);
-                    _mm_mask_storeu_epi8(o.add(first), mask, v);
+                    let v = epi.apply(sums, corr[i], &lim, double);
+                    _mm_mask_storeu_epi8(out[i].add(first), mask, v);
+                    let done = j * m + i + 1;
+                    while next && s < k_steps && s * spread < done * k_steps {
+                        step(q + 1, s);
+                        s += 1;
+                    }
                 }
+            }
+            if next {
+                while s < k_steps {
+                    step(q + 1, s);
+                    s += 1;
+                }
+                tiles.store(&mut c);
             }
         }
     }

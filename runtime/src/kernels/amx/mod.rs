@@ -4,24 +4,29 @@
 //!
 //! - `tiles`: detection (CPUID, XCR0 and, with `std`, the Linux permission), the tile
 //!   configuration and the instructions, through `asm!`;
-//! - `gemm`: the product over weights packed at prepare ([`crate::kernels::AmxFc`]: the B
-//!   tiles), rows staged 32 at a time (the A tiles), requantized by the packed VNNI epilogue
-//!   (`vnni::fully_connected`'s short or general form), either rounding;
+//! - `gemm`: the product over weights packed in blocks of 16 rows (the B tiles): the AMX
+//!   set's own packing ([`crate::kernels::AmxFc`], signed) or the VNNI set's (u8 w + 128),
+//!   rows staged 32 at a time (the A tiles), requantized by the packed VNNI epilogue
+//!   (`vnni::fully_connected`'s short or general form), either rounding, while the tiles
+//!   multiply the next blocks;
 //! - `conv2d`: the conv over it, its rows the pixels' patches (read in place where pointwise,
-//!   else gathered), across the images of a group.
+//!   else gathered), across the images of a group;
+//! - `fully_connected`: a group of images over it, each image a row (`tdpbsud` over the VNNI
+//!   packing, which one image at a time runs on VNNI: at batch 1 a layer is one row, a
+//!   sixteenth of a tile, where the packed VNNI kernel runs at full width).
 //!
 //! Every other op runs the AVX-512 VNNI set's kernels (`Kernels::Amx` is that set with convs
-//! on tiles). Fully connected layers stay there too: at batch 1 a layer is one row, a
-//! sixteenth of a tile, where the packed VNNI kernel runs at full width. Both signed operands (`tdpbssd`), so no −128
-//! correction: the tiles' sums are the reference's sums.
+//! and grouped fully connected layers on tiles).
 //!
 //! Linux grants a process the tile state only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`):
 //! with the `std` feature [`available`] asks once; without `std` the embedding program must
 //! ask before the first run, and [`available`] only checks the CPU and XCR0.
 
 mod conv2d;
+mod fully_connected;
 mod gemm;
 mod tiles;
 
 pub use conv2d::{conv2d, conv2d_rows, rows_covered};
+pub use fully_connected::{fully_connected_batch, AMX_MIN_FC_IMAGES, AMX_MIN_FC_MACS};
 pub use tiles::available;

@@ -132,12 +132,14 @@ impl Tiles {
     }
 
     /// One step of 64 inputs: input tiles from `a0` and `a1` (rows `sa` bytes apart), weight
-    /// tiles from `b0` and `b1` (rows 64 bytes apart), sums `c[i][j] += a_i · b_j`.
+    /// tiles from `b0` and `b1` (rows 64 bytes apart), sums `c[i][j] += a_i · b_j`: signed
+    /// inputs by signed weights (`tdpbssd`), or by unsigned ones (`tdpbsud`) where not
+    /// `SIGNED`.
     ///
     /// # Safety
     /// Each pointer is readable for 16 rows of 64 bytes at its stride.
     #[inline(always)]
-    pub(super) unsafe fn step(
+    pub(super) unsafe fn step<const SIGNED: bool>(
         &self,
         a0: *const i8,
         a1: *const i8,
@@ -145,23 +147,33 @@ impl Tiles {
         b0: *const u8,
         b1: *const u8,
     ) {
-        asm!(
-            "tileloadd tmm4, [{a0} + {sa}*1]",
-            "tileloadd tmm6, [{b0} + {sb}*1]",
-            "tdpbssd tmm0, tmm4, tmm6",
-            "tileloadd tmm7, [{b1} + {sb}*1]",
-            "tdpbssd tmm1, tmm4, tmm7",
-            "tileloadd tmm5, [{a1} + {sa}*1]",
-            "tdpbssd tmm2, tmm5, tmm6",
-            "tdpbssd tmm3, tmm5, tmm7",
-            a0 = in(reg) a0,
-            a1 = in(reg) a1,
-            sa = in(reg) sa,
-            b0 = in(reg) b0,
-            b1 = in(reg) b1,
-            sb = in(reg) ROW_BYTES,
-            options(nostack, readonly)
-        );
+        // One instruction sequence, two opcodes (an `asm!` template is a literal).
+        macro_rules! step {
+            ($op:literal) => {
+                asm!(
+                    "tileloadd tmm4, [{a0} + {sa}*1]",
+                    "tileloadd tmm6, [{b0} + {sb}*1]",
+                    concat!($op, " tmm0, tmm4, tmm6"),
+                    "tileloadd tmm7, [{b1} + {sb}*1]",
+                    concat!($op, " tmm1, tmm4, tmm7"),
+                    "tileloadd tmm5, [{a1} + {sa}*1]",
+                    concat!($op, " tmm2, tmm5, tmm6"),
+                    concat!($op, " tmm3, tmm5, tmm7"),
+                    a0 = in(reg) a0,
+                    a1 = in(reg) a1,
+                    sa = in(reg) sa,
+                    b0 = in(reg) b0,
+                    b1 = in(reg) b1,
+                    sb = in(reg) ROW_BYTES,
+                    options(nostack, readonly)
+                )
+            };
+        }
+        if SIGNED {
+            step!("tdpbssd")
+        } else {
+            step!("tdpbsud")
+        }
     }
 
     /// The 2 × 2 sums into `c` (`c[2i + j]`, 16 rows of 16 i32 each).

@@ -19,7 +19,7 @@ use crate::requant::{FusedRequant, OutputQuant, Rounding};
 mod packed;
 
 pub(super) use packed::rows as packed_rows;
-pub(crate) use packed::{BlockEpi, Limits};
+pub(crate) use packed::{sum as input_sum, BlockEpi, Limits};
 
 /// Rows per pass.
 const R: usize = 4;

@@ -110,10 +110,14 @@ pub(in crate::kernels::vnni) unsafe fn rows(
     }
 }
 
-/// Σx of the `k` bytes at `x` (wrapping).
+/// Σx of the `k` bytes at `x` (wrapping): −128 times it corrects sums over weights stored as
+/// u8 w + 128 (this layout's, here and on the AMX tiles).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW and VNNI; `x` holds `k` readable bytes.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn sum(x: *const i8, k: usize) -> i32 {
+pub(crate) unsafe fn sum(x: *const i8, k: usize) -> i32 {
     let ones = _mm512_set1_epi8(1);
     let mut acc = _mm512_setzero_si512();
     let mut at = 0;
