@@ -207,16 +207,18 @@ impl<'a> Model<'a> {
     /// [`crate::kernels::AMX_GROUP_BYTES`] (the fully connected layers of a small model then
     /// fill the tiles' rows, an image a row).
     pub fn group_images(&self, kernels: Kernels) -> usize {
-        use crate::kernels::{Resolved, AMX_GROUP_BYTES, AMX_GROUP_IMAGES, GROUP_IMAGES};
-        match kernels.resolve() {
-            Ok(Resolved::Amx)
-                if AMX_GROUP_IMAGES.saturating_mul(self.working_bytes(kernels))
-                    <= AMX_GROUP_BYTES =>
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::kernels::{Resolved, AMX_GROUP_BYTES, AMX_GROUP_IMAGES};
+            if matches!(kernels.resolve(), Ok(Resolved::Amx))
+                && AMX_GROUP_IMAGES.saturating_mul(self.working_bytes(kernels)) <= AMX_GROUP_BYTES
             {
-                AMX_GROUP_IMAGES
+                return AMX_GROUP_IMAGES;
             }
-            _ => GROUP_IMAGES,
         }
+        // Only the x86 AMX set groups more.
+        let _ = kernels;
+        crate::kernels::GROUP_IMAGES
     }
 
     /// Arena `run_with(kernels, …)` needs for one input: `align16(out_len)` for the output,
