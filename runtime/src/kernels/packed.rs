@@ -364,8 +364,8 @@ fn pack_blocks(
 /// The layout and bytes kernel set `k` packs fully connected layer `p` in (`None`: it packs
 /// none for it).
 pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
-    // The AMX set's fully connected layers run on VNNI, packed as there: at batch 1 a layer
-    // has one row, a sixteenth of a tile.
+    // The AMX set packs fully connected layers as VNNI does: one image runs there (a row is a
+    // sixteenth of a tile) and a group on the tiles, which read the same blocks.
     match k.base() {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes())),

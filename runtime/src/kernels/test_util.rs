@@ -72,7 +72,8 @@ impl LayerData {
 
     /// [`LayerData::typical`], then every fourth case every valid shift, every eighth one
     /// channel's shift from −1 up (beside typical ones: the SIMD epilogues' wide paths with
-    /// outputs in range), every eighth a zero multiplier in the first channel, any output zero
+    /// outputs in range), every fourth one multiplier and shift for all channels (per tensor),
+    /// every eighth a zero multiplier in the first channel, any output zero
     /// point with the clamp from it (ReLU) or any other, and either rounding.
     pub fn random(rng: &mut Rng, n: usize, k: usize) -> Self {
         let mut l = Self::typical(rng, n, k);
@@ -84,6 +85,13 @@ impl LayerData {
                 l.shift[4 * c..4 * c + 4].copy_from_slice(&s.to_le_bytes());
             }
             _ => {}
+        }
+        if rng.next().is_multiple_of(4) {
+            // Per tensor: every channel the first's multiplier and shift.
+            for c in 1..n {
+                l.mult.copy_within(..4, 4 * c);
+                l.shift.copy_within(..4, 4 * c);
+            }
         }
         if rng.next().is_multiple_of(8) {
             l.mult[..4].fill(0);
