@@ -26,7 +26,7 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
     let (px, cout) = (p.output.h * p.output.w, f.n);
     // Rows come in order: the image and pixel of the next one, without a division per row.
     let (mut img, mut pix) = (0usize, 0usize);
-    gemm::rows::<true, AMX_MAX_K>(&f, w, tile_layout(&f), images.len() * px, |i, dst| {
+    gemm::rows::<true>(&f, w, tile_layout(&f), images.len() * px, |i, dst| {
         debug_assert_eq!(i, img * px + pix);
         let m = &mut images[img];
         rows.write(m.input.as_ptr(), pix, dst);
@@ -65,7 +65,7 @@ pub unsafe fn conv2d_rows(
         return false;
     }
     let (px0, y) = (band.start * w_out, output.as_mut_ptr());
-    gemm::rows::<true, AMX_MAX_K>(&f, w, tile_layout(&f), band.len() * w_out, |i, dst| {
+    gemm::rows::<true>(&f, w, tile_layout(&f), band.len() * w_out, |i, dst| {
         rows.write(input.as_ptr(), px0 + i, dst);
         (y.add(i * cout), 0)
     });

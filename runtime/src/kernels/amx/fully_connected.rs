@@ -21,13 +21,9 @@ pub const AMX_MIN_FC_IMAGES: usize = 16;
 /// call pays about a microsecond more on tiles, which only long products repay.
 pub const AMX_MIN_FC_MACS: usize = 65_536;
 
-/// Inputs up to which the rows are staged in a frame of 32 KB rather than 144 KB.
-const SMALL_K: usize = 1024;
-
 /// Every image of `imgs` through `p`, where `p` holds the VNNI packing, K ≤ [`AMX_MAX_K`],
 /// K·N ≥ [`AMX_MIN_FC_MACS`], the group has at least [`AMX_MIN_FC_IMAGES`] and the buffers
-/// fit; `false` (nothing
-/// written) else.
+/// fit; `false` (nothing written) else.
 ///
 /// # Safety
 /// [`super::available`] must hold.
@@ -62,12 +58,7 @@ unsafe fn fully_connected_rows(p: &FcParams, imgs: &mut [ConvImage]) -> bool {
             input_sum(dst, p.k).wrapping_mul(-128),
         )
     };
-    // A small model's layers stage their rows in a smaller frame.
-    if p.k <= SMALL_K {
-        gemm::rows::<false, SMALL_K>(p, w, l, n, row);
-    } else {
-        gemm::rows::<false, AMX_MAX_K>(p, w, l, n, row);
-    }
+    gemm::rows::<false>(p, w, l, n, row);
     true
 }
 

@@ -19,7 +19,7 @@ use crate::kernels::{FcParams, PackedFc, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, F
 use crate::requant::Rounding;
 
 /// Rows per pass: two input tiles.
-pub(super) const PASS: usize = 2 * ROWS;
+const PASS: usize = 2 * ROWS;
 
 /// Bytes of a weight tile.
 const TILE: usize = ROWS * ROW_BYTES;
@@ -32,11 +32,10 @@ const TILE: usize = ROWS * ROW_BYTES;
 ///
 /// # Safety
 /// [`super::available`] holds; `w` holds `l.bytes()` with `l.k` = `p.k` rounded up to 4 (64
-/// where `SIGNED`), `l.n` = `p.n`, `p.k` rounded up to 64 ≤ `MAX_K` ≤ [`AMX_MAX_K`]; `row` writes at most K bytes and
-/// gives a pointer to N writable bytes. The rows are staged in `MAX_K` bytes each (a
-/// smaller stack frame where K allows).
+/// where `SIGNED`) and `l.n` = `p.n`, K ≤ [`AMX_MAX_K`]; `row` writes at most K bytes and
+/// gives a pointer to N writable bytes.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn rows<const SIGNED: bool, const MAX_K: usize>(
+pub(super) unsafe fn rows<const SIGNED: bool>(
     p: &FcParams,
     w: &[u8],
     l: PackedFc,
@@ -45,9 +44,10 @@ pub(super) unsafe fn rows<const SIGNED: bool, const MAX_K: usize>(
 ) {
     let kp = l.k.next_multiple_of(AMX_K_STEP);
     let k_steps = kp / AMX_K_STEP;
-    assert!(kp <= MAX_K && MAX_K <= AMX_MAX_K);
+    // The rows are staged at a stride of kp bytes in PASS·AMX_MAX_K.
+    assert!(kp <= AMX_MAX_K);
     debug_assert!(w.len() >= l.bytes() && (!SIGNED || kp == l.k));
-    let mut a = MaybeUninit::<[[i8; MAX_K]; PASS]>::uninit();
+    let mut a = MaybeUninit::<[i8; PASS * AMX_MAX_K]>::uninit();
     let a = a.as_mut_ptr() as *mut i8;
     // The bytes past K of every row meet zero weights (or, in the last step of a block that
     // is not the last, the next block's bytes: times zero, nothing); rows past n in the last
