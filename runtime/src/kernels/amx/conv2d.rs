@@ -125,20 +125,12 @@ impl<'p, 'a> Patches<'p, 'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::amx::skip;
     use crate::kernels::test_util::{
         conv_matches_scalar, conv_suite, packed_groups_match_scalar, ConvCase, ConvData,
         PackedConvShape,
     };
-    use crate::kernels::{conv_packing, pack, scalar, Kernels, PackOp, Resolved, Rounding};
-
-    fn skip() -> bool {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        let skip = !Kernels::amx_available();
-        if skip {
-            SAID.call_once(|| println!("SKIP: no AMX-INT8 tiles here"));
-        }
-        skip
-    }
+    use crate::kernels::{conv_packing, pack, scalar, PackOp, Resolved, Rounding};
 
     /// `p` packed as the AMX set packs it, then run by that set's conv dispatch: the tiles,
     /// or the VNNI kernels for what is not packed.

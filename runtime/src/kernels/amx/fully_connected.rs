@@ -65,18 +65,10 @@ unsafe fn fully_connected_rows(p: &FcParams, imgs: &mut [ConvImage]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::amx::skip;
     use crate::kernels::test_util::{fc_batch_matches_scalar, fc_suite, FcData};
-    use crate::kernels::{Kernels, Packed};
+    use crate::kernels::Packed;
     use crate::requant::Rounding;
-
-    fn skip() -> bool {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        let skip = !Kernels::amx_available();
-        if skip {
-            SAID.call_once(|| println!("SKIP: no AMX-INT8 tiles here"));
-        }
-        skip
-    }
 
     /// `p` packed as the VNNI set packs it.
     fn packed(p: &FcParams) -> Vec<u8> {

@@ -30,3 +30,15 @@ mod tiles;
 pub use conv2d::{conv2d, conv2d_rows, rows_covered};
 pub use fully_connected::{fully_connected_batch, AMX_MIN_FC_IMAGES, AMX_MIN_FC_MACS};
 pub use tiles::available;
+
+/// Tests: whether the tiles cannot run here, said once as a SKIP line (the AMX suites then
+/// check nothing and say so).
+#[cfg(test)]
+fn skip() -> bool {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let skip = !crate::Kernels::amx_available();
+    if skip {
+        SAID.call_once(|| println!("SKIP: no AMX-INT8 tiles here"));
+    }
+    skip
+}
