@@ -96,7 +96,7 @@ pub const GROUP_IMAGES: usize = 8;
 pub const AMX_GROUP_IMAGES: usize = 32;
 
 /// Working areas' bytes up to which a group of [`AMX_GROUP_IMAGES`] runs on the AMX set: a
-/// small model (anomaly detection's 1.4 KB a working area) keeps its group within L1 and L2;
+/// small model (anomaly detection's 768 bytes a working area) keeps its group within L1 and L2;
 /// a larger one runs groups of [`GROUP_IMAGES`], whose convs fill the tiles with their pixels.
 pub const AMX_GROUP_BYTES: usize = 64 * 1024;
 
