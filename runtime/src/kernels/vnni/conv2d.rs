@@ -11,6 +11,7 @@
 
 use core::arch::x86_64::*;
 
+use super::packed_conv::copy_xor;
 use crate::kernels::avx2::hsum8_v;
 use crate::kernels::{scalar, ConvParams, PatchPiece, VNNI_PIXEL_BLOCK};
 use crate::requant::{FusedRequant, OutputQuant, Rounding};
@@ -213,24 +214,6 @@ fn epi_fill(e: &mut Epi, p: &ConvParams, co: usize, corr: &[i32; C]) {
     }
 }
 
-/// Copies `n` bytes from `src` to `dst`, XORing each with `flip` (0x80: i8 → u8 + 128).
-#[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
-unsafe fn copy_xor(src: *const u8, dst: *mut u8, n: usize, flip: u8) {
-    let f = _mm512_set1_epi8(flip as i8);
-    let mut i = 0;
-    while i + 64 <= n {
-        let v = _mm512_loadu_si512(src.add(i) as *const _);
-        _mm512_storeu_si512(dst.add(i) as *mut _, _mm512_xor_si512(v, f));
-        i += 64;
-    }
-    if i < n {
-        let m: __mmask64 = (1u64 << (n - i)) - 1;
-        let v = _mm512_maskz_loadu_epi8(m, src.add(i) as *const i8);
-        _mm512_mask_storeu_epi8(dst.add(i) as *mut i8, m, _mm512_xor_si512(v, f));
-    }
-}
-
 /// Input channels whose u8 pad values fit the stack buffer; more fill byte by byte.
 const PAD_BUF: usize = 2048;
 
@@ -254,10 +237,15 @@ impl PadRow {
 }
 
 #[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn fill_pad(p: &ConvParams, pads: &PadRow, dst: *mut u8) {
     if pads.ok {
-        copy_xor(pads.bytes.as_ptr(), dst, p.input.c, 0);
+        copy_xor(
+            pads.bytes.as_ptr() as *const i8,
+            dst as *mut i8,
+            p.input.c,
+            0,
+        );
     } else {
         for ci in 0..p.input.c {
             dst.add(ci).write((p.pad_value(ci) as u8) ^ 0x80);
@@ -286,7 +274,7 @@ unsafe fn epilogue<const DOUBLE: bool>(
 
 /// Writes the u8 patch (x + 128) of output pixel `pi`, then zeros up to `kp`.
 #[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn pack_patch(
     p: &ConvParams,
     pads: &PadRow,
@@ -298,7 +286,7 @@ unsafe fn pack_patch(
     p.patch_pieces(pi, |at, piece| match piece {
         PatchPiece::Input { start, n } => {
             let src = &input[start..start + n];
-            copy_xor(src.as_ptr() as *const u8, row.add(at), n, 0x80);
+            copy_xor(src.as_ptr(), row.add(at) as *mut i8, n, -128);
         }
         PatchPiece::Pad => fill_pad(p, pads, row.add(at)),
     });
