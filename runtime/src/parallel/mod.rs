@@ -1,6 +1,6 @@
 //! Multi-threaded batch inference (feature `std`): the batch is split into chunks of up to
-//! `Model::group_images` images, handed out to the threads in turn, each thread with its own working
-//! slice of the arena (one working area per image of a chunk). A batch smaller than the thread
+//! `Model::group_images` images, handed out to the threads in turn, each thread with its own
+//! working slice of the arena (one working area per image of a chunk). A batch smaller than the thread
 //! count (one image: latency) instead runs each image on every thread, op by op, each op split
 //! between them ([`run_split_with`]). The threads stay between calls (`pool`). No allocation
 //! besides the threads themselves. The single-threaded [`Model::run`] stays the reference: the
@@ -20,9 +20,9 @@ use crate::kernels::{Kernels, Resolved};
 use crate::{as_i8, Model, Result, RuntimeError};
 
 /// Arena [`run_parallel_with`] needs with `kernels`: `align16(batch·out_len) + t · g ·
-/// working_bytes(kernels)` with
-/// `t = min(threads, batch)` threads and `g = min(group_images(kernels), ⌈batch / t⌉)` working areas
-/// per thread (each thread runs its images in groups of `g`, op by op) (saturating); or, when
+/// working_bytes(kernels)` with `t = min(threads, batch)` threads and
+/// `g = min(group_images(kernels), ⌈batch / t⌉)` working areas per thread (each thread runs
+/// its images in groups of `g`, op by op) (saturating); or, when
 /// the batch is smaller than `threads` and the model large enough to split each image
 /// ([`SPLIT_MIN_MACS`]), [`arena_bytes_split`].
 pub fn arena_bytes_parallel(
