@@ -1,10 +1,10 @@
 //! Multi-threaded batch inference (feature `std`): the batch is split into chunks of up to
 //! `Model::group_images` images, handed out to the threads in turn, each thread with its own
-//! working slice of the arena (one working area per image of a chunk). A batch smaller than the thread
-//! count (one image: latency) instead runs each image on every thread, op by op, each op split
-//! between them ([`run_split_with`]). The threads stay between calls (`pool`). No allocation
-//! besides the threads themselves. The single-threaded [`Model::run`] stays the reference: the
-//! bytes are identical.
+//! working slice of the arena (one working area per image of a chunk). A batch smaller than
+//! the thread count (one image: latency) instead runs each image on every thread, op by op,
+//! each op split between them ([`run_split_with`]). The threads stay between calls (`pool`).
+//! No allocation besides the threads themselves. The single-threaded [`Model::run`] stays the
+//! reference: the bytes are identical.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
