@@ -93,30 +93,28 @@ impl Model<'_> {
             // SAFETY: Resolved::Vnni (also Amx's base) is only produced when AVX2 and AVX-512
             // VNNI/BW/VL are available, Resolved::Amx only where the tiles may run.
             unsafe {
-                if let OpParams::FullyConnected(f) = &p.params {
-                    if k == Resolved::Amx && kernels::amx::fully_connected_batch(f, imgs) {
-                        return Ok(true);
-                    }
-                }
-                // The VNNI kernels take up to GROUP_IMAGES images a call (an AMX group has
-                // more); each call's answer is the same (the op's parameters decide it).
-                for group in imgs.chunks_mut(kernels::GROUP_IMAGES) {
-                    let done = match &p.params {
-                        OpParams::FullyConnected(f) => {
-                            kernels::vnni::fully_connected_batch(f, group);
-                            true
+                match &p.params {
+                    OpParams::FullyConnected(f) => {
+                        // The VNNI kernel takes any group, eight images a pass.
+                        if !(k == Resolved::Amx && kernels::amx::fully_connected_batch(f, imgs)) {
+                            kernels::vnni::fully_connected_batch(f, imgs);
                         }
-                        OpParams::Conv2d(c) => {
-                            (k == Resolved::Amx && kernels::amx::conv2d(c, group))
+                    }
+                    OpParams::Conv2d(c) => {
+                        // The conv kernels take up to GROUP_IMAGES images a call (an AMX group
+                        // has more); each call's answer is the same (the op's parameters decide
+                        // it).
+                        for group in imgs.chunks_mut(kernels::GROUP_IMAGES) {
+                            let done = (k == Resolved::Amx && kernels::amx::conv2d(c, group))
                                 || kernels::vnni::conv2d_implicit(c, group)
                                 || kernels::vnni::conv2d_packed(c, group)
-                                || kernels::vnni::conv2d_lanes_batch(c, group)
+                                || kernels::vnni::conv2d_lanes_batch(c, group);
+                            if !done {
+                                return Ok(false);
+                            }
                         }
-                        _ => false,
-                    };
-                    if !done {
-                        return Ok(false);
                     }
+                    _ => return Ok(false),
                 }
             }
             return Ok(true);

@@ -45,10 +45,6 @@ unsafe fn fully_connected_rows(p: &FcParams, imgs: &mut [ConvImage]) -> bool {
     if w.len() < l.bytes() || p.k == 0 || p.k > AMX_MAX_K || !imgs.iter().all(fits) {
         return false;
     }
-    let l = PackedFc {
-        k: p.k.next_multiple_of(4),
-        n: p.n,
-    };
     let (w, n) = (&w[..l.bytes()], imgs.len());
     let row = |i: usize, dst: *mut i8| {
         let m = &mut imgs[i];

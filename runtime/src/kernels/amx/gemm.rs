@@ -31,9 +31,9 @@ const TILE: usize = ROWS * ROW_BYTES;
 /// the last block's last tile may reach past `w`, so it is read from a copy).
 ///
 /// # Safety
-/// [`super::available`] holds; `w` holds `l.bytes()` with `l.k` = `p.k` rounded up to 4 (64
-/// where `SIGNED`) and `l.n` = `p.n`, K ≤ [`AMX_MAX_K`]; `row` writes at most K bytes and
-/// gives a pointer to N writable bytes.
+/// [`super::available`] holds; `w` holds `l.bytes()` with `l.n` = `p.n` and `l.k` = `p.k`
+/// (padded to 64 where `SIGNED`), K ≤ [`AMX_MAX_K`]; `row` writes at most K bytes and gives
+/// a pointer to N writable bytes.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn rows<const SIGNED: bool>(
     p: &FcParams,
