@@ -171,6 +171,7 @@ for target, board, cpu in targets:
             if len(p) >= 2 and p[0] in (".vector_table", ".text", ".rodata", ".data", ".bss", ".uninit"):
                 sections[p[0]] = int(p[1])
         model_bytes = int(head["model_bytes"])
+        packed_bytes = int(prepare.get("packed_bytes", 0))
         test_bytes = sum(os.path.getsize(os.path.join(d, f)) for f in ("images.bin", "expected.bin"))
         # Flash: code, constants (the model among them) and .data's initial values; the test
         # images and their expected logits are the harness's, not the application's.
@@ -211,8 +212,10 @@ for target, board, cpu in targets:
             "prepare_instructions": int(prepare["insn"]),
             "kernels": per_kernels,
             "deterministic_across_runs": open(os.path.join(d, target + ".again")).read().strip() == "yes",
+            # The packed image (the Cortex-M set's weights in its own order, in flash).
             "flash": {"bytes": flash, "model_bytes": model_bytes, "text_bytes": sections.get(".text", 0),
-                      "other_bytes": flash - model_bytes - sections.get(".text", 0)},
+                      "packed_bytes": packed_bytes,
+                      "other_bytes": flash - model_bytes - packed_bytes - sections.get(".text", 0)},
             "ram": {"bytes": static_ram + peak, "arena_bytes": arena, "stack_peak_bytes": peak,
                     "other_static_bytes": static_ram - arena},
             "sections": sections,
@@ -221,7 +224,7 @@ for target, board, cpu in targets:
 doc = {
     "what": "octet-runtime on Cortex-M under QEMU -icount shift=0 (one instruction per ns of "
             "virtual time): instructions per inference (the measuring calls' few included), per op "
-            "(Model::run_timed), exact repeats; flash = .vector_table + .text + .rodata (the model) "
+            "(Model::run_timed), exact repeats; flash = .vector_table + .text + .rodata (the model and its packed image) "
             "+ .data less the test images; RAM = .bss (the arena) + .data + the deepest stack "
             "(painted, scanned after each run)",
     "qemu": qemu, "rustc": rustc, "commit": commit, "kernels": kernels,
@@ -243,7 +246,8 @@ for r in results:
             continue
         print(f'{r["cpu"]:10} {r["model"]:7} {k:7}({v["resolved"]}) {v["instructions_per_inference"]:>10} insn/inference '
               f'({v["instructions_per_mac"]} per MAC), stable {"yes" if v["stable"] else "no"}; '
-              f'flash {r["flash"]["bytes"]} B (model {r["model_bytes"]}, .text {r["flash"]["text_bytes"]}), '
+              f'flash {r["flash"]["bytes"]} B (model {r["model_bytes"]}, packed {r["flash"]["packed_bytes"]}, '
+              f'.text {r["flash"]["text_bytes"]}), '
               f'RAM {r["ram"]["bytes"]} B (arena {r["arena_bytes"]}, stack {r["ram"]["stack_peak_bytes"]})',
               file=sys.stderr)
 PY

@@ -4,7 +4,9 @@
 //! them. `OCTET_MCU_KERNELS` (default `scalar,auto`) names the kernel sets to run
 //! (`Kernels::from_name`). The model is validated here with the runtime's parser, which also
 //! gives the arena each set needs (`Model::arena_bytes`): the firmware's arena is a static of
-//! exactly the largest of them.
+//! exactly the largest of them. Where a set run here is the Cortex-M set, the model's packed
+//! image for it (`Model::write_packed_image`: the weights in that set's own order) is embedded
+//! too, in flash, and the firmware prepares from it.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -77,6 +79,7 @@ fn main() {
     // this target (not on the host running this script).
     let var = |k: &str| env::var(k).unwrap_or_default();
     let mut arena = 0;
+    let mut cortex_m = false;
     for k in &kernels {
         let set = match Kernels::from_name(k) {
             Some(Kernels::Auto) => Kernels::auto_on_mcu(
@@ -94,7 +97,21 @@ fn main() {
             }
         };
         arena = arena.max(m.arena_bytes(set));
+        cortex_m |= set == Kernels::CortexM;
     }
+    // The packed image, where the Cortex-M set runs (an empty file elsewhere).
+    let mut packed = Vec::new();
+    if cortex_m {
+        let n = m
+            .packed_image_bytes(Kernels::CortexM)
+            .unwrap_or_else(|e| fail(format!("{}: packed image: {e}", model_path.display())));
+        packed.resize(n, 0);
+        if let Err(e) = m.write_packed_image(Kernels::CortexM, &mut packed) {
+            fail(format!("{}: packed image: {e}", model_path.display()));
+        }
+    }
+    let packed_path = out.join("packed.bin");
+    std::fs::write(&packed_path, &packed).expect("write packed.bin to OUT_DIR");
 
     let path = |p: &Path| format!("{:?}", p.display().to_string());
     let s = format!(
@@ -104,6 +121,9 @@ pub const ARENA_BYTES: usize = {arena};
 pub const N_OPS: usize = {ops};
 /// The `.o8` file, 16-byte aligned as the format's data section.
 pub static MODEL: Aligned<[u8; {model_len}]> = Aligned(*include_bytes!({model_path}));
+/// The model's packed image for the Cortex-M set (`Model::prepare_packed_image`; empty where
+/// that set does not run), aligned as the image needs.
+pub static PACKED: AlignedPacked<[u8; {packed_len}]> = AlignedPacked(*include_bytes!({packed_path}));
 /// Test images.
 pub const N_IMAGES: usize = {n};
 /// The images, one after another.
@@ -118,6 +138,8 @@ pub const KERNELS_LIST: &str = {kernels_list:?};
         ops = m.num_ops(),
         model_len = model.len(),
         model_path = path(&model_path),
+        packed_len = packed.len(),
+        packed_path = path(&packed_path),
         images_len = images.len(),
         images_path = path(&images_path),
         expected_len = expected.len(),

@@ -98,8 +98,11 @@ impl From<RuntimeError> for OctetStatus {
             RuntimeError::Aliasing { .. } => OctetStatus::Aliasing,
             RuntimeError::ArenaTooSmall { .. } => OctetStatus::ArenaTooSmall,
             RuntimeError::InputLength { .. } => OctetStatus::InputLength,
-            // `octet_model_run` asks for the automatic kernels and no threads.
-            RuntimeError::KernelsUnavailable | RuntimeError::BadThreads => OctetStatus::Internal,
+            // `octet_model_run` asks for the automatic kernels and no threads, and passes no
+            // packed image.
+            RuntimeError::KernelsUnavailable
+            | RuntimeError::BadThreads
+            | RuntimeError::BadPackedImage { .. } => OctetStatus::Internal,
         }
     }
 }

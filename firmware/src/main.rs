@@ -28,9 +28,13 @@ use stack::{stack_or_fail, Painted};
 #[repr(C, align(16))]
 struct Aligned<T>(T);
 
-/// The model, images, expected logits and kernel names `build.rs` embeds.
+/// The alignment a packed image needs (`octet_runtime::kernels::PACKED_ALIGN`).
+#[repr(C, align(64))]
+struct AlignedPacked<T>(T);
+
+/// The model, packed image, images, expected logits and kernel names `build.rs` embeds.
 mod inputs {
-    use super::Aligned;
+    use super::{Aligned, AlignedPacked};
     include!(concat!(env!("OUT_DIR"), "/inputs.rs"));
 }
 
@@ -74,7 +78,8 @@ fn measuring() -> Option<(u32, Costs)> {
 }
 
 /// Parses the embedded model and prepares its ops once into `table` (every run then only
-/// dispatches): the model and the deepest stack either step took.
+/// dispatches; the packed weights read from the embedded image where there is one): the model
+/// and the deepest stack either step took.
 fn parse<'t>(c: &Costs, table: &'t mut [PreparedOp<'t>]) -> Option<(Model<'t>, usize)> {
     let paint = Painted::new();
     let t0 = stamp();
@@ -91,12 +96,21 @@ fn parse<'t>(c: &Costs, table: &'t mut [PreparedOp<'t>]) -> Option<(Model<'t>, u
     hprintln!("parse insn={} stack={}", t1 - t0 - c.stamp, stack);
     let paint = Painted::new();
     let t0 = stamp();
-    let prepared = model.prepare(table);
+    let image = &inputs::PACKED.0;
+    let prepared = match image.is_empty() {
+        true => model.prepare(table),
+        false => model.prepare_packed_image(table, image, Kernels::CortexM),
+    };
     let t1 = stamp();
     let prepare_stack = stack_or_fail(paint.used(), "prepare")?;
     match prepared {
         Ok(m) => {
-            hprintln!("prepare insn={} stack={}", t1 - t0 - c.stamp, prepare_stack);
+            hprintln!(
+                "prepare insn={} stack={} packed_bytes={}",
+                t1 - t0 - c.stamp,
+                prepare_stack,
+                image.len()
+            );
             Some((m, stack.max(prepare_stack)))
         }
         Err(e) => {

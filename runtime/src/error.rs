@@ -87,6 +87,12 @@ pub enum RuntimeError {
     KernelsUnavailable,
     /// Thread count must be at least 1.
     BadThreads,
+    /// A packed image (`Model::prepare_packed_image`) is not one of this model for this
+    /// kernel set, or is damaged.
+    BadPackedImage {
+        /// What was wrong.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for RuntimeError {
@@ -127,6 +133,10 @@ impl fmt::Display for RuntimeError {
             ),
             KernelsUnavailable => write!(f, "the requested kernels are not available on this CPU"),
             BadThreads => write!(f, "thread count must be at least 1"),
+            BadPackedImage { what } => write!(
+                f,
+                "packed image: {what} (write it again from this model: Model::write_packed_image)"
+            ),
         }
     }
 }

@@ -43,7 +43,7 @@ pub mod requant;
 
 pub use error::RuntimeError;
 pub use kernels::{Kernels, OpGeometry};
-pub use model::{Model, OpInfo, OpKind, PreparedOp, TensorInfo};
+pub use model::{Model, OpInfo, OpKind, PreparedOp, TensorInfo, PACKED_IMAGE_HEADER};
 pub use requant::{quantize_multiplier, requantize, Rounding};
 
 /// `Result` with [`RuntimeError`].

@@ -66,11 +66,13 @@ pub(crate) mod test_util;
 pub use add_tables::{InputLine, TfliteAddTables};
 pub(crate) use dispatch::*;
 pub(crate) use packed::{
-    add_packing, conv_packing, depthwise_packing, fc_packing, pack, Layout, PackOp,
+    add_packing, conv_packing, cortex_m_fc_packing, depthwise_packing, fc_packing, pack, Layout,
+    PackOp,
 };
 pub use packed::{
-    AmxFc, FcEpi, Packed, PackedFc, AMX_K_STEP, AMX_MAX_K, AMX_MIN_COUT, AMX_MIN_K, AMX_MIN_PIXELS,
-    FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP, IM2COL_MAX_K, IM2COL_MAX_PIXELS, PACKED_ALIGN,
+    AmxFc, CortexMFc, FcEpi, Packed, PackedFc, AMX_K_STEP, AMX_MAX_K, AMX_MIN_COUT, AMX_MIN_K,
+    AMX_MIN_PIXELS, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP, IM2COL_MAX_K, IM2COL_MAX_PIXELS,
+    PACKED_ALIGN,
 };
 pub use params::*;
 pub use scratch::*;

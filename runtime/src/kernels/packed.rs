@@ -49,6 +49,10 @@ pub(crate) enum Layout {
     /// tflite_add of their own otherwise build on every call.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     AddTables,
+    /// The Cortex-M fully connected layer's ([`CortexMFc`]). Packed on any machine: firmware
+    /// takes it from flash (`Model::write_packed_image`), as a microcontroller has no RAM to
+    /// spare for a second copy of the weights.
+    CortexMFc,
 }
 
 impl<'a> Packed<'a> {
@@ -231,6 +235,81 @@ impl PackedFc {
     }
 }
 
+/// The Cortex-M fully connected layout of a K × N layer ([`Layout::CortexMFc`]): the first
+/// 4·⌊N/4⌋ rows in quads, each quad's ⌊K/4⌋ groups of 4 inputs 16 bytes apiece, the words
+/// `[pair 0 A, pair 0 B, pair 1 A, pair 1 B]`; pair 0 is rows 4q, 4q + 1, pair 1 rows 4q + 2,
+/// 4q + 3. Word A of pair (r, r + 1) in group g holds the bytes `w[r][4g] + 128` (as u8),
+/// `w[r+1][4g]`, `w[r][4g+2] + 128`, `w[r+1][4g+2]`; word B the same of inputs 4g + 1 and
+/// 4g + 3 (the input's `SXTB16` order, `cortex_m::widen`). So each 16-bit half of a word is
+/// `256·w[r+1] + (w[r] + 128)` exactly, and one `SMLAD` of it with two widened inputs adds
+/// four multiply-adds of two rows into one sum, s = u + 256·v, where `UXTB16` of the word and
+/// a second `SMLAD` give u = Σ x·(w[r] + 128) alone: three instructions per four multiply-adds
+/// against four for weights widened by `SXTB16`. v = (s − u) / 256 is exact while
+/// |v| < 2^23, so the sums are split every [`CortexMFc::CHUNK_GROUPS`] groups; Σ x·w[r] =
+/// u − 128·Σx. Rows past the quads and inputs past the groups are read unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CortexMFc {
+    /// Inputs (K).
+    pub k: usize,
+    /// Outputs (N).
+    pub n: usize,
+}
+
+impl CortexMFc {
+    /// Groups per chunk: |Σ x·w| ≤ 4·112·2^14 < 2^23 over one (int8 by int8, −128
+    /// included; up to 127 would do, a multiple of 16 keeps the kernel's passes whole).
+    pub const CHUNK_GROUPS: usize = 112;
+
+    /// The layout of layer `p`, where it has at least one quad and one group.
+    pub const fn of(p: &FcParams) -> Option<CortexMFc> {
+        match p.n >= 4 && p.k >= 4 {
+            true => Some(CortexMFc { k: p.k, n: p.n }),
+            false => None,
+        }
+    }
+
+    /// Quads of rows.
+    pub const fn quads(&self) -> usize {
+        self.n / 4
+    }
+
+    /// Groups of 4 inputs.
+    pub const fn groups(&self) -> usize {
+        self.k / 4
+    }
+
+    /// Bytes of one quad.
+    pub const fn quad_bytes(&self) -> usize {
+        16 * self.groups()
+    }
+
+    /// Bytes of the whole layer.
+    pub const fn bytes(&self) -> usize {
+        self.quads() * self.quad_bytes()
+    }
+
+    /// Writes `p`'s layout into `dst` (at least [`CortexMFc::bytes`] long).
+    pub fn pack(p: &FcParams, dst: &mut [u8]) {
+        let l = CortexMFc { k: p.k, n: p.n };
+        let w = |r: usize, i: usize| p.weights[r * p.k + i] as u8;
+        let quads = dst[..l.bytes()].chunks_exact_mut(l.quad_bytes());
+        for (q, quad) in quads.enumerate() {
+            for (g, group) in quad.chunks_exact_mut(16).enumerate() {
+                for (i, word) in group.chunks_exact_mut(4).enumerate() {
+                    // Word i: pair i / 2, inputs of parity i % 2.
+                    let (r, at) = (4 * q + 2 * (i / 2), 4 * g + i % 2);
+                    word.copy_from_slice(&[
+                        w(r, at) ^ 0x80,
+                        w(r + 1, at),
+                        w(r, at + 2) ^ 0x80,
+                        w(r + 1, at + 2),
+                    ]);
+                }
+            }
+        }
+    }
+}
+
 /// Inputs per step of [`AmxFc`] (a tile row: `tdpbssd`'s 64 bytes).
 pub const AMX_K_STEP: usize = 64;
 
@@ -369,11 +448,19 @@ pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
     match k.base() {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes())),
+        #[cfg(octet_arm_dsp)]
+        Resolved::CortexM => cortex_m_fc_packing(p),
         _ => {
             let _ = (k, p);
             None
         }
     }
+}
+
+/// The layout and bytes the Cortex-M set packs fully connected layer `p` in (on any machine:
+/// `Model::write_packed_image`).
+pub(crate) fn cortex_m_fc_packing(p: &FcParams) -> Option<(Layout, usize)> {
+    CortexMFc::of(p).map(|l| (Layout::CortexMFc, l.bytes()))
 }
 
 /// Patch length up to which the VNNI set packs a conv that is not pointwise (its kernel
@@ -479,6 +566,7 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
         (Layout::VnniFc, PackOp::Fc(p)) => PackedFc::pack(p, dst),
         (Layout::VnniFc, PackOp::Conv(p)) => PackedFc::pack(&p.as_fc(), dst),
         (Layout::VnniConv, PackOp::Conv(p)) => PackedFc::pack_conv(p, dst),
+        (Layout::CortexMFc, PackOp::Fc(p)) => CortexMFc::pack(p, dst),
         #[cfg(target_arch = "x86_64")]
         (Layout::AmxFc, PackOp::Conv(p)) => AmxFc::pack(&p.as_fc(), dst),
         #[cfg(target_arch = "x86_64")]

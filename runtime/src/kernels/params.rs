@@ -68,6 +68,11 @@ impl<'a> I32Array<'a> {
     pub fn get(&self, i: usize) -> i32 {
         crate::format::le_i32(self.bytes, i.wrapping_mul(4))
     }
+    /// The values' little-endian bytes.
+    #[inline(always)]
+    pub const fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
     /// All values.
     pub fn iter(&self) -> impl Iterator<Item = i32> + 'a {
         let b = self.bytes;

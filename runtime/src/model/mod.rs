@@ -7,10 +7,12 @@
 //! a model (Eval) is `crate::interpreter`.
 
 mod inspect;
+mod packed_image;
 mod prepare;
 mod validate;
 
 pub use inspect::{OpInfo, OpKind, TensorInfo};
+pub use packed_image::PACKED_IMAGE_HEADER;
 pub(crate) use prepare::OpParams;
 #[cfg(feature = "std")]
 pub(crate) use prepare::Place;
@@ -54,6 +56,8 @@ pub struct Model<'a> {
     output_zero_point: i32,
     /// Multiply-adds per image, counted once by `parse`.
     macs: u64,
+    /// The file's CRC-32 (header `crc`): what a packed image names its model by.
+    crc: u32,
     /// Every op's kernel parameters ([`Model::prepare`]), or empty: then each op is prepared
     /// just before it runs.
     prepared: &'a [PreparedOp<'a>],
@@ -145,6 +149,7 @@ impl<'a> Model<'a> {
             output_scale: h.output_scale(),
             output_zero_point: h.output_zero_point(),
             macs: 0,
+            crc: h.crc(),
             prepared: &[],
         };
         model.validate(&h)

@@ -155,7 +155,7 @@ impl<'a> Model<'a> {
     }
 
     /// Every op prepared into the first `num_ops()` entries of `table`, those returned.
-    fn fill(&self, table: &'a mut [PreparedOp<'a>]) -> Result<&'a mut [PreparedOp<'a>]> {
+    pub(super) fn fill(&self, table: &'a mut [PreparedOp<'a>]) -> Result<&'a mut [PreparedOp<'a>]> {
         let n = self.n_ops as usize;
         if table.len() < n {
             return Err(RuntimeError::OutOfBounds {
@@ -260,7 +260,7 @@ impl<'a> Model<'a> {
     }
 
     /// Op `j`'s kernel parameters and places (a validated op).
-    fn prepare_op(&self, j: u32) -> Result<PreparedOp<'a>> {
+    pub(super) fn prepare_op(&self, j: u32) -> Result<PreparedOp<'a>> {
         let decoded = self.decode(j);
         let Decoded {
             op: o,

@@ -1,19 +1,84 @@
-//! fully_connected: [`ROWS`] output rows per pass share each widened word of the input; each
-//! row's word is widened and multiplied in with two `SMLAD`s (CMSIS-NN's
-//! `arm_nn_vec_mat_mult_t_s8` scheme). With the scratch the set states
+//! fully_connected: [`ROWS`] output rows per pass share each widened word of the input. With
+//! the weights packed at prepare ([`CortexMFc`]: firmware keeps them in flash,
+//! `Model::write_packed_image`) two rows share each `SMLAD`, three instructions per four
+//! multiply-adds ([`quad`]); else each row's word is widened and multiplied in with two `SMLAD`s
+//! (CMSIS-NN's `arm_nn_vec_mat_mult_t_s8` scheme), five. With the scratch the set states
 //! ([`cortex_m_fc_scratch_bytes`]: the input widened once per call, in `SXTB16`'s order) a
 //! step loads the input's two widened words with one `LDRD`, two steps a pass; with less, the
-//! input is widened again for every pass. Output pairs share the two-lane epilogue.
+//! input is widened again for every pass (and packed weights are not read). Output pairs share
+//! the two-lane epilogue.
 
 use super::{
     instance, ldr_inc, smlad, tail_word, widen, word, Bounds, Clamp, Double, Epilogue, Full,
     Requant, Requant2, Round, Single,
 };
-use crate::kernels::{cortex_m_fc_scratch_bytes, scalar, FcParams, Rounding};
+use crate::kernels::{cortex_m_fc_scratch_bytes, scalar, CortexMFc, FcParams, Layout, Rounding};
 
 /// Output rows per pass: the input's widening is shared by this many rows, and their
 /// accumulators and row pointers still fit in the core's registers ([`dot4`]).
 const ROWS: usize = 4;
+
+/// One group of a packed quad ([`chunk`]'s loop body): the input's two widened words
+/// (`LDRD`), the quad's four words (`LDM`, into r0–r3: `LDM` needs its registers in ascending
+/// order, so they are named), each multiplied in raw into its pair's s (`SMLAD`), unpacked to
+/// its row-0-or-2 bytes in place (`UXTB16`) and multiplied in again into u: 14 instructions
+/// for 16 multiply-adds.
+#[cfg(octet_arm_dsp)]
+macro_rules! quad_group_ldm {
+    () => {
+        concat!(
+            "ldrd {xa}, {xb}, [{x}], #8\n",
+            "ldm {w}!, {{r0, r1, r2, r3}}\n",
+            "smlad {s0}, r0, {xa}, {s0}\n",
+            "uxtb16 r0, r0\n",
+            "smlad {u0}, r0, {xa}, {u0}\n",
+            "smlad {s0}, r1, {xb}, {s0}\n",
+            "uxtb16 r1, r1\n",
+            "smlad {u0}, r1, {xb}, {u0}\n",
+            "smlad {s1}, r2, {xa}, {s1}\n",
+            "uxtb16 r2, r2\n",
+            "smlad {u1}, r2, {xa}, {u1}\n",
+            "smlad {s1}, r3, {xb}, {s1}\n",
+            "uxtb16 r3, r3\n",
+            "smlad {u1}, r3, {xb}, {u1}\n",
+        )
+    };
+}
+
+/// `$body` ([`quad_group_ldm`]s) in a loop until `x` reaches `$end` (at least one pass), which
+/// waits on the stack
+/// (all 12 registers `asm!` may take are in use: `x`, `w`, `xa`, `xb`, r0–r3 and the sums of
+/// `$acc` in `u0`, `s0`, `u1`, `s1`); `xa`, free between groups, reads it back. The stack word
+/// pushed is popped before the end.
+#[cfg(octet_arm_dsp)]
+macro_rules! quad_loop_ldm {
+    ($acc:expr, $x:expr, $w:expr, $end:expr; $($body:tt)+) => {{
+        let [mut u0, mut s0, mut u1, mut s1] = $acc;
+        core::arch::asm!(
+            "str {xa}, [sp, #-8]!",
+            "2:",
+            $($body)+
+            "ldr {xa}, [sp]",
+            "cmp {x}, {xa}",
+            "bne 2b",
+            "add sp, sp, #8",
+            x = inout(reg) $x,
+            w = inout(reg) $w,
+            xa = inout(reg) $end => _,
+            xb = out(reg) _,
+            out("r0") _,
+            out("r1") _,
+            out("r2") _,
+            out("r3") _,
+            u0 = inout(reg) u0,
+            s0 = inout(reg) s0,
+            u1 = inout(reg) u1,
+            s1 = inout(reg) s1,
+            options(readonly),
+        );
+        $acc = [u0, s0, u1, s1];
+    }};
+}
 
 /// Same bytes as [`scalar::fully_connected`]. `scratch` should hold
 /// [`cortex_m_fc_scratch_bytes`] of the layer's K (with less, the input is widened per pass).
@@ -33,19 +98,30 @@ fn fc<R: Round, C: Clamp>(p: &FcParams, input: &[i8], output: &mut [i8], scratch
     }
     let x = &input[..k];
     let groups = k / 4;
-    // The input's whole groups of 4 widened: `SXTB16` (values 0, 2), `SXTB16 ROR #8` (1, 3).
+    // The quads packed at prepare, where they are whole.
+    let packed = p
+        .packed
+        .of(Layout::CortexMFc)
+        .filter(|w| CortexMFc::of(p).is_some_and(|l| w.len() >= l.bytes()));
+    // The input's whole groups of 4 widened: `SXTB16` (values 0, 2), `SXTB16 ROR #8` (1, 3);
+    // for packed weights also 128·Σx over them.
     let widened = match scratch.len() >= cortex_m_fc_scratch_bytes(k) && groups > 0 {
         true => {
             // SAFETY: every bit pattern is a valid u32; the stated bytes count the 3 aligning
             // skips.
             let (_, words, _) = unsafe { scratch.align_to_mut::<u32>() };
             let xw = &mut words[..2 * groups];
-            for (d, g) in xw.chunks_exact_mut(2).zip(x.chunks_exact(4)) {
-                (d[0], d[1]) = widen(word(g));
-            }
-            Some(&*xw)
+            let sum = match packed {
+                Some(_) => widen_input::<true>(x, xw),
+                None => widen_input::<false>(x, xw),
+            };
+            Some((&*xw, sum.wrapping_mul(128)))
         }
         false => None,
+    };
+    let quads = match (packed, widened) {
+        (Some(w), Some((xw, sum))) => Some((w, xw, sum)),
+        _ => None,
     };
     let e = Epilogue::new(&p.out);
     // A per-tensor layer (TFLite's fully connected) has one requantization: decoded once.
@@ -55,34 +131,17 @@ fn fc<R: Round, C: Clamp>(p: &FcParams, input: &[i8], output: &mut [i8], scratch
         false => None,
     };
     let mut j = 0;
+    if let Some((w, xw, sum)) = quads {
+        j = packed_quads::<R, C>(p, x, (w, xw, sum), one.as_ref(), &e, output);
+    }
     while j + ROWS <= n {
         let rows = &p.weights[j * k..][..ROWS * k];
         let bias = core::array::from_fn(|r| p.bias.get(j + r));
         let acc = match widened {
-            Some(xw) => dot4_widened(bias, xw, x, rows),
+            Some((xw, _)) => dot4_widened(bias, xw, x, rows),
             None => dot4(bias, x, rows),
         };
-        if let Some(q2) = &one {
-            output[j..j + 2].copy_from_slice(&q2.apply(acc[0], acc[1]));
-            output[j + 2..j + 4].copy_from_slice(&q2.apply(acc[2], acc[3]));
-            j += ROWS;
-            continue;
-        }
-        for (i, (a, o)) in acc
-            .chunks_exact(2)
-            .zip(output[j..].chunks_exact_mut(2))
-            .enumerate()
-        {
-            let c = j + 2 * i;
-            let q = [c, c + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
-            match Requant2::<R, C>::new(q, &e) {
-                Some(q2) => o.copy_from_slice(&q2.apply(a[0], a[1])),
-                None => {
-                    o[0] = q[0].apply(a[0], &e);
-                    o[1] = q[1].apply(a[1], &e);
-                }
-            }
-        }
+        requant4(p, j, acc, one.as_ref(), &e, &mut output[j..j + ROWS]);
         j += ROWS;
     }
     while j < n {
@@ -90,6 +149,213 @@ fn fc<R: Round, C: Clamp>(p: &FcParams, input: &[i8], output: &mut [i8], scratch
         output[j] = Requant::<R>::new(p.multiplier.get(j), p.shift.get(j)).apply(a, &e);
         j += 1;
     }
+}
+
+/// Rows 0..4·⌊N/4⌋ of layer `p` from its quads packed as [`CortexMFc`] (`w`), the input's
+/// whole groups widened (`xw`, with 128·Σx over them): one pass over the quads, each one
+/// [`quad`], its partial group (if K is not a multiple of 4, from the unpacked rows) and its
+/// epilogue ([`requant4`]). The rows done.
+#[inline(never)]
+fn packed_quads<R: Round, C: Clamp>(
+    p: &FcParams,
+    x: &[i8],
+    packed: (&[u8], &[u32], i32),
+    one: Option<&Requant2<R, C>>,
+    e: &Epilogue,
+    output: &mut [i8],
+) -> usize {
+    // Instantiated per whether the groups are a multiple of 16: then every chunk is whole
+    // passes of 16 (CHUNK_GROUPS is a multiple of 16; 5 instructions a quad fewer than passes
+    // of 8 on K = 128) and the loop tests for no partial one (15 fewer); else passes of 8,
+    // then one group a pass.
+    match (packed.1.len() / 2).is_multiple_of(16) {
+        true => quads_of::<R, C, false>(p, x, packed, one, e, output),
+        false => quads_of::<R, C, true>(p, x, packed, one, e, output),
+    }
+}
+
+/// [`packed_quads`]: passes of 16 groups, or with `REST` passes of 8 and the rest one a pass.
+#[inline(always)]
+fn quads_of<R: Round, C: Clamp, const REST: bool>(
+    p: &FcParams,
+    x: &[i8],
+    (w, xw, sum128): (&[u8], &[u32], i32),
+    one: Option<&Requant2<R, C>>,
+    e: &Epilogue,
+    output: &mut [i8],
+) -> usize {
+    let (k, quads) = (p.k, p.n / ROWS);
+    let groups = xw.len() / 2;
+    if p.bias.len() < ROWS * quads {
+        return 0;
+    }
+    let w = &w[..quads * 16 * groups];
+    let mut wp = w.as_ptr();
+    let bias = p.bias.bytes()[..16 * quads].chunks_exact(16);
+    let output = &mut output[..ROWS * quads];
+    for (q, (b, o)) in bias.zip(output.chunks_exact_mut(ROWS)).enumerate() {
+        let j = ROWS * q;
+        let bias = core::array::from_fn(|r| {
+            i32::from_le_bytes([b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]])
+        });
+        // SAFETY: quad q's 16·groups bytes lie from `wp` (`w` holds `quads` quads; `quad`
+        // advances `wp` past each).
+        #[cfg(not(octet_arm_dsp))]
+        let mut acc = unsafe { quad(bias, sum128, xw, &mut wp) };
+        // The same, written out here: through `quad`'s references the compiler spilled more
+        // around the loops, 25 instructions a quad.
+        #[cfg(octet_arm_dsp)]
+        let mut acc = {
+            let [b0, mut r1, b2, mut r3] = bias;
+            let (mut r0, mut r2) = (b0.wrapping_sub(sum128), b2.wrapping_sub(sum128));
+            let (mut x, mut left) = (xw.as_ptr(), groups);
+            while left > 0 {
+                let len = left.min(CortexMFc::CHUNK_GROUPS);
+                let mut acc = [r0, r0, r2, r2];
+                // SAFETY: `left` groups of `xw` remain from `x`, and of quad q from `wp`
+                // (`w` holds `quads` quads of `groups` groups, 16 bytes each): without
+                // `REST`, `len / 16` passes of 16 (a multiple of 16: the caller's test), else
+                // `len / 8` of 8, then `len % 8` of 1.
+                unsafe {
+                    if !REST {
+                        let end = x.add(2 * len);
+                        quad_loop_ldm!(acc, x, wp, end;
+                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                            quad_group_ldm!(),
+                        );
+                    }
+                    if REST && len >= 8 {
+                        let end = x.add(2 * (len - len % 8));
+                        quad_loop_ldm!(acc, x, wp, end;
+                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                            quad_group_ldm!(), quad_group_ldm!(),
+                        );
+                    }
+                    if REST && len % 8 > 0 {
+                        let end = x.add(2 * (len % 8));
+                        quad_loop_ldm!(acc, x, wp, end; quad_group_ldm!(),);
+                    }
+                }
+                let [u0, s0, u1, s1] = acc;
+                r1 = r1.wrapping_add(s0.wrapping_sub(u0) >> 8);
+                r3 = r3.wrapping_add(s1.wrapping_sub(u1) >> 8);
+                (r0, r2) = (u0, u1);
+                left -= len;
+            }
+            [r0, r1, r2, r3]
+        };
+        if k % 4 != 0 {
+            let rows = &p.weights[j * k..][..ROWS * k];
+            let rows: [&[i8]; 4] = core::array::from_fn(|r| &rows[r * k..][..k]);
+            acc = tail(acc, x, rows, 4 * groups);
+        }
+        requant4(p, j, acc, one, e, o);
+    }
+    ROWS * quads
+}
+
+/// The epilogue of rows j..j + 4 (sums `acc`) into `o`: two output pairs, through `one` for a
+/// per-tensor layer, else each pair's own requantization.
+#[inline(always)]
+fn requant4<R: Round, C: Clamp>(
+    p: &FcParams,
+    j: usize,
+    acc: [i32; 4],
+    one: Option<&Requant2<R, C>>,
+    e: &Epilogue,
+    o: &mut [i8],
+) {
+    if let Some(q2) = one {
+        o[..4].copy_from_slice(&q2.apply4(acc).to_le_bytes().map(|b| b as i8));
+        return;
+    }
+    for (i, (a, o)) in acc.chunks_exact(2).zip(o.chunks_exact_mut(2)).enumerate() {
+        let c = j + 2 * i;
+        let q = [c, c + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
+        match Requant2::<R, C>::new(q, e) {
+            Some(q2) => o.copy_from_slice(&q2.apply(a[0], a[1])),
+            None => {
+                o[0] = q[0].apply(a[0], e);
+                o[1] = q[1].apply(a[1], e);
+            }
+        }
+    }
+}
+
+/// The whole groups of `x` widened into `xw` (two words a group), and with `SUM` their Σx
+/// (else 0).
+#[inline(always)]
+fn widen_input<const SUM: bool>(x: &[i8], xw: &mut [u32]) -> i32 {
+    // Both halves 1: `SMLAD` with it adds a widened word's two values.
+    const ONES: u32 = 0x0001_0001;
+    let mut sum = 0;
+    for (d, g) in xw.chunks_exact_mut(2).zip(x.chunks_exact(4)) {
+        (d[0], d[1]) = widen(word(g));
+        if SUM {
+            sum = smlad(d[1], ONES, smlad(d[0], ONES, sum));
+        }
+    }
+    sum
+}
+
+/// Rows 0..4 of a quad packed as [`CortexMFc`], from `*w`, which advances past the quad:
+/// `acc` (their biases) plus Σ x·w over the input's whole groups (`xw`, widened; `sum128` =
+/// 128·Σx over them). Each chunk of at most [`CortexMFc::CHUNK_GROUPS`] groups gives a pair's u
+/// (row 0 or 2, its weights + 128) and s = u + 256·v (v: row 1 or 3), both started at row 0's
+/// or 2's sum so far; v is exact from s − u (|v| < 2^23 in a chunk), u runs on.
+///
+/// # Safety
+/// `*w` (4-aligned) is valid for reads of `16·groups` bytes (`xw.len() = 2·groups`).
+#[cfg(not(octet_arm_dsp))]
+#[inline(always)]
+unsafe fn quad(acc: [i32; 4], sum128: i32, xw: &[u32], w: &mut *const u8) -> [i32; 4] {
+    let [mut r0, mut r1, mut r2, mut r3] = acc;
+    (r0, r2) = (r0.wrapping_sub(sum128), r2.wrapping_sub(sum128));
+    let (mut x, mut left) = (xw.as_ptr(), xw.len() / 2);
+    while left > 0 {
+        let len = left.min(CortexMFc::CHUNK_GROUPS);
+        // SAFETY: `left` groups of `xw` (two words each) remain from `x` and of the quad (16
+        // bytes each) from `*w` (the caller's guarantee; both advance by the groups done).
+        let [u0, s0, u1, s1] = unsafe { chunk([r0, r0, r2, r2], &mut x, w, len) };
+        r1 = r1.wrapping_add(s0.wrapping_sub(u0) >> 8);
+        r3 = r3.wrapping_add(s1.wrapping_sub(u1) >> 8);
+        (r0, r2) = (u0, u1);
+        left -= len;
+    }
+    [r0, r1, r2, r3]
+}
+
+/// `[u0, s0, u1, s1]` plus `len` (≥ 1) groups of a packed quad from `*xw` and `*w`, which
+/// advance past them: u0 += Σ x·(w[0] + 128), s0 += Σ x·(w[0] + 128 + 256·w[1]), and u1, s1
+/// of rows 2, 3 the same (each modulo 2^32): the Rust model of `packed_quads`' loops on Arm
+/// with DSP ([`quad_group_ldm`]).
+///
+/// # Safety
+/// `*xw` valid for reads of `8·len` bytes, `*w` of `16·len`.
+#[cfg(not(octet_arm_dsp))]
+#[inline(always)]
+unsafe fn chunk(acc: [i32; 4], xw: &mut *const u32, w: &mut *const u8, len: usize) -> [i32; 4] {
+    let [mut u0, mut s0, mut u1, mut s1] = acc;
+    for _ in 0..len {
+        // SAFETY: the caller's guarantee: the next group's two words and four words.
+        let (xa, xb, word) = unsafe {
+            let x = (**xw, *xw.add(1));
+            let word = core::array::from_fn::<u32, 4, _>(|i| super::load(w.add(4 * i).cast()));
+            (*xw, *w) = (xw.add(2), w.add(16));
+            (x.0, x.1, word)
+        };
+        let unpack = |v: u32| v & 0x00FF_00FF;
+        s0 = smlad(word[1], xb, smlad(word[0], xa, s0));
+        u0 = smlad(unpack(word[1]), xb, smlad(unpack(word[0]), xa, u0));
+        s1 = smlad(word[3], xb, smlad(word[2], xa, s1));
+        u1 = smlad(unpack(word[3]), xb, smlad(unpack(word[2]), xa, u1));
+    }
+    [u0, s0, u1, s1]
 }
 
 /// `acc[r] + Σ x·w[r]` over rows of `x.len()` values, 4 per step (a last partial group
@@ -315,15 +581,30 @@ fn tail<const R: usize>(mut acc: [i32; R], x: &[i8], w: [&[i8]; R], at: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{fc_extremes, fc_suite, FcData, FC_SHAPES};
+    use crate::kernels::test_util::{
+        fc_extremes, fc_suite, full_range, i32_bytes, FcData, LayerData, FC_SHAPES,
+    };
+    use crate::kernels::{cortex_m_fc_packing, pack, PackOp};
 
-    /// With the scratch the set states (the input widened once), and with none.
+    /// With the scratch the set states (the input widened once), with none, and with the
+    /// weights packed ([`CortexMFc`], in a word-aligned buffer as prepare gives: `LDRD`).
     fn run(p: &FcParams, x: &[i8], y: &mut [i8]) {
         let mut scratch = vec![0xA5u8; cortex_m_fc_scratch_bytes(p.k)];
         let mut without = y.to_vec();
         fully_connected(p, x, &mut without, &mut []);
-        fully_connected(p, x, y, &mut scratch);
-        assert_eq!(without, y, "without scratch");
+        let mut unpacked = y.to_vec();
+        fully_connected(p, x, &mut unpacked, &mut scratch);
+        assert_eq!(without, unpacked, "without scratch");
+        let mut words = vec![0x5A5A_5A5Au32; CortexMFc { k: p.k, n: p.n }.bytes() / 4];
+        // SAFETY: any bytes are valid u8s; the words outlive the borrow.
+        let bytes = unsafe { words.align_to_mut::<u8>().1 };
+        let mut q = *p;
+        if let Some((layout, n)) = cortex_m_fc_packing(p) {
+            q.packed = pack(layout, PackOp::Fc(p), &mut bytes[..n]);
+            assert!(q.packed.of(Layout::CortexMFc).is_some());
+        }
+        fully_connected(&q, x, y, &mut scratch);
+        assert_eq!(unpacked, y, "packed");
     }
 
     fc_suite!(if true, run);
@@ -344,5 +625,29 @@ mod tests {
     #[test]
     fn extremes() {
         fc_extremes(&mut run);
+    }
+
+    /// Packed quads near the chunks' bound: every input and weight −128 (each chunk's second
+    /// row sum at 4·112·2^14, under 2^23), over several chunks and a partial group, and
+    /// the same with a third of the weights 127; outputs scaled by 2^−18 into int8's range.
+    #[test]
+    fn packed_chunks_at_the_bound() {
+        let (k, n) = (3 * 4 * CortexMFc::CHUNK_GROUPS + 7, 6);
+        for alternate in [false, true] {
+            let weights = (0..n * k)
+                .map(|i| if alternate && i % 3 == 0 { 127 } else { -128 })
+                .collect();
+            FcData {
+                x: vec![-128i8; k],
+                layer: LayerData {
+                    weights,
+                    bias: i32_bytes(&[0, 1, -1, 5, -7, 3]),
+                    mult: i32_bytes(&[1 << 30; 6]),
+                    shift: i32_bytes(&[-17; 6]),
+                    out: full_range(3),
+                },
+            }
+            .check(&mut run);
+        }
     }
 }

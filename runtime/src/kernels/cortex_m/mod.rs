@@ -594,12 +594,26 @@ impl<R: Round, C: Clamp> Requant2<R, C> {
     /// `[q[0].apply(a0), q[1].apply(a1)]`.
     #[inline(always)]
     fn apply(&self, a0: i32, a1: i32) -> [i8; 2] {
+        let v = self.lanes(a0, a1);
+        let b = v | v >> 8;
+        [b as i8, (b >> 8) as i8]
+    }
+
+    /// The two outputs in the low bytes of the word's 16-bit lanes.
+    #[inline(always)]
+    fn lanes(&self, a0: i32, a1: i32) -> u32 {
         let s0 = self.q[0].scaled(a0).clamp(-32768, 32767);
         let s1 = self.q[1].scaled(a1).clamp(-32768, 32767);
         let v = (s0 as u32 & 0xFFFF) | (s1 as u32) << 16;
-        let v = C::lanes(qadd16(v, self.zp), self.lo, self.hi) & 0x00FF_00FF;
-        let b = v | v >> 8;
-        [b as i8, (b >> 8) as i8]
+        C::lanes(qadd16(v, self.zp), self.lo, self.hi) & 0x00FF_00FF
+    }
+
+    /// Four outputs of one requantization (a per-tensor layer's, both of `q` the same) as one
+    /// little-endian word: sums 0 and 2 share one word's lanes, 1 and 3 another's, so their
+    /// bytes interleave into outputs 0, 1, 2, 3 with one shift-and-or (one `STR` then).
+    #[inline(always)]
+    fn apply4(&self, a: [i32; 4]) -> u32 {
+        self.lanes(a[0], a[2]) | self.lanes(a[1], a[3]) << 8
     }
 }
 

@@ -1,0 +1,174 @@
+//! Packed images: a kernel set's packed weights laid out ahead of time, on any machine, for a
+//! target that reads them from read-only memory (firmware's flash) instead of packing them
+//! into RAM when the model is prepared ([`Model::prepare_packed`]): a microcontroller has no
+//! RAM to spare for a second copy of a model's weights. Only the Cortex-M set has such an
+//! image (its fully connected layers, `kernels::CortexMFc`). The layout is in
+//! `runtime/FORMAT.md` (§ Packed images): a header naming the model (its CRC-32) and the set,
+//! with a CRC-32 of its own, then each packed op's bytes at an offset from the image's start
+//! rounded up to [`PACKED_ALIGN`], in op order.
+
+use super::prepare::OpParams;
+use super::Model;
+use crate::format::crc32;
+use crate::kernels::{self, Kernels, Layout, PackOp, Packed, PACKED_ALIGN};
+use crate::{PreparedOp, Result, RuntimeError};
+
+/// Bytes of a packed image's header; the first op's packed bytes follow it.
+pub const PACKED_IMAGE_HEADER: usize = PACKED_ALIGN;
+
+const MAGIC: [u8; 4] = *b"O8PK";
+const VERSION: u16 = 1;
+/// The set code of [`Kernels::CortexM`].
+const CORTEX_M: u16 = 1;
+
+/// Where the header's fields lie: magic, version (u16), set (u16), the model's CRC-32, the
+/// image's length, the CRC-32 of the image past the header; zeros to [`PACKED_IMAGE_HEADER`].
+const AT_VERSION: usize = 4;
+const AT_SET: usize = 6;
+const AT_MODEL_CRC: usize = 8;
+const AT_LEN: usize = 12;
+const AT_CRC: usize = 16;
+
+fn bad(what: &'static str) -> RuntimeError {
+    RuntimeError::BadPackedImage { what }
+}
+
+/// The code of a set with packed images.
+fn set_code(kernels: Kernels) -> Result<u16> {
+    match kernels {
+        Kernels::CortexM => Ok(CORTEX_M),
+        _ => Err(bad(
+            "only the Cortex-M set (Kernels::CortexM) has packed images; others pack at prepare",
+        )),
+    }
+}
+
+/// The layout and bytes the image of set `code` packs op `params` in.
+fn image_packing(code: u16, params: &OpParams) -> Option<(Layout, usize)> {
+    match (code, params) {
+        (CORTEX_M, OpParams::FullyConnected(f)) => kernels::cortex_m_fc_packing(f),
+        _ => None,
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+impl<'a> Model<'a> {
+    /// Each op's packed range in the image of set `code`, in op order, through `f(op, layout,
+    /// range)`; the image's length.
+    fn image_plan(
+        &self,
+        code: u16,
+        mut f: impl FnMut(u32, Layout, core::ops::Range<usize>) -> Result<()>,
+    ) -> Result<usize> {
+        let mut end = PACKED_IMAGE_HEADER;
+        for j in 0..self.n_ops {
+            if let Some((layout, n)) = image_packing(code, &self.prepare_op(j)?.params) {
+                let start = end.next_multiple_of(PACKED_ALIGN);
+                end = start.checked_add(n).ok_or(bad("length overflows"))?;
+                f(j, layout, start..end)?;
+            }
+        }
+        Ok(end)
+    }
+
+    /// Bytes of this model's packed image for `kernels` ([`Kernels::CortexM`] only; on any
+    /// machine): [`Model::write_packed_image`] writes that many.
+    pub fn packed_image_bytes(&self, kernels: Kernels) -> Result<usize> {
+        self.image_plan(set_code(kernels)?, |_, _, _| Ok(()))
+    }
+
+    /// Writes this model's packed image for `kernels` ([`Kernels::CortexM`] only) into the
+    /// start of `out` (at least [`Model::packed_image_bytes`] long), on any machine: a build
+    /// script lays out a firmware's flash this way. Returns the bytes written.
+    pub fn write_packed_image(&self, kernels: Kernels, out: &mut [u8]) -> Result<usize> {
+        let code = set_code(kernels)?;
+        let len = self.packed_image_bytes(kernels)?;
+        if out.len() < len {
+            return Err(RuntimeError::OutOfBounds {
+                what: "packed image (buffer shorter than Model::packed_image_bytes)",
+                index: out.len() as u32,
+            });
+        }
+        let len32 = u32::try_from(len).map_err(|_| bad("longer than 4 GiB"))?;
+        let out = &mut out[..len];
+        out.fill(0);
+        self.image_plan(code, |j, layout, range| {
+            let p = self.prepare_op(j)?;
+            if let OpParams::FullyConnected(f) = &p.params {
+                kernels::pack(layout, PackOp::Fc(f), &mut out[range]);
+            }
+            Ok(())
+        })?;
+        let crc = crc32(&out[PACKED_IMAGE_HEADER..]);
+        out[..4].copy_from_slice(&MAGIC);
+        out[AT_VERSION..AT_VERSION + 2].copy_from_slice(&VERSION.to_le_bytes());
+        out[AT_SET..AT_SET + 2].copy_from_slice(&code.to_le_bytes());
+        out[AT_MODEL_CRC..AT_MODEL_CRC + 4].copy_from_slice(&self.crc.to_le_bytes());
+        out[AT_LEN..AT_LEN + 4].copy_from_slice(&len32.to_le_bytes());
+        out[AT_CRC..AT_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+        Ok(len)
+    }
+
+    /// [`Model::prepare`], the packed weights read in place from `image` (made by
+    /// [`Model::write_packed_image`] from this model for the set `kernels` resolves to, and
+    /// placed at an address aligned to [`PACKED_ALIGN`], e.g. a `static` in flash): the same
+    /// runs as [`Model::prepare_packed`], with no RAM for the weights. Checks the image
+    /// before anything else (header, model, set, length, CRC, alignment:
+    /// [`RuntimeError::BadPackedImage`]), then resolves `kernels`.
+    pub fn prepare_packed_image(
+        mut self,
+        table: &'a mut [PreparedOp<'a>],
+        image: &'a [u8],
+        kernels: Kernels,
+    ) -> Result<Model<'a>> {
+        let head = image
+            .get(..PACKED_IMAGE_HEADER)
+            .ok_or(bad("shorter than its header"))?;
+        if head[..4] != MAGIC {
+            return Err(bad("not a packed image (bad magic)"));
+        }
+        if u16_at(head, AT_VERSION) != VERSION {
+            return Err(bad("unsupported version"));
+        }
+        let code = u16_at(head, AT_SET);
+        if u32_at(head, AT_MODEL_CRC) != self.crc {
+            return Err(bad("made from another model (model CRC differs)"));
+        }
+        let len = u32_at(head, AT_LEN) as usize;
+        let body = image
+            .get(PACKED_IMAGE_HEADER..len)
+            .ok_or(bad("truncated (shorter than its stated length)"))?;
+        if crc32(body) != u32_at(head, AT_CRC) {
+            return Err(bad("damaged (CRC mismatch)"));
+        }
+        if image.as_ptr().align_offset(PACKED_ALIGN) != 0 {
+            return Err(bad("not aligned to PACKED_ALIGN bytes in memory"));
+        }
+        if self.image_plan(code, |_, _, _| Ok(()))? != len {
+            return Err(bad("its length does not match this model's ops"));
+        }
+        let resolved = kernels.resolve()?;
+        if set_code(resolved.kernels()).ok() != Some(code) {
+            return Err(bad("made for another kernel set"));
+        }
+        let table = self.fill(table)?;
+        self.image_plan(code, |j, layout, range| {
+            let bytes = &image[range];
+            let packed = Packed { layout, bytes };
+            match &mut table[j as usize].params {
+                OpParams::FullyConnected(f) => f.packed = packed,
+                _ => return Err(bad("packs an op of no packed kind")),
+            }
+            Ok(())
+        })?;
+        self.prepared = table;
+        Ok(self)
+    }
+}
