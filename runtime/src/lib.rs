@@ -5,7 +5,9 @@
 //! let mut table = [PreparedOp::EMPTY; M];                 // optional: M ≥ model.num_ops()
 //! let model = model.prepare(&mut table)?;                 // each op's parameters, once
 //! // or prepare_packed(&mut table, &mut packed, kernels): the weights also laid out once for
-//! // the kernels (packed.len() ≥ model.packed_bytes(kernels); x86 sets; same bytes out)
+//! // the kernels (packed.len() ≥ model.packed_bytes(kernels); x86 and Cortex-M sets; same
+//! // bytes out); or prepare_packed_image(&mut table, &IMAGE, Kernels::CortexM): the same
+//! // read in place from flash, written on the host by model.write_packed_image
 //! let mut arena = [0u8; N];                               // N ≥ model.arena_bytes()
 //! let logits: &[i8] = model.run(&pixels, &mut arena)?;    // no allocation, integer-only
 //! ```

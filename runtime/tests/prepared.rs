@@ -139,11 +139,11 @@ fn packed_runs_the_same_bytes() {
             }
         }
     }
-    // The AVX-512 VNNI set packs the fully connected layers of these models.
-    if Kernels::Avx512Vnni.resolved_name().is_ok() {
+    // The AVX-512 VNNI and Cortex-M sets pack the fully connected layers of these models.
+    if Kernels::Avx512Vnni.resolved_name().is_ok() || Kernels::CortexM.resolved_name().is_ok() {
         assert!(packed_some);
     } else {
-        println!("SKIP (part): no AVX-512 VNNI, no set here packs weights");
+        println!("SKIP (part): no AVX-512 VNNI or Cortex-M set, no set here packs weights");
     }
 }
 
@@ -162,6 +162,110 @@ fn prepare_packed_checks_the_buffer() {
     let mut short = vec![0u8; need - 1];
     assert!(matches!(
         m.prepare_packed(&mut table, &mut short, k).map(|_| ()),
+        Err(RuntimeError::OutOfBounds { .. })
+    ));
+}
+
+/// `b` copied to an address aligned as packed images need (`PACKED_ALIGN`, 64) plus `skew`:
+/// the store and where the copy starts in it.
+fn aligned_copy(b: &[u8], skew: usize) -> (Vec<u8>, usize) {
+    let mut store = vec![0u8; b.len() + 64 + skew];
+    let at = store.as_ptr().align_offset(64) + skew;
+    store[at..at + b.len()].copy_from_slice(b);
+    (store, at)
+}
+
+/// This model's packed image for the Cortex-M set, as a firmware's build script writes it.
+fn cortex_m_image(m: &Model) -> Vec<u8> {
+    let n = m.packed_image_bytes(Kernels::CortexM).unwrap();
+    let mut image = vec![0x5au8; n + 3];
+    assert_eq!(
+        m.write_packed_image(Kernels::CortexM, &mut image).unwrap(),
+        n
+    );
+    image.truncate(n);
+    image
+}
+
+/// Prepared from a packed image (`Model::prepare_packed_image`, weights read in place as
+/// from flash): the Cortex-M set and the scalar kernels run the reference's bytes, one image
+/// and groups. Where the Cortex-M set cannot run, the image is still checked whole and the
+/// error is that the set is unavailable.
+#[test]
+fn packed_image_runs_the_same_bytes() {
+    let mut ran = false;
+    for bytes in models() {
+        let m = Model::parse(&bytes).unwrap();
+        let image = cortex_m_image(&m);
+        let (store, at) = aligned_copy(&image, 0);
+        let mut table = vec![PreparedOp::EMPTY; m.num_ops()];
+        let p = match m.prepare_packed_image(
+            &mut table,
+            &store[at..at + image.len()],
+            Kernels::CortexM,
+        ) {
+            Ok(p) => p,
+            Err(RuntimeError::KernelsUnavailable) => continue,
+            Err(e) => panic!("{e}"),
+        };
+        ran = true;
+        for batch in [1usize, 6] {
+            let pixels = common::Rng::new(60 + batch as u64).bytes(batch * m.input_len());
+            let reference = reference(&m, &pixels);
+            for k in [Kernels::CortexM, Kernels::Scalar] {
+                let mut a = vec![0x5au8; m.arena_bytes_for(k, batch)];
+                let got = p.run_with(k, &pixels, &mut a).unwrap();
+                assert_eq!(got, &reference[..], "image run by {k:?}, batch {batch}");
+            }
+        }
+    }
+    if !ran {
+        println!("SKIP (part): no Cortex-M set here; the images were written and checked only");
+    }
+}
+
+/// A packed image that is not this model's, or is damaged, truncated or misplaced, is refused
+/// with what was wrong, before any kernel runs; so are images for a set that has none.
+#[test]
+fn packed_image_refuses_what_is_not_this_models() {
+    let bytes = common::lenet(7).encode();
+    let other_bytes = common::lenet(8).encode();
+    let (m, other) = (
+        Model::parse(&bytes).unwrap(),
+        Model::parse(&other_bytes).unwrap(),
+    );
+    let image = cortex_m_image(&m);
+    let n = image.len();
+    let refused = |model: &Model, image: &[u8], skew: usize| -> &'static str {
+        let (store, at) = aligned_copy(image, skew);
+        let mut table = vec![PreparedOp::EMPTY; model.num_ops()];
+        match model.prepare_packed_image(&mut table, &store[at..at + image.len()], Kernels::CortexM)
+        {
+            Err(RuntimeError::BadPackedImage { what }) => what,
+            r => panic!("expected a refusal, got {:?}", r.map(|_| ())),
+        }
+    };
+    let with = |at: usize, v: u8| {
+        let mut b = image.clone();
+        b[at] ^= v;
+        b
+    };
+    assert!(refused(&m, &image[..10], 0).contains("header"));
+    assert!(refused(&m, &image[..n - 1], 0).contains("truncated"));
+    assert!(refused(&m, &with(0, 1), 0).contains("magic"));
+    assert!(refused(&m, &with(4, 1), 0).contains("version"));
+    assert!(refused(&m, &with(n - 1, 0x10), 0).contains("CRC"));
+    assert!(refused(&other, &image, 0).contains("another model"));
+    assert!(refused(&m, &image, 1).contains("aligned"));
+    // Another set's code: its layout has nothing of these ops, so the length disagrees.
+    assert!(refused(&m, &with(6, 3), 0).contains("length"));
+    // Only the Cortex-M set has images; a buffer shorter than the image is refused.
+    assert!(matches!(
+        m.packed_image_bytes(Kernels::Scalar),
+        Err(RuntimeError::BadPackedImage { .. })
+    ));
+    assert!(matches!(
+        m.write_packed_image(Kernels::CortexM, &mut vec![0u8; n - 1]),
         Err(RuntimeError::OutOfBounds { .. })
     ));
 }

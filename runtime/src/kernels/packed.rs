@@ -12,7 +12,9 @@
 //! by −128·Σx per image (exact in wrapping i32); the implicit VNNI conv's, the same blocks with
 //! int8 weights and the −128·Σw of a u8 input folded into the bias ([`PackedFc::pack_conv`]);
 //! the x86 depthwise conv's, what it would otherwise build in scratch on every call; the AMX
-//! conv's ([`AmxFc`]); a tflite_add's tables.
+//! conv's ([`AmxFc`]); a tflite_add's tables; the Cortex-M fully connected layer's
+//! ([`CortexMFc`]: two rows' weights interleaved so that one `SMLAD` serves both), which a
+//! firmware's build script may also write ahead of time, for flash (`model::packed_image`).
 
 use super::{ConvParams, DepthwiseParams, FcParams, Resolved, TfliteAddParams, TfliteAddTables};
 use crate::requant::{FusedRequant, HighRequant};

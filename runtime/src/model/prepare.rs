@@ -186,8 +186,9 @@ impl<'a> Model<'a> {
     /// `packed` (at least [`Model::packed_bytes`] bytes; TensorFlow Lite Micro's persistent
     /// buffers): a run with that set then reads them instead of reordering the weights on
     /// every call (the AVX-512 VNNI fully connected layers and pointwise convs, the x86
-    /// depthwise convs; the x86 and NEON tflite_adds' tables). Every other set runs as if
-    /// unpacked; the bytes out are the same. Fails with `OutOfBounds` when `table` or
+    /// depthwise convs; the x86 and NEON tflite_adds' tables; the Cortex-M fully connected
+    /// layers, which firmware rather reads from flash: [`Model::prepare_packed_image`]). Every
+    /// other set runs as if unpacked; the bytes out are the same. Fails with `OutOfBounds` when `table` or
     /// `packed` is too short, and as [`Kernels::resolve`] does.
     pub fn prepare_packed(
         mut self,
