@@ -101,7 +101,7 @@ for name in "${MCU_MODEL_NAMES[@]}"; do
   # octet through its C API, the same model and images.
   mcu_cc "$d/octet_main.o" examples/firmware/main.c -I include -I "$d"
   mcu_cc "$d/assets_model.o" examples/firmware/assets.S -DMODEL_FILE="$d/model.o8" \
-    -DIMAGES_FILE="$d/images.bin"
+    -DIMAGE_FILE="$d/model.o8pk" -DIMAGES_FILE="$d/images.bin"
   mcu_link "$d/octet.elf" "$d/octet_main.o" "$d/assets_model.o" "$octet_lib"
   mcu_run "$d/octet.elf" >"$d/octet.txt" || { cat "$d/octet.txt" >&2; echo "octet's firmware failed" >&2; exit 1; }
   mcu_sizes "$d/octet.elf" >"$d/octet_size.json"

@@ -5,7 +5,8 @@
 # byte differs from the host Rust runtime's (its scalar reference kernels):
 #   - examples/host.c, built with cc against the host static library;
 #   - examples/firmware/, built with arm-none-eabi-gcc against the thumbv7em-none-eabihf static
-#     library and run on QEMU mps2-an386 (Cortex-M4F), output over semihosting.
+#     library and run on QEMU mps2-an386 (Cortex-M4F), prepared from the model's packed image
+#     (octet_model_prepare_image), output over semihosting.
 #
 #   capi/run_examples.sh [WORK_DIR]
 #
@@ -65,7 +66,7 @@ for i in "${!MCU_MODEL_NAMES[@]}"; do
 
   mcu_cc "$d/main.o" examples/firmware/main.c -I include -I "$d"
   mcu_cc "$d/assets.o" examples/firmware/assets.S -DMODEL_FILE="$d/model.o8" \
-    -DIMAGES_FILE="$d/images.bin"
+    -DIMAGE_FILE="$d/model.o8pk" -DIMAGES_FILE="$d/images.bin"
   mcu_link "$d/firmware.elf" "$d/main.o" "$d/assets.o" "$mcu_lib"
   if ! mcu_run "$d/firmware.elf" >"$d/firmware.txt"; then
     echo "FAIL: the firmware for $what did not finish:" >&2
@@ -95,7 +96,7 @@ if "$work/host" "$bad/model.o8" "$d/images.bin" >/dev/null 2>"$bad/host.txt" ||
 fi
 mcu_cc "$bad/main.o" examples/firmware/main.c -I include -I "$bad"
 mcu_cc "$bad/assets.o" examples/firmware/assets.S -DMODEL_FILE="$bad/model.o8" \
-  -DIMAGES_FILE="$d/images.bin"
+  -DIMAGE_FILE="$d/model.o8pk" -DIMAGES_FILE="$d/images.bin"
 mcu_link "$bad/firmware.elf" "$bad/main.o" "$bad/assets.o" "$mcu_lib"
 if mcu_run "$bad/firmware.elf" >"$bad/firmware.txt" || ! grep -q "$want" "$bad/firmware.txt"; then
   echo "FAIL: the firmware did not refuse a truncated model with \"$want\":" >&2

@@ -62,8 +62,14 @@ enum OctetStatus
   // The runtime refused a request this API never makes (a bug of this library).
   OCTET_STATUS_INTERNAL = 18,
   // The buffer given to `octet_model_prepare` is smaller than
-  // `octet_model_prepared_bytes(model)`.
+  // `octet_model_prepared_bytes(model)` (or, to `octet_model_prepare_image`,
+  // `octet_model_prepared_table_bytes(model)`).
   OCTET_STATUS_PREPARE_TOO_SMALL = 19,
+  // The packed image given to `octet_model_prepare_image` is not this model's, is damaged or
+  // truncated, or does not lie at a 64-byte aligned address.
+  OCTET_STATUS_BAD_PACKED_IMAGE = 20,
+  // The packed image is for the Cortex-M kernels, which this CPU cannot run.
+  OCTET_STATUS_IMAGE_KERNELS_UNAVAILABLE = 21,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -150,6 +156,35 @@ size_t octet_model_prepared_bytes(const struct OctetModel *model);
 // `model` is NULL or points to an `OctetModel`; `buffer` is NULL or valid for writes of `len`
 // bytes and overlaps neither the handle nor the model's bytes.
 OctetStatus octet_model_prepare(struct OctetModel *model, uint8_t *buffer, size_t len);
+
+// Bytes of the buffer `octet_model_prepare_image` needs for this model (any alignment): the
+// prepared table alone, the packed weights staying in the image; 0 when the handle is not a
+// parsed model.
+//
+// # Safety
+// `model` is NULL or points to an `OctetModel`.
+size_t octet_model_prepared_table_bytes(const struct OctetModel *model);
+
+// Prepares a parsed model as `octet_model_prepare` does for the Cortex-M kernels (the set
+// `octet_model_run` runs on a Cortex-M4/M7), the weights they read in their own order taken
+// in place from `image[0..image_len]`, the model's packed image (`octet pack MODEL`; at a
+// 64-byte aligned address, typically in flash), instead of laid out in RAM: `buffer[0..len]`
+// (at least `octet_model_prepared_table_bytes(model)` bytes) holds only the table. On success
+// the handle also borrows `buffer` and `image`: keep them valid and unchanged, and give
+// `octet_model_run` an arena apart from both, while the handle is used. On failure the handle
+// is unchanged: `OCTET_STATUS_BAD_PACKED_IMAGE` for an image that is not this model's, is
+// damaged or is misaligned, `OCTET_STATUS_IMAGE_KERNELS_UNAVAILABLE` on a CPU without the
+// Cortex-M kernels.
+//
+// # Safety
+// `model` is NULL or points to an `OctetModel`; `buffer` is NULL or valid for writes of `len`
+// bytes and overlaps neither the handle, the model's bytes nor the image; `image` is NULL or
+// valid for reads of `image_len` bytes.
+OctetStatus octet_model_prepare_image(struct OctetModel *model,
+                                      uint8_t *buffer,
+                                      size_t len,
+                                      const uint8_t *image,
+                                      size_t image_len);
 
 // Bytes of one input (c·h·w: raw pixels, planar, or the int8 tensor, as
 // `octet_model_input_encoding` says); 0 when the handle is not a parsed model.

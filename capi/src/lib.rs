@@ -12,7 +12,9 @@
 //! Optionally, once after parsing, `octet_model_prepare` builds every op's kernel parameters
 //! and lays out the weights for this CPU's kernels in a buffer the caller gives
 //! (`octet_model_prepared_bytes`): runs then only dispatch, and on x86 read weights packed once
-//! (TensorFlow Lite Micro's Prepare and persistent buffers). The bytes out are the same.
+//! (TensorFlow Lite Micro's Prepare and persistent buffers). The bytes out are the same. On a
+//! Cortex-M, `octet_model_prepare_image` takes those weights from the model's packed image in
+//! flash (`octet pack`) instead, only the table in RAM (`octet_model_prepared_table_bytes`).
 //!
 //! An input is the model's bytes as `octet_model_input_encoding` says: raw pixels (octet's
 //! exports) or the int8 tensor itself (a TensorFlow Lite model's), quantized as
@@ -78,8 +80,14 @@ pub enum OctetStatus {
     /// The runtime refused a request this API never makes (a bug of this library).
     Internal = 18,
     /// The buffer given to `octet_model_prepare` is smaller than
-    /// `octet_model_prepared_bytes(model)`.
+    /// `octet_model_prepared_bytes(model)` (or, to `octet_model_prepare_image`,
+    /// `octet_model_prepared_table_bytes(model)`).
     PrepareTooSmall = 19,
+    /// The packed image given to `octet_model_prepare_image` is not this model's, is damaged or
+    /// truncated, or does not lie at a 64-byte aligned address.
+    BadPackedImage = 20,
+    /// The packed image is for the Cortex-M kernels, which this CPU cannot run.
+    ImageKernelsUnavailable = 21,
 }
 
 impl From<RuntimeError> for OctetStatus {
@@ -98,17 +106,16 @@ impl From<RuntimeError> for OctetStatus {
             RuntimeError::Aliasing { .. } => OctetStatus::Aliasing,
             RuntimeError::ArenaTooSmall { .. } => OctetStatus::ArenaTooSmall,
             RuntimeError::InputLength { .. } => OctetStatus::InputLength,
-            // `octet_model_run` asks for the automatic kernels and no threads, and passes no
-            // packed image.
-            RuntimeError::KernelsUnavailable
-            | RuntimeError::BadThreads
-            | RuntimeError::BadPackedImage { .. } => OctetStatus::Internal,
+            RuntimeError::BadPackedImage { .. } => OctetStatus::BadPackedImage,
+            // `octet_model_run` asks for the automatic kernels and no threads
+            // (`octet_model_prepare_image` reports an image's unavailable set itself).
+            RuntimeError::KernelsUnavailable | RuntimeError::BadThreads => OctetStatus::Internal,
         }
     }
 }
 
 /// Messages by status code, NUL-terminated (C strings).
-const MESSAGES: [&str; 20] = [
+const MESSAGES: [&str; 22] = [
     "success\0",
     "a pointer argument is NULL while its length is not 0: pass a valid buffer\0",
     "the model handle was not filled by a successful octet_model_parse: parse the model first \
@@ -135,10 +142,15 @@ const MESSAGES: [&str; 20] = [
     "buffers overlap: the pixels, the arena, the logits and the prepare buffer must be separate \
      buffers\0",
     "internal error of the octet C API: please report it\0",
-    "the prepare buffer is too small: give at least octet_model_prepared_bytes(model) bytes\0",
+    "the prepare buffer is too small: give at least octet_model_prepared_bytes(model) bytes \
+     (octet_model_prepared_table_bytes(model) to octet_model_prepare_image)\0",
+    "the packed image is not this model's, or is damaged, truncated or misaligned: write it \
+     again from this model with `octet pack` and place it at a 64-byte aligned address\0",
+    "the packed image is for the Cortex-M kernels, which this CPU lacks: prepare with \
+     octet_model_prepare instead\0",
 ];
 
-const _: () = assert!(MESSAGES.len() == OctetStatus::PrepareTooSmall as usize + 1);
+const _: () = assert!(MESSAGES.len() == OctetStatus::ImageKernelsUnavailable as usize + 1);
 
 const UNKNOWN: &str = "unknown octet status code: pass a value returned by an octet_ function\0";
 
@@ -165,12 +177,14 @@ pub struct OctetModel {
 }
 
 /// What the opaque storage holds: a tag (set only by a successful parse), the model, and the
-/// buffer it runs from once prepared (empty before: no run may write over it).
+/// buffer it runs from once prepared and the packed image it reads, if any (empty before: no
+/// run may write over them).
 #[repr(C)]
 struct Parsed {
     tag: u64,
     model: Model<'static>,
     prepared: (*const u8, usize),
+    image: (*const u8, usize),
 }
 
 /// "octet-m\0", little-endian.
@@ -198,13 +212,14 @@ unsafe fn parsed<'h>(handle: *const OctetModel) -> Result<&'h Model<'static>, Oc
     Ok(&(*p).model)
 }
 
-/// The bytes of the buffer the model behind a parsed `handle` runs from (empty unprepared).
+/// The bytes of the buffer the model behind a parsed `handle` runs from and of the packed
+/// image it reads (each empty where there is none).
 ///
 /// # Safety
 /// `handle` was accepted by [`parsed`].
-unsafe fn prepared_buffer<'h>(handle: *const OctetModel) -> &'h [u8] {
-    let (p, len) = (*handle.cast::<Parsed>()).prepared;
-    slice(p, len).unwrap_or(&[])
+unsafe fn prepared_buffers<'h>(handle: *const OctetModel) -> [&'h [u8]; 2] {
+    let p = &*handle.cast::<Parsed>();
+    [p.prepared, p.image].map(|(p, len)| slice(p, len).unwrap_or(&[]))
 }
 
 /// `len` bytes at `p` as a slice; NULL is accepted for `len == 0`.
@@ -245,6 +260,7 @@ pub unsafe extern "C" fn octet_model_parse(
         Ok(m) => {
             ptr::addr_of_mut!((*p).model).write(m);
             ptr::addr_of_mut!((*p).prepared).write((ptr::null(), 0));
+            ptr::addr_of_mut!((*p).image).write((ptr::null(), 0));
             ptr::write_volatile(ptr::addr_of_mut!((*p).tag), TAG);
             OctetStatus::Ok
         }
@@ -333,6 +349,86 @@ pub unsafe extern "C" fn octet_model_prepare(
         let p = model.cast::<Parsed>();
         ptr::addr_of_mut!((*p).model).write(prepared);
         ptr::addr_of_mut!((*p).prepared).write((buffer.cast_const(), len));
+        ptr::addr_of_mut!((*p).image).write((ptr::null(), 0));
+        Ok(())
+    };
+    match prepare() {
+        Ok(()) => OctetStatus::Ok,
+        Err(s) => s,
+    }
+}
+
+/// Bytes of the buffer `octet_model_prepare_image` needs for this model (any alignment): the
+/// prepared table alone, the packed weights staying in the image; 0 when the handle is not a
+/// parsed model.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_prepared_table_bytes(model: *const OctetModel) -> usize {
+    parsed(model).map_or(0, |m| {
+        (align_of::<PreparedOp>() - 1) + m.num_ops() * size_of::<PreparedOp>()
+    })
+}
+
+/// Prepares a parsed model as `octet_model_prepare` does for the Cortex-M kernels (the set
+/// `octet_model_run` runs on a Cortex-M4/M7), the weights they read in their own order taken
+/// in place from `image[0..image_len]`, the model's packed image (`octet pack MODEL`; at a
+/// 64-byte aligned address, typically in flash), instead of laid out in RAM: `buffer[0..len]`
+/// (at least `octet_model_prepared_table_bytes(model)` bytes) holds only the table. On success
+/// the handle also borrows `buffer` and `image`: keep them valid and unchanged, and give
+/// `octet_model_run` an arena apart from both, while the handle is used. On failure the handle
+/// is unchanged: `OCTET_STATUS_BAD_PACKED_IMAGE` for an image that is not this model's, is
+/// damaged or is misaligned, `OCTET_STATUS_IMAGE_KERNELS_UNAVAILABLE` on a CPU without the
+/// Cortex-M kernels.
+///
+/// # Safety
+/// `model` is NULL or points to an `OctetModel`; `buffer` is NULL or valid for writes of `len`
+/// bytes and overlaps neither the handle, the model's bytes nor the image; `image` is NULL or
+/// valid for reads of `image_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn octet_model_prepare_image(
+    model: *mut OctetModel,
+    buffer: *mut u8,
+    len: usize,
+    image: *const u8,
+    image_len: usize,
+) -> OctetStatus {
+    let prepare = || -> Result<(), OctetStatus> {
+        let m: Model<'static> = *parsed(model)?;
+        slice(buffer, len)?;
+        let img: &'static [u8] = slice(image, image_len)?;
+        if overlap(slice(buffer, len)?, img) {
+            return Err(OctetStatus::BuffersOverlap);
+        }
+        let need = octet_model_prepared_table_bytes(model);
+        if len < need {
+            return Err(OctetStatus::PrepareTooSmall);
+        }
+        let n = m.num_ops();
+        let table_at =
+            (buffer as usize).next_multiple_of(align_of::<PreparedOp>()) - buffer as usize;
+        // SAFETY: `buffer` is valid for writes of `len` ≥ `need` bytes (caller; non-NULL as
+        // `need` > 0), which hold the aligned table of `n` entries (its worst-case alignment
+        // counted in `need`), written before the slice is made; the handle keeps it and the
+        // image only while the caller keeps them (the contract above).
+        let table = unsafe {
+            let t = buffer.add(table_at).cast::<PreparedOp<'static>>();
+            for i in 0..n {
+                t.add(i).write(PreparedOp::EMPTY);
+            }
+            core::slice::from_raw_parts_mut(t, n)
+        };
+        let prepared = match m.prepare_packed_image(table, img, Kernels::CortexM) {
+            Err(RuntimeError::KernelsUnavailable) => {
+                return Err(OctetStatus::ImageKernelsUnavailable)
+            }
+            r => r?,
+        };
+        let p = model.cast::<Parsed>();
+        ptr::addr_of_mut!((*p).model).write(prepared);
+        ptr::addr_of_mut!((*p).prepared).write((buffer.cast_const(), len));
+        ptr::addr_of_mut!((*p).image).write((image, image_len));
         Ok(())
     };
     match prepare() {
@@ -519,13 +615,16 @@ pub unsafe extern "C" fn octet_model_run(
         let px = slice(pixels, pixels_len)?;
         let ar = slice(arena, arena_len)?;
         let lg = slice(logits.cast(), logits_len)?;
-        // A prepared model's buffer is read by the run: no buffer written may lie over it.
-        let pb = prepared_buffer(model);
+        // A prepared model's buffer and image are read by the run: no buffer written may lie
+        // over them.
+        let [pb, image] = prepared_buffers(model);
         if overlap(px, ar)
             || overlap(px, lg)
             || overlap(ar, lg)
             || overlap(ar, pb)
             || overlap(lg, pb)
+            || overlap(ar, image)
+            || overlap(lg, image)
         {
             return Err(OctetStatus::BuffersOverlap);
         }

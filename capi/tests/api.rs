@@ -344,6 +344,8 @@ fn every_status_has_a_message() {
         OctetStatus::BuffersOverlap,
         OctetStatus::Internal,
         OctetStatus::PrepareTooSmall,
+        OctetStatus::BadPackedImage,
+        OctetStatus::ImageKernelsUnavailable,
     ];
     let mut seen = std::collections::HashSet::new();
     for (i, s) in statuses.iter().enumerate() {
@@ -357,6 +359,8 @@ fn every_status_has_a_message() {
     assert!(message(i32::MAX).starts_with("unknown"));
     assert!(message(14).contains("octet_model_arena_bytes"));
     assert!(message(19).contains("octet_model_prepared_bytes"));
+    assert!(message(20).contains("octet pack"));
+    assert!(message(21).contains("octet_model_prepare"));
 }
 
 fn prepare(m: &mut OctetModel, buffer: &mut [u8]) -> OctetStatus {
@@ -469,4 +473,96 @@ fn prepare_checks_its_buffer_and_the_run_keeps_off_it() {
         OctetStatus::Ok
     );
     assert_eq!(logits, want);
+}
+
+/// `octet_model_prepare_image` with Rust slices.
+fn prepare_image(m: &mut OctetModel, buffer: &mut [u8], image: &[u8]) -> OctetStatus {
+    unsafe {
+        octet_model_prepare_image(
+            m,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            image.as_ptr(),
+            image.len(),
+        )
+    }
+}
+
+/// A packed image (as `octet pack` writes it) is checked whole before anything else: a
+/// damaged, another model's or misplaced one is refused with `BadPackedImage`, the handle
+/// unchanged; a good one, where the Cortex-M kernels cannot run (here), with
+/// `ImageKernelsUnavailable`. NULL pointers, short or overlapping buffers are refused as for
+/// `octet_model_prepare`. (The firmware example prepares from one on a Cortex-M4 under QEMU:
+/// `capi/run_examples.sh`.)
+#[test]
+fn prepare_image_checks_the_image_and_its_buffer() {
+    let bytes = support::lenet(1, 9);
+    let r = Model::parse(&bytes).unwrap();
+    let n = r.packed_image_bytes(Kernels::CortexM).unwrap();
+    let mut store = vec![0u8; n + 64 + 1];
+    let at = store.as_ptr().align_offset(64);
+    r.write_packed_image(Kernels::CortexM, &mut store[at..at + n])
+        .unwrap();
+    let image = store[at..at + n].to_vec();
+    let mut m = parsed(&bytes);
+    let need = unsafe { octet_model_prepared_table_bytes(&m) };
+    assert!(need >= r.num_ops() * std::mem::size_of::<octet_runtime::PreparedOp>());
+    unsafe {
+        assert_eq!(octet_model_prepared_table_bytes(ptr::null()), 0);
+        assert_eq!(octet_model_prepared_table_bytes(&unparsed()), 0);
+        assert_eq!(
+            octet_model_prepare_image(&mut m, ptr::null_mut(), need, ptr::null(), 0),
+            OctetStatus::NullPointer
+        );
+    }
+    let mut buffer = vec![0u8; need];
+    let mut u = unparsed();
+    assert_eq!(
+        prepare_image(&mut u, &mut buffer, &image),
+        OctetStatus::BadHandle
+    );
+    assert_eq!(
+        prepare_image(&mut m, &mut buffer[..need - 1], &store[at..at + n]),
+        OctetStatus::PrepareTooSmall
+    );
+    let mut damaged = image.clone();
+    damaged[n - 1] ^= 1;
+    for (what, img) in [("damaged", &damaged[..]), ("truncated", &image[..n - 1])] {
+        let s = prepare_image(&mut m, &mut buffer, img);
+        assert_eq!(s, OctetStatus::BadPackedImage, "{what}");
+    }
+    // Misaligned: the image's bytes one byte further.
+    store[at + 1..at + 1 + n].copy_from_slice(&image);
+    assert_eq!(
+        prepare_image(&mut m, &mut buffer, &store[at + 1..at + 1 + n]),
+        OctetStatus::BadPackedImage
+    );
+    store[at..at + n].copy_from_slice(&image);
+    let other = support::lenet(1, 10);
+    let mut o = parsed(&other);
+    assert_eq!(
+        prepare_image(&mut o, &mut buffer, &store[at..at + n]),
+        OctetStatus::BadPackedImage
+    );
+    // The buffer may not lie over the image.
+    let s = unsafe {
+        octet_model_prepare_image(
+            &mut m,
+            store.as_mut_ptr().add(at),
+            need,
+            store.as_ptr().add(at),
+            n,
+        )
+    };
+    assert_eq!(s, OctetStatus::BuffersOverlap);
+    // A good image: every check passes; this CPU has no Cortex-M kernels.
+    assert_eq!(
+        prepare_image(&mut m, &mut buffer, &store[at..at + n]),
+        OctetStatus::ImageKernelsUnavailable
+    );
+    // Refused every time: the handle is still the parsed model, which runs.
+    let pixels = support::images(1, r.input_len(), 1);
+    let mut arena = vec![0u8; r.arena_bytes(Kernels::Auto)];
+    let mut logits = [0i8; 10];
+    assert_eq!(run(&m, &pixels, &mut arena, &mut logits), OctetStatus::Ok);
 }

@@ -133,10 +133,7 @@ impl fmt::Display for RuntimeError {
             ),
             KernelsUnavailable => write!(f, "the requested kernels are not available on this CPU"),
             BadThreads => write!(f, "thread count must be at least 1"),
-            BadPackedImage { what } => write!(
-                f,
-                "packed image: {what} (write it again from this model: Model::write_packed_image)"
-            ),
+            BadPackedImage { what } => write!(f, "packed image: {what}"),
         }
     }
 }

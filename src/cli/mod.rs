@@ -11,6 +11,7 @@ mod help_tests;
 mod import;
 mod inspect;
 mod launch;
+mod pack;
 mod plot;
 mod ranks;
 mod restart;
@@ -75,6 +76,9 @@ enum Command {
     Import(import::ImportArgs),
     /// Show what a checkpoint or an .o8 model holds.
     Inspect(inspect::InspectArgs),
+    /// Write a model's packed image: the Cortex-M kernels' weights in their own order, for
+    /// firmware to keep in flash beside the model.
+    Pack(pack::PackArgs),
     /// A network's layers, output shapes and parameters; its description file with --json.
     Describe(describe::DescribeArgs),
     /// The main job on the bundled data: train LeNet, export it to int8, compare.
@@ -96,6 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Convert(a) => convert::run(a),
         Command::Import(a) => import::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Pack(a) => pack::run(a),
         Command::Describe(a) => describe::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(b) => bench::run(b),

@@ -1,6 +1,7 @@
-/* The embedded inputs: the model (part of the firmware, in .rodata) and the test images (in
-   .testdata, outside the flash figure). MODEL_FILE and IMAGES_FILE are paths given with -D;
-   building the peer defines no MODEL_FILE. EXPECTED_FILE (optional, .testdata too): the host's
+/* The embedded inputs: the model and its packed image (part of the firmware, in .rodata) and
+   the test images (in .testdata, outside the flash figure). MODEL_FILE, IMAGE_FILE and
+   IMAGES_FILE are paths given with -D; building the peer defines no MODEL_FILE, a firmware
+   without the Cortex-M kernels no IMAGE_FILE. EXPECTED_FILE (optional, .testdata too): the host's
    outputs for the images, for a firmware that compares its own. */
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -13,6 +14,17 @@ ex_model:
     .incbin STR(MODEL_FILE)
     .global ex_model_end
 ex_model_end:
+#endif
+
+#ifdef IMAGE_FILE
+    /* The packed image: at a 64-byte aligned address, as octet_model_prepare_image needs. */
+    .section .rodata.ex_image, "a"
+    .balign 64
+    .global ex_image
+ex_image:
+    .incbin STR(IMAGE_FILE)
+    .global ex_image_end
+ex_image_end:
 #endif
 
     .section .testdata, "a"

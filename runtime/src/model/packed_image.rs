@@ -33,6 +33,16 @@ fn bad(what: &'static str) -> RuntimeError {
     RuntimeError::BadPackedImage { what }
 }
 
+/// What to do about an image that is not this model's (the messages end with it).
+macro_rules! again {
+    ($what:literal) => {
+        concat!(
+            $what,
+            "; write it again from this model (Model::write_packed_image, `octet pack`)"
+        )
+    };
+}
+
 /// The code of a set with packed images.
 fn set_code(kernels: Kernels) -> Result<u16> {
     match kernels {
@@ -130,33 +140,35 @@ impl<'a> Model<'a> {
     ) -> Result<Model<'a>> {
         let head = image
             .get(..PACKED_IMAGE_HEADER)
-            .ok_or(bad("shorter than its header"))?;
+            .ok_or(bad(again!("shorter than its header")))?;
         if head[..4] != MAGIC {
-            return Err(bad("not a packed image (bad magic)"));
+            return Err(bad(again!("not a packed image (bad magic)")));
         }
         if u16_at(head, AT_VERSION) != VERSION {
-            return Err(bad("unsupported version"));
+            return Err(bad(again!("unsupported version")));
         }
         let code = u16_at(head, AT_SET);
         if u32_at(head, AT_MODEL_CRC) != self.crc {
-            return Err(bad("made from another model (model CRC differs)"));
+            return Err(bad(again!("made from another model (model CRC differs)")));
         }
         let len = u32_at(head, AT_LEN) as usize;
         let body = image
             .get(PACKED_IMAGE_HEADER..len)
-            .ok_or(bad("truncated (shorter than its stated length)"))?;
+            .ok_or(bad(again!("truncated (shorter than its stated length)")))?;
         if crc32(body) != u32_at(head, AT_CRC) {
-            return Err(bad("damaged (CRC mismatch)"));
+            return Err(bad(again!("damaged (CRC mismatch)")));
         }
         if image.as_ptr().align_offset(PACKED_ALIGN) != 0 {
-            return Err(bad("not aligned to PACKED_ALIGN bytes in memory"));
+            return Err(bad(
+                "not aligned to PACKED_ALIGN (64) bytes in memory: place it at an aligned address",
+            ));
         }
         if self.image_plan(code, |_, _, _| Ok(()))? != len {
-            return Err(bad("its length does not match this model's ops"));
+            return Err(bad(again!("its length does not match this model's ops")));
         }
         let resolved = kernels.resolve()?;
         if set_code(resolved.kernels()).ok() != Some(code) {
-            return Err(bad("made for another kernel set"));
+            return Err(bad(again!("made for another kernel set")));
         }
         let table = self.fill(table)?;
         self.image_plan(code, |j, layout, range| {
