@@ -1,7 +1,8 @@
 //! fully_connected: [`ROWS`] output rows per pass share each widened word of the input. With
 //! the weights packed at prepare ([`CortexMFc`]: firmware keeps them in flash,
 //! `Model::write_packed_image`) two rows share each `SMLAD`, three instructions per four
-//! multiply-adds ([`quad`]); else each row's word is widened and multiplied in with two `SMLAD`s
+//! multiply-adds plus the loads ([`packed_quads`]: 14 instructions per 16 in
+//! `quad_group_ldm`); else each row's word is widened and multiplied in with two `SMLAD`s
 //! (CMSIS-NN's `arm_nn_vec_mat_mult_t_s8` scheme), five. With the scratch the set states
 //! ([`cortex_m_fc_scratch_bytes`]: the input widened once per call, in `SXTB16`'s order) a
 //! step loads the input's two widened words with one `LDRD`, two steps a pass; with less, the
@@ -164,14 +165,69 @@ fn packed_quads<R: Round, C: Clamp>(
     e: &Epilogue,
     output: &mut [i8],
 ) -> usize {
+    let groups = packed.1.len() / 2;
+    // The usual layer, per tensor, one chunk of whole passes: its own loop, with no test in it
+    // for chunks, a partial group or per-channel requantization (30 instructions a quad fewer).
+    #[cfg(octet_arm_dsp)]
+    if let Some(q2) = one {
+        if groups.is_multiple_of(16) && groups <= CortexMFc::CHUNK_GROUPS && p.k.is_multiple_of(4) {
+            return quads_per_tensor(p, packed, q2, output);
+        }
+    }
     // Instantiated per whether the groups are a multiple of 16: then every chunk is whole
     // passes of 16 (CHUNK_GROUPS is a multiple of 16; 5 instructions a quad fewer than passes
     // of 8 on K = 128) and the loop tests for no partial one (15 fewer); else passes of 8,
     // then one group a pass.
-    match (packed.1.len() / 2).is_multiple_of(16) {
+    match groups.is_multiple_of(16) {
         true => quads_of::<R, C, false>(p, x, packed, one, e, output),
         false => quads_of::<R, C, true>(p, x, packed, one, e, output),
     }
+}
+
+/// [`packed_quads`] of a per-tensor layer (`q2`, its one requantization) whose groups are
+/// whole passes of 16 in one chunk and whose K is a multiple of 4: per quad its four biases,
+/// one `asm!` loop over the groups, the two second-row sums split off and one 4-byte store.
+#[cfg(octet_arm_dsp)]
+#[inline(never)]
+fn quads_per_tensor<R: Round, C: Clamp>(
+    p: &FcParams,
+    (w, xw, sum128): (&[u8], &[u32], i32),
+    q2: &Requant2<R, C>,
+    output: &mut [i8],
+) -> usize {
+    let (quads, groups) = (p.n / ROWS, xw.len() / 2);
+    if p.bias.len() < ROWS * quads {
+        return 0;
+    }
+    let mut wp = w[..quads * 16 * groups].as_ptr();
+    let end = xw.as_ptr_range().end;
+    let bias = p.bias.bytes()[..16 * quads].chunks_exact(16);
+    for (b, o) in bias.zip(output[..ROWS * quads].chunks_exact_mut(ROWS)) {
+        let [b0, b1, b2, b3]: [i32; 4] = core::array::from_fn(|r| {
+            i32::from_le_bytes([b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]])
+        });
+        let (r0, r2) = (b0.wrapping_sub(sum128), b2.wrapping_sub(sum128));
+        let mut acc = [r0, r0, r2, r2];
+        let mut x = xw.as_ptr();
+        // SAFETY: the quad's `groups` groups (16 bytes each) lie from `wp` (`w` holds `quads`
+        // of them, one after another), the input's from `x` to `end`; `groups` is a non-zero
+        // multiple of 16 (the caller's test).
+        unsafe {
+            quad_loop_ldm!(acc, x, wp, end;
+                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                quad_group_ldm!(),
+            );
+        }
+        let [u0, s0, u1, s1] = acc;
+        let r1 = b1.wrapping_add(s0.wrapping_sub(u0) >> 8);
+        let r3 = b3.wrapping_add(s1.wrapping_sub(u1) >> 8);
+        o.copy_from_slice(&q2.apply4([u0, r1, u1, r3]).to_le_bytes().map(|b| b as i8));
+    }
+    ROWS * quads
 }
 
 /// [`packed_quads`]: passes of 16 groups, or with `REST` passes of 8 and the rest one a pass.
@@ -609,10 +665,13 @@ mod tests {
 
     fc_suite!(if true, run);
 
-    /// Per-tensor layers (one multiplier and shift, decoded once) of the suite's shapes.
+    /// Per-tensor layers (one multiplier and shift, decoded once) of the suite's shapes, and
+    /// of shapes whose packed groups are whole passes of 16 (the per-tensor loop on Arm with
+    /// DSP: K a multiple of 64 up to 448, rows past the quads or not) or need two chunks.
     #[test]
     fn per_tensor() {
-        for (k, n) in FC_SHAPES {
+        let passes = [(64, 12), (128, 128), (448, 9), (256, 6), (512, 8), (640, 4)];
+        for (k, n) in FC_SHAPES.into_iter().chain(passes) {
             let mut d = FcData::random(k, n, k as u64 + 3);
             let (m, s) = (d.layer.mult[..4].to_vec(), d.layer.shift[..4].to_vec());
             d.layer.mult = m.repeat(n);
