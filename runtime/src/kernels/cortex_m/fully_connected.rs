@@ -81,6 +81,19 @@ macro_rules! quad_loop_ldm {
     }};
 }
 
+/// [`quad_loop_ldm`] over passes of 16 groups (227 instructions for 256 multiply-adds).
+#[cfg(octet_arm_dsp)]
+macro_rules! passes_of_16 {
+    ($acc:expr, $x:expr, $w:expr, $end:expr) => {
+        quad_loop_ldm!($acc, $x, $w, $end;
+            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+        )
+    };
+}
+
 /// Same bytes as [`scalar::fully_connected`]. `scratch` should hold
 /// [`cortex_m_fc_scratch_bytes`] of the layer's K (with less, the input is widened per pass).
 pub fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8], scratch: &mut [u8]) {
@@ -201,11 +214,9 @@ fn quads_per_tensor<R: Round, C: Clamp>(
     }
     let mut wp = w[..quads * 16 * groups].as_ptr();
     let end = xw.as_ptr_range().end;
-    let bias = p.bias.bytes()[..16 * quads].chunks_exact(16);
+    let bias = p.bias.bytes()[..16 * quads].as_chunks::<16>().0.iter();
     for (b, o) in bias.zip(output[..ROWS * quads].chunks_exact_mut(ROWS)) {
-        let [b0, b1, b2, b3]: [i32; 4] = core::array::from_fn(|r| {
-            i32::from_le_bytes([b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]])
-        });
+        let [b0, b1, b2, b3] = words4(b);
         let (r0, r2) = (b0.wrapping_sub(sum128), b2.wrapping_sub(sum128));
         let mut acc = [r0, r0, r2, r2];
         let mut x = xw.as_ptr();
@@ -213,14 +224,7 @@ fn quads_per_tensor<R: Round, C: Clamp>(
         // of them, one after another), the input's from `x` to `end`; `groups` is a non-zero
         // multiple of 16 (the caller's test).
         unsafe {
-            quad_loop_ldm!(acc, x, wp, end;
-                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                quad_group_ldm!(),
-            );
+            passes_of_16!(acc, x, wp, end);
         }
         let [u0, s0, u1, s1] = acc;
         let r1 = b1.wrapping_add(s0.wrapping_sub(u0) >> 8);
@@ -247,13 +251,11 @@ fn quads_of<R: Round, C: Clamp, const REST: bool>(
     }
     let w = &w[..quads * 16 * groups];
     let mut wp = w.as_ptr();
-    let bias = p.bias.bytes()[..16 * quads].chunks_exact(16);
+    let bias = p.bias.bytes()[..16 * quads].as_chunks::<16>().0.iter();
     let output = &mut output[..ROWS * quads];
     for (q, (b, o)) in bias.zip(output.chunks_exact_mut(ROWS)).enumerate() {
         let j = ROWS * q;
-        let bias = core::array::from_fn(|r| {
-            i32::from_le_bytes([b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]])
-        });
+        let bias = words4(b);
         // SAFETY: quad q's 16·groups bytes lie from `wp` (`w` holds `quads` quads; `quad`
         // advances `wp` past each).
         #[cfg(not(octet_arm_dsp))]
@@ -275,14 +277,7 @@ fn quads_of<R: Round, C: Clamp, const REST: bool>(
                 unsafe {
                     if !REST {
                         let end = x.add(2 * len);
-                        quad_loop_ldm!(acc, x, wp, end;
-                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                            quad_group_ldm!(),
-                        );
+                        passes_of_16!(acc, x, wp, end);
                     }
                     if REST && len >= 8 {
                         let end = x.add(2 * (len - len % 8));
@@ -313,6 +308,14 @@ fn quads_of<R: Round, C: Clamp, const REST: bool>(
         requant4(p, j, acc, one, e, o);
     }
     ROWS * quads
+}
+
+/// Four little-endian i32 from 16 bytes (a quad's biases).
+#[inline(always)]
+fn words4(b: &[u8; 16]) -> [i32; 4] {
+    core::array::from_fn(|r| {
+        i32::from_le_bytes([b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]])
+    })
 }
 
 /// The epilogue of rows j..j + 4 (sums `acc`) into `o`: two output pairs, through `one` for a
