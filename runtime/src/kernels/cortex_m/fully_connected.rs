@@ -178,23 +178,16 @@ fn packed_quads<R: Round, C: Clamp>(
     e: &Epilogue,
     output: &mut [i8],
 ) -> usize {
-    let groups = packed.1.len() / 2;
     // The usual layer, per tensor, one chunk of whole passes: its own loop, with no test in it
     // for chunks, a partial group or per-channel requantization (30 instructions a quad fewer).
     #[cfg(octet_arm_dsp)]
     if let Some(q2) = one {
+        let groups = packed.1.len() / 2;
         if groups.is_multiple_of(16) && groups <= CortexMFc::CHUNK_GROUPS && p.k.is_multiple_of(4) {
             return quads_per_tensor(p, packed, q2, output);
         }
     }
-    // Instantiated per whether the groups are a multiple of 16: then every chunk is whole
-    // passes of 16 (CHUNK_GROUPS is a multiple of 16; 5 instructions a quad fewer than passes
-    // of 8 on K = 128) and the loop tests for no partial one (15 fewer); else passes of 8,
-    // then one group a pass.
-    match groups.is_multiple_of(16) {
-        true => quads_of::<R, C, false>(p, x, packed, one, e, output),
-        false => quads_of::<R, C, true>(p, x, packed, one, e, output),
-    }
+    quads_of(p, x, packed, one, e, output)
 }
 
 /// [`packed_quads`] of a per-tensor layer (`q2`, its one requantization) whose groups are
@@ -234,9 +227,10 @@ fn quads_per_tensor<R: Round, C: Clamp>(
     ROWS * quads
 }
 
-/// [`packed_quads`]: passes of 16 groups, or with `REST` passes of 8 and the rest one a pass.
+/// [`packed_quads`] of any layer: per quad its sums ([`quad`], one copy for every instance of
+/// the kernel), its partial group and its epilogue.
 #[inline(always)]
-fn quads_of<R: Round, C: Clamp, const REST: bool>(
+fn quads_of<R: Round, C: Clamp>(
     p: &FcParams,
     x: &[i8],
     (w, xw, sum128): (&[u8], &[u32], i32),
@@ -255,51 +249,9 @@ fn quads_of<R: Round, C: Clamp, const REST: bool>(
     let output = &mut output[..ROWS * quads];
     for (q, (b, o)) in bias.zip(output.chunks_exact_mut(ROWS)).enumerate() {
         let j = ROWS * q;
-        let bias = words4(b);
         // SAFETY: quad q's 16·groups bytes lie from `wp` (`w` holds `quads` quads; `quad`
         // advances `wp` past each).
-        #[cfg(not(octet_arm_dsp))]
-        let mut acc = unsafe { quad(bias, sum128, xw, &mut wp) };
-        // The same, written out here: through `quad`'s references the compiler spilled more
-        // around the loops, 25 instructions a quad.
-        #[cfg(octet_arm_dsp)]
-        let mut acc = {
-            let [b0, mut r1, b2, mut r3] = bias;
-            let (mut r0, mut r2) = (b0.wrapping_sub(sum128), b2.wrapping_sub(sum128));
-            let (mut x, mut left) = (xw.as_ptr(), groups);
-            while left > 0 {
-                let len = left.min(CortexMFc::CHUNK_GROUPS);
-                let mut acc = [r0, r0, r2, r2];
-                // SAFETY: `left` groups of `xw` remain from `x`, and of quad q from `wp`
-                // (`w` holds `quads` quads of `groups` groups, 16 bytes each): without
-                // `REST`, `len / 16` passes of 16 (a multiple of 16: the caller's test), else
-                // `len / 8` of 8, then `len % 8` of 1.
-                unsafe {
-                    if !REST {
-                        let end = x.add(2 * len);
-                        passes_of_16!(acc, x, wp, end);
-                    }
-                    if REST && len >= 8 {
-                        let end = x.add(2 * (len - len % 8));
-                        quad_loop_ldm!(acc, x, wp, end;
-                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                            quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
-                            quad_group_ldm!(), quad_group_ldm!(),
-                        );
-                    }
-                    if REST && len % 8 > 0 {
-                        let end = x.add(2 * (len % 8));
-                        quad_loop_ldm!(acc, x, wp, end; quad_group_ldm!(),);
-                    }
-                }
-                let [u0, s0, u1, s1] = acc;
-                r1 = r1.wrapping_add(s0.wrapping_sub(u0) >> 8);
-                r3 = r3.wrapping_add(s1.wrapping_sub(u1) >> 8);
-                (r0, r2) = (u0, u1);
-                left -= len;
-            }
-            [r0, r1, r2, r3]
-        };
+        let mut acc = unsafe { quad(words4(b), sum128, xw, &mut wp) };
         if k % 4 != 0 {
             let rows = &p.weights[j * k..][..ROWS * k];
             let rows: [&[i8]; 4] = core::array::from_fn(|r| &rows[r * k..][..k]);
@@ -329,10 +281,22 @@ fn requant4<R: Round, C: Clamp>(
     e: &Epilogue,
     o: &mut [i8],
 ) {
-    if let Some(q2) = one {
-        o[..4].copy_from_slice(&q2.apply4(acc).to_le_bytes().map(|b| b as i8));
-        return;
+    match one {
+        Some(q2) => o[..4].copy_from_slice(&q2.apply4(acc).to_le_bytes().map(|b| b as i8)),
+        None => requant4_channels::<R, C>(p, j, acc, e, o),
     }
+}
+
+/// [`requant4`] of a layer with a requantization per channel: each pair of rows' own, decoded
+/// here. Not inlined: the unpacked and the packed loops share one copy per instance.
+#[inline(never)]
+fn requant4_channels<R: Round, C: Clamp>(
+    p: &FcParams,
+    j: usize,
+    acc: [i32; 4],
+    e: &Epilogue,
+    o: &mut [i8],
+) {
     for (i, (a, o)) in acc.chunks_exact(2).zip(o.chunks_exact_mut(2)).enumerate() {
         let c = j + 2 * i;
         let q = [c, c + 1].map(|c| Requant::<R>::new(p.multiplier.get(c), p.shift.get(c)));
@@ -366,25 +330,60 @@ fn widen_input<const SUM: bool>(x: &[i8], xw: &mut [u32]) -> i32 {
 /// `acc` (their biases) plus Σ x·w over the input's whole groups (`xw`, widened; `sum128` =
 /// 128·Σx over them). Each chunk of at most [`CortexMFc::CHUNK_GROUPS`] groups gives a pair's u
 /// (row 0 or 2, its weights + 128) and s = u + 256·v (v: row 1 or 3), both started at row 0's
-/// or 2's sum so far; v is exact from s − u (|v| < 2^23 in a chunk), u runs on.
+/// or 2's sum so far; v is exact from s − u (|v| < 2^23 in a chunk), u runs on. On Arm with
+/// DSP a chunk runs in passes of 16 groups where it is a multiple of 16, else of 8 and then
+/// one a pass ([`quad_group_ldm`]); not inlined, so that every instance of the kernel (per
+/// rounding and clamp) shares these loops (they were 26 KB of flash inlined). Elsewhere
+/// [`chunk`] computes the same sums.
 ///
 /// # Safety
 /// `*w` (4-aligned) is valid for reads of `16·groups` bytes (`xw.len() = 2·groups`).
-#[cfg(not(octet_arm_dsp))]
-#[inline(always)]
+#[cfg_attr(octet_arm_dsp, inline(never))]
+#[cfg_attr(not(octet_arm_dsp), inline(always))]
 unsafe fn quad(acc: [i32; 4], sum128: i32, xw: &[u32], w: &mut *const u8) -> [i32; 4] {
     let [mut r0, mut r1, mut r2, mut r3] = acc;
     (r0, r2) = (r0.wrapping_sub(sum128), r2.wrapping_sub(sum128));
     let (mut x, mut left) = (xw.as_ptr(), xw.len() / 2);
+    #[cfg(octet_arm_dsp)]
+    let mut wp = *w;
     while left > 0 {
         let len = left.min(CortexMFc::CHUNK_GROUPS);
+        #[cfg_attr(not(octet_arm_dsp), allow(unused_mut))]
+        let mut acc = [r0, r0, r2, r2];
         // SAFETY: `left` groups of `xw` (two words each) remain from `x` and of the quad (16
         // bytes each) from `*w` (the caller's guarantee; both advance by the groups done).
-        let [u0, s0, u1, s1] = unsafe { chunk([r0, r0, r2, r2], &mut x, w, len) };
+        #[cfg(octet_arm_dsp)]
+        unsafe {
+            if len.is_multiple_of(16) {
+                let end = x.add(2 * len);
+                passes_of_16!(acc, x, wp, end);
+            } else {
+                if len >= 8 {
+                    let end = x.add(2 * (len - len % 8));
+                    quad_loop_ldm!(acc, x, wp, end;
+                        quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                        quad_group_ldm!(), quad_group_ldm!(), quad_group_ldm!(),
+                        quad_group_ldm!(), quad_group_ldm!(),
+                    );
+                }
+                if len % 8 > 0 {
+                    let end = x.add(2 * (len % 8));
+                    quad_loop_ldm!(acc, x, wp, end; quad_group_ldm!(),);
+                }
+            }
+        }
+        // SAFETY: as above.
+        #[cfg(not(octet_arm_dsp))]
+        let acc = unsafe { chunk(acc, &mut x, w, len) };
+        let [u0, s0, u1, s1] = acc;
         r1 = r1.wrapping_add(s0.wrapping_sub(u0) >> 8);
         r3 = r3.wrapping_add(s1.wrapping_sub(u1) >> 8);
         (r0, r2) = (u0, u1);
         left -= len;
+    }
+    #[cfg(octet_arm_dsp)]
+    {
+        *w = wp;
     }
     [r0, r1, r2, r3]
 }
