@@ -294,6 +294,19 @@ fn prepare_layout(m: &Model, base: usize) -> Result<(usize, usize, usize), Octet
     Ok((table_at, packed_at, worst))
 }
 
+/// `n` placeholder entries written at `buffer + at` and returned as the table to prepare into.
+///
+/// # Safety
+/// `buffer + at` is aligned for `PreparedOp` and valid for writes of `n` of them, and stays
+/// so, unchanged but by the prepare, while the returned table is used.
+unsafe fn table_in(buffer: *mut u8, at: usize, n: usize) -> &'static mut [PreparedOp<'static>] {
+    let t = buffer.add(at).cast::<PreparedOp<'static>>();
+    for i in 0..n {
+        t.add(i).write(PreparedOp::EMPTY);
+    }
+    core::slice::from_raw_parts_mut(t, n)
+}
+
 /// Bytes of the buffer `octet_model_prepare` needs for this model on this CPU (any alignment);
 /// 0 when the handle is not a parsed model.
 ///
@@ -329,19 +342,14 @@ pub unsafe extern "C" fn octet_model_prepare(
         if len < need {
             return Err(OctetStatus::PrepareTooSmall);
         }
-        let n = m.num_ops();
         // SAFETY: `buffer` is valid for writes of `len` ≥ `need` bytes (caller; non-NULL as
-        // `need` > 0), which hold the aligned table of `n` entries and then the packed weights'
-        // `packed_at..need` (their worst-case alignment counted in `need`). The entries are
-        // written before the slice is made; the handle keeps both only while the caller keeps
-        // the buffer (the contract above), as it does the model's bytes.
+        // `need` > 0), which hold the aligned table of the model's ops at `table_at` and then
+        // the packed weights' `packed_at..need` (their worst-case alignment counted in `need`);
+        // the handle keeps both only while the caller keeps the buffer (the contract above), as
+        // it does the model's bytes.
         let (table, packed) = unsafe {
-            let t = buffer.add(table_at).cast::<PreparedOp<'static>>();
-            for i in 0..n {
-                t.add(i).write(PreparedOp::EMPTY);
-            }
             (
-                core::slice::from_raw_parts_mut(t, n),
+                table_in(buffer, table_at, m.num_ops()),
                 core::slice::from_raw_parts_mut(buffer.add(packed_at), need - packed_at),
             )
         };
@@ -405,20 +413,13 @@ pub unsafe extern "C" fn octet_model_prepare_image(
         if len < need {
             return Err(OctetStatus::PrepareTooSmall);
         }
-        let n = m.num_ops();
         let table_at =
             (buffer as usize).next_multiple_of(align_of::<PreparedOp>()) - buffer as usize;
         // SAFETY: `buffer` is valid for writes of `len` ≥ `need` bytes (caller; non-NULL as
-        // `need` > 0), which hold the aligned table of `n` entries (its worst-case alignment
-        // counted in `need`), written before the slice is made; the handle keeps it and the
-        // image only while the caller keeps them (the contract above).
-        let table = unsafe {
-            let t = buffer.add(table_at).cast::<PreparedOp<'static>>();
-            for i in 0..n {
-                t.add(i).write(PreparedOp::EMPTY);
-            }
-            core::slice::from_raw_parts_mut(t, n)
-        };
+        // `need` > 0), which hold the aligned table of the model's ops at `table_at` (its
+        // worst-case alignment counted in `need`); the handle keeps it and the image only while
+        // the caller keeps them (the contract above).
+        let table = unsafe { table_in(buffer, table_at, m.num_ops()) };
         let prepared = match m.prepare_packed_image(table, img, Kernels::CortexM) {
             Err(RuntimeError::KernelsUnavailable) => {
                 return Err(OctetStatus::ImageKernelsUnavailable)

@@ -1,7 +1,7 @@
 //! What several commands share: the commit they record, opening a checkpoint with its data,
 //! running an `.o8` model.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use octet_models::Model;
@@ -227,6 +227,18 @@ pub fn cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// The file a command writes from `model`: `out`, or the model's name with `ext`; never the
+/// model itself.
+pub fn out_path(model: &Path, out: Option<&Path>, ext: &str) -> anyhow::Result<PathBuf> {
+    let out = out.map_or_else(|| model.with_extension(ext), Path::to_path_buf);
+    anyhow::ensure!(
+        out != model,
+        "--out {} is the model itself: name another file",
+        out.display()
+    );
+    Ok(out)
 }
 
 pub fn read(path: &Path) -> anyhow::Result<Vec<u8>> {

@@ -42,15 +42,7 @@ pub struct ConvertArgs {
 /// Converts an `.o8` to a `.tflite` of the same int8 model.
 pub fn run(a: ConvertArgs) -> anyhow::Result<()> {
     let o8 = read(&a.model)?;
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| a.model.with_extension("tflite"));
-    anyhow::ensure!(
-        out != a.model,
-        "--out {} is the model itself: name another file",
-        out.display()
-    );
+    let out = super::common::out_path(&a.model, a.out.as_deref(), "tflite")?;
     let t = write_tflite(&o8, &out).map_err(|e| anyhow::anyhow!("{}: {e}", a.model.display()))?;
     if a.json {
         println!(

@@ -43,15 +43,7 @@ pub fn model_bytes(path: &Path) -> anyhow::Result<(Vec<u8>, Option<Vec<ImportedO
 
 /// Imports the `.tflite` and writes the `.o8` (atomically).
 pub fn run(a: ImportArgs) -> anyhow::Result<()> {
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| a.model.with_extension("o8"));
-    anyhow::ensure!(
-        out != a.model,
-        "--out {} is the model itself: name another file",
-        out.display()
-    );
+    let out = super::common::out_path(&a.model, a.out.as_deref(), "o8")?;
     let tflite = read(&a.model)?;
     let imported = import(
         &tflite,

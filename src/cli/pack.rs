@@ -29,15 +29,7 @@ pub struct PackArgs {
 
 /// Writes the image (atomically).
 pub fn run(a: PackArgs) -> anyhow::Result<()> {
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| a.model.with_extension("o8pk"));
-    anyhow::ensure!(
-        out != a.model,
-        "--out {} is the model itself: name another file",
-        out.display()
-    );
+    let out = super::common::out_path(&a.model, a.out.as_deref(), "o8pk")?;
     let (bytes, _) = super::import::model_bytes(&a.model)?;
     let m = Model::parse(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.model.display()))?;
     let k = Kernels::CortexM;

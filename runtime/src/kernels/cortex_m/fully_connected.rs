@@ -19,7 +19,8 @@ use crate::kernels::{cortex_m_fc_scratch_bytes, scalar, CortexMFc, FcParams, Lay
 /// accumulators and row pointers still fit in the core's registers ([`dot4`]).
 const ROWS: usize = 4;
 
-/// One group of a packed quad ([`chunk`]'s loop body): the input's two widened words
+/// One group of a packed quad (the loop body of [`quad`] and `quads_per_tensor`): the input's
+/// two widened words
 /// (`LDRD`), the quad's four words (`LDM`, into r0–r3: `LDM` needs its registers in ascending
 /// order, so they are named), each multiplied in raw into its pair's s (`SMLAD`), unpacked to
 /// its row-0-or-2 bytes in place (`UXTB16`) and multiplied in again into u: 14 instructions
@@ -47,10 +48,9 @@ macro_rules! quad_group_ldm {
 }
 
 /// `$body` ([`quad_group_ldm`]s) in a loop until `x` reaches `$end` (at least one pass), which
-/// waits on the stack
-/// (all 12 registers `asm!` may take are in use: `x`, `w`, `xa`, `xb`, r0–r3 and the sums of
-/// `$acc` in `u0`, `s0`, `u1`, `s1`); `xa`, free between groups, reads it back. The stack word
-/// pushed is popped before the end.
+/// waits on the stack (all 12 registers `asm!` may take are in use: `x`, `w`, `xa`, `xb`,
+/// r0–r3 and the sums of `$acc` in `u0`, `s0`, `u1`, `s1`); `xa`, free between groups, reads it
+/// back. The stack word pushed is popped before the end.
 #[cfg(octet_arm_dsp)]
 macro_rules! quad_loop_ldm {
     ($acc:expr, $x:expr, $w:expr, $end:expr; $($body:tt)+) => {{
@@ -112,11 +112,12 @@ fn fc<R: Round, C: Clamp>(p: &FcParams, input: &[i8], output: &mut [i8], scratch
     }
     let x = &input[..k];
     let groups = k / 4;
-    // The quads packed at prepare, where they are whole.
-    let packed = p
-        .packed
-        .of(Layout::CortexMFc)
-        .filter(|w| CortexMFc::of(p).is_some_and(|l| w.len() >= l.bytes()));
+    // The quads packed at prepare, where they are whole and word-aligned (`LDM`, `LDRD`:
+    // prepare and packed images place them at 64).
+    let packed = p.packed.of(Layout::CortexMFc).filter(|w| {
+        CortexMFc::of(p).is_some_and(|l| w.len() >= l.bytes())
+            && w.as_ptr().cast::<u32>().is_aligned()
+    });
     // The input's whole groups of 4 widened: `SXTB16` (values 0, 2), `SXTB16 ROR #8` (1, 3);
     // for packed weights also 128·Σx over them.
     let widened = match scratch.len() >= cortex_m_fc_scratch_bytes(k) && groups > 0 {
