@@ -467,3 +467,41 @@ fn small_argument_and_message_defects() {
         "printed twice: {stderr}"
     );
 }
+
+/// `octet pack` writes a model's packed image and `inspect` reads it back (the model's CRC,
+/// which `inspect` of the model shows too); a truncated, damaged or foreign image is refused
+/// with what was wrong, and `pack` never writes over its model.
+#[test]
+fn packed_images_through_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.o8");
+    std::fs::write(&model, common::lenet(1).encode()).unwrap();
+    let o = octet(&["pack", s(&model)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let image = dir.path().join("m.o8pk");
+    let bytes = std::fs::read(&image).unwrap();
+    let o = octet(&["inspect", s(&model)]);
+    let crc = text(&o)
+        .split("CRC-32 ")
+        .nth(1)
+        .and_then(|t| t.get(..10))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no CRC in {}", text(&o)));
+    let o = octet(&["inspect", s(&image)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(&crc) && text(&o).contains("cortex-m-dsp"),
+        "{}",
+        text(&o)
+    );
+    let bad = dir.path().join("bad.o8pk");
+    std::fs::write(&bad, &bytes[..bytes.len() - 1]).unwrap();
+    refused(&octet(&["inspect", s(&bad)]), &["truncated", "octet pack"]);
+    let mut damaged = bytes.clone();
+    *damaged.last_mut().unwrap() ^= 1;
+    std::fs::write(&bad, &damaged).unwrap();
+    refused(&octet(&["inspect", s(&bad)]), &["CRC"]);
+    let o = octet(&["pack", s(&model), "-o", s(&model)]);
+    refused(&o, &["is the model itself"]);
+    assert_eq!(std::fs::read(&model).unwrap(), common::lenet(1).encode());
+}

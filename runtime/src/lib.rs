@@ -45,7 +45,9 @@ pub mod requant;
 
 pub use error::RuntimeError;
 pub use kernels::{Kernels, OpGeometry};
-pub use model::{Model, OpInfo, OpKind, PreparedOp, TensorInfo, PACKED_IMAGE_HEADER};
+pub use model::{
+    Model, OpInfo, OpKind, PackedImageInfo, PreparedOp, TensorInfo, PACKED_IMAGE_HEADER,
+};
 pub use requant::{quantize_multiplier, requantize, Rounding};
 
 /// `Result` with [`RuntimeError`].

@@ -4,7 +4,7 @@
 
 use octet_testkit as common;
 
-use octet_runtime::{Kernels, Model, PreparedOp, RuntimeError};
+use octet_runtime::{Kernels, Model, PackedImageInfo, PreparedOp, RuntimeError};
 
 /// The logits of the unprepared model with the scalar kernels, one image at a time.
 fn reference(m: &Model, pixels: &[u8]) -> Vec<i8> {
@@ -236,6 +236,13 @@ fn packed_image_refuses_what_is_not_this_models() {
     );
     let image = cortex_m_image(&m);
     let n = image.len();
+    // The header as `octet inspect` reads it.
+    let info = PackedImageInfo::read(&image).unwrap();
+    assert_eq!(
+        (info.kernels, info.model_crc, info.len),
+        (Kernels::CortexM, m.crc(), n)
+    );
+    assert!(PackedImageInfo::read(&image[..n - 1]).is_err());
     let refused = |model: &Model, image: &[u8], skew: usize| -> &'static str {
         let (store, at) = aligned_copy(image, skew);
         let mut table = vec![PreparedOp::EMPTY; model.num_ops()];
@@ -257,8 +264,8 @@ fn packed_image_refuses_what_is_not_this_models() {
     assert!(refused(&m, &with(n - 1, 0x10), 0).contains("CRC"));
     assert!(refused(&other, &image, 0).contains("another model"));
     assert!(refused(&m, &image, 1).contains("aligned"));
-    // Another set's code: its layout has nothing of these ops, so the length disagrees.
-    assert!(refused(&m, &with(6, 3), 0).contains("length"));
+    // A set code this runtime does not know.
+    assert!(refused(&m, &with(6, 3), 0).contains("kernel set"));
     // Only the Cortex-M set has images; a buffer shorter than the image is refused.
     assert!(matches!(
         m.packed_image_bytes(Kernels::Scalar),

@@ -241,6 +241,18 @@ pub fn out_path(model: &Path, out: Option<&Path>, ext: &str) -> anyhow::Result<P
     Ok(out)
 }
 
+/// For commands that only print and exit (`inspect`, `describe`): a closed stdout (`| head`)
+/// ends the process quietly, as it does other Unix tools, instead of `println!` panicking.
+/// Not for commands with sockets (training, launch), where a peer's closed connection must
+/// stay an error they report.
+pub fn exit_quietly_on_closed_stdout() {
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 pub fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }

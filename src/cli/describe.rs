@@ -28,6 +28,7 @@ pub struct DescribeArgs {
 }
 
 pub fn run(a: DescribeArgs) -> anyhow::Result<()> {
+    super::common::exit_quietly_on_closed_stdout();
     let text = if a.json {
         serde_json::to_string_pretty(&a.model.spec())? + "\n"
     } else {

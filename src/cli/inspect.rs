@@ -4,8 +4,9 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// A checkpoint (.safetensors, or a PyTorch .pth) or an int8 model (.o8, or a .tflite:
-    /// imported as `octet import` would, and shown as the .o8 it becomes).
+    /// A checkpoint (.safetensors, or a PyTorch .pth), an int8 model (.o8, or a .tflite:
+    /// imported as `octet import` would, and shown as the .o8 it becomes) or a packed image
+    /// (.o8pk, `octet pack`).
     file: PathBuf,
     /// Kernel set whose scratch the arena figure includes (an .o8: the arena is exact for the
     /// set that runs it; any set can be named, e.g. cortex-m-dsp to size a firmware's arena).
@@ -17,12 +18,17 @@ pub struct InspectArgs {
 }
 
 pub fn run(a: InspectArgs) -> anyhow::Result<()> {
+    super::common::exit_quietly_on_closed_stdout();
     let bytes = super::common::read(&a.file)?;
     let tflite_named = a.file.extension().is_some_and(|e| e == "tflite");
     if octet_export::tflite::import::is_tflite(&bytes) || tflite_named {
         drop(bytes);
         let (o8, ops) = super::import::model_bytes(&a.file)?;
         return inspect_o8(&a, &o8, ops.as_deref());
+    }
+    // A packed image (`octet pack`) by its magic or its name.
+    if bytes.starts_with(b"O8PK") || a.file.extension().is_some_and(|e| e == "o8pk") {
+        return inspect_packed_image(&a, &bytes);
     }
     // An .o8 by its magic, by a prefix of it (a truncated file) or by its name.
     let magic = &octet_runtime::format::MAGIC;
@@ -140,7 +146,8 @@ fn inspect_o8(
     let kernels = a.kernels.resolved_kernels();
     let arena = m.arena_bytes(kernels);
     if a.json {
-        let v = serde_json::json!({"file": a.file, "bytes": bytes.len(), "kernels": kernels.name(),
+        let v = serde_json::json!({"file": a.file, "bytes": bytes.len(),
+            "crc": format!("{:#010x}", m.crc()), "kernels": kernels.name(),
             "arena_bytes": arena, "activation_bytes": m.activation_bytes(),
             "scratch_bytes": m.scratch_bytes(kernels), "rounding": m.rounding().name(),
             "input": [c, h, w], "input_encoding": m.input_encoding().name(),
@@ -163,8 +170,8 @@ fn inspect_o8(
         ),
     };
     println!(
-        "{}: int8 model, {} ops, {} bytes, {} rounding; input {input}; {} outputs (scale {:.6}, zero point {}); {} multiply-adds",
-        a.file.display(), m.num_ops(), bytes.len(), m.rounding().name(), m.output_len(),
+        "{}: int8 model, {} ops, {} bytes (CRC-32 {:#010x}), {} rounding; input {input}; {} outputs (scale {:.6}, zero point {}); {} multiply-adds",
+        a.file.display(), m.num_ops(), bytes.len(), m.crc(), m.rounding().name(), m.output_len(),
         m.output_scale(), m.output_zero_point(), m.macs_per_image()
     );
     if let Some(ops) = imported {
@@ -187,6 +194,29 @@ fn inspect_o8(
         arena - m.working_bytes(kernels),
     );
     print_ops(&m, &ops)
+}
+
+/// A packed image's header, checked (`PackedImageInfo::read`): the kernel set and the model
+/// it was made from (which `inspect` of that `.o8` shows as its CRC-32).
+fn inspect_packed_image(a: &InspectArgs, bytes: &[u8]) -> anyhow::Result<()> {
+    let info = octet_runtime::PackedImageInfo::read(bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    let crc = format!("{:#010x}", info.model_crc);
+    if a.json {
+        let v = serde_json::json!({"file": a.file, "packed_image": true, "bytes": info.len,
+            "kernels": info.kernels.name(), "model_crc": crc});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{}: packed image for the {} kernels, {} bytes, made from the model whose CRC-32 is {crc} \
+         (`octet inspect MODEL.o8` shows a model's); firmware prepares from it with \
+         Model::prepare_packed_image or octet_model_prepare_image",
+        a.file.display(),
+        info.kernels.name(),
+        info.len
+    );
+    Ok(())
 }
 
 /// The op table of [`inspect_o8`]'s text: shapes, window, quantization, weights, multipliers.

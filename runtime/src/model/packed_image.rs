@@ -69,6 +69,54 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// What a packed image's header says, its CRC checked ([`PackedImageInfo::read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedImageInfo {
+    /// The kernel set it is for.
+    pub kernels: Kernels,
+    /// The CRC-32 of the `.o8` file it was made from (its header `crc`; `Model::crc`).
+    pub model_crc: u32,
+    /// Its length in bytes, header included.
+    pub len: usize,
+}
+
+impl PackedImageInfo {
+    /// Reads and checks `image`'s header: magic, version, a known set, the stated length
+    /// within `image`, the CRC of what follows the header. Not whether it is some model's
+    /// ([`Model::prepare_packed_image`] checks that).
+    pub fn read(image: &[u8]) -> Result<PackedImageInfo> {
+        let head = image
+            .get(..PACKED_IMAGE_HEADER)
+            .ok_or(bad(again!("shorter than its header")))?;
+        if head[..4] != MAGIC {
+            return Err(bad(again!("not a packed image (bad magic)")));
+        }
+        if u16_at(head, AT_VERSION) != VERSION {
+            return Err(bad(again!("unsupported version")));
+        }
+        let kernels = match u16_at(head, AT_SET) {
+            CORTEX_M => Kernels::CortexM,
+            _ => {
+                return Err(bad(again!(
+                    "made for a kernel set this runtime does not know"
+                )))
+            }
+        };
+        let len = u32_at(head, AT_LEN) as usize;
+        let body = image
+            .get(PACKED_IMAGE_HEADER..len)
+            .ok_or(bad(again!("truncated (shorter than its stated length)")))?;
+        if crc32(body) != u32_at(head, AT_CRC) {
+            return Err(bad(again!("damaged (CRC mismatch)")));
+        }
+        Ok(PackedImageInfo {
+            kernels,
+            model_crc: u32_at(head, AT_MODEL_CRC),
+            len,
+        })
+    }
+}
+
 impl<'a> Model<'a> {
     /// Each op's packed range in the image of set `code`, in op order, through `f(op, layout,
     /// range)`; the image's length.
@@ -86,6 +134,12 @@ impl<'a> Model<'a> {
             }
         }
         Ok(end)
+    }
+
+    /// The CRC-32 of the `.o8` file (its header `crc`), by which a packed image names its
+    /// model.
+    pub fn crc(&self) -> u32 {
+        self.crc
     }
 
     /// Bytes of this model's packed image for `kernels` ([`Kernels::CortexM`] only; on any
@@ -138,26 +192,11 @@ impl<'a> Model<'a> {
         image: &'a [u8],
         kernels: Kernels,
     ) -> Result<Model<'a>> {
-        let head = image
-            .get(..PACKED_IMAGE_HEADER)
-            .ok_or(bad(again!("shorter than its header")))?;
-        if head[..4] != MAGIC {
-            return Err(bad(again!("not a packed image (bad magic)")));
-        }
-        if u16_at(head, AT_VERSION) != VERSION {
-            return Err(bad(again!("unsupported version")));
-        }
-        let code = u16_at(head, AT_SET);
-        if u32_at(head, AT_MODEL_CRC) != self.crc {
+        let info = PackedImageInfo::read(image)?;
+        if info.model_crc != self.crc {
             return Err(bad(again!("made from another model (model CRC differs)")));
         }
-        let len = u32_at(head, AT_LEN) as usize;
-        let body = image
-            .get(PACKED_IMAGE_HEADER..len)
-            .ok_or(bad(again!("truncated (shorter than its stated length)")))?;
-        if crc32(body) != u32_at(head, AT_CRC) {
-            return Err(bad(again!("damaged (CRC mismatch)")));
-        }
+        let (code, len) = (set_code(info.kernels)?, info.len);
         if image.as_ptr().align_offset(PACKED_ALIGN) != 0 {
             return Err(bad(
                 "not aligned to PACKED_ALIGN (64) bytes in memory: place it at an aligned address",
