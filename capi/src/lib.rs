@@ -282,15 +282,27 @@ pub unsafe extern "C" fn octet_model_arena_bytes(model: *const OctetModel, batch
     parsed(model).map_or(0, |m| m.arena_bytes_for(Kernels::Auto, batch.max(1)))
 }
 
+/// Where a prepare puts the table of prepared ops in a buffer at `base`: (table offset, its
+/// end, the bytes needed at most). The worst case of the alignment is counted, so that the size
+/// does not depend on where the buffer lies.
+fn table_layout(m: &Model, base: usize) -> (usize, usize, usize) {
+    let table_bytes = m.num_ops() * size_of::<PreparedOp>();
+    let table_at = base.next_multiple_of(align_of::<PreparedOp>()) - base;
+    (
+        table_at,
+        table_at + table_bytes,
+        (align_of::<PreparedOp>() - 1) + table_bytes,
+    )
+}
+
 /// Where `octet_model_prepare` puts the table and the packed weights in a buffer at `base`:
 /// (table offset, packed offset, bytes needed). The worst case of both alignments is counted,
 /// so that the size does not depend on where the buffer lies.
 fn prepare_layout(m: &Model, base: usize) -> Result<(usize, usize, usize), OctetStatus> {
     let packed = m.packed_bytes(Kernels::Auto)?;
-    let table_bytes = m.num_ops() * size_of::<PreparedOp>();
-    let worst = (align_of::<PreparedOp>() - 1) + table_bytes + (PACKED_ALIGN - 1) + packed;
-    let table_at = base.next_multiple_of(align_of::<PreparedOp>()) - base;
-    let packed_at = (base + table_at + table_bytes).next_multiple_of(PACKED_ALIGN) - base;
+    let (table_at, table_end, table_worst) = table_layout(m, base);
+    let worst = table_worst + (PACKED_ALIGN - 1) + packed;
+    let packed_at = (base + table_end).next_multiple_of(PACKED_ALIGN) - base;
     Ok((table_at, packed_at, worst))
 }
 
@@ -374,9 +386,7 @@ pub unsafe extern "C" fn octet_model_prepare(
 /// `model` is NULL or points to an `OctetModel`.
 #[no_mangle]
 pub unsafe extern "C" fn octet_model_prepared_table_bytes(model: *const OctetModel) -> usize {
-    parsed(model).map_or(0, |m| {
-        (align_of::<PreparedOp>() - 1) + m.num_ops() * size_of::<PreparedOp>()
-    })
+    parsed(model).map_or(0, |m| table_layout(m, 0).2)
 }
 
 /// Prepares a parsed model as `octet_model_prepare` does for the Cortex-M kernels (the set
@@ -404,17 +414,14 @@ pub unsafe extern "C" fn octet_model_prepare_image(
 ) -> OctetStatus {
     let prepare = || -> Result<(), OctetStatus> {
         let m: Model<'static> = *parsed(model)?;
-        slice(buffer, len)?;
         let img: &'static [u8] = slice(image, image_len)?;
         if overlap(slice(buffer, len)?, img) {
             return Err(OctetStatus::BuffersOverlap);
         }
-        let need = octet_model_prepared_table_bytes(model);
+        let (table_at, _, need) = table_layout(&m, buffer as usize);
         if len < need {
             return Err(OctetStatus::PrepareTooSmall);
         }
-        let table_at =
-            (buffer as usize).next_multiple_of(align_of::<PreparedOp>()) - buffer as usize;
         // SAFETY: `buffer` is valid for writes of `len` ≥ `need` bytes (caller; non-NULL as
         // `need` > 0), which hold the aligned table of the model's ops at `table_at` (its
         // worst-case alignment counted in `need`); the handle keeps it and the image only while

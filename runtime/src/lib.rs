@@ -47,6 +47,7 @@ pub use error::RuntimeError;
 pub use kernels::{Kernels, OpGeometry};
 pub use model::{
     Model, OpInfo, OpKind, PackedImageInfo, PreparedOp, TensorInfo, PACKED_IMAGE_HEADER,
+    PACKED_IMAGE_MAGIC,
 };
 pub use requant::{quantize_multiplier, requantize, Rounding};
 

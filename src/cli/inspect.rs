@@ -27,7 +27,9 @@ pub fn run(a: InspectArgs) -> anyhow::Result<()> {
         return inspect_o8(&a, &o8, ops.as_deref());
     }
     // A packed image (`octet pack`) by its magic or its name.
-    if bytes.starts_with(b"O8PK") || a.file.extension().is_some_and(|e| e == "o8pk") {
+    if bytes.starts_with(&octet_runtime::PACKED_IMAGE_MAGIC)
+        || a.file.extension().is_some_and(|e| e == "o8pk")
+    {
         return inspect_packed_image(&a, &bytes);
     }
     // An .o8 by its magic, by a prefix of it (a truncated file) or by its name.

@@ -64,9 +64,9 @@ impl<'a> Packed<'a> {
         bytes: &[],
     };
 
-    /// The bytes, where packed in `layout` (only x86 kernels read packed weights so far).
+    /// The bytes, where packed in `layout` (the x86 and Cortex-M kernels read packed weights).
     #[inline]
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(not(any(target_arch = "x86_64", octet_arm_dsp)), allow(dead_code))]
     pub(crate) fn of(&self, layout: Layout) -> Option<&'a [u8]> {
         (self.layout == layout).then_some(self.bytes)
     }

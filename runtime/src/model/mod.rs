@@ -12,7 +12,7 @@ mod prepare;
 mod validate;
 
 pub use inspect::{OpInfo, OpKind, TensorInfo};
-pub use packed_image::{PackedImageInfo, PACKED_IMAGE_HEADER};
+pub use packed_image::{PackedImageInfo, PACKED_IMAGE_HEADER, PACKED_IMAGE_MAGIC};
 pub(crate) use prepare::OpParams;
 #[cfg(feature = "std")]
 pub(crate) use prepare::Place;

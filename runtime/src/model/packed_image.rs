@@ -9,14 +9,15 @@
 
 use super::prepare::OpParams;
 use super::Model;
-use crate::format::crc32;
+use crate::format::{crc32, le_u16, le_u32};
 use crate::kernels::{self, Kernels, Layout, PackOp, Packed, PACKED_ALIGN};
 use crate::{PreparedOp, Result, RuntimeError};
 
 /// Bytes of a packed image's header; the first op's packed bytes follow it.
 pub const PACKED_IMAGE_HEADER: usize = PACKED_ALIGN;
 
-const MAGIC: [u8; 4] = *b"O8PK";
+/// The first bytes of a packed image.
+pub const PACKED_IMAGE_MAGIC: [u8; 4] = *b"O8PK";
 const VERSION: u16 = 1;
 /// The set code of [`Kernels::CortexM`].
 const CORTEX_M: u16 = 1;
@@ -61,14 +62,6 @@ fn image_packing(code: u16, params: &OpParams) -> Option<(Layout, usize)> {
     }
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
 /// What a packed image's header says, its CRC checked ([`PackedImageInfo::read`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackedImageInfo {
@@ -88,13 +81,13 @@ impl PackedImageInfo {
         let head = image
             .get(..PACKED_IMAGE_HEADER)
             .ok_or(bad(again!("shorter than its header")))?;
-        if head[..4] != MAGIC {
+        if head[..4] != PACKED_IMAGE_MAGIC {
             return Err(bad(again!("not a packed image (bad magic)")));
         }
-        if u16_at(head, AT_VERSION) != VERSION {
+        if le_u16(head, AT_VERSION) != VERSION {
             return Err(bad(again!("unsupported version")));
         }
-        let kernels = match u16_at(head, AT_SET) {
+        let kernels = match le_u16(head, AT_SET) {
             CORTEX_M => Kernels::CortexM,
             _ => {
                 return Err(bad(again!(
@@ -102,40 +95,49 @@ impl PackedImageInfo {
                 )))
             }
         };
-        let len = u32_at(head, AT_LEN) as usize;
+        let len = le_u32(head, AT_LEN) as usize;
         let body = image
             .get(PACKED_IMAGE_HEADER..len)
             .ok_or(bad(again!("truncated (shorter than its stated length)")))?;
-        if crc32(body) != u32_at(head, AT_CRC) {
+        if crc32(body) != le_u32(head, AT_CRC) {
             return Err(bad(again!("damaged (CRC mismatch)")));
         }
         Ok(PackedImageInfo {
             kernels,
-            model_crc: u32_at(head, AT_MODEL_CRC),
+            model_crc: le_u32(head, AT_MODEL_CRC),
             len,
         })
     }
 }
 
-impl<'a> Model<'a> {
-    /// Each op's packed range in the image of set `code`, in op order, through `f(op, layout,
-    /// range)`; the image's length.
-    fn image_plan(
-        &self,
-        code: u16,
-        mut f: impl FnMut(u32, Layout, core::ops::Range<usize>) -> Result<()>,
-    ) -> Result<usize> {
-        let mut end = PACKED_IMAGE_HEADER;
-        for j in 0..self.n_ops {
-            if let Some((layout, n)) = image_packing(code, &self.prepare_op(j)?.params) {
-                let start = end.next_multiple_of(PACKED_ALIGN);
-                end = start.checked_add(n).ok_or(bad("length overflows"))?;
-                f(j, layout, start..end)?;
-            }
+/// Where the image of set `code` places the ops it packs, given in op order: each at the next
+/// multiple of [`PACKED_ALIGN`] after the header and the ops before it; `end` is the image's
+/// length so far.
+struct Placer {
+    code: u16,
+    end: usize,
+}
+
+impl Placer {
+    fn new(code: u16) -> Placer {
+        Placer {
+            code,
+            end: PACKED_IMAGE_HEADER,
         }
-        Ok(end)
     }
 
+    /// The layout and byte range of op `params`, where the set packs it.
+    fn place(&mut self, params: &OpParams) -> Result<Option<(Layout, core::ops::Range<usize>)>> {
+        let Some((layout, n)) = image_packing(self.code, params) else {
+            return Ok(None);
+        };
+        let start = self.end.next_multiple_of(PACKED_ALIGN);
+        self.end = start.checked_add(n).ok_or(bad("length overflows"))?;
+        Ok(Some((layout, start..self.end)))
+    }
+}
+
+impl<'a> Model<'a> {
     /// The CRC-32 of the `.o8` file (its header `crc`), by which a packed image names its
     /// model.
     pub fn crc(&self) -> u32 {
@@ -145,7 +147,11 @@ impl<'a> Model<'a> {
     /// Bytes of this model's packed image for `kernels` ([`Kernels::CortexM`] only; on any
     /// machine): [`Model::write_packed_image`] writes that many.
     pub fn packed_image_bytes(&self, kernels: Kernels) -> Result<usize> {
-        self.image_plan(set_code(kernels)?, |_, _, _| Ok(()))
+        let mut placer = Placer::new(set_code(kernels)?);
+        for j in 0..self.n_ops {
+            placer.place(&self.prepare_op(j)?.params)?;
+        }
+        Ok(placer.end)
     }
 
     /// Writes this model's packed image for `kernels` ([`Kernels::CortexM`] only) into the
@@ -163,15 +169,17 @@ impl<'a> Model<'a> {
         let len32 = u32::try_from(len).map_err(|_| bad("longer than 4 GiB"))?;
         let out = &mut out[..len];
         out.fill(0);
-        self.image_plan(code, |j, layout, range| {
-            let p = self.prepare_op(j)?;
-            if let OpParams::FullyConnected(f) = &p.params {
+        let mut placer = Placer::new(code);
+        for j in 0..self.n_ops {
+            let op = self.prepare_op(j)?;
+            if let (Some((layout, range)), OpParams::FullyConnected(f)) =
+                (placer.place(&op.params)?, &op.params)
+            {
                 kernels::pack(layout, PackOp::Fc(f), &mut out[range]);
             }
-            Ok(())
-        })?;
+        }
         let crc = crc32(&out[PACKED_IMAGE_HEADER..]);
-        out[..4].copy_from_slice(&MAGIC);
+        out[..4].copy_from_slice(&PACKED_IMAGE_MAGIC);
         out[AT_VERSION..AT_VERSION + 2].copy_from_slice(&VERSION.to_le_bytes());
         out[AT_SET..AT_SET + 2].copy_from_slice(&code.to_le_bytes());
         out[AT_MODEL_CRC..AT_MODEL_CRC + 4].copy_from_slice(&self.crc.to_le_bytes());
@@ -202,23 +210,29 @@ impl<'a> Model<'a> {
                 "not aligned to PACKED_ALIGN (64) bytes in memory: place it at an aligned address",
             ));
         }
-        if self.image_plan(code, |_, _, _| Ok(()))? != len {
+        if self.packed_image_bytes(info.kernels)? != len {
             return Err(bad(again!("its length does not match this model's ops")));
         }
         let resolved = kernels.resolve()?;
         if set_code(resolved.kernels()).ok() != Some(code) {
             return Err(bad(again!("made for another kernel set")));
         }
+        // The ops just prepared place the packed bytes (not preparing them again); the length
+        // was checked, so every range lies in the image.
         let table = self.fill(table)?;
-        self.image_plan(code, |j, layout, range| {
-            let bytes = &image[range];
-            let packed = Packed { layout, bytes };
-            match &mut table[j as usize].params {
-                OpParams::FullyConnected(f) => f.packed = packed,
-                _ => return Err(bad("packs an op of no packed kind")),
+        let mut placer = Placer::new(code);
+        for slot in table.iter_mut() {
+            if let Some((layout, range)) = placer.place(&slot.params)? {
+                let packed = Packed {
+                    layout,
+                    bytes: &image[range],
+                };
+                match &mut slot.params {
+                    OpParams::FullyConnected(f) => f.packed = packed,
+                    _ => return Err(bad("packs an op of no packed kind")),
+                }
             }
-            Ok(())
-        })?;
+        }
         self.prepared = table;
         Ok(self)
     }

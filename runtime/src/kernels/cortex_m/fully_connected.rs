@@ -266,9 +266,7 @@ fn quads_of<R: Round, C: Clamp>(
 /// Four little-endian i32 from 16 bytes (a quad's biases).
 #[inline(always)]
 fn words4(b: &[u8; 16]) -> [i32; 4] {
-    core::array::from_fn(|r| {
-        i32::from_le_bytes([b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]])
-    })
+    core::array::from_fn(|r| crate::format::le_i32(b, 4 * r))
 }
 
 /// The epilogue of rows j..j + 4 (sums `acc`) into `o`: two output pairs, through `one` for a
