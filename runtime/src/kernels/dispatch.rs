@@ -183,7 +183,7 @@ pub(crate) fn conv2d_rows(
     #[cfg(target_arch = "x86_64")]
     if k == Resolved::Amx && p.packed.of(super::Layout::AmxFc).is_some() {
         // SAFETY: Resolved::Amx is only produced where the tiles may run.
-        return unsafe { amx::conv2d_rows(p, input, output, rows) };
+        return unsafe { amx::conv2d_rows(p, input, output, scratch, rows) };
     }
     match k.base() {
         #[cfg(target_arch = "x86_64")]

@@ -326,7 +326,9 @@ pub const AMX_MAX_K: usize = 4608;
 /// (stems of K = 27: 1.35–2.3×; ResNet-8's 3×3 16→16, K = 144, N = 16: 1.8×; MobileNet's
 /// pointwise convs of K = 8 to 128: 1.4–2.3×), N = 16 runs a pair of weight tiles half
 /// wasted, and a 3×3 image (9 rows of a pass's 32) runs MobileNet's last pointwise conv
-/// (K = 256) in 2.3×. Short of those, VNNI's kernels stay.
+/// (K = 256) in 2.3×. Short of those, VNNI's kernels stay, but for a conv whose input the
+/// tiles read in place (`amx::reads_in_place`: C_in a multiple of 64, nothing staged, no
+/// tile row short).
 pub const AMX_MIN_K: usize = 256;
 /// See [`AMX_MIN_K`].
 pub const AMX_MIN_COUT: usize = 32;
@@ -493,7 +495,7 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
     if k == Resolved::Amx {
         let f = p.as_fc();
         let tiles = undilated
-            && p.k() >= AMX_MIN_K
+            && (p.k() >= AMX_MIN_K || super::amx::reads_in_place(p))
             && p.k() <= AMX_MAX_K
             && p.output.c >= AMX_MIN_COUT
             && p.output.h * p.output.w >= AMX_MIN_PIXELS;

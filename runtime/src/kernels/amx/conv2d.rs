@@ -3,10 +3,21 @@
 //! ([`AmxFc`]), the rows the pixels of every image of a group (so a 3×3 late layer still
 //! fills the tiles at batch 64). A pointwise conv's rows are copied from its pixels; any other
 //! conv's are its patches gathered (pad values included).
+//!
+//! Where every step of 64 inputs is 64 channels of one tap (C_in a multiple of 64) and the
+//! output rows are whole tiles of 16 pixels, nothing is staged: each input tile is read where
+//! its 16 pixels' bytes lie, in the input padded once into scratch (or the input itself where
+//! there is no padding), at a stride of one output pixel ([`Implicit`]). Gathering the patches
+//! had cost as much as a quarter of ResNet-18's 64-channel 3×3 convs on a Sapphire Rapids core.
 
-use super::gemm;
+use core::arch::x86_64::*;
+
+use super::gemm::{self, Inputs, PASS};
+use crate::kernels::valid::pad_rows;
 use crate::kernels::vnni::{copy, Gather};
-use crate::kernels::{AmxFc, ConvImage, ConvParams, FcParams, Layout, PackedFc, AMX_MAX_K};
+use crate::kernels::{
+    AmxFc, ConvImage, ConvParams, FcParams, Layout, PackedFc, AMX_K_STEP, AMX_MAX_K,
+};
 
 /// `p` over every image of `images` (their scratch unused), where `p` was packed for the AMX
 /// set, is uniform where not pointwise (the dispatch pads other convs first) and the buffers
@@ -22,6 +33,15 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
     };
     if images.is_empty() || !images.iter().all(fits) {
         return false;
+    }
+    if let Some(mut imp) = Implicit::new(p) {
+        if images.iter().all(|m| imp.fits(p, m.scratch.len())) {
+            for m in images.iter_mut() {
+                let y = m.output.as_mut_ptr();
+                imp.run(p, (&f, w), m.input, y, m.scratch, 0..p.output.h);
+            }
+            return true;
+        }
     }
     let (px, cout) = (p.output.h * p.output.w, f.n);
     // Rows come in order: the image and pixel of the next one, without a division per row.
@@ -42,7 +62,8 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
 
 /// Output rows `band` of `p` (all its columns) into `output` (those rows, HWC), where
 /// [`conv2d`] would run it: threads sharing an image each take a band of rows, so each stages
-/// only its own pixels' patches. `false` (nothing written) else.
+/// only its own pixels' patches (or reads its input in place, padded into its `scratch`).
+/// `false` (nothing written) else.
 ///
 /// # Safety
 /// [`super::available`] must hold.
@@ -51,6 +72,7 @@ pub unsafe fn conv2d_rows(
     p: &ConvParams,
     input: &[i8],
     output: &mut [i8],
+    scratch: &mut [u8],
     band: core::ops::Range<usize>,
 ) -> bool {
     let Some((f, w, rows)) = Patches::new(p) else {
@@ -63,6 +85,12 @@ pub unsafe fn conv2d_rows(
         || output.len() < band.len() * w_out * cout
     {
         return false;
+    }
+    if let Some(mut imp) = Implicit::new(p) {
+        if imp.fits(p, scratch.len()) {
+            imp.run(p, (&f, w), input, output.as_mut_ptr(), scratch, band);
+            return true;
+        }
     }
     let (px0, y) = (band.start * w_out, output.as_mut_ptr());
     gemm::rows::<true>(&f, w, tile_layout(&f), band.len() * w_out, |i, dst| {
@@ -81,6 +109,167 @@ pub fn rows_covered(p: &ConvParams) -> bool {
 /// The blocks of `f` packed for the tiles.
 fn tile_layout(f: &FcParams) -> PackedFc {
     AmxFc { k: f.k, n: f.n }.padded()
+}
+
+/// Whether the tiles read conv `p`'s input in place ([`Implicit`]): uniform, every step of 64
+/// inputs 64 channels of one tap, output rows of whole tiles (16 pixels), K up to
+/// [`AMX_MAX_K`].
+pub fn reads_in_place(p: &ConvParams) -> bool {
+    let k = p.window.kernel_h * p.window.kernel_w * p.input.c;
+    p.is_uniform()
+        && p.input.c.is_multiple_of(AMX_K_STEP)
+        && p.input.c > 0
+        && p.output.w.is_multiple_of(16)
+        && p.output.w > 0
+        && p.output.h > 0
+        && k <= AMX_MAX_K
+}
+
+/// Input tiles read in place: a conv's (padded) input at a stride of one output pixel, 16
+/// pixels of one output row per tile.
+struct Implicit {
+    /// The band's padded input rows (or the input itself).
+    img: *const i8,
+    /// Bytes from one output pixel's window to the next one's (stride · C_in): the tiles' row
+    /// stride.
+    pixel: usize,
+    /// Bytes of a padded input row.
+    row: usize,
+    /// Bytes from one output row's windows to the next one's (stride padded rows).
+    out_row: usize,
+    wo: usize,
+    cout: usize,
+    /// The band's first output.
+    y: *mut i8,
+    /// Per step of 64 inputs, its bytes' offset from a pixel's window (tap, then channels).
+    offs: [usize; AMX_MAX_K / AMX_K_STEP],
+    /// The current pass's two tiles' first pixels' windows.
+    base: [*const i8; 2],
+}
+
+impl Implicit {
+    /// The plan for `p`, where [`reads_in_place`].
+    fn new(p: &ConvParams) -> Option<Self> {
+        if !reads_in_place(p) {
+            return None;
+        }
+        let (c, wo) = (p.input.c, p.output.w);
+        let k = p.window.kernel_h * p.window.kernel_w * c;
+        let row = (p.input.w + 2 * p.pad()) * c;
+        let mut offs = [0; AMX_MAX_K / AMX_K_STEP];
+        let per_tap = c / AMX_K_STEP;
+        for (s, o) in offs.iter_mut().take(k / AMX_K_STEP).enumerate() {
+            let (tap, c0) = (s / per_tap, (s % per_tap) * AMX_K_STEP);
+            let (ky, kx) = (tap / p.window.kernel_w, tap % p.window.kernel_w);
+            *o = ky * row + kx * c + c0;
+        }
+        Some(Implicit {
+            img: core::ptr::null(),
+            pixel: p.stride() * c,
+            row,
+            out_row: p.stride() * row,
+            wo,
+            cout: p.output.c,
+            y: core::ptr::null_mut(),
+            offs,
+            base: [core::ptr::null(); 2],
+        })
+    }
+
+    /// Output rows per band with `scratch` bytes: every row where nothing is padded.
+    fn band(&self, p: &ConvParams, scratch: usize) -> usize {
+        if p.pad() == 0 {
+            return p.output.h;
+        }
+        // Padded rows read by n output rows: (n − 1)·stride + kh.
+        let rows = scratch / self.row;
+        if rows < p.window.kernel_h {
+            0
+        } else {
+            ((rows - p.window.kernel_h) / p.stride() + 1).min(p.output.h)
+        }
+    }
+
+    /// Whether an image's scratch of `scratch` bytes holds a band of one row at least.
+    fn fits(&self, p: &ConvParams, scratch: usize) -> bool {
+        self.band(p, scratch) > 0
+    }
+
+    /// Output rows `rows` of `p` from `input` into `y` (those rows), band by band through
+    /// `scratch` ([`Implicit::fits`]; the buffers checked).
+    ///
+    /// # Safety
+    /// [`super::available`] holds; `w` holds `f`'s packing for the tiles.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn run(
+        &mut self,
+        p: &ConvParams,
+        (f, w): (&FcParams, &[u8]),
+        input: &[i8],
+        y: *mut i8,
+        scratch: &mut [u8],
+        rows: core::ops::Range<usize>,
+    ) {
+        let (s, pad) = (p.stride(), p.pad());
+        let nb = self.band(p, scratch.len());
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let n = nb.min(rows.end - r0);
+            self.y = y.add((r0 - rows.start) * self.wo * self.cout);
+            if pad == 0 {
+                self.img = input.as_ptr().add(r0 * self.out_row);
+            } else {
+                // Padded rows r0·s .. r0·s + (n − 1)·s + kh at the front of the scratch.
+                let band_rows = (n - 1) * s + p.window.kernel_h;
+                let band = core::slice::from_raw_parts_mut(
+                    scratch.as_mut_ptr() as *mut i8,
+                    band_rows * self.row,
+                );
+                pad_rows(
+                    p,
+                    input,
+                    (pad.wrapping_sub(r0 * s), pad),
+                    self.row / p.input.c,
+                    0..band_rows,
+                    band,
+                );
+                self.img = band.as_ptr();
+            }
+            gemm::product::<true>(f, w, tile_layout(f), n * self.wo, self);
+            r0 += n;
+        }
+    }
+}
+
+impl Inputs for Implicit {
+    #[inline(always)]
+    unsafe fn pass(
+        &mut self,
+        r0: usize,
+        m: usize,
+        out: &mut [*mut i8; PASS],
+        corr: &mut [__m512i; PASS],
+    ) {
+        for t in 0..2 {
+            // A pass of 16 rows reads its one tile twice (the second's sums dropped).
+            let q = r0 + if 16 * t < m { 16 * t } else { 0 };
+            let (y, x) = (q / self.wo, q % self.wo);
+            self.base[t] = self.img.add(y * self.out_row + x * self.pixel);
+        }
+        for i in 0..m {
+            (out[i], corr[i]) = (self.y.add((r0 + i) * self.cout), _mm512_setzero_si512());
+        }
+    }
+
+    #[inline(always)]
+    fn tiles(&self, s: usize) -> (*const i8, *const i8, usize) {
+        let o = self.offs[s];
+        (
+            self.base[0].wrapping_add(o),
+            self.base[1].wrapping_add(o),
+            self.pixel,
+        )
+    }
 }
 
 /// How a pixel's row of the product is written: the pixel itself (pointwise), else its patch.
@@ -187,11 +376,96 @@ mod tests {
             (64, 64, 4, 1, 2, 0, 2),
             (224, 24, 3, 3, 1, 1, 1),
             (512, 32, 4, 3, 1, 1, 2),
+            // Read in place (no scratch here): pointwise, strided, a 3×3 window unpadded.
+            (64, 48, 16, 1, 1, 0, 2),
+            (128, 32, 32, 1, 2, 0, 1),
+            (64, 32, 18, 3, 1, 0, 3),
         ];
         // SAFETY: the tiles may run (skip() is false).
         packed_groups_match_scalar(shapes, 37, &amx_packed, &mut |p, imgs| unsafe {
             conv2d(p, imgs)
         });
+    }
+
+    /// Input tiles read in place from the input padded into scratch, band by band: scratch for
+    /// one output row, two, all of them, and none (the patches then gathered); 1 to 3 images,
+    /// 1 to 3 steps per tap, strides 1 and 2, both roundings: each image's bytes as the
+    /// reference's.
+    #[test]
+    fn implicit_bands_equal_scalar() {
+        if skip() {
+            return;
+        }
+        for (i, &(cin, cout, hw, kk, st, pad)) in [
+            (64, 64, 16, 3, 1, 1),
+            (64, 32, 32, 3, 2, 1),
+            (128, 48, 16, 3, 1, 1),
+            (192, 32, 16, 3, 1, 1),
+            (64, 32, 32, 5, 1, 2),
+            (64, 48, 32, 1, 2, 0),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for r in Rounding::ALL {
+                let n = 1 + i % 3;
+                let data: Vec<ConvData> = (0..n)
+                    .map(|j| {
+                        let c = ConvCase::square(cin, cout, hw, kk, st, pad, (7 * i + j) as u64);
+                        ConvData::typical(&c.with_rounding(r)).unwrap()
+                    })
+                    .collect();
+                let mut p = data[0].params();
+                let (buf, layout) = amx_packed(&p.as_fc());
+                p.packed = crate::kernels::Packed {
+                    layout,
+                    bytes: &buf,
+                };
+                let plan = Implicit::new(&p).expect("covered");
+                let row = plan.row;
+                let want: Vec<Vec<i8>> = data
+                    .iter()
+                    .map(|d| {
+                        let mut y = vec![0i8; p.output.len()];
+                        scalar::conv2d(&p, &d.input, &mut y);
+                        y
+                    })
+                    .collect();
+                let rows_in = |n: usize| (n - 1) * st + kk;
+                for scratch in [
+                    0,
+                    row * rows_in(1),
+                    row * rows_in(2) + 5,
+                    row * (hw + 2 * pad),
+                ] {
+                    let mut got = vec![vec![0x55i8; p.output.len()]; n];
+                    let mut s = vec![vec![0u8; scratch]; n];
+                    let mut imgs: Vec<ConvImage> = data
+                        .iter()
+                        .zip(got.iter_mut())
+                        .zip(s.iter_mut())
+                        .map(|((d, y), s)| ConvImage::new(&d.input, y, s))
+                        .collect();
+                    // SAFETY: the tiles may run (skip() is false).
+                    assert!(unsafe { conv2d(&p, &mut imgs) });
+                    assert_eq!(want, got, "{cin}→{cout} {hw}² {kk}/{st} {r:?}, {scratch} B");
+                    // Threads' bands of the first image, each through its own scratch.
+                    let (h, row_out) = (p.output.h, p.output.w * p.output.c);
+                    for band in [0..1, 1..h / 2, h / 2..h] {
+                        let mut got = vec![0x55i8; band.len() * row_out];
+                        // SAFETY: as above.
+                        assert!(unsafe {
+                            conv2d_rows(&p, &data[0].input, &mut got, &mut s[0], band.clone())
+                        });
+                        assert_eq!(
+                            got,
+                            want[0][band.start * row_out..band.end * row_out],
+                            "{cin}→{cout} {hw}² {kk}/{st} {r:?}, {scratch} B, rows {band:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// Bands of rows (threads sharing an image): each the reference's bytes for its rows, in
@@ -222,7 +496,7 @@ mod tests {
                 for band in [0..1, 0..h / 2, h / 2..h, 0..h, h - 1..h] {
                     let mut got = vec![0x55i8; band.len() * row];
                     // SAFETY: the tiles may run (skip() is false).
-                    assert!(unsafe { conv2d_rows(&p, &d.input, &mut got, band.clone()) });
+                    assert!(unsafe { conv2d_rows(&p, &d.input, &mut got, &mut [], band.clone()) });
                     assert_eq!(
                         got,
                         want[band.start * row..band.end * row],

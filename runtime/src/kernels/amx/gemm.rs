@@ -1,6 +1,7 @@
 //! The tile product of a layer packed in blocks of 16 rows ([`PackedFc`]'s order: a block's
 //! constants, then per 4 inputs a weight tile's row) with rows of inputs: 32 rows at a time
-//! (two input tiles) staged on the stack, `align64(K)` bytes each, zero past K; for each pair
+//! (two input tiles) staged on the stack, `align64(K)` bytes each, zero past K, or read where
+//! they lie ([`Inputs`]: a conv's input at a pixel stride); for each pair
 //! of 16-row blocks, four sum tiles over every step of 64 inputs (each weight tile read once
 //! per 32 rows, each input tile once per 32 outputs), stored and requantized row by row by
 //! the packed VNNI epilogue (16 outputs of one row per vector, the block's constants loaded
@@ -19,10 +20,64 @@ use crate::kernels::{FcParams, PackedFc, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, F
 use crate::requant::Rounding;
 
 /// Rows per pass: two input tiles.
-const PASS: usize = 2 * ROWS;
+pub(super) const PASS: usize = 2 * ROWS;
 
 /// Bytes of a weight tile.
 const TILE: usize = ROWS * ROW_BYTES;
+
+/// Where a pass's two input tiles lie: rows staged on the stack ([`rows`]), or the conv's
+/// (padded) input itself, read in place at a pixel stride (`conv2d`'s implicit form).
+pub(super) trait Inputs {
+    /// Starts the pass of rows `r0..r0 + m` (m ≤ [`PASS`]): where each row's outputs go and
+    /// what its sums need added.
+    ///
+    /// # Safety
+    /// As [`product`]'s.
+    unsafe fn pass(
+        &mut self,
+        r0: usize,
+        m: usize,
+        out: &mut [*mut i8; PASS],
+        corr: &mut [__m512i; PASS],
+    );
+
+    /// Step `s`'s two input tiles of the current pass and their row stride: each readable for
+    /// 16 rows of 64 bytes.
+    fn tiles(&self, s: usize) -> (*const i8, *const i8, usize);
+}
+
+/// Rows staged 32 at a time at a stride of `kp` bytes.
+struct Staged<R> {
+    a: *mut i8,
+    kp: usize,
+    row: R,
+}
+
+impl<R: FnMut(usize, *mut i8) -> (*mut i8, i32)> Inputs for Staged<R> {
+    #[inline(always)]
+    unsafe fn pass(
+        &mut self,
+        r0: usize,
+        m: usize,
+        out: &mut [*mut i8; PASS],
+        corr: &mut [__m512i; PASS],
+    ) {
+        for i in 0..m {
+            let (o, k) = (self.row)(r0 + i, self.a.add(i * self.kp));
+            (out[i], corr[i]) = (o, _mm512_set1_epi32(k));
+        }
+    }
+
+    #[inline(always)]
+    fn tiles(&self, s: usize) -> (*const i8, *const i8, usize) {
+        let at = s * AMX_K_STEP;
+        (
+            self.a.wrapping_add(at),
+            self.a.wrapping_add(ROWS * self.kp + at),
+            self.kp,
+        )
+    }
+}
 
 /// Layer `p` from its blocks `w` (laid out as `l`) over `n` rows: `row(i, dst)`, called for
 /// `i` from 0 to `n − 1` in order, writes row `i`'s K inputs at `dst` and gives where its N
@@ -40,19 +95,35 @@ pub(super) unsafe fn rows<const SIGNED: bool>(
     w: &[u8],
     l: PackedFc,
     n: usize,
-    mut row: impl FnMut(usize, *mut i8) -> (*mut i8, i32),
+    row: impl FnMut(usize, *mut i8) -> (*mut i8, i32),
 ) {
     let kp = l.k.next_multiple_of(AMX_K_STEP);
-    let k_steps = kp / AMX_K_STEP;
     // The rows are staged at a stride of kp bytes in PASS·AMX_MAX_K.
     assert!(kp <= AMX_MAX_K);
-    debug_assert!(w.len() >= l.bytes() && (!SIGNED || kp == l.k));
     let mut a = MaybeUninit::<[i8; PASS * AMX_MAX_K]>::uninit();
     let a = a.as_mut_ptr() as *mut i8;
     // The bytes past K of every row meet zero weights (or, in the last step of a block that
     // is not the last, the next block's bytes: times zero, nothing); rows past n in the last
     // pass are multiplied too (their sums dropped): all initialized once.
     core::ptr::write_bytes(a, 0, PASS * kp);
+    product::<SIGNED>(p, w, l, n, &mut Staged { a, kp, row });
+}
+
+/// [`rows`]' product with the input tiles from `src`.
+///
+/// # Safety
+/// As [`rows`]'; `src` gives, for every pass, tiles readable for every step of `l`.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn product<const SIGNED: bool>(
+    p: &FcParams,
+    w: &[u8],
+    l: PackedFc,
+    n: usize,
+    src: &mut impl Inputs,
+) {
+    let kp = l.k.next_multiple_of(AMX_K_STEP);
+    let k_steps = kp / AMX_K_STEP;
+    debug_assert!(w.len() >= l.bytes() && (!SIGNED || kp == l.k));
     let lim = Limits::new(&p.out);
     let double = p.out.rounding == Rounding::Double;
     let (bb, blocks) = (l.block_bytes(), l.blocks());
@@ -82,23 +153,15 @@ pub(super) unsafe fn rows<const SIGNED: bool>(
     let mut out = [core::ptr::null_mut::<i8>(); PASS];
     let mut corr = [_mm512_setzero_si512(); PASS];
     let tiles = Tiles::configure();
-    let step = |q: usize, s: usize| {
-        let (b0, b1) = pair(q);
-        let at = s * AMX_K_STEP;
-        tiles.step::<SIGNED>(
-            a.add(at),
-            a.add(ROWS * kp + at),
-            kp,
-            tile(b0, s),
-            tile(b1, s),
-        );
-    };
     for r0 in (0..n).step_by(PASS) {
         let m = (n - r0).min(PASS);
-        for i in 0..m {
-            let (o, k) = row(r0 + i, a.add(i * kp));
-            (out[i], corr[i]) = (o, _mm512_set1_epi32(k));
-        }
+        src.pass(r0, m, &mut out, &mut corr);
+        let src = &*src;
+        let step = |q: usize, s: usize| {
+            let (b0, b1) = pair(q);
+            let (a0, a1, sa) = src.tiles(s);
+            tiles.step::<SIGNED>(a0, a1, sa, tile(b0, s), tile(b1, s));
+        };
         tiles.zero();
         for s in 0..k_steps {
             step(0, s);

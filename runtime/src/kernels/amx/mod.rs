@@ -6,11 +6,13 @@
 //!   configuration and the instructions, through `asm!`;
 //! - `gemm`: the product over weights packed in blocks of 16 rows (the B tiles): the AMX
 //!   set's own packing ([`crate::kernels::AmxFc`], signed) or the VNNI set's (u8 w + 128),
-//!   rows staged 32 at a time (the A tiles), requantized by the packed VNNI epilogue
+//!   rows staged 32 at a time (the A tiles) or read in place, requantized by the packed VNNI
+//!   epilogue
 //!   (`vnni::fully_connected`'s short or general form), either rounding, while the tiles
 //!   multiply the next blocks;
-//! - `conv2d`: the conv over it, its rows the pixels' patches (read in place where pointwise,
-//!   else gathered), across the images of a group;
+//! - `conv2d`: the conv over it, its rows the pixels' patches: input tiles read in place from
+//!   the input (padded once into scratch) where C_in is a multiple of 64 and output rows are
+//!   whole tiles, else copied (pointwise) or gathered, across the images of a group;
 //! - `fully_connected`: a group of images over it, each image a row (`tdpbsud` over the VNNI
 //!   packing, which one image at a time runs on VNNI: at batch 1 a layer is one row, a
 //!   sixteenth of a tile, where the packed VNNI kernel runs at full width).
@@ -27,7 +29,7 @@ mod fully_connected;
 mod gemm;
 mod tiles;
 
-pub use conv2d::{conv2d, conv2d_rows, rows_covered};
+pub use conv2d::{conv2d, conv2d_rows, reads_in_place, rows_covered};
 pub use fully_connected::{fully_connected_batch, AMX_MIN_FC_IMAGES, AMX_MIN_FC_MACS};
 pub use tiles::available;
 
