@@ -7,9 +7,8 @@
 //! - `gemm`: the product over weights packed in blocks of 16 rows (the B tiles): the AMX
 //!   set's own packing ([`crate::kernels::AmxFc`], signed) or the VNNI set's (u8 w + 128),
 //!   rows staged 32 at a time (the A tiles) or read in place, requantized by the packed VNNI
-//!   epilogue
-//!   (`vnni::fully_connected`'s short or general form), either rounding, while the tiles
-//!   multiply the next blocks;
+//!   epilogue (`vnni::fully_connected`'s short or general form), either rounding, while the
+//!   tiles multiply the next blocks;
 //! - `conv2d`: the conv over it, its rows the pixels' patches: input tiles read in place from
 //!   the input (padded once into scratch) where C_in is a multiple of 64 and output rows are
 //!   whole tiles, else copied (pointwise) or gathered, across the images of a group;
