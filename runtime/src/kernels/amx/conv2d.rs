@@ -12,7 +12,7 @@
 
 use core::arch::x86_64::*;
 
-use super::gemm::{self, Inputs, PASS};
+use super::gemm::{self, Inputs, PassRows};
 use crate::kernels::valid::pad_rows;
 use crate::kernels::vnni::{copy, Gather};
 use crate::kernels::{
@@ -243,13 +243,7 @@ impl Implicit {
 
 impl Inputs for Implicit {
     #[inline(always)]
-    unsafe fn pass(
-        &mut self,
-        r0: usize,
-        m: usize,
-        out: &mut [*mut i8; PASS],
-        corr: &mut [__m512i; PASS],
-    ) {
+    unsafe fn pass(&mut self, r0: usize, m: usize, rows: &mut PassRows) {
         for t in 0..2 {
             // A pass of 16 rows reads its one tile twice (the second's sums dropped).
             let q = r0 + if 16 * t < m { 16 * t } else { 0 };
@@ -257,7 +251,8 @@ impl Inputs for Implicit {
             self.base[t] = self.img.add(y * self.out_row + x * self.pixel);
         }
         for i in 0..m {
-            (out[i], corr[i]) = (self.y.add((r0 + i) * self.cout), _mm512_setzero_si512());
+            (rows.out[i], rows.corr[i]) =
+                (self.y.add((r0 + i) * self.cout), _mm512_setzero_si512());
         }
     }
 

@@ -20,26 +20,25 @@ use crate::kernels::{FcParams, PackedFc, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, F
 use crate::requant::Rounding;
 
 /// Rows per pass: two input tiles.
-pub(super) const PASS: usize = 2 * ROWS;
+const PASS: usize = 2 * ROWS;
 
 /// Bytes of a weight tile.
 const TILE: usize = ROWS * ROW_BYTES;
 
+/// A pass's rows: where each one's outputs go and what its sums need added.
+pub(super) struct PassRows {
+    pub(super) out: [*mut i8; PASS],
+    pub(super) corr: [__m512i; PASS],
+}
+
 /// Where a pass's two input tiles lie: rows staged on the stack ([`rows`]), or the conv's
 /// (padded) input itself, read in place at a pixel stride (`conv2d`'s implicit form).
 pub(super) trait Inputs {
-    /// Starts the pass of rows `r0..r0 + m` (m ≤ [`PASS`]): where each row's outputs go and
-    /// what its sums need added.
+    /// Starts the pass of rows `r0..r0 + m` (m ≤ [`PASS`]), its first `m` rows written.
     ///
     /// # Safety
     /// As [`product`]'s.
-    unsafe fn pass(
-        &mut self,
-        r0: usize,
-        m: usize,
-        out: &mut [*mut i8; PASS],
-        corr: &mut [__m512i; PASS],
-    );
+    unsafe fn pass(&mut self, r0: usize, m: usize, rows: &mut PassRows);
 
     /// Step `s`'s two input tiles of the current pass and their row stride: each readable for
     /// 16 rows of 64 bytes.
@@ -55,16 +54,10 @@ struct Staged<R> {
 
 impl<R: FnMut(usize, *mut i8) -> (*mut i8, i32)> Inputs for Staged<R> {
     #[inline(always)]
-    unsafe fn pass(
-        &mut self,
-        r0: usize,
-        m: usize,
-        out: &mut [*mut i8; PASS],
-        corr: &mut [__m512i; PASS],
-    ) {
+    unsafe fn pass(&mut self, r0: usize, m: usize, rows: &mut PassRows) {
         for i in 0..m {
             let (o, k) = (self.row)(r0 + i, self.a.add(i * self.kp));
-            (out[i], corr[i]) = (o, _mm512_set1_epi32(k));
+            (rows.out[i], rows.corr[i]) = (o, _mm512_set1_epi32(k));
         }
     }
 
@@ -150,12 +143,14 @@ pub(super) unsafe fn product<const SIGNED: bool>(
     // An odd last block runs as both of its pair; the second's sums are dropped.
     let pair = |q: usize| (2 * q, (2 * q + 1).min(blocks - 1));
     let mut c = [[[0i32; ROWS]; ROWS]; 4];
-    let mut out = [core::ptr::null_mut::<i8>(); PASS];
-    let mut corr = [_mm512_setzero_si512(); PASS];
+    let mut rows = PassRows {
+        out: [core::ptr::null_mut(); PASS],
+        corr: [_mm512_setzero_si512(); PASS],
+    };
     let tiles = Tiles::configure();
     for r0 in (0..n).step_by(PASS) {
         let m = (n - r0).min(PASS);
-        src.pass(r0, m, &mut out, &mut corr);
+        src.pass(r0, m, &mut rows);
         let src = &*src;
         let step = |q: usize, s: usize| {
             let (b0, b1) = pair(q);
@@ -186,8 +181,8 @@ pub(super) unsafe fn product<const SIGNED: bool>(
                 let mask = ((1u32 << (p.n - first).min(FC_BLOCK_ROWS)) - 1) as u16;
                 for i in 0..m {
                     let sums = _mm512_loadu_si512(c[2 * (i / ROWS) + j][i % ROWS].as_ptr() as _);
-                    let v = epi.apply(sums, corr[i], &lim, double);
-                    _mm_mask_storeu_epi8(out[i].add(first), mask, v);
+                    let v = epi.apply(sums, rows.corr[i], &lim, double);
+                    _mm_mask_storeu_epi8(rows.out[i].add(first), mask, v);
                     let done = j * m + i + 1;
                     while next && s < k_steps && s * spread < done * k_steps {
                         step(q + 1, s);

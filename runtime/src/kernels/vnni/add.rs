@@ -1,6 +1,6 @@
-//! Requantizing residual add, AVX-512 F: 16 elements per step, in i32 lanes when the
-//! multipliers allow an exact split (the usual case), else in i64 lanes; exactly
-//! [`AddRequant::apply`].
+//! Requantizing residual add, AVX-512 F and BW: in i32 lanes when the multipliers allow an
+//! exact split (the usual case: 32 elements per step, each multiplier's halves applied to both
+//! inputs by one `vpmaddwd`), else in i64 lanes; exactly [`AddRequant::apply`].
 
 use core::arch::x86_64::*;
 
@@ -18,10 +18,72 @@ pub(crate) fn add_supported(p: &AddRequant) -> bool {
 /// The CPU must support AVX-512 F, BW and VL; `add_supported(p)` must hold.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 pub unsafe fn add(p: &AddRequant, a: &[i8], b: &[i8], output: &mut [i8]) {
-    if narrow_supported(p) {
-        return add_narrow(p, a, b, output);
+    match (narrow_supported(p), Halves::pairs(p)) {
+        (true, Some(h)) => add_pairs(p, &h, a, b, output),
+        (true, None) => add_narrow(p, a, b, output),
+        _ => add_wide(p, a, b, output),
     }
-    add_wide(p, a, b, output)
+}
+
+/// The multipliers split as m = mh·2^16 + ml with both halves in i16 (ml in [−2^15, 2^15)):
+/// `vpmaddwd` pairs of (q0, q1) take them.
+struct Halves {
+    /// (mh0, mh1) and (ml0, ml1) as i16 pairs in every 32-bit lane.
+    mh: i32,
+    ml: i32,
+}
+
+impl Halves {
+    /// The split, where each mh fits i16 (every m ≥ 0 but those within 2^15 of 2^31 whose low
+    /// half is 2^15 or more).
+    fn pairs(p: &AddRequant) -> Option<Self> {
+        let split = |m: i32| -> Option<(i16, i16)> {
+            let (mh, ml) = (m >> 16, m & 0xFFFF);
+            let (mh, ml) = if ml >= 1 << 15 {
+                (mh + 1, ml - (1 << 16))
+            } else {
+                (mh, ml)
+            };
+            Some((i16::try_from(mh).ok()?, ml as i16))
+        };
+        let (h0, l0) = split(p.m0)?;
+        let (h1, l1) = split(p.m1)?;
+        let pair = |x: i16, y: i16| (x as u16 as i32) | ((y as i32) << 16);
+        Some(Halves {
+            mh: pair(h0, h1),
+            ml: pair(l0, l1),
+        })
+    }
+}
+
+/// [`add_narrow`]'s arithmetic with H and L each one `vpmaddwd` of the interleaved inputs
+/// (signed halves: the same identity, L now of either sign): 32 elements per step, the
+/// unpacked order restored by the 64-bit interleave of the narrowed halves.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn add_pairs(p: &AddRequant, h: &Halves, a: &[i8], b: &[i8], output: &mut [i8]) {
+    let len = output.len().min(a.len()).min(b.len());
+    let k = Narrow::new(p);
+    let (mh, ml) = (_mm512_set1_epi32(h.mh), _mm512_set1_epi32(h.ml));
+    // 16 elements' (q0, q1) pairs as i16 to bytes.
+    let sixteen = |w: __m256i| {
+        let w = _mm512_cvtepi8_epi16(w);
+        k.bytes(_mm512_madd_epi16(w, mh), _mm512_madd_epi16(w, ml))
+    };
+    let mut i = 0;
+    while i + 32 <= len {
+        let x = _mm256_loadu_si256(a.as_ptr().add(i) as *const __m256i);
+        let y = _mm256_loadu_si256(b.as_ptr().add(i) as *const __m256i);
+        // Per 128-bit lane: elements 0–7 (16–23) and 8–15 (24–31), each with its pair.
+        let first = sixteen(_mm256_unpacklo_epi8(x, y));
+        let second = sixteen(_mm256_unpackhi_epi8(x, y));
+        let y0 = output.as_mut_ptr().add(i) as *mut __m128i;
+        _mm_storeu_si128(y0, _mm_unpacklo_epi64(first, second));
+        _mm_storeu_si128(y0.add(1), _mm_unpackhi_epi64(first, second));
+        i += 32;
+    }
+    for j in i..len {
+        output[j] = p.apply(a[j], b[j]);
+    }
 }
 
 /// Whether [`add_narrow`] is exact for `p`: n in [17, 47], m0, m1 ≥ 0, |z0|, |z1| ≤ 256 and a
@@ -42,40 +104,60 @@ fn narrow_supported(p: &AddRequant) -> bool {
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn add_narrow(p: &AddRequant, a: &[i8], b: &[i8], output: &mut [i8]) {
     let len = output.len().min(a.len()).min(b.len());
-    let c = p.z0 as i64 * p.m0 as i64 + p.z1 as i64 * p.m1 as i64;
-    let (ch, cl) = (c >> 16, c & 0xFFFF);
+    let k = Narrow::new(p);
     let mh0 = _mm512_set1_epi32(p.m0 >> 16);
     let ml0 = _mm512_set1_epi32(p.m0 & 0xFFFF);
     let mh1 = _mm512_set1_epi32(p.m1 >> 16);
     let ml1 = _mm512_set1_epi32(p.m1 & 0xFFFF);
-    let hc = _mm512_set1_epi32(((1i64 << (p.n - 17)) - ch) as i32);
-    let lc = _mm512_set1_epi32(-cl as i32);
-    let sh = _mm_cvtsi32_si128(p.n - 16);
-    let zo = _mm512_set1_epi32(p.out.zero_point);
-    let lo = _mm512_set1_epi32(p.out.act_min.max(-128));
-    let hi = _mm512_set1_epi32(p.out.act_max.min(127));
     let mut i = 0;
     while i + 16 <= len {
         let x = _mm512_cvtepi8_epi32(_mm_loadu_si128(a.as_ptr().add(i) as *const __m128i));
         let y = _mm512_cvtepi8_epi32(_mm_loadu_si128(b.as_ptr().add(i) as *const __m128i));
-        let h = _mm512_add_epi32(
-            _mm512_add_epi32(_mm512_mullo_epi32(x, mh0), _mm512_mullo_epi32(y, mh1)),
-            hc,
-        );
-        let l = _mm512_add_epi32(
-            _mm512_add_epi32(_mm512_mullo_epi32(x, ml0), _mm512_mullo_epi32(y, ml1)),
-            lc,
-        );
-        let t = _mm512_sra_epi32(_mm512_add_epi32(h, _mm512_srai_epi32::<16>(l)), sh);
-        let t = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(t, zo), lo), hi);
-        _mm_storeu_si128(
-            output.as_mut_ptr().add(i) as *mut __m128i,
-            _mm512_cvtepi32_epi8(t),
-        );
+        let h = _mm512_add_epi32(_mm512_mullo_epi32(x, mh0), _mm512_mullo_epi32(y, mh1));
+        let l = _mm512_add_epi32(_mm512_mullo_epi32(x, ml0), _mm512_mullo_epi32(y, ml1));
+        _mm_storeu_si128(output.as_mut_ptr().add(i) as *mut __m128i, k.bytes(h, l));
         i += 16;
     }
     for j in i..len {
         output[j] = p.apply(a[j], b[j]);
+    }
+}
+
+/// The 32-bit form's constants, for H = q0·mh0 + q1·mh1 and L = q0·ml0 + q1·ml1 per lane.
+struct Narrow {
+    /// 2^(n−17) − Ch, −Cl (C = z0·m0 + z1·m1 = Ch·2^16 + Cl), n − 16.
+    hc: __m512i,
+    lc: __m512i,
+    sh: __m128i,
+    zo: __m512i,
+    lo: __m512i,
+    hi: __m512i,
+}
+
+impl Narrow {
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn new(p: &AddRequant) -> Self {
+        let c = p.z0 as i64 * p.m0 as i64 + p.z1 as i64 * p.m1 as i64;
+        Narrow {
+            hc: _mm512_set1_epi32(((1i64 << (p.n - 17)) - (c >> 16)) as i32),
+            lc: _mm512_set1_epi32(-(c & 0xFFFF) as i32),
+            sh: _mm_cvtsi32_si128(p.n - 16),
+            zo: _mm512_set1_epi32(p.out.zero_point),
+            lo: _mm512_set1_epi32(p.out.act_min.max(-128)),
+            hi: _mm512_set1_epi32(p.out.act_max.min(127)),
+        }
+    }
+
+    /// 16 outputs of H and L: `(H + hc + ((L + lc) >> 16)) >> (n − 16)`, the zero point added,
+    /// clamped, as bytes.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn bytes(&self, h: __m512i, l: __m512i) -> __m128i {
+        let l = _mm512_srai_epi32::<16>(_mm512_add_epi32(l, self.lc));
+        let t = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(h, self.hc), l), self.sh);
+        let t = _mm512_add_epi32(t, self.zo);
+        _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(t, self.lo), self.hi))
     }
 }
 
@@ -170,6 +252,19 @@ mod tests {
     }
 
     proptest! {
+        /// Multipliers whose high half does not fit i16 once the low half is signed (within
+        /// 2^15 of 2^31): the 32-bit path without `vpmaddwd`; and their neighbours.
+        #[test]
+        fn add_unpaired_equals_reference(
+            p in adds(15..=49),
+            d in (0i32..(1 << 16), 0i32..(1 << 16)),
+            len in 0usize..100,
+            seed in any::<u64>(),
+        ) {
+            let p = AddRequant { m0: i32::MAX - d.0, m1: i32::MAX - d.1, ..p };
+            check(&p, len, seed)?;
+        }
+
         /// Shifts of the 32-bit fast path.
         #[test]
         fn add_narrow_equals_reference(p in adds(15..=49), len in 0usize..100, seed in any::<u64>()) {
