@@ -21,7 +21,7 @@ export PYTHONPATH=/tmp/site
 mkdir -p target
 # Criterion's mean of one benchmark id, printed.
 show() { awk '/^[a-z0-9_-]+\//{n=$1} /^ +time:/{ if (n!="") {print n, $4, $5; n=""}}'; }
-case "$1" in
+case "${1:-}" in
   rounds)
     for r in 1 2; do
       taskset -c 2,3 python3 "$PEER/ort_bench.py" --models lenet --json "$D/ort_lenet$r.json" 2>&1 | grep -v INFO

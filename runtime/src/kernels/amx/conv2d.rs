@@ -14,14 +14,15 @@ use core::arch::x86_64::*;
 
 use super::gemm::{self, Inputs, PassRows};
 use crate::kernels::valid::pad_rows;
-use crate::kernels::vnni::{copy, Gather};
+use crate::kernels::vnni::{band_rows, copy, row_bytes, Gather};
 use crate::kernels::{
     AmxFc, ConvImage, ConvParams, FcParams, Layout, PackedFc, AMX_K_STEP, AMX_MAX_K,
 };
 
-/// `p` over every image of `images` (their scratch unused), where `p` was packed for the AMX
-/// set, is uniform where not pointwise (the dispatch pads other convs first) and the buffers
-/// hold its tensors; `false` (nothing written) else.
+/// `p` over every image of `images` (their scratch holding the padded input where the tiles
+/// read it in place), where `p` was packed for the AMX set, is uniform where not pointwise (the
+/// dispatch pads other convs first) and the buffers hold its tensors; `false` (nothing written)
+/// else.
 ///
 /// # Safety
 /// [`super::available`] must hold.
@@ -155,7 +156,7 @@ impl Implicit {
         }
         let (c, wo) = (p.input.c, p.output.w);
         let k = p.window.kernel_h * p.window.kernel_w * c;
-        let row = (p.input.w + 2 * p.pad()) * c;
+        let row = row_bytes(p);
         let mut offs = [0; AMX_MAX_K / AMX_K_STEP];
         let per_tap = c / AMX_K_STEP;
         for (s, o) in offs.iter_mut().take(k / AMX_K_STEP).enumerate() {
@@ -181,12 +182,12 @@ impl Implicit {
         if p.pad() == 0 {
             return p.output.h;
         }
-        // Padded rows read by n output rows: (n − 1)·stride + kh.
+        // The most output rows whose padded rows (band_rows) fit.
         let rows = scratch / self.row;
-        if rows < p.window.kernel_h {
+        if rows < band_rows(p, 1) {
             0
         } else {
-            ((rows - p.window.kernel_h) / p.stride() + 1).min(p.output.h)
+            ((rows - band_rows(p, 1)) / p.stride() + 1).min(p.output.h)
         }
     }
 
@@ -219,18 +220,18 @@ impl Implicit {
             if pad == 0 {
                 self.img = input.as_ptr().add(r0 * self.out_row);
             } else {
-                // Padded rows r0·s .. r0·s + (n − 1)·s + kh at the front of the scratch.
-                let band_rows = (n - 1) * s + p.window.kernel_h;
+                // The padded rows from r0·s that n output rows read, at the front of the scratch.
+                let padded = band_rows(p, n);
                 let band = core::slice::from_raw_parts_mut(
                     scratch.as_mut_ptr() as *mut i8,
-                    band_rows * self.row,
+                    padded * self.row,
                 );
                 pad_rows(
                     p,
                     input,
                     (pad.wrapping_sub(r0 * s), pad),
                     self.row / p.input.c,
-                    0..band_rows,
+                    0..padded,
                     band,
                 );
                 self.img = band.as_ptr();

@@ -8,13 +8,13 @@ use super::packed_conv::copy_xor;
 use crate::kernels::ConvParams;
 
 /// Bytes of one padded input row of `p`: `(w + 2·pad)·C_in`.
-pub(super) fn row_bytes(p: &ConvParams) -> usize {
+pub(crate) fn row_bytes(p: &ConvParams) -> usize {
     (p.input.w + 2 * p.pad()) * p.input.c
 }
 
 /// Padded input rows that `n` (≥ 1) consecutive output rows of `p` read: `(n − 1)·stride + kh`
 /// (saturating: a conv too large for memory is declined, never wrapped).
-pub(super) fn band_rows(p: &ConvParams, n: usize) -> usize {
+pub(crate) fn band_rows(p: &ConvParams, n: usize) -> usize {
     n.saturating_sub(1)
         .saturating_mul(p.stride())
         .saturating_add(p.window.kernel_h)
