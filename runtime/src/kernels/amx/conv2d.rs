@@ -29,7 +29,7 @@ use crate::kernels::{
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
     let fits = |m: &ConvImage| m.input.len() >= p.input.len() && m.output.len() >= p.output.len();
-    let Some((f, w, rows)) = Patches::new(p) else {
+    let Some((f, w)) = tile_weights(p) else {
         return false;
     };
     if images.is_empty() || !images.iter().all(fits) {
@@ -44,6 +44,9 @@ pub unsafe fn conv2d(p: &ConvParams, images: &mut [ConvImage]) -> bool {
             return true;
         }
     }
+    let Some(rows) = Patches::new(p, f.k) else {
+        return false;
+    };
     let (px, cout) = (p.output.h * p.output.w, f.n);
     // Rows come in order: the image and pixel of the next one, without a division per row.
     let (mut img, mut pix) = (0usize, 0usize);
@@ -76,7 +79,7 @@ pub unsafe fn conv2d_rows(
     scratch: &mut [u8],
     band: core::ops::Range<usize>,
 ) -> bool {
-    let Some((f, w, rows)) = Patches::new(p) else {
+    let Some((f, w)) = tile_weights(p) else {
         return false;
     };
     let (w_out, cout) = (p.output.w, f.n);
@@ -93,6 +96,9 @@ pub unsafe fn conv2d_rows(
             return true;
         }
     }
+    let Some(rows) = Patches::new(p, f.k) else {
+        return false;
+    };
     let (px0, y) = (band.start * w_out, output.as_mut_ptr());
     gemm::rows::<true>(&f, w, tile_layout(&f), band.len() * w_out, |i, dst| {
         rows.write(input.as_ptr(), px0 + i, dst);
@@ -105,6 +111,14 @@ pub unsafe fn conv2d_rows(
 /// and uniform.
 pub fn rows_covered(p: &ConvParams) -> bool {
     p.packed.of(Layout::AmxFc).is_some() && p.is_uniform()
+}
+
+/// The layer of `p` and its weights packed for the tiles, where it was packed so (K up to
+/// [`AMX_MAX_K`]).
+fn tile_weights<'a>(p: &ConvParams<'a>) -> Option<(FcParams<'a>, &'a [u8])> {
+    let w = p.packed.of(Layout::AmxFc)?;
+    let f = p.as_fc();
+    (w.len() >= tile_layout(&f).bytes() && f.k <= AMX_MAX_K).then_some((f, w))
 }
 
 /// The blocks of `f` packed for the tiles.
@@ -278,19 +292,13 @@ enum Patches<'p, 'a> {
 }
 
 impl<'p, 'a> Patches<'p, 'a> {
-    /// The layer and packed weights of `p`, and how its rows are written, where `p` was
-    /// packed for the tiles and is uniform or pointwise; `None` else.
-    fn new(p: &'p ConvParams<'a>) -> Option<(FcParams<'a>, &'a [u8], Self)> {
-        let w = p.packed.of(Layout::AmxFc)?;
-        let f = p.as_fc();
-        if w.len() < tile_layout(&f).bytes() || f.k > AMX_MAX_K {
-            return None;
-        }
-        let rows = match p.pointwise_fc() {
-            Some(_) => Patches::Pixels(f.k),
+    /// How the rows (`k` bytes each) of `p` are written, where it is uniform or pointwise;
+    /// `None` else. Built only where the tiles do not read the input in place.
+    fn new(p: &'p ConvParams<'a>, k: usize) -> Option<Self> {
+        Some(match p.pointwise_fc() {
+            Some(_) => Patches::Pixels(k),
             None => Patches::Gathered(Gather::new(p)?),
-        };
-        Some((f, w, rows))
+        })
     }
 
     /// Pixel `pi`'s row of the input `x` at `dst` (K bytes).
