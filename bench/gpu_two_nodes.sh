@@ -20,6 +20,11 @@
 #   #   peers            c (DDP training and all-reduce, two groups and one)
 #   #   octet-one        optional, not in `all`: octet training as ONE `octet launch --gpus N`
 #   #                    group under the same variables (the control for DDP's standalone row)
+#   #   octet-serial     optional: a, with --no-overlap (every bucket after backward; the A/B
+#   #                    of the overlap, same binary)
+#   #   octet-compress   optional: a, with --grad-compress bf16
+#   #   peers-compress   optional: c's two groups with DDP's bf16_compress_hook
+#   #                    (bench/peer_ddp_compress.py around peer_torch.py)
 #   #   summary          only d
 #   #   all              octet,peers
 #   # Every stage ends with d over all results so far: they stay in runs/two_nodes (ignored by
@@ -34,7 +39,8 @@
 # machine (and e.g. `octet-train 128`, then `octet-train 512`, if one stage is still too long).
 # bench/NOTES_multinode.md says how to pack .carry/ and what each figure means.
 #
-# Environment: IMAGES (50000), RUN_LIMIT (seconds one octet run may take before it counts as
+# Environment: PEERS_TRAIN_ONLY (1: the peers stage runs the two-group DDP training only, for
+# repeated rounds), IMAGES (50000), RUN_LIMIT (seconds one octet run may take before it counts as
 # hung and is killed: 300; DDP runs get RUN_LIMIT per configuration), SIM_HOSTID (1: each group
 # gets its own NCCL_HOSTID, so NCCL's topology sees two hosts as on a real cluster; 0: one host),
 # NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE / other NCCL_* (passed through as set; unset, NCCL picks).
@@ -70,8 +76,8 @@ for s in ${stage//,/ }; do
   case $s in
     all) stages+=,octet-allreduce,octet-train,peers && rm -rf "$R" ;; # afresh: no stale rows
     octet) stages+=,octet-allreduce,octet-train ;;
-    octet-allreduce | octet-train | octet-one | peers | summary) stages+=,$s ;;
-    *) echo "unknown stage '$s' (all, octet, octet-allreduce, octet-train, octet-one, peers, summary)"; exit 2 ;;
+    octet-allreduce | octet-train | octet-one | octet-serial | octet-compress | peers | peers-compress | summary) stages+=,$s ;;
+    *) echo "unknown stage '$s' (all, octet, octet-allreduce, octet-train, octet-one, octet-serial, octet-compress, peers, peers-compress, summary)"; exit 2 ;;
   esac
 done
 want() { case "$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -98,7 +104,7 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,nohea
 nvidia-smi topo -m >"$R/topology.txt" 2>&1
 echo "GPUs $ALL: node 0 gets ${HALF[0]}, node 1 ${HALF[1]}; NCCL: $(env | grep '^NCCL_' | sort | paste -sd' ')"
 
-if want octet-allreduce || want octet-train || want octet-one; then
+if want octet-allreduce || want octet-train || want octet-one || want octet-serial || want octet-compress; then
   mkdir -p "$BIN_DIR" && tar xzf "$C/octet.tar.gz" -C "$BIN_DIR" || exit 1
 fi
 
@@ -270,6 +276,16 @@ for b in ${batches//,/ }; do
       run_groups "octet2_b${b}_$p" 2 1 "$RUN_LIMIT" "$BIN" launch "${two[@]}" -- \
         "${train[@]}" --batch-size "$b" --precision "$p" --out "$R/ckpt/octet2_b${b}_${p}_node@NODE@"
     fi
+    if want octet-serial; then
+      echo "== octet train --no-overlap, two groups of $half, batch $b per GPU, $p"
+      run_groups "octet2s_b${b}_$p" 2 1 "$RUN_LIMIT" "$BIN" launch "${two[@]}" -- \
+        "${train[@]}" --batch-size "$b" --precision "$p" --no-overlap --out "$R/ckpt/octet2s_b${b}_${p}_node@NODE@"
+    fi
+    if want octet-compress; then
+      echo "== octet train --grad-compress bf16, two groups of $half, batch $b per GPU, $p"
+      run_groups "octet2c_b${b}_$p" 2 1 "$RUN_LIMIT" "$BIN" launch "${two[@]}" -- \
+        "${train[@]}" --batch-size "$b" --precision "$p" --grad-compress bf16 --out "$R/ckpt/octet2c_b${b}_${p}_node@NODE@"
+    fi
     if want octet-one; then
       echo "== octet train, one group of $gpus, batch $b per GPU, $p"
       run_groups "octet1_b${b}_$p" 1 1 "$RUN_LIMIT" "$BIN" launch --gpus "$gpus" -- \
@@ -279,7 +295,7 @@ for b in ${batches//,/ }; do
   done
 done
 
-if want peers; then
+if want peers || want peers-compress; then
   configs=() n=0
   for b in ${batches//,/ }; do
     for p in ${precisions//,/ }; do
@@ -297,9 +313,22 @@ if want peers; then
   tr1=(torchrun --standalone --nproc_per_node "$gpus")
   # peer_torch.py sets the device of its GLOBAL rank, so the GPUs stay unsplit (SPLIT=0): global
   # rank r uses GPU r in both groups, the same GPUs octet's halves give its ranks.
+fi
+if want peers-compress; then
+  echo "== PyTorch DDP with bf16_compress_hook, two torchrun groups of $half: $(join "${configs[@]}")"
+  rm -rf "$R/ddp2c" && mkdir -p "$R/ddp2c"
+  run_groups ddp2c 2 0 $((RUN_LIMIT * n)) "${tr2[@]}" bench/peer_ddp_compress.py "${peer[@]}" --out "$R/ddp2c"
+fi
+if want peers; then
   echo "== PyTorch DDP, two torchrun groups of $half and one of $gpus: $(join "${configs[@]}")"
-  rm -rf "$R/ddp2" "$R/ddp1" && mkdir -p "$R/ddp2" "$R/ddp1"
+  # A train-only round keeps the all-reduce results in ddp2/ (the peer rewrites its file).
+  [ "${PEERS_TRAIN_ONLY:-0}" = 1 ] || rm -rf "$R/ddp2" "$R/ddp1"
+  mkdir -p "$R/ddp2" "$R/ddp1"
   run_groups ddp2 2 0 $((RUN_LIMIT * n)) "${tr2[@]}" "${peer[@]}" --out "$R/ddp2"
+fi
+# The standalone group and the all-reduce benches change with neither engine's training:
+# PEERS_TRAIN_ONLY=1 leaves them out of repeated rounds.
+if want peers && [ "${PEERS_TRAIN_ONLY:-0}" != 1 ]; then
   run_groups ddp1 1 0 $((RUN_LIMIT * n)) "${tr1[@]}" "${peer[@]}" --out "$R/ddp1"
   echo "== PyTorch all-reduce, two torchrun groups (NCCL_DEBUG=INFO) and one"
   rm -rf "$R/nccl_ddp2" && mkdir -p "$R/nccl_ddp2"

@@ -5,8 +5,9 @@
 
 All times are on one host clock (µs), so ranks of one machine line up. Per rank it prints:
 host queueing time per step, device time per step, device idle between steps (the device
-waited for the host), how far ahead of the device the host ran, and per all-reduce the wait
-for the other ranks and the transfer; across ranks, which rank's device reached each
+waited for the host), how far ahead of the device the host ran, per all-reduce the wait
+for the other ranks, the transfer and how long compute then waited for the result, and per
+step the share of the all-reduces' time that backward hid; across ranks, which rank's device reached each
 all-reduce last and by how much, and which rank's host was last to queue it.
 """
 import argparse
@@ -62,12 +63,25 @@ def main():
         lead = [(x["dev_end"] - x["host_end"]) * ms for x in s]
         wait = [(x["dev_start"] - x["dev_arrived"]) * ms for x in c]
         xfer = [(x["dev_end"] - x["dev_start"]) * ms for x in c]
+        # Compute's wait for each result: what backward did not hide (older CSVs lack it).
+        exposed = [(x["exposed_end"] - x["exposed_start"]) * ms for x in c if "exposed_end" in x]
+        per_step_comm, per_step_exposed = [0.0] * len(s), [0.0] * len(s)
+        for x in c:
+            if "exposed_end" not in x:
+                continue
+            for i, st_ in enumerate(s):
+                if st_["dev_start"] <= x["exposed_end"] <= st_["dev_end"]:
+                    per_step_comm[i] += (x["dev_end"] - x["dev_arrived"]) * ms
+                    per_step_exposed[i] += (x["exposed_end"] - x["exposed_start"]) * ms
+                    break
+        hidden = [1 - e / t for t, e in zip(per_step_comm, per_step_exposed) if t > 0]
         span = (s[-1]["dev_end"] - s[0]["dev_start"]) * ms if s else 0.0
         out["ranks"][r] = dict(
             steps=len(s), span_ms=span, host_queue_ms=summary(host_q), device_step_ms=summary(dev_step),
             h2d_ms=summary(h2d), device_idle_between_steps_ms=summary(idle),
             host_ahead_of_device_ms=summary(lead), allreduce_wait_ms=summary(wait),
-            allreduce_transfer_ms=summary(xfer), allreduces=len(c))
+            allreduce_transfer_ms=summary(xfer), allreduce_exposed_ms=summary(exposed),
+            step_hidden_share=summary(hidden), exposed_calls=len(exposed), allreduces=len(c))
     # Who arrives last at each all-reduce (device), and who queued it last (host).
     if len(ranks) > 1 and all(len(comm[r]) == len(comm[ranks[0]]) for r in ranks):
         n = len(comm[ranks[0]])
@@ -92,6 +106,10 @@ def main():
         if v["allreduces"]:
             print(f"  all-reduce wait   {f('allreduce_wait_ms')} ms over {v['allreduces']} calls, {v['allreduce_wait_ms']['total']:.0f} ms in all")
             print(f"  all-reduce xfer   {f('allreduce_transfer_ms')} ms")
+            if v["exposed_calls"]:
+                print(f"  compute waited    {f('allreduce_exposed_ms')} ms per call for the results")
+                h = v["step_hidden_share"]
+                print(f"  hidden per step   {100 * h['mean']:.0f}% of wait + transfer (p50 {100 * h['p50']:.0f}%, p90 {100 * h['p90']:.0f}%)")
     if "arrival" in out:
         a_ = out["arrival"]
         print(f"last to reach an all-reduce on the device: {a_['last_on_device']}; last to queue it on the host: "

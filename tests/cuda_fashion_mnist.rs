@@ -70,8 +70,9 @@ fn gpu_bytes_equal_cpu_bytes_on_the_fashion_mnist_test_set() {
     assert_eq!(test.len(), 10_000);
     for kind in [ModelKind::LENET, ModelKind::RESNET18] {
         let tensors = train(kind, &split, &dev);
+        let model: octet_models::Model = kind.into();
         let input = Input {
-            kind,
+            model: &model,
             tensors: &tensors,
             mean: &split.norm.mean,
             std: &split.norm.std,

@@ -8,8 +8,8 @@ use octet_trainer::checkpoint::Checkpoint;
 use octet_trainer::config::LrScaling;
 use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::device::DeviceSpec;
-use octet_trainer::dist::BnMode;
 use octet_trainer::dist::{self, DistEnv};
+use octet_trainer::dist::{BnMode, GradCompress};
 use octet_trainer::metrics::EpochRecord;
 use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, Summary, TrainConfig, Trainer};
@@ -101,6 +101,13 @@ pub struct TrainArgs {
     /// Data-parallel runs: gradient all-reduce bucket size in MiB.
     #[arg(long, value_parser = values::positive)]
     bucket_mb: Option<f64>,
+    /// Data-parallel runs: what the gradient all-reduce sends.
+    #[arg(long, ignore_case = true)]
+    grad_compress: Option<GradCompress>,
+    /// Data-parallel runs: all-reduce every bucket after backward instead of starting each
+    /// during backward as soon as its gradients are done (same results; for comparison).
+    #[arg(long)]
+    no_overlap: bool,
     /// Data-parallel runs: what batch norm does across ranks.
     #[arg(long, ignore_case = true)]
     bn: Option<BnMode>,
@@ -177,6 +184,7 @@ fn show_defaults(arg: Arg) -> Arg {
         "seed" => c.seed.to_string(),
         "accumulate" => c.accumulate.to_string(),
         "bucket_mb" => c.bucket_mb.to_string(),
+        "grad_compress" => c.grad_compress.to_string(),
         "bn" => c.bn.to_string(),
         "lr_scaling" => c.lr_scaling.to_string(),
         "base_batch" => c.base_batch.to_string(),
@@ -235,7 +243,16 @@ impl TrainArgs {
         if self.no_augment {
             c.augment = false;
         }
-        set!(accumulate, bucket_mb, base_batch, bn, lr_scaling, precision);
+        set!(
+            accumulate,
+            bucket_mb,
+            grad_compress,
+            base_batch,
+            bn,
+            lr_scaling,
+            precision
+        );
+        c.overlap = !self.no_overlap;
         c.ops.tf32 = !self.no_tf32;
         Ok(c)
     }
@@ -503,8 +520,11 @@ pub fn print_epoch(r: &EpochRecord, epochs: usize, json: bool) {
         .unwrap_or_else(|| "test -".into());
     let t = &r.times;
     let comm = if r.world > 1 {
+        let hidden = t
+            .comm_hidden_share()
+            .map_or(String::new(), |h| format!(", {:.0}% hidden", 100.0 * h));
         format!(
-            ", all-reduce {:.2} at {:.0} GB/s busbw, waiting for peers {:.2}",
+            ", all-reduce {:.2} at {:.0} GB/s busbw, waiting for peers {:.2}{hidden}",
             t.comm_s, t.busbw_gbs, t.comm_wait_s
         )
     } else {

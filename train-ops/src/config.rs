@@ -2,7 +2,7 @@
 //! command-line flags), held by the networks and passed to the ops that read it. No
 //! process-wide switch: two models in one process may run differently.
 
-use candle_core::backprop::{GradStore, GradSum};
+use candle_core::backprop::{GradReady, GradStore, GradSum};
 use candle_core::{Result, Tensor};
 
 /// Which implementations the training ops use. `Default` is what training uses: every fast
@@ -50,5 +50,11 @@ impl OpsConfig {
     /// The gradients of `loss`, candle's backward pass with [`Self::grad_sum`].
     pub fn backward(&self, loss: &Tensor) -> Result<GradStore> {
         loss.backward_with(self.grad_sum())
+    }
+
+    /// [`Self::backward`] calling `ready(var, grad)` as each variable's gradient is complete
+    /// (candle's [`Tensor::backward_hooked`]).
+    pub fn backward_hooked(&self, loss: &Tensor, ready: GradReady<'_>) -> Result<GradStore> {
+        loss.backward_hooked(self.grad_sum(), Some(ready))
     }
 }

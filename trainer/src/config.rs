@@ -6,7 +6,7 @@ use octet_models::{Model, OpsConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::choice::named_choice;
-use crate::dist::BnMode;
+use crate::dist::{BnMode, GradCompress, ReduceConfig};
 use crate::optim::Schedule;
 use crate::{Precision, Result, TrainError};
 
@@ -38,6 +38,13 @@ pub struct TrainConfig {
     /// Gradient all-reduce bucket size, MiB.
     #[serde(default = "default_bucket_mb")]
     pub bucket_mb: f64,
+    /// What the gradient all-reduce sends (bf16 halves the bytes and changes the sums).
+    #[serde(default)]
+    pub grad_compress: GradCompress,
+    /// Whether gradient all-reduces start during backward: this invocation's flag (the
+    /// results do not depend on it), not stored in checkpoints.
+    #[serde(skip, default = "yes")]
+    pub overlap: bool,
     #[serde(default)]
     pub bn: BnMode,
     /// `linear`: the learning rate is `lr` × global batch / `base_batch` (Goyal et al.).
@@ -57,8 +64,11 @@ pub struct TrainConfig {
 fn one() -> usize {
     1
 }
+fn yes() -> bool {
+    true
+}
 fn default_bucket_mb() -> f64 {
-    25.0
+    ReduceConfig::default().bucket_mb
 }
 fn default_base_batch() -> usize {
     128
@@ -119,11 +129,22 @@ impl TrainConfig {
             eval_every_epoch: true,
             accumulate: 1,
             bucket_mb: default_bucket_mb(),
+            grad_compress: GradCompress::None,
+            overlap: true,
             bn: BnMode::Local,
             lr_scaling: LrScaling::None,
             base_batch: default_base_batch(),
             precision: Precision::F32,
             ops: OpsConfig::default(),
+        }
+    }
+
+    /// How gradients are all-reduced in a data-parallel run.
+    pub fn reduce(&self) -> ReduceConfig {
+        ReduceConfig {
+            bucket_mb: self.bucket_mb,
+            overlap: self.overlap,
+            compress: self.grad_compress,
         }
     }
 

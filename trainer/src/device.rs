@@ -92,14 +92,16 @@ pub fn parse_device(s: &str) -> Result<Device> {
 /// candle runs on a stream of its own, which puts cudarc in multi-stream mode: every new
 /// buffer then creates two CUDA events, and every kernel launch records one per argument and
 /// makes the stream wait on them. A bf16 ResNet-18 step launches ~440 kernels, and its host
-/// side (~10 ms on an H100) was the bound of the step, not the GPU. octet queues all
-/// device work of a process on that one stream (kernels, copies, NCCL), so stream order
-/// already orders every use of a buffer; host buffers the DMA reads carry their own events
-/// (`upload.rs`).
+/// side (~10 ms on an H100) was the bound of the step, not the GPU. octet queues its kernels
+/// and copies on that one stream, so stream order already orders every use of a buffer; host
+/// buffers the DMA reads carry their own events (`upload.rs`); NCCL's communication stream
+/// waits for an event after its inputs are written, and holds them until candle's stream
+/// has waited for the collective's end (`dist/nccl.rs`).
 #[cfg(feature = "cuda")]
 fn single_stream(d: &Device) {
     if let Device::Cuda(cd) = d {
-        // SAFETY: all device work of this process goes to candle's one stream (see above).
+        // SAFETY: kernels and copies go to candle's one stream; collectives order themselves
+        // against it with events (see above).
         unsafe { cd.disable_event_tracking() };
     }
 }

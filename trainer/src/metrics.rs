@@ -24,20 +24,36 @@ pub struct EpochTimes {
     pub eval_s: f64,
     /// The whole training epoch, evaluation excluded.
     pub train_s: f64,
-    /// Gradient all-reduce transfers, device-timed with CUDA events (they run after
-    /// backward on the compute stream, so none of it overlaps compute; `compute_s` excludes
-    /// it and `comm_wait_s`).
+    /// Gradient all-reduce transfers, device-timed with CUDA events on the communication
+    /// stream, where they run beside backward.
     #[serde(default)]
     pub comm_s: f64,
     /// Waiting at each all-reduce for the slowest rank to arrive (load imbalance).
     #[serde(default)]
     pub comm_wait_s: f64,
+    /// How long compute waited for all-reduce results: the part of `comm_s + comm_wait_s`
+    /// that backward did not hide; `compute_s` excludes it.
+    #[serde(default)]
+    pub comm_exposed_s: f64,
     /// Bytes this rank all-reduced.
     #[serde(default)]
     pub comm_bytes: u64,
     /// nccl-tests bus bandwidth of those all-reduces, GB/s.
     #[serde(default)]
     pub busbw_gbs: f64,
+}
+
+impl EpochTimes {
+    /// The share of the all-reduces' time (transfer and waiting for peers) that backward hid.
+    pub fn comm_hidden_share(&self) -> Option<f64> {
+        crate::dist::CommStats {
+            seconds: self.comm_s,
+            wait_s: self.comm_wait_s,
+            exposed_s: self.comm_exposed_s,
+            ..Default::default()
+        }
+        .hidden_share()
+    }
 }
 
 /// One rank's share of an epoch in a data-parallel run.
@@ -50,6 +66,8 @@ pub struct RankTimes {
     pub comm_s: f64,
     #[serde(default)]
     pub comm_wait_s: f64,
+    #[serde(default)]
+    pub comm_exposed_s: f64,
     pub comm_bytes: u64,
     pub busbw_gbs: f64,
     pub train_s: f64,
@@ -81,7 +99,7 @@ fn one() -> usize {
     1
 }
 
-const HEADER: &str = "epoch,step,lr,train_loss,train_accuracy,test_loss,test_accuracy,images,images_per_s,data_s,h2d_s,compute_s,eval_s,train_s,comm_s,comm_wait_s,comm_bytes,busbw_gbs,world";
+const HEADER: &str = "epoch,step,lr,train_loss,train_accuracy,test_loss,test_accuracy,images,images_per_s,data_s,h2d_s,compute_s,eval_s,train_s,comm_s,comm_wait_s,comm_exposed_s,comm_bytes,busbw_gbs,world";
 
 /// Rewrites the CSV with every record (atomically, so it is never half-written).
 pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
@@ -92,7 +110,7 @@ pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
         let t = &r.times;
         let _ = writeln!(
             s,
-            "{},{},{:.6e},{:.6},{:.6},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.2},{}",
+            "{},{},{:.6e},{:.6},{:.6},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.2},{}",
             r.epoch,
             r.step,
             r.lr,
@@ -109,6 +127,7 @@ pub fn write_csv(path: &Path, records: &[EpochRecord]) -> Result<()> {
             t.train_s,
             t.comm_s,
             t.comm_wait_s,
+            t.comm_exposed_s,
             t.comm_bytes,
             t.busbw_gbs,
             r.world

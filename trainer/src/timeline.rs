@@ -1,6 +1,7 @@
 //! Per-step timelines of a training epoch as CSV: when each rank's host queued every step
-//! and every all-reduce, and when its device ran them, all on one host clock, so a slow
-//! rank, an idle GPU or a host that falls behind shows up as gaps (`octet train --timeline`,
+//! and every all-reduce, when its device ran them, and when compute waited for an
+//! all-reduce's result (the part backward did not hide), all on one host clock, so a slow
+//! rank, an idle GPU, a host that falls behind or exposed communication shows up as gaps (`octet train --timeline`,
 //! summarised by `bench/timeline.py`).
 
 use std::fmt::Write as _;
@@ -28,12 +29,13 @@ pub fn write(
             m.host_start, m.host_h2d, m.host_end, m.dev_start, m.dev_h2d, m.dev_end
         );
     }
-    let mut c = String::from("call,host,dev_arrived,dev_start,dev_end,bytes\n");
+    let mut c =
+        String::from("call,host,dev_arrived,dev_start,dev_end,exposed_start,exposed_end,bytes\n");
     for (i, m) in comm.iter().enumerate() {
         let _ = writeln!(
             c,
-            "{i},{:.1},{:.1},{:.1},{:.1},{}",
-            m.host, m.dev_arrived, m.dev_start, m.dev_end, m.bytes
+            "{i},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{}",
+            m.host, m.dev_arrived, m.dev_start, m.dev_end, m.exposed_start, m.exposed_end, m.bytes
         );
     }
     let steps_path = dir.join(format!("steps_rank{rank}_epoch{epoch}.csv"));
@@ -63,6 +65,8 @@ mod tests {
             dev_arrived: 5.5,
             dev_start: 6.0,
             dev_end: 6.3,
+            exposed_start: 6.1,
+            exposed_end: 6.3,
             bytes: 4096,
         };
         let [s, k] = write(&dir, 1, 2, &[m, m], &[c])?;
@@ -71,7 +75,7 @@ mod tests {
         assert_eq!(steps.lines().count(), 3);
         assert_eq!(steps.lines().nth(2), Some("1,1.0,2.0,3.0,4.0,5.0,6.5"));
         let comm = std::fs::read_to_string(&k).unwrap();
-        assert_eq!(comm.lines().nth(1), Some("0,2.5,5.5,6.0,6.3,4096"));
+        assert_eq!(comm.lines().nth(1), Some("0,2.5,5.5,6.0,6.3,6.1,6.3,4096"));
         std::fs::remove_dir_all(&dir).ok();
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Synchronous data parallelism on CPU, ranks as threads: 2 ranks × batch b follow 1 rank ×
-//! batch 2b, gradient accumulation follows the larger batch, only rank 0 writes, and every
-//! rank reports the same epoch.
+//! batch 2b, gradient accumulation follows the larger batch, buckets started during backward
+//! give the weights of buckets sent after it, bf16 compression halves the bytes, only rank 0
+//! writes, and every rank reports the same epoch.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::Device;
-use octet_models::ModelKind;
+use octet_models::{ModelKind, Role};
 use octet_trainer::data::DataSplit;
 use octet_trainer::dist::{thread_group, Collective, ThreadRank};
 use octet_trainer::metrics::EpochRecord;
@@ -36,6 +37,22 @@ fn run_ranks(
     world: usize,
     out: Option<&std::path::Path>,
 ) -> Vec<Vec<EpochRecord>> {
+    run_ranks_on(cfg, world, out, small_split)
+        .into_iter()
+        .map(|(records, _)| records)
+        .collect()
+}
+
+/// Every parameter and buffer of a model, by name, as f32 bits.
+type Weights = Vec<(String, Role, Vec<u32>)>;
+
+/// Each rank's records and final weights, training on `split()`.
+fn run_ranks_on(
+    cfg: TrainConfig,
+    world: usize,
+    out: Option<&std::path::Path>,
+    split: fn() -> DataSplit,
+) -> Vec<(Vec<EpochRecord>, Weights)> {
     let ranks: Vec<Arc<ThreadRank>> = thread_group(world, Duration::from_secs(60))
         .into_iter()
         .map(Arc::new)
@@ -48,13 +65,23 @@ fn run_ranks(
                 let coll: Arc<dyn Collective> = r.clone();
                 s.spawn(move || {
                     let mut t =
-                        Trainer::with_collective(cfg, small_split(), &Device::Cpu, None, coll)
-                            .unwrap();
+                        Trainer::with_collective(cfg, split(), &Device::Cpu, None, coll).unwrap();
                     let opts = RunOptions {
                         out: out.map(|p| p.to_path_buf()),
                         ..RunOptions::new(Device::Cpu)
                     };
-                    t.run(&opts, &mut |_| {}).unwrap().records
+                    let records = t.run(&opts, &mut |_| {}).unwrap().records;
+                    let weights = t
+                        .model()
+                        .params()
+                        .iter()
+                        .map(|p| {
+                            let v = p.var.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                            let bits = v.iter().map(|x| x.to_bits()).collect();
+                            (p.name.clone(), p.role, bits)
+                        })
+                        .collect();
+                    (records, weights)
                 })
             })
             .collect();
@@ -117,6 +144,76 @@ fn accumulating_two_micro_batches_follows_the_double_batch() {
             b.train_loss
         );
     }
+}
+
+/// 256 training and 100 test images: enough steps for a network with residual blocks.
+fn tiny_split() -> DataSplit {
+    common::bundled_subset(256, 5, 100)
+}
+
+/// ResNet-8: shortcut convs and batch norm, 27 parameters in many small buckets.
+fn resnet8(batch: usize) -> TrainConfig {
+    let mut c = TrainConfig::new(ModelKind::RESNET8, "bundled");
+    c.epochs = 2;
+    c.batch_size = batch;
+    c.lr = 0.05;
+    c.seed = 3;
+    c.augment = false;
+    // Small buckets: several per step, some closed by the first-bucket cap.
+    c.bucket_mb = 0.05;
+    c
+}
+
+#[test]
+fn buckets_started_during_backward_give_the_same_weights_as_after_it() {
+    for (cfg, accumulate) in [(resnet8(16), 1), (resnet8(8), 2), (config(32), 1)] {
+        let mut cfg = cfg;
+        cfg.accumulate = accumulate;
+        let split = if cfg.model == "lenet" {
+            small_split
+        } else {
+            tiny_split
+        };
+        let mut after = cfg.clone();
+        after.overlap = false;
+        let during = run_ranks_on(cfg, 2, None, split);
+        let after = run_ranks_on(after, 2, None, split);
+        // Every rank ends with the same parameters, bit for bit, in both modes, and the
+        // modes agree on every weight and buffer: the same buckets' sums, only issued earlier.
+        let trainable = |w: &Weights| -> Weights {
+            w.iter().filter(|w| w.1 != Role::Buffer).cloned().collect()
+        };
+        assert_eq!(trainable(&during[0].1), trainable(&during[1].1));
+        assert_eq!(trainable(&after[0].1), trainable(&after[1].1));
+        assert_eq!(during[0].1, after[0].1);
+        assert_eq!(during[1].1, after[1].1);
+        let losses = |r: &[EpochRecord]| r.iter().map(|e| e.train_loss).collect::<Vec<_>>();
+        assert_eq!(losses(&during[0].0), losses(&after[0].0));
+        // Every byte went out once per step in both.
+        let bytes = |r: &[EpochRecord]| r.iter().map(|e| e.times.comm_bytes).sum::<u64>();
+        assert_eq!(bytes(&during[0].0), bytes(&after[0].0));
+    }
+}
+
+#[test]
+fn bf16_compression_halves_the_bytes_and_keeps_ranks_identical() {
+    let mut cfg = config(32);
+    cfg.epochs = 1;
+    let plain = run_ranks_on(cfg.clone(), 2, None, small_split);
+    cfg.grad_compress = octet_trainer::dist::GradCompress::Bf16;
+    let bf16 = run_ranks_on(cfg, 2, None, small_split);
+    assert_eq!(bf16[0].1, bf16[1].1);
+    assert_ne!(bf16[0].1, plain[0].1, "bf16 sums round differently");
+    let (a, b) = (&plain[0].0[0], &bf16[0].0[0]);
+    assert_eq!(2 * b.times.comm_bytes, a.times.comm_bytes);
+    assert!(
+        close(a.train_loss, b.train_loss, 1e-2),
+        "{} vs {}",
+        a.train_loss,
+        b.train_loss
+    );
+    let (ta, tb) = (a.test_accuracy.unwrap(), b.test_accuracy.unwrap());
+    assert!((ta - tb).abs() <= 0.02, "test accuracy {ta} vs {tb}");
 }
 
 #[test]

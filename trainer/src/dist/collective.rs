@@ -20,6 +20,13 @@ pub trait Collective: Send + Sync {
     fn all_reduce_sum_many(&self, ts: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
         ts.iter().map(|t| self.all_reduce_sum(t)).collect()
     }
+    /// Starts [`Collective::all_reduce_sum_many`] (f32 or bf16 tensors) without ordering
+    /// this rank's later work after it: the sums are this rank's to use once
+    /// [`InFlight::wait`] returns them. NCCL runs them on a communication stream, so backward
+    /// goes on meanwhile; implementations without one finish them here.
+    fn all_reduce_start(&self, ts: &[Tensor]) -> candle_core::Result<Box<dyn InFlight>> {
+        Ok(Box::new(Finished(self.all_reduce_sum_many(ts)?)))
+    }
     /// Rank `root`'s `t` on every rank.
     fn broadcast(&self, t: &Tensor, root: usize) -> candle_core::Result<Tensor>;
     /// All-reduce traffic and time since the last call. Times are device times (CUDA events)
@@ -32,21 +39,43 @@ pub trait Collective: Send + Sync {
     }
 }
 
+/// Collectives started by [`Collective::all_reduce_start`].
+pub trait InFlight: Send {
+    /// The results, which this rank's later device work waits for; the inputs are held until
+    /// then, so their memory is not reused while a transfer reads it.
+    fn wait(self: Box<Self>) -> candle_core::Result<Vec<Tensor>>;
+}
+
+/// Collectives that finished when they were started.
+pub struct Finished(pub Vec<Tensor>);
+
+impl InFlight for Finished {
+    fn wait(self: Box<Self>) -> candle_core::Result<Vec<Tensor>> {
+        Ok(self.0)
+    }
+}
+
 /// One all-reduce on a timeline, µs on the host clock (`step_clock::host_us`): when the host
-/// queued it and when the device reached it, had every rank (the wait ends) and finished.
+/// queued it and when the device reached it, had every rank (the wait ends) and finished;
+/// and when the compute stream began and ended waiting for its result (`exposed_*`, equal
+/// where it did not have to wait).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CommMarks {
     pub host: f64,
     pub dev_arrived: f64,
     pub dev_start: f64,
     pub dev_end: f64,
+    pub exposed_start: f64,
+    pub exposed_end: f64,
     pub bytes: u64,
 }
 
 /// Traffic of the gradient all-reduces. `bytes` counts each call's payload once, as the
 /// nccl-tests define algorithm bandwidth. `seconds` is the transfer alone; `wait_s` the time
 /// this rank waited for the slowest rank to arrive (load imbalance), measured apart by a
-/// one-element all-reduce just before each transfer.
+/// one-element all-reduce just before each transfer. `exposed_s` is how long this rank's
+/// compute waited for the results: the part of `seconds + wait_s` that nothing overlapped
+/// (all of it where collectives block).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CommStats {
     pub calls: usize,
@@ -54,6 +83,8 @@ pub struct CommStats {
     pub seconds: f64,
     #[serde(default)]
     pub wait_s: f64,
+    #[serde(default)]
+    pub exposed_s: f64,
 }
 
 impl CommStats {
@@ -62,6 +93,14 @@ impl CommStats {
         self.bytes += o.bytes;
         self.seconds += o.seconds;
         self.wait_s += o.wait_s;
+        self.exposed_s += o.exposed_s;
+    }
+
+    /// The share of the collectives' time (transfer and waiting for peers) that compute
+    /// overlapped, 0 to 1; `None` without any.
+    pub fn hidden_share(&self) -> Option<f64> {
+        let total = self.seconds + self.wait_s;
+        (total > 0.0).then(|| (1.0 - self.exposed_s / total).clamp(0.0, 1.0))
     }
 
     /// Algorithm bandwidth, GB/s.
@@ -220,11 +259,14 @@ impl Collective for ThreadRank {
         }
         let out = Tensor::from_slice(&sum, t.shape(), t.device())?.to_dtype(t.dtype())?;
         if let Ok(mut st) = self.stats.lock() {
+            let seconds = start.elapsed().as_secs_f64();
             st.add(CommStats {
                 calls: 1,
                 bytes: (t.dtype().size_in_bytes() * n) as u64,
-                seconds: start.elapsed().as_secs_f64(),
+                seconds,
                 wait_s: 0.0,
+                // The host does the sum: nothing runs beside it.
+                exposed_s: seconds,
             });
         }
         Ok(out)
@@ -291,7 +333,10 @@ mod tests {
             bytes: 2_000_000_000,
             seconds: 1.0,
             wait_s: 0.5,
+            exposed_s: 0.3,
         };
+        assert!((s.hidden_share().unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(CommStats::default().hidden_share(), None);
         assert_eq!(s.algbw_gbs(), 2.0);
         assert_eq!(s.busbw_gbs(2), 2.0);
         assert_eq!(s.busbw_gbs(4), 3.0);

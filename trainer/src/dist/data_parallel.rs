@@ -1,16 +1,20 @@
 //! Synchronous data-parallel SGD on top of a [`Collective`]: the same initial parameters on
 //! every rank, gradients averaged over ranks in flat buckets issued in the same order
-//! everywhere (last layers first, as PyTorch DDP does), and helpers for the epoch's sums.
+//! everywhere (last layers first, as PyTorch DDP does), each bucket's all-reduce started
+//! during backward as soon as its last gradient is done ([`Reducer`]), and helpers for the
+//! epoch's sums.
 
+use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::backprop::GradStore;
-use candle_core::{Result, Tensor, Var};
+use candle_core::{DType, Result, Tensor, TensorId, Var};
 use octet_models::{Param, Params, Role};
 use serde::{Deserialize, Serialize};
 
-use super::collective::Collective;
-use super::BucketPlan;
+use super::collective::{Collective, InFlight};
+use super::{BucketPlan, FIRST_BUCKET_BYTES};
 use crate::choice::named_choice;
 
 /// What batch-norm running statistics do across ranks.
@@ -34,22 +38,78 @@ named_choice!(BnMode, "--bn", {
     Sync => "sync": "SyncBatchNorm: statistics of the global batch, all-reduced in the forward pass",
 });
 
+/// What goes over the wire for the gradient all-reduce.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GradCompress {
+    /// f32 gradients summed in f32.
+    #[default]
+    None,
+    /// Each bucket cast to bf16, summed in bf16, cast back and averaged in f32: half the
+    /// bytes (PyTorch DDP's `bf16_compress_hook`).
+    Bf16,
+}
+
+named_choice!(GradCompress, "--grad-compress", {
+    None => "none": "f32 gradients all-reduced as they are",
+    Bf16 => "bf16": "gradients all-reduced as bf16 (half the bytes), averaged back in f32",
+});
+
+/// How a run's gradients are all-reduced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReduceConfig {
+    /// Bucket cap, MiB (`--bucket-mb`).
+    pub bucket_mb: f64,
+    /// Whether a bucket's all-reduce starts during backward, as soon as its last gradient
+    /// is done (else every bucket goes out after backward, in one launch).
+    pub overlap: bool,
+    pub compress: GradCompress,
+}
+
+impl Default for ReduceConfig {
+    fn default() -> Self {
+        Self {
+            bucket_mb: super::DEFAULT_BUCKET_BYTES as f64 / MIB,
+            overlap: true,
+            compress: GradCompress::None,
+        }
+    }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
 pub struct DataParallel {
     coll: Arc<dyn Collective>,
-    plan: BucketPlan,
+    cfg: ReduceConfig,
+    plan: Plan,
     /// Trainable parameters in model order; bucket members index into it.
     vars: Vec<Var>,
+    /// Each trainable parameter's index in `vars`.
+    index_of: HashMap<TensorId, usize>,
+}
+
+/// The bucket plan and, for each parameter, its bucket.
+struct Plan {
+    buckets: BucketPlan,
+    bucket_of: Vec<Option<usize>>,
 }
 
 impl DataParallel {
-    pub fn new(coll: Arc<dyn Collective>, params: &Params, bucket_mb: f64) -> Self {
+    pub fn new(coll: Arc<dyn Collective>, params: &Params, cfg: ReduceConfig) -> Self {
         let vars: Vec<Var> = params.trainable().map(|p| p.var.clone()).collect();
         let numels: Vec<usize> = vars.iter().map(|v| v.elem_count()).collect();
-        let bytes = (bucket_mb * 1024.0 * 1024.0).max(4.0) as usize;
+        let index_of = vars.iter().enumerate().map(|(i, v)| (v.id(), i)).collect();
+        let cap = (cfg.bucket_mb * MIB).max(4.0) as usize;
+        let buckets = BucketPlan::new(&numels, FIRST_BUCKET_BYTES, cap, 4);
         Self {
-            plan: BucketPlan::new(&numels, bytes, 4),
+            plan: Plan {
+                bucket_of: buckets.bucket_of(vars.len()),
+                buckets,
+            },
             coll,
+            cfg,
             vars,
+            index_of,
         }
     }
 
@@ -66,7 +126,7 @@ impl DataParallel {
     }
 
     pub fn num_buckets(&self) -> usize {
-        self.plan.buckets.len()
+        self.plan.buckets.buckets.len()
     }
 
     /// Rank 0's weights and buffers on every rank (and so identical models everywhere).
@@ -89,45 +149,35 @@ impl DataParallel {
         Ok(())
     }
 
-    /// Replaces every gradient by its mean over ranks. A parameter without a gradient counts
-    /// as zero, so every rank's buckets have the same layout.
+    /// Whether a step's all-reduce should start during its backward pass
+    /// ([`DataParallel::reducer`] as candle's gradient hook).
+    pub fn overlaps(&self) -> bool {
+        self.cfg.overlap && self.world() > 1
+    }
+
+    /// Replaces every gradient by its mean over ranks, all buckets after backward. A
+    /// parameter without a gradient counts as zero, so every rank's buckets have the same
+    /// layout.
     pub fn average_grads(&self, grads: &mut GradStore) -> Result<()> {
-        let world = self.world();
-        if world == 1 {
+        if self.world() == 1 {
             return Ok(());
         }
-        // Every bucket is packed first and all of them go out together: all-reduces start
-        // after backward (candle's autograd has no per-gradient hook to overlap them with),
-        // so one grouped launch moves them at the bandwidth of one large message.
-        let flats = self
-            .plan
-            .buckets
-            .iter()
-            .map(|bucket| {
-                let parts = bucket
-                    .members
-                    .iter()
-                    .map(|m| {
-                        let v = &self.vars[m.index];
-                        match grads.get(v.as_tensor()) {
-                            Some(g) => g.flatten_all(),
-                            None => Tensor::zeros(m.numel, v.dtype(), v.device()),
-                        }
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Tensor::cat(&parts, 0)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let sums = self.coll.all_reduce_sum_many(&flats)?;
-        for (bucket, sum) in self.plan.buckets.iter().zip(sums) {
-            let mean = (sum / world as f64)?;
-            for m in &bucket.members {
-                let v = &self.vars[m.index];
-                let g = mean.narrow(0, m.offset, m.numel)?.reshape(v.shape())?;
-                grads.insert(v.as_tensor(), g);
-            }
+        self.reducer(None).finish(grads)
+    }
+
+    /// The all-reduce of one step's gradients, fed gradient by gradient
+    /// ([`Reducer::ready`], candle's backward hook) and ended by [`Reducer::finish`].
+    /// `earlier` holds the gradients of the step's earlier micro-batches, added to this one's
+    /// before they go out.
+    pub fn reducer(&self, earlier: Option<GradStore>) -> Reducer<'_> {
+        Reducer {
+            dp: self,
+            grads: vec![None; self.vars.len()],
+            reported: vec![false; self.vars.len()],
+            schedule: Schedule::new(&self.plan.buckets),
+            inflight: Vec::new(),
+            earlier,
         }
-        Ok(())
     }
 
     /// Element-wise sums over ranks of a few host numbers (epoch loss, counts, times).
@@ -159,5 +209,212 @@ impl DataParallel {
         all[r * n..(r + 1) * n].copy_from_slice(v);
         let s = self.sum(&all, dev)?;
         Ok(s.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
+    }
+}
+
+/// When each bucket may go out: in plan order only, so every rank issues the same
+/// collectives in the same order whatever order its gradients finish in; a bucket goes out
+/// once all its members are done and every bucket before it has gone.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Members of each bucket not yet done.
+    missing: Vec<usize>,
+    /// The first bucket not yet issued.
+    next: usize,
+}
+
+impl Schedule {
+    pub fn new(plan: &BucketPlan) -> Self {
+        Self {
+            missing: plan.buckets.iter().map(|b| b.members.len()).collect(),
+            next: 0,
+        }
+    }
+
+    /// One member of `bucket` is done; returns the buckets that may go out now.
+    pub fn done(&mut self, bucket: usize) -> Range<usize> {
+        if let Some(m) = self.missing.get_mut(bucket) {
+            *m = m.saturating_sub(1);
+        }
+        let from = self.next;
+        while self.missing.get(self.next) == Some(&0) {
+            self.next += 1;
+        }
+        from..self.next
+    }
+
+    /// Backward is over: every bucket not yet issued, whatever it still misses.
+    pub fn rest(&mut self) -> Range<usize> {
+        let from = self.next;
+        self.next = self.missing.len();
+        from..self.next
+    }
+}
+
+/// One step's gradient all-reduce: gradients arrive one by one from candle's backward hook
+/// ([`Reducer::ready`]); each bucket is packed and its all-reduce started as soon as the
+/// [`Schedule`] lets it; [`Reducer::finish`] sends the rest and puts the means in the store.
+pub struct Reducer<'a> {
+    dp: &'a DataParallel,
+    /// The finished gradients not yet packed, by parameter index.
+    grads: Vec<Option<Tensor>>,
+    /// Which parameters' gradients the hook has reported.
+    reported: Vec<bool>,
+    schedule: Schedule,
+    /// The buckets sent so far, with their collectives.
+    inflight: Vec<(Range<usize>, Box<dyn InFlight>)>,
+    earlier: Option<GradStore>,
+}
+
+impl Reducer<'_> {
+    /// Backward's hook: `var`'s gradient `grad` is final. Tensors that are not trainable
+    /// parameters of the model are ignored.
+    pub fn ready(&mut self, var: &Tensor, grad: &Tensor) -> Result<()> {
+        let Some(&i) = self.dp.index_of.get(&var.id()) else {
+            return Ok(());
+        };
+        if std::mem::replace(&mut self.reported[i], true) {
+            return Ok(());
+        }
+        self.grads[i] = Some(self.with_earlier(i, Some(grad.clone()))?);
+        if let Some(b) = self.dp.plan.bucket_of[i] {
+            let go = self.schedule.done(b);
+            if !go.is_empty() {
+                self.send(go, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// This micro-batch's gradient of parameter `i` plus the earlier micro-batches'.
+    fn with_earlier(&self, i: usize, grad: Option<Tensor>) -> Result<Tensor> {
+        let v = &self.dp.vars[i];
+        let before = self.earlier.as_ref().and_then(|e| e.get(v.as_tensor()));
+        match (grad, before) {
+            (Some(g), Some(e)) => e + g,
+            (Some(g), None) => Ok(g),
+            (None, Some(e)) => Ok(e.clone()),
+            (None, None) => Tensor::zeros(v.shape(), v.dtype(), v.device()),
+        }
+    }
+
+    /// Packs buckets `range` into flat buffers and starts their all-reduce (one launch).
+    /// Gradients the hook did not report come from `store`, or count as zero.
+    fn send(&mut self, range: Range<usize>, store: Option<&GradStore>) -> Result<()> {
+        let mut flats = Vec::with_capacity(range.len());
+        for b in range.clone() {
+            let bucket = &self.dp.plan.buckets.buckets[b];
+            let mut parts = Vec::with_capacity(bucket.members.len());
+            for m in &bucket.members {
+                let g = match self.grads[m.index].take() {
+                    Some(g) => g,
+                    None => {
+                        let v = &self.dp.vars[m.index];
+                        let g = store.and_then(|s| s.get(v.as_tensor())).cloned();
+                        self.with_earlier(m.index, g)?
+                    }
+                };
+                parts.push(g.flatten_all()?);
+            }
+            let flat = Tensor::cat(&parts, 0)?;
+            flats.push(match self.dp.cfg.compress {
+                GradCompress::None => flat,
+                GradCompress::Bf16 => flat.to_dtype(DType::BF16)?,
+            });
+        }
+        let started = self.dp.coll.all_reduce_start(&flats)?;
+        self.inflight.push((range, started));
+        Ok(())
+    }
+
+    /// Sends the buckets still held back, waits for every bucket's sum and replaces each
+    /// gradient in `grads` by its mean over ranks.
+    pub fn finish(mut self, grads: &mut GradStore) -> Result<()> {
+        let rest = self.schedule.rest();
+        if !rest.is_empty() {
+            self.send(rest, Some(grads))?;
+        }
+        let world = self.dp.world() as f64;
+        for (range, started) in std::mem::take(&mut self.inflight) {
+            for (b, sum) in range.zip(started.wait()?) {
+                let mean = (sum.to_dtype(DType::F32)? / world)?;
+                for m in &self.dp.plan.buckets.buckets[b].members {
+                    let v = &self.dp.vars[m.index];
+                    let g = mean.narrow(0, m.offset, m.numel)?.reshape(v.shape())?;
+                    grads.insert(v.as_tensor(), g);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever order the gradients finish in, buckets go out in plan order, each once,
+        /// none before all its members are done (but at the end of backward).
+        #[test]
+        fn buckets_go_out_in_plan_order(numels in proptest::collection::vec(1usize..300, 1..40),
+                                        cap in 1usize..2000, first in 1usize..2000,
+                                        done in proptest::collection::vec(any::<prop::sample::Index>(), 0..40)) {
+            let plan = BucketPlan::new(&numels, first, cap, 4);
+            let bucket_of = plan.bucket_of(numels.len());
+            let mut sched = Schedule::new(&plan);
+            let mut left: Vec<usize> = (0..numels.len()).collect();
+            let mut finished = vec![false; numels.len()];
+            let mut issued = Vec::new();
+            for pick in done {
+                if left.is_empty() {
+                    break;
+                }
+                let i = left.remove(pick.index(left.len()));
+                finished[i] = true;
+                for b in sched.done(bucket_of[i].unwrap()) {
+                    let members = &plan.buckets[b].members;
+                    prop_assert!(members.iter().all(|m| finished[m.index]), "bucket {} early", b);
+                    issued.push(b);
+                }
+            }
+            issued.extend(sched.rest());
+            prop_assert_eq!(issued, (0..plan.buckets.len()).collect::<Vec<_>>());
+            prop_assert!(sched.rest().is_empty());
+        }
+    }
+
+    /// candle's hook reports each variable once, with the gradient backward ends up with
+    /// (the sum of both uses of a variable used twice), before variables used earlier.
+    #[test]
+    fn the_hook_sees_each_final_gradient_once() -> Result<()> {
+        let dev = Device::Cpu;
+        let w1 = Var::new(&[1f32, 2.0], &dev)?;
+        let w2 = Var::new(&[3f32, -1.0], &dev)?;
+        let x = Tensor::new(&[0.5f32, 4.0], &dev)?;
+        // w1 feeds two branches, w2 only the later one.
+        let h = (w1.as_tensor() * &x)?;
+        let y = ((&h * w2.as_tensor())? + (&h * w1.as_tensor())?)?.sum_all()?;
+        let mut seen: Vec<(TensorId, Vec<f32>)> = Vec::new();
+        let mut ready = |v: &Tensor, g: &Tensor| -> Result<()> {
+            seen.push((v.id(), g.to_vec1::<f32>()?));
+            Ok(())
+        };
+        let grads = y.backward_hooked(None, Some(&mut ready))?;
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].0, w2.id());
+        assert_eq!(seen[1].0, w1.id());
+        for (id, g) in &seen {
+            let stored = grads.get_id(*id).unwrap().to_vec1::<f32>()?;
+            assert_eq!(g, &stored);
+        }
+        // y = Σ w1·x·w2 + w1²·x, so dy/dw1 = x·w2 + 2·w1·x.
+        assert_eq!(
+            seen[1].1,
+            vec![0.5 * 3.0 + 2.0 * 0.5, -4.0 + 2.0 * 2.0 * 4.0]
+        );
+        Ok(())
     }
 }

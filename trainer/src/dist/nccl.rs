@@ -1,6 +1,9 @@
 //! NCCL as a [`Collective`]: one process per GPU. Rank 0 makes the unique id and hands it to
-//! the others through the TCP rendezvous; collectives run on candle's stream, so they are
-//! ordered after the kernels that produced their inputs with no host synchronisation.
+//! the others through the TCP rendezvous. Collectives run on a communication stream of their
+//! own (as PyTorch's process groups do), which waits for an event recorded on candle's stream
+//! after the kernels that produced the inputs; candle's stream waits for the collective's end
+//! only where the result is used ([`InFlight::wait`]), so a gradient bucket's all-reduce runs
+//! beside the rest of backward. No host synchronisation either way.
 //!
 //! A watchdog thread turns a peer that died into an error instead of a hang: it polls NCCL's
 //! asynchronous error and, through an event recorded after each collective, how long the
@@ -15,12 +18,14 @@ use std::time::{Duration, Instant};
 
 use candle_core::cuda_backend::cudarc::driver::{
     sys::CUevent_flags, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DeviceRepr,
 };
 use candle_core::cuda_backend::cudarc::nccl::{result as nr, sys as ns};
+use candle_core::cuda_backend::CudaDType;
 use candle_core::op::BackpropOp;
-use candle_core::{CudaStorage, Device, Storage, Tensor};
+use candle_core::{CudaStorage, DType, Device, Storage, Tensor};
 
-use super::collective::{Collective, CommMarks, CommStats};
+use super::collective::{Collective, CommMarks, CommStats, InFlight};
 use super::watchdog;
 use super::{share_bytes, DistEnv};
 use crate::step_clock::{host_us, DeviceClock};
@@ -40,8 +45,11 @@ pub struct Nccl {
     comm: Arc<RawComm>,
     rank: usize,
     world: usize,
+    /// candle's stream: every kernel of this process.
     stream: Arc<CudaStream>,
-    pending: Mutex<Pending>,
+    /// Every collective of this process, in the order they are issued.
+    comm_stream: Arc<CudaStream>,
+    pending: Arc<Mutex<Pending>>,
     watch: Arc<Watch>,
     /// One float for the all-reduce that lines the ranks up before each timed transfer.
     tiny: CudaSlice<f32>,
@@ -62,6 +70,8 @@ struct Timed {
     synchronised: CudaEvent,
     done: Arc<CudaEvent>,
     bytes: u64,
+    /// On candle's stream, just before and after its wait for `done`, once it has waited.
+    exposed: Arc<Mutex<Option<[CudaEvent; 2]>>>,
 }
 
 struct Watch {
@@ -186,6 +196,15 @@ impl Nccl {
         let tiny = stream
             .alloc_zeros::<f32>(1)
             .map_err(candle_core::Error::wrap)?;
+        // The highest priority: NCCL's kernels get SMs as soon as compute kernels end,
+        // rather than after every queued one.
+        let (_, highest) =
+            candle_core::cuda_backend::cudarc::driver::result::stream::get_priority_range()
+                .map_err(candle_core::Error::wrap)?;
+        let comm_stream = stream
+            .context()
+            .new_stream_with_priority(highest)
+            .map_err(candle_core::Error::wrap)?;
         Ok(Self {
             origin: DeviceClock::new(&stream)?,
             tiny,
@@ -193,7 +212,8 @@ impl Nccl {
             rank: env.rank,
             world: env.world,
             stream,
-            pending: Mutex::new(Pending::default()),
+            comm_stream,
+            pending: Arc::new(Mutex::new(Pending::default())),
             watch,
         })
     }
@@ -203,12 +223,6 @@ impl Nccl {
         if let Ok(mut q) = self.watch.inflight.lock() {
             q.push_back((Instant::now(), done));
         }
-    }
-
-    fn event(&self) -> candle_core::Result<CudaEvent> {
-        self.stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(candle_core::Error::wrap)
     }
 
     /// A timing event, not yet recorded.
@@ -225,8 +239,10 @@ impl Drop for Nccl {
         // Queued collectives must finish before the communicator goes. The watchdog stays
         // on meanwhile: if a peer died, this wait never ends and the watchdog ends the
         // process with its error instead of leaving it hanging.
-        if let Ok(idle) = self.stream.record_event(None) {
-            let _ = crate::device::wait_event(&idle);
+        for stream in [&self.comm_stream, &self.stream] {
+            if let Ok(idle) = stream.record_event(None) {
+                let _ = crate::device::wait_event(&idle);
+            }
         }
         self.watch.stop.store(true, Ordering::SeqCst);
         unsafe {
@@ -336,10 +352,31 @@ impl Drop for Inside<'_> {
 }
 
 impl Nccl {
-    /// Sums over ranks (`root` `None`) or broadcasts from `root` every tensor of `ts`, as one
-    /// NCCL group: NCCL fuses the calls into one launch, so the buckets of a step move at the
-    /// bandwidth of one message of their total size. Collectives are issued in `ts` order.
-    fn collective(&self, ts: &[Tensor], root: Option<usize>) -> candle_core::Result<Vec<Tensor>> {
+    /// Sums over ranks (`root` `None`) or broadcasts from `root` every tensor of `ts` (f32 or
+    /// bf16), as one NCCL group on the communication stream: NCCL fuses the calls into one
+    /// launch, so the buckets of a step move at the bandwidth of one message of their total
+    /// size. Collectives are issued in `ts` order.
+    fn collective(&self, ts: &[Tensor], root: Option<usize>) -> candle_core::Result<Started> {
+        let Some(first) = ts.first() else {
+            return Ok(Started::none(self));
+        };
+        let dtype = first.dtype();
+        if ts.iter().any(|t| t.dtype() != dtype) {
+            candle_core::bail!("NCCL collectives of one call need tensors of one dtype")
+        }
+        match dtype {
+            DType::F32 => self.typed::<f32>(ts, root, ns::ncclDataType_t::ncclFloat32),
+            DType::BF16 => self.typed::<half::bf16>(ts, root, ns::ncclDataType_t::ncclBfloat16),
+            other => candle_core::bail!("NCCL collectives here take f32 or bf16, not {other:?}"),
+        }
+    }
+
+    fn typed<T: CudaDType + DeviceRepr>(
+        &self,
+        ts: &[Tensor],
+        root: Option<usize>,
+        ty: ns::ncclDataType_t,
+    ) -> candle_core::Result<Started> {
         let guards: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
         let mut srcs = Vec::with_capacity(ts.len());
         let mut dev = None;
@@ -350,49 +387,51 @@ impl Nccl {
             let Some((a, b)) = l.contiguous_offsets() else {
                 candle_core::bail!("NCCL collectives need a contiguous tensor")
             };
-            srcs.push(cs.as_cuda_slice::<f32>()?.slice(a..b));
+            srcs.push(cs.as_cuda_slice::<T>()?.slice(a..b));
             dev.get_or_insert_with(|| cs.device.clone());
         }
         let Some(dev) = dev else {
-            return Ok(Vec::new());
+            return Ok(Started::none(self));
         };
+        // Allocated on candle's stream, before the event the communication stream waits for.
         let mut dsts = srcs
             .iter()
-            .map(|s| unsafe { dev.alloc::<f32>(s.len()) })
-            .collect::<candle_core::Result<Vec<CudaSlice<f32>>>>()?;
+            .map(|s| unsafe { dev.alloc::<T>(s.len()) })
+            .collect::<candle_core::Result<Vec<CudaSlice<T>>>>()?;
         let elems: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
-        let reads: Vec<_> = srcs.iter().map(|s| s.device_ptr(&self.stream)).collect();
-        let writes: Vec<_> = dsts
-            .iter_mut()
-            .map(|d| d.device_ptr_mut(&self.stream))
-            .collect();
-        let (tp, tiny) = self.tiny.device_ptr(&self.stream);
+        let comm = &self.comm_stream;
+        let reads: Vec<_> = srcs.iter().map(|s| s.device_ptr(comm)).collect();
+        let writes: Vec<_> = dsts.iter_mut().map(|d| d.device_ptr_mut(comm)).collect();
+        let (tp, tiny) = self.tiny.device_ptr(comm);
         // Events are made before and only recorded between the launches: when the host is
         // the bottleneck the device reaches each mark as soon as it is queued, and host work
         // between the marks would count as transfer time.
-        let [arrived, start] = [self.new_event()?, self.new_event()?];
-        let stream = self.stream.cu_stream() as ns::cudaStream_t;
-        let record = |e: &CudaEvent| e.record(&self.stream).map_err(candle_core::Error::wrap);
-        let (ty, sum) = (ns::ncclDataType_t::ncclFloat32, ns::ncclRedOp_t::ncclSum);
+        let [arrived, start, done] = [self.new_event()?, self.new_event()?, self.new_event()?];
+        let inputs_ready = self.new_event()?;
+        let wrap = candle_core::Error::wrap;
+        let cu = comm.cu_stream() as ns::cudaStream_t;
+        let (f32_ty, sum) = (ns::ncclDataType_t::ncclFloat32, ns::ncclRedOp_t::ncclSum);
         let _inside = self.watch.enter();
         let host = host_us();
-        record(&arrived)?;
+        inputs_ready.record(&self.stream).map_err(wrap)?;
+        comm.wait(&inputs_ready).map_err(wrap)?;
+        arrived.record(comm).map_err(wrap)?;
         if root.is_none() {
             // Ranks reach a collective at different times; a one-float all-reduce absorbs the
             // wait so the events around the real ones time the transfer alone.
-            unsafe { nr::all_reduce(tp as _, tp as _, 1, ty, sum, self.comm.0, stream) }
+            unsafe { nr::all_reduce(tp as _, tp as _, 1, f32_ty, sum, self.comm.0, cu) }
                 .map_err(|e| nccl_err("all-reduce", e))?;
         }
-        record(&start)?;
+        start.record(comm).map_err(wrap)?;
         nr::group_start().map_err(|e| nccl_err("ncclGroupStart", e))?;
         let issued = (|| {
             for (((sp, _), (dp, _)), &n) in reads.iter().zip(&writes).zip(&elems) {
                 let (sp, dp) = (*sp as *const _, *dp as *mut _);
                 unsafe {
                     match root {
-                        None => nr::all_reduce(sp, dp, n, ty, sum, self.comm.0, stream)
+                        None => nr::all_reduce(sp, dp, n, ty, sum, self.comm.0, cu)
                             .map_err(|e| nccl_err("all-reduce", e))?,
-                        Some(r) => nr::broadcast(sp, dp, n, ty, r as i32, self.comm.0, stream)
+                        Some(r) => nr::broadcast(sp, dp, n, ty, r as i32, self.comm.0, cu)
                             .map_err(|e| nccl_err("broadcast", e))?,
                     };
                 }
@@ -403,28 +442,80 @@ impl Nccl {
         let closed = nr::group_end().map_err(|e| nccl_err("ncclGroupEnd", e));
         issued?;
         closed?;
-        let done = Arc::new(self.event()?);
+        done.record(comm).map_err(wrap)?;
+        let done = Arc::new(done);
         drop((reads, writes, tiny));
         self.watch(done.clone());
+        let exposed = Arc::new(Mutex::new(None));
         if root.is_none() {
             if let Ok(mut p) = self.pending.lock() {
                 p.timed.push(Timed {
                     host,
                     arrived,
                     synchronised: start,
-                    done,
-                    bytes: 4 * elems.iter().sum::<usize>() as u64,
+                    done: done.clone(),
+                    bytes: (std::mem::size_of::<T>() * elems.iter().sum::<usize>()) as u64,
+                    exposed: exposed.clone(),
                 });
             }
         }
-        Ok(dsts
+        let outs = dsts
             .into_iter()
             .zip(ts)
             .map(|(d, t)| {
                 let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(d, dev.clone()));
                 Tensor::from_storage(storage, t.shape().clone(), BackpropOp::none(), false)
             })
-            .collect())
+            .collect();
+        drop(guards);
+        Ok(Started {
+            outs,
+            inputs: ts.to_vec(),
+            done: Some(done),
+            compute: self.stream.clone(),
+            exposed,
+        })
+    }
+}
+
+/// Collectives queued on the communication stream ([`Nccl::collective`]).
+struct Started {
+    outs: Vec<Tensor>,
+    /// Held until candle's stream waits for `done`: their memory, freed on candle's stream,
+    /// could otherwise be handed to a kernel while the transfer still reads it.
+    inputs: Vec<Tensor>,
+    done: Option<Arc<CudaEvent>>,
+    compute: Arc<CudaStream>,
+    exposed: Arc<Mutex<Option<[CudaEvent; 2]>>>,
+}
+
+impl Started {
+    fn none(n: &Nccl) -> Started {
+        Started {
+            outs: Vec::new(),
+            inputs: Vec::new(),
+            done: None,
+            compute: n.stream.clone(),
+            exposed: Arc::new(Mutex::new(None)),
+        }
+    }
+}
+
+impl InFlight for Started {
+    fn wait(self: Box<Self>) -> candle_core::Result<Vec<Tensor>> {
+        let Some(done) = &self.done else {
+            return Ok(self.outs);
+        };
+        let wrap = candle_core::Error::wrap;
+        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let before = self.compute.record_event(timing).map_err(wrap)?;
+        self.compute.wait(done).map_err(wrap)?;
+        let after = self.compute.record_event(timing).map_err(wrap)?;
+        if let Ok(mut e) = self.exposed.lock() {
+            *e = Some([before, after]);
+        }
+        drop(self.inputs);
+        Ok(self.outs)
     }
 }
 
@@ -436,21 +527,24 @@ impl Collective for Nccl {
         self.world
     }
     fn all_reduce_sum(&self, t: &Tensor) -> candle_core::Result<Tensor> {
-        Ok(self.collective(std::slice::from_ref(t), None)?.remove(0))
+        Ok(self.all_reduce_sum_many(std::slice::from_ref(t))?.remove(0))
     }
     fn all_reduce_sum_many(&self, ts: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
-        self.collective(ts, None)
+        Box::new(self.collective(ts, None)?).wait()
+    }
+    fn all_reduce_start(&self, ts: &[Tensor]) -> candle_core::Result<Box<dyn InFlight>> {
+        Ok(Box::new(self.collective(ts, None)?))
     }
     fn broadcast(&self, t: &Tensor, root: usize) -> candle_core::Result<Tensor> {
-        Ok(self
-            .collective(std::slice::from_ref(t), Some(root))?
-            .remove(0))
+        let started = self.collective(std::slice::from_ref(t), Some(root))?;
+        Ok(Box::new(started).wait()?.remove(0))
     }
     fn take_stats(&self) -> candle_core::Result<CommStats> {
         let timed = match self.pending.lock() {
             Ok(mut p) => std::mem::take(&mut p.timed),
             Err(_) => Vec::new(),
         };
+        let wrap = candle_core::Error::wrap;
         let mut s = CommStats::default();
         for t in timed {
             let wait = t
@@ -461,11 +555,16 @@ impl Collective for Nccl {
                 .synchronised
                 .elapsed_ms(&t.done)
                 .map_err(candle_core::Error::wrap)?;
+            let exposed = match t.exposed.lock().ok().as_deref() {
+                Some(Some([before, after])) => before.elapsed_ms(after).map_err(wrap)?,
+                _ => 0.0,
+            };
             s.add(CommStats {
                 calls: 1,
                 bytes: t.bytes,
                 seconds: ms as f64 / 1e3,
                 wait_s: wait as f64 / 1e3,
+                exposed_s: exposed as f64 / 1e3,
             });
         }
         Ok(s)
@@ -477,11 +576,20 @@ impl Collective for Nccl {
         p.timed
             .iter()
             .map(|t| {
+                let dev_end = self.origin.at(&t.done)?;
+                let [exposed_start, exposed_end] = match t.exposed.lock().ok().as_deref() {
+                    Some(Some([before, after])) => {
+                        [self.origin.at(before)?, self.origin.at(after)?]
+                    }
+                    _ => [dev_end; 2],
+                };
                 Ok(CommMarks {
                     host: t.host,
                     dev_arrived: self.origin.at(&t.arrived)?,
                     dev_start: self.origin.at(&t.synchronised)?,
-                    dev_end: self.origin.at(&t.done)?,
+                    dev_end,
+                    exposed_start,
+                    exposed_end,
                     bytes: t.bytes,
                 })
             })

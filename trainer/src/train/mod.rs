@@ -138,7 +138,7 @@ impl Trainer {
             model.params().set_stats_sync(Some(sync));
         }
         same_start_everywhere(coll.as_ref(), &at, dev)?;
-        let dp = DataParallel::new(coll, model.params(), cfg.bucket_mb);
+        let dp = DataParallel::new(coll, model.params(), cfg.reduce());
         dp.broadcast_params(model.params())?;
         Ok(Self {
             norm: Normalizer::new(&data.norm, dev)?,

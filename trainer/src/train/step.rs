@@ -1,7 +1,7 @@
 //! One (micro-)batch of training: forward, backward, its gradients added to those of the
 //! earlier micro-batches, and after the last one the all-reduce and the SGD update.
 
-use candle_core::backprop::GradStore;
+use candle_core::backprop::{GradReady, GradStore};
 use candle_core::{DType, Tensor, Var};
 use octet_models::Network;
 
@@ -68,32 +68,49 @@ impl Trainer {
         self.model.set_dropout_key(key);
         acc.micro += 1;
         let scale = 1.0 / self.cfg.accumulate as f64;
-        let (grads, loss, correct) =
-            forward_backward(self.model.as_ref(), &self.norm, x, y, scale).map_err(on_device)?;
-        let mut grads = acc.add(grads)?;
-        let mut stepped_at = None;
-        if acc.micro == self.cfg.accumulate || last_batch {
-            let lr = self.plan.lr(self.step);
-            let mut update = || -> candle_core::Result<()> {
-                self.dp.average_grads(&mut grads)?;
-                self.opt.step(&grads, lr)
-            };
-            update().map_err(on_device)?;
-            self.step += 1;
-            acc.micro = 0;
-            stepped_at = Some(lr);
-        } else {
-            acc.pending = Some(grads);
+        let (model, norm) = (self.model.as_ref(), &self.norm);
+        if acc.micro < self.cfg.accumulate && !last_batch {
+            let (grads, loss, correct) =
+                forward_backward(model, norm, x, y, scale, None).map_err(on_device)?;
+            acc.pending = Some(acc.add(grads)?);
+            return Ok(StepResult {
+                loss,
+                correct,
+                stepped_at: None,
+            });
         }
+        let lr = self.plan.lr(self.step);
+        let mut step = || -> candle_core::Result<(Tensor, Tensor)> {
+            let (grads, loss, correct) = if self.dp.overlaps() {
+                // Each bucket's all-reduce starts while the rest of backward is queued.
+                let mut reducer = self.dp.reducer(acc.pending.take());
+                let mut ready = |v: &Tensor, g: &Tensor| reducer.ready(v, g);
+                let (mut grads, loss, correct) =
+                    forward_backward(model, norm, x, y, scale, Some(&mut ready))?;
+                reducer.finish(&mut grads)?;
+                (grads, loss, correct)
+            } else {
+                let (grads, loss, correct) = forward_backward(model, norm, x, y, scale, None)?;
+                let mut grads = acc.add(grads)?;
+                self.dp.average_grads(&mut grads)?;
+                (grads, loss, correct)
+            };
+            self.opt.step(&grads, lr)?;
+            Ok((loss, correct))
+        };
+        let (loss, correct) = step().map_err(on_device)?;
+        self.step += 1;
+        acc.micro = 0;
         Ok(StepResult {
             loss,
             correct,
-            stepped_at,
+            stepped_at: Some(lr),
         })
     }
 }
 
-/// Forward and backward of one (micro-)batch, the loss scaled by `scale` before backward;
+/// Forward and backward of one (micro-)batch, the loss scaled by `scale` before backward,
+/// `ready` called with each parameter's gradient as soon as backward has finished it;
 /// returns the gradients and, still on the device, the batch's mean loss and correct count.
 fn forward_backward(
     model: &dyn Network,
@@ -101,13 +118,18 @@ fn forward_backward(
     x: &Tensor,
     y: &Tensor,
     scale: f64,
+    ready: Option<GradReady<'_>>,
 ) -> candle_core::Result<(GradStore, Tensor, Tensor)> {
     let logits = model.forward(&norm.apply(x)?, true)?;
     let loss = candle_nn::loss::cross_entropy(&logits, y)?;
-    let grads = if scale == 1.0 {
-        model.ops().backward(&loss)?
+    let scaled = if scale == 1.0 {
+        loss.clone()
     } else {
-        model.ops().backward(&(&loss * scale)?)?
+        (&loss * scale)?
+    };
+    let grads = match ready {
+        Some(ready) => model.ops().backward_hooked(&scaled, ready)?,
+        None => model.ops().backward(&scaled)?,
     };
     let ok = logits.argmax(1)?.eq(y)?.to_dtype(DType::F32)?.sum_all()?;
     Ok((grads, loss.detach(), ok))

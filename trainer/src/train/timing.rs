@@ -24,11 +24,13 @@ impl Trainer {
             let comm = self.dp.collective().timeline()?;
             crate::timeline::write(dir, rank, self.epoch + 1, &steps, &comm)?;
         }
-        // Device-timed all-reduce traffic of this rank; the compute phase above includes it.
+        // Device-timed all-reduce traffic of this rank. The compute phase above includes
+        // only the time its stream waited for the results; the rest ran beside it.
         let comm = self.dp.collective().take_stats()?;
         times.comm_s = comm.seconds;
         times.comm_wait_s = comm.wait_s;
-        times.compute_s = (times.compute_s - comm.seconds - comm.wait_s).max(0.0);
+        times.comm_exposed_s = comm.exposed_s;
+        times.compute_s = (times.compute_s - comm.exposed_s).max(0.0);
         times.comm_bytes = comm.bytes;
         times.busbw_gbs = comm.busbw_gbs(world);
         if world == 1 {
@@ -59,6 +61,7 @@ impl RankTimes {
             compute_s: times.compute_s,
             comm_s: times.comm_s,
             comm_wait_s: times.comm_wait_s,
+            comm_exposed_s: times.comm_exposed_s,
             comm_bytes: times.comm_bytes,
             busbw_gbs: times.busbw_gbs,
             train_s: times.train_s,
@@ -67,13 +70,14 @@ impl RankTimes {
 }
 
 /// A rank's times as the numbers `DataParallel::gather` carries, in `from_wire`'s order.
-fn to_wire(t: &RankTimes) -> [f64; 8] {
+fn to_wire(t: &RankTimes) -> [f64; 9] {
     [
         t.data_s,
         t.h2d_s,
         t.compute_s,
         t.comm_s,
         t.comm_wait_s,
+        t.comm_exposed_s,
         t.comm_bytes as f64,
         t.busbw_gbs,
         t.train_s,
@@ -81,10 +85,10 @@ fn to_wire(t: &RankTimes) -> [f64; 8] {
 }
 
 fn from_wire(rank: usize, v: &[f64]) -> Result<RankTimes> {
-    let [data_s, h2d_s, compute_s, comm_s, comm_wait_s, comm_bytes, busbw_gbs, train_s] =
-        <[f64; 8]>::try_from(v).map_err(|_| {
+    let [data_s, h2d_s, compute_s, comm_s, comm_wait_s, comm_exposed_s, comm_bytes, busbw_gbs, train_s] =
+        <[f64; 9]>::try_from(v).map_err(|_| {
             TrainError::Dist(format!(
-                "rank {rank} sent {} timing figures, expected 8",
+                "rank {rank} sent {} timing figures, expected 9",
                 v.len()
             ))
         })?;
@@ -95,6 +99,7 @@ fn from_wire(rank: usize, v: &[f64]) -> Result<RankTimes> {
         compute_s,
         comm_s,
         comm_wait_s,
+        comm_exposed_s,
         comm_bytes: comm_bytes as u64,
         busbw_gbs,
         train_s,

@@ -8,6 +8,10 @@ use std::collections::{hash_map::Entry, HashMap};
 /// [`Tensor::backward_with`].
 pub type GradSum = fn(&Tensor, &Tensor) -> Result<Option<Tensor>>;
 
+/// octet patch: what [`Tensor::backward_hooked`] calls with a variable and its finished
+/// gradient.
+pub type GradReady<'a> = &'a mut dyn FnMut(&Tensor, &Tensor) -> Result<()>;
+
 // arg has been reduced to node via reduce_dims, expand it back to arg.
 // This has to handle keepdims.
 fn broadcast_back(arg: &Tensor, node: &Tensor, reduced_dims: &[usize]) -> Result<Tensor> {
@@ -174,12 +178,28 @@ impl Tensor {
     /// octet patch: [`Tensor::backward`] with two gradients of one tensor summed by `sum`
     /// (`None`: `Tensor::add`, as `backward` does).
     pub fn backward_with(&self, sum: Option<GradSum>) -> Result<GradStore> {
+        self.backward_hooked(sum, None)
+    }
+
+    /// octet patch: [`Tensor::backward_with`] that calls `ready(var, grad)` for each variable
+    /// as soon as its gradient is complete, while the pass goes on (a data-parallel trainer
+    /// starts that gradient's all-reduce there). The nodes are sorted so that every consumer
+    /// of a tensor comes before it, so when the pass reaches a variable nothing more will be
+    /// added to its gradient. Variables that get no gradient are not reported.
+    pub fn backward_hooked(
+        &self,
+        sum: Option<GradSum>,
+        mut ready: Option<GradReady<'_>>,
+    ) -> Result<GradStore> {
         let sorted_nodes = self.sorted_nodes();
         let mut grads = GradStore::new();
         grads.1 = GradStoreSum(sum);
         grads.insert(self, self.ones_like()?.contiguous()?);
         for node in sorted_nodes.iter() {
             if node.is_variable() {
+                if let (Some(ready), Some(grad)) = (ready.as_mut(), grads.get(node)) {
+                    ready(node, grad)?;
+                }
                 continue;
             }
             let grad = grads

@@ -315,12 +315,14 @@ fn fill(t: &mut Timing, e: &Value, steps_before: Option<u64>) {
             t.compute_s = Some(compute.iter().sum::<f64>() / compute.len().max(1) as f64);
             t.comm_s = col("comm_s").into_iter().reduce(f64::max);
             t.wait_s = col("comm_wait_s").into_iter().reduce(f64::max);
+            t.exposed_s = col("comm_exposed_s").into_iter().reduce(f64::max);
             t.busbw_gbs = col("busbw_gbs").into_iter().reduce(f64::min);
         }
         None => {
             t.compute_s = f(&times["compute_s"]);
             t.comm_s = Some(0.0);
             t.wait_s = Some(0.0);
+            t.exposed_s = Some(0.0);
         }
     }
 }

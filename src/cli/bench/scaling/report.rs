@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use octet_trainer::dist::CommStats;
 use octet_trainer::Precision;
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,10 @@ pub struct Timing {
     /// Longest wait of a rank for the others at the all-reduces (load imbalance).
     #[serde(default)]
     pub wait_s: Option<f64>,
+    /// Longest time a rank's compute waited for all-reduce results: what backward did not
+    /// hide (reports from before the overlap lack it).
+    #[serde(default)]
+    pub exposed_s: Option<f64>,
     pub data_s: Option<f64>,
     pub busbw_gbs: Option<f64>,
     pub oom: bool,
@@ -221,16 +226,28 @@ fn compute_vs_communication(s: &mut String, r: &Report) {
         s,
         "\n## 3. Compute vs communication (epoch 2, measured with CUDA events: the all-reduce \
          transfer, and apart from it the wait for the slowest rank, absorbed by a one-float \
-         all-reduce just before; compute = step time minus both. All-reduces run after \
-         backward on the compute stream, so none of them overlaps compute)\n"
+         all-reduce just before; both run on a communication stream, each bucket started \
+         during backward. Exposed = how long compute waited for the results, the part \
+         backward did not hide; compute = step time minus that)\n"
     );
-    let _ = writeln!(s, "| precision | batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | waiting for peers s (longest) | data wait s | octet / PyTorch |");
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "| precision | batch/GPU | GPUs | compute s (mean of ranks) | all-reduce s (slowest rank) | all-reduce share | waiting for peers s (longest) | exposed s (longest) | hidden | data wait s | octet / PyTorch |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for t in finished(r, |_| true) {
         let share = ratio(t.comm_s, t.epoch_s).map(|x| 100.0 * x);
+        let hidden = match (t.comm_s, t.wait_s, t.exposed_s) {
+            (Some(c), Some(w), Some(e)) => CommStats {
+                seconds: c,
+                wait_s: w,
+                exposed_s: e,
+                ..Default::default()
+            }
+            .hidden_share()
+            .map(|h| format!("{:.0}%", 100.0 * h)),
+            _ => None,
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {}% | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {}% | {} | {} | {} | {} | {} |",
             t.precision,
             t.batch,
             t.gpus,
@@ -238,6 +255,8 @@ fn compute_vs_communication(s: &mut String, r: &Report) {
             opt(t.comm_s, 3),
             opt(share, 1),
             opt(t.wait_s, 3),
+            opt(t.exposed_s, 3),
+            hidden.as_deref().unwrap_or("-"),
             opt(t.data_s, 3),
             opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
         );
@@ -309,6 +328,7 @@ mod tests {
             compute_s: Some(s * 0.9),
             comm_s: Some(s * 0.1),
             wait_s: Some(0.0),
+            exposed_s: Some(s * 0.05),
             data_s: Some(0.0),
             busbw_gbs: Some(100.0),
             oom: false,
