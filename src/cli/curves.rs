@@ -140,6 +140,7 @@ mod tests {
             times: EpochTimes::default(),
             world,
             ranks: Vec::new(),
+            bucket_tail: None,
         }
     }
 

@@ -9,7 +9,7 @@ use octet_trainer::config::LrScaling;
 use octet_trainer::data::{self, DataSource, DataSplit};
 use octet_trainer::device::DeviceSpec;
 use octet_trainer::dist::{self, DistEnv};
-use octet_trainer::dist::{BnMode, GradCompress};
+use octet_trainer::dist::{BnMode, BucketTail, GradCompress};
 use octet_trainer::metrics::EpochRecord;
 use octet_trainer::optim::Schedule;
 use octet_trainer::train::{RunOptions, Summary, TrainConfig, Trainer};
@@ -101,6 +101,10 @@ pub struct TrainArgs {
     /// Data-parallel runs: gradient all-reduce bucket size in MiB.
     #[arg(long, value_parser = values::positive)]
     bucket_mb: Option<f64>,
+    /// Data-parallel runs: whether the last gradient buckets are small (they hold the first
+    /// layers' gradients, done only when backward ends).
+    #[arg(long, ignore_case = true, default_value = "auto")]
+    bucket_tail: BucketTail,
     /// Data-parallel runs: what the gradient all-reduce sends.
     #[arg(long, ignore_case = true)]
     grad_compress: Option<GradCompress>,
@@ -253,6 +257,7 @@ impl TrainArgs {
             precision
         );
         c.overlap = !self.no_overlap;
+        c.bucket_tail = self.bucket_tail;
         c.ops.tf32 = !self.no_tf32;
         Ok(c)
     }
@@ -542,6 +547,18 @@ pub fn print_epoch(r: &EpochRecord, epochs: usize, json: bool) {
         t.eval_s,
         r.images_per_s
     );
+    if let Some(tail) = r.bucket_tail {
+        println!(
+            "  --bucket-tail auto: {}",
+            if tail {
+                "small last buckets from here on (backward outlasts the all-reduce, so only \
+                 what is left after it shows)"
+            } else {
+                "PyTorch DDP's buckets kept (the all-reduce outlasts backward: fewer, larger \
+                 buckets move it faster)"
+            }
+        );
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use octet_models::{Model, OpsConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::choice::named_choice;
-use crate::dist::{BnMode, GradCompress, ReduceConfig};
+use crate::dist::{BnMode, BucketTail, GradCompress, ReduceConfig};
 use crate::optim::Schedule;
 use crate::{Precision, Result, TrainError};
 
@@ -38,6 +38,10 @@ pub struct TrainConfig {
     /// Gradient all-reduce bucket size, MiB.
     #[serde(default = "default_bucket_mb")]
     pub bucket_mb: f64,
+    /// Whether the last gradient buckets are small: this invocation's flag (the results do
+    /// not depend on it), not stored in checkpoints.
+    #[serde(skip)]
+    pub bucket_tail: BucketTail,
     /// What the gradient all-reduce sends (bf16 halves the bytes and changes the sums).
     #[serde(default)]
     pub grad_compress: GradCompress,
@@ -129,6 +133,7 @@ impl TrainConfig {
             eval_every_epoch: true,
             accumulate: 1,
             bucket_mb: default_bucket_mb(),
+            bucket_tail: BucketTail::Auto,
             grad_compress: GradCompress::None,
             overlap: true,
             bn: BnMode::Local,
@@ -143,6 +148,7 @@ impl TrainConfig {
     pub fn reduce(&self) -> ReduceConfig {
         ReduceConfig {
             bucket_mb: self.bucket_mb,
+            tail: self.bucket_tail,
             overlap: self.overlap,
             compress: self.grad_compress,
         }

@@ -93,6 +93,10 @@ pub struct EpochRecord {
     /// Per-rank times (data-parallel runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankTimes>,
+    /// Set on the epoch after which `--bucket-tail auto` chose (this invocation's second):
+    /// whether the last gradient buckets are small from the next epoch on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_tail: Option<bool>,
 }
 
 fn one() -> usize {

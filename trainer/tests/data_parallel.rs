@@ -166,9 +166,16 @@ fn resnet8(batch: usize) -> TrainConfig {
 
 #[test]
 fn buckets_started_during_backward_give_the_same_weights_as_after_it() {
-    for (cfg, accumulate) in [(resnet8(16), 1), (resnet8(8), 2), (config(32), 1)] {
+    use octet_trainer::dist::BucketTail;
+    let cases = [
+        (resnet8(16), 1, BucketTail::Auto),
+        (resnet8(8), 2, BucketTail::On),
+        (config(32), 1, BucketTail::Auto),
+    ];
+    for (cfg, accumulate, tail) in cases {
         let mut cfg = cfg;
         cfg.accumulate = accumulate;
+        cfg.bucket_tail = tail;
         let split = if cfg.model == "lenet" {
             small_split
         } else {
@@ -192,6 +199,14 @@ fn buckets_started_during_backward_give_the_same_weights_as_after_it() {
         // Every byte went out once per step in both.
         let bytes = |r: &[EpochRecord]| r.iter().map(|e| e.times.comm_bytes).sum::<u64>();
         assert_eq!(bytes(&during[0].0), bytes(&after[0].0));
+        // `auto` chooses after the second epoch, the same on every rank; a flag chooses
+        // itself.
+        let chosen = |r: &[EpochRecord]| r.iter().map(|e| e.bucket_tail).collect::<Vec<_>>();
+        assert_eq!(chosen(&during[0].0), chosen(&during[1].0));
+        let second = chosen(&during[0].0)[1];
+        assert_eq!(second.is_some(), tail == BucketTail::Auto, "{second:?}");
+        assert_eq!(chosen(&during[0].0)[0], None);
+        assert_eq!(chosen(&during[0].0).len(), 2);
     }
 }
 

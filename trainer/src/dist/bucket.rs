@@ -33,65 +33,56 @@ pub struct BucketPlan {
 }
 
 impl BucketPlan {
-    /// Packs parameters of `numels[i]` elements (of `elem_bytes` each) into buckets, taken
-    /// last to first, as backward produces the last layers' gradients first: see
-    /// [`BucketPlan::in_order`].
+    /// Packs parameters of `numels[i]` elements (of `elem_bytes` each) into buckets, in the
+    /// order backward produces their gradients: last to first. The buckets hold at most
+    /// `bucket_bytes`, but the first at most `first_bytes` (the last layers' gradients go out
+    /// at once) and, at the other end, the last buckets grow from `tail_bytes` (the model's
+    /// first parameters), doubling until they would reach `bucket_bytes` (0: no such tail):
+    /// the first layers' gradients are done only at the end of backward, so their buckets'
+    /// transfers are what nothing hides, and small ones start sooner. A parameter is never
+    /// split, and one larger than its bucket's cap gets a bucket of its own. The plan depends
+    /// on its arguments only, so every rank computes the same one.
     pub fn new(
         numels: &[usize],
         first_bytes: usize,
         bucket_bytes: usize,
-        elem_bytes: usize,
-    ) -> BucketPlan {
-        let order: Vec<usize> = (0..numels.len()).rev().collect();
-        Self::in_order(&order, numels, first_bytes, bucket_bytes, elem_bytes)
-    }
-
-    /// Packs the parameters `order` lists (indices into `numels`, each once), in that order,
-    /// greedily into buckets of at most `bucket_bytes`, the first of at most `first_bytes`; a
-    /// parameter is never split, and one larger than the cap gets a bucket of its own. The
-    /// plan depends on its arguments only, so ranks that pass the same ones compute the same
-    /// plan.
-    pub fn in_order(
-        order: &[usize],
-        numels: &[usize],
-        first_bytes: usize,
-        bucket_bytes: usize,
+        tail_bytes: usize,
         elem_bytes: usize,
     ) -> BucketPlan {
         let elem = elem_bytes.max(1);
-        let cap = |buckets: &[Bucket]| {
-            if buckets.is_empty() {
+        let cap = bucket_bytes / elem;
+        // The tail, packed from the model's first parameter on with caps 1, 2, 4… × tail.
+        let mut next = 0;
+        let mut tail: Vec<Bucket> = Vec::new();
+        let mut tail_cap = tail_bytes / elem;
+        while tail_bytes > 0 && tail_cap < cap && next < numels.len() {
+            let bucket = fill(numels, next..numels.len(), tail_cap);
+            next += bucket.members.len();
+            tail.push(bucket);
+            tail_cap *= 2;
+        }
+        // The rest, from the last parameter back, the first bucket smaller.
+        let mut buckets = Vec::new();
+        let mut end = numels.len();
+        while end > next {
+            let cap = if buckets.is_empty() {
                 first_bytes.min(bucket_bytes) / elem
             } else {
-                bucket_bytes / elem
-            }
-        };
-        let mut buckets = Vec::new();
-        let mut cur = Bucket {
-            members: Vec::new(),
-            numel: 0,
-        };
-        for &index in order {
-            let numel = numels[index];
-            if !cur.members.is_empty() && cur.numel + numel > cap(&buckets) {
-                let full = std::mem::replace(
-                    &mut cur,
-                    Bucket {
-                        members: Vec::new(),
-                        numel: 0,
-                    },
-                );
-                buckets.push(full);
-            }
-            cur.members.push(Member {
-                index,
-                offset: cur.numel,
-                numel,
-            });
-            cur.numel += numel;
+                cap
+            };
+            let bucket = fill(numels, (next..end).rev(), cap);
+            end -= bucket.members.len();
+            buckets.push(bucket);
         }
-        if !cur.members.is_empty() {
-            buckets.push(cur);
+        // The tail in issue order: its last bucket first, each from its last member.
+        for mut b in tail.into_iter().rev() {
+            b.members.reverse();
+            let mut offset = 0;
+            for m in &mut b.members {
+                m.offset = offset;
+                offset += m.numel;
+            }
+            buckets.push(b);
         }
         BucketPlan { buckets }
     }
@@ -115,6 +106,28 @@ impl BucketPlan {
     }
 }
 
+/// One bucket of the parameters `indices` yields, in that order, until the next would take
+/// it past `cap` elements (a first parameter always goes in).
+fn fill(numels: &[usize], indices: impl Iterator<Item = usize>, cap: usize) -> Bucket {
+    let mut b = Bucket {
+        members: Vec::new(),
+        numel: 0,
+    };
+    for index in indices {
+        let numel = numels[index];
+        if !b.members.is_empty() && b.numel + numel > cap {
+            break;
+        }
+        b.members.push(Member {
+            index,
+            offset: b.numel,
+            numel,
+        });
+        b.numel += numel;
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,7 +143,7 @@ mod tests {
     #[test]
     fn packs_from_the_last_parameter() {
         // Cap 100 f32 elements = 400 bytes.
-        let p = BucketPlan::new(&[10, 60, 30, 50, 40], 400, 400, 4);
+        let p = BucketPlan::new(&[10, 60, 30, 50, 40], 400, 400, 0, 4);
         assert_eq!(indices(&p), vec![vec![4, 3], vec![2, 1, 0]]);
         assert_eq!(
             p.buckets[1].members,
@@ -157,42 +170,57 @@ mod tests {
 
     #[test]
     fn oversized_parameter_stands_alone() {
-        let p = BucketPlan::new(&[5, 500, 5], 100, 100, 1);
+        let p = BucketPlan::new(&[5, 500, 5], 100, 100, 0, 1);
         assert_eq!(indices(&p), vec![vec![2], vec![1], vec![0]]);
-        assert_eq!(BucketPlan::new(&[], 100, 100, 4).buckets, vec![]);
+        assert_eq!(BucketPlan::new(&[], 100, 100, 0, 4).buckets, vec![]);
         // A cap below one element still places every parameter.
-        assert_eq!(BucketPlan::new(&[1, 2], 3, 3, 4).buckets.len(), 2);
+        assert_eq!(BucketPlan::new(&[1, 2], 3, 3, 0, 4).buckets.len(), 2);
     }
 
     #[test]
     fn first_bucket_is_small() {
         // First bucket 100 bytes (25 elements), the rest 400 (100).
-        let p = BucketPlan::new(&[10, 60, 30, 20, 10], 100, 400, 4);
+        let p = BucketPlan::new(&[10, 60, 30, 20, 10], 100, 400, 0, 4);
         assert_eq!(indices(&p), vec![vec![4], vec![3, 2], vec![1, 0]]);
         // A first cap above the others' is cut to theirs.
-        let q = BucketPlan::new(&[10, 60, 30, 20, 10], 4000, 400, 4);
-        assert_eq!(q, BucketPlan::new(&[10, 60, 30, 20, 10], 400, 400, 4));
+        let q = BucketPlan::new(&[10, 60, 30, 20, 10], 4000, 400, 0, 4);
+        assert_eq!(q, BucketPlan::new(&[10, 60, 30, 20, 10], 400, 400, 0, 4));
     }
 
     #[test]
-    fn packs_in_the_order_given() {
-        let p = BucketPlan::in_order(&[1, 3, 0, 2], &[10, 20, 30, 40], 240, 240, 4);
-        assert_eq!(indices(&p), vec![vec![1, 3], vec![0, 2]]);
+    fn last_buckets_grow_from_the_tail_cap() {
+        // Tail caps 10, 20, 40 elements (40 bytes doubling), then the 100-element cap.
+        let numels = [4, 6, 5, 12, 9, 30, 50, 70, 80];
+        let p = BucketPlan::new(&numels, 400, 400, 40, 4);
+        // From the model's start: [0, 1] (10), [2, 3] (17 ≤ 20), [4, 5] (39 ≤ 40); then from
+        // the end back: [8] (80, then 70 > 100), [7] (70, then 50 > 100), [6] (50).
         assert_eq!(
-            p.bucket_of(5),
-            vec![Some(1), Some(0), Some(1), Some(0), None]
+            indices(&p),
+            vec![
+                vec![8],
+                vec![7],
+                vec![6],
+                vec![5, 4],
+                vec![3, 2],
+                vec![1, 0]
+            ]
         );
+        assert_eq!(p.buckets[3].members[1].offset, 30);
+        assert_eq!(p.bucket_of(10)[9], None);
+        assert_eq!(p.bucket_of(10)[0], Some(5));
+        // A model smaller than the tail cap is one bucket.
+        assert_eq!(BucketPlan::new(&[3, 4], 400, 400, 40, 4).buckets.len(), 1);
     }
 
     proptest! {
         #[test]
         fn plan_invariants(numels in proptest::collection::vec(0usize..5000, 0..60),
                            cap_bytes in 0usize..40_000, first_bytes in 0usize..40_000,
-                           elem in 1usize..5) {
-            let p = BucketPlan::new(&numels, first_bytes, cap_bytes, elem);
+                           tail_bytes in 0usize..10_000, elem in 1usize..5) {
+            let p = BucketPlan::new(&numels, first_bytes, cap_bytes, tail_bytes, elem);
             let cap = cap_bytes / elem;
             let first = first_bytes.min(cap_bytes) / elem;
-            prop_assert_eq!(&p, &BucketPlan::new(&numels, first_bytes, cap_bytes, elem));
+            prop_assert_eq!(&p, &BucketPlan::new(&numels, first_bytes, cap_bytes, tail_bytes, elem));
             // Issue order is the parameters reversed, each exactly once.
             let order: Vec<usize> = indices(&p).concat();
             prop_assert_eq!(order, (0..numels.len()).rev().collect::<Vec<_>>());
@@ -207,12 +235,24 @@ mod tests {
                 }
                 prop_assert_eq!(b.numel, next);
             }
+            // The tail: the last buckets, capped at tail, 2·tail, 4·tail… from the end, each
+            // cap below the common one; before it, the first bucket and then the common cap.
+            let mut tail_caps = Vec::new();
+            let mut c = tail_bytes / elem;
+            while tail_bytes > 0 && c < cap {
+                tail_caps.push(c);
+                c *= 2;
+            }
+            let n = p.buckets.len();
+            let tail_len = tail_caps.len().min(n);
             for (i, b) in p.buckets.iter().enumerate() {
-                let cap = if i == 0 { first } else { cap };
-                prop_assert!(b.numel <= cap || b.members.len() == 1);
-                // Greedy: a bucket closes only when the next parameter would not fit.
-                if let Some(next) = p.buckets.get(i + 1) {
-                    prop_assert!(b.numel + next.members[0].numel > cap);
+                let from_end = n - 1 - i;
+                let in_tail = from_end < tail_len;
+                let cap_i = if in_tail { tail_caps[from_end] } else if i == 0 { first } else { cap };
+                prop_assert!(b.numel <= cap_i || b.members.len() == 1);
+                // Greedy at the head: a bucket closes only when the next parameter would not fit.
+                if !in_tail && i + 1 < n - tail_len {
+                    prop_assert!(b.numel + p.buckets[i + 1].members[0].numel > cap_i);
                 }
             }
         }

@@ -55,11 +55,44 @@ named_choice!(GradCompress, "--grad-compress", {
     Bf16 => "bf16": "gradients all-reduced as bf16 (half the bytes), averaged back in f32",
 });
 
+/// Whether the last gradient buckets (the first layers', done at the end of backward) are
+/// small: see [`BucketPlan::new`] and [`tail_pays`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketTail {
+    /// Chosen from the second epoch's compute and all-reduce times ([`tail_pays`]).
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+named_choice!(BucketTail, "--bucket-tail", {
+    Auto => "auto": "small last buckets when backward outlasts the all-reduce (measured in the second epoch)",
+    On => "on": "the last buckets grow from 1/16 of --bucket-mb, doubling: less all-reduce left after backward",
+    Off => "off": "every bucket --bucket-mb but the first (PyTorch DDP's plan)",
+});
+
+/// Whether small last buckets pay, from one epoch's backward-and-step time and all-reduce
+/// time (transfer and waiting for peers) on the slowest rank, both measured with DDP's plan,
+/// whose last bucket holds `last_share` of the gradient. That bucket holds the first layers'
+/// gradients, done only when backward ends, so its transfer is what nothing hides: with it a
+/// step's all-reduce ends about `max(C, B + last_share·C)` after backward starts (C the
+/// all-reduce, B backward, about two thirds of the compute), with small last buckets about
+/// `max(1.1·C, B)`, the more, smaller transfers costing some 10% (4–18% measured). So the
+/// tail pays when `B > (1.1 − last_share)·C`. (Two H200s as two nodes over sockets,
+/// ResNet-18, `last_share` 0.56: f32 batch 512 per GPU went from 1.30–1.48 s to 1.02–1.27 s an
+/// epoch with the tail; bf16 batch 512 and both precisions at batch 128 lost 4–18%.)
+pub fn tail_pays(compute_s: f64, comm_s: f64, last_share: f64) -> bool {
+    compute_s * 2.0 / 3.0 > (1.1 - last_share) * comm_s
+}
+
 /// How a run's gradients are all-reduced.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReduceConfig {
     /// Bucket cap, MiB (`--bucket-mb`).
     pub bucket_mb: f64,
+    pub tail: BucketTail,
     /// Whether a bucket's all-reduce starts during backward, as soon as its last gradient
     /// is done (else every bucket goes out after backward, in one launch).
     pub overlap: bool,
@@ -70,6 +103,7 @@ impl Default for ReduceConfig {
     fn default() -> Self {
         Self {
             bucket_mb: super::DEFAULT_BUCKET_BYTES as f64 / MIB,
+            tail: BucketTail::Auto,
             overlap: true,
             compress: GradCompress::None,
         }
@@ -82,6 +116,11 @@ pub struct DataParallel {
     coll: Arc<dyn Collective>,
     cfg: ReduceConfig,
     plan: Plan,
+    /// Whether the plan has small last buckets; `None` while `--bucket-tail auto` has not
+    /// chosen yet (DDP's plan meanwhile).
+    tail: Option<bool>,
+    /// Epochs [`DataParallel::choose_tail`] has seen.
+    epochs_seen: usize,
     /// Trainable parameters in model order; bucket members index into it.
     vars: Vec<Var>,
     /// Each trainable parameter's index in `vars`.
@@ -94,18 +133,32 @@ struct Plan {
     bucket_of: Vec<Option<usize>>,
 }
 
+impl Plan {
+    fn new(numels: &[usize], cfg: &ReduceConfig, tail: bool) -> Plan {
+        let cap = (cfg.bucket_mb * MIB).max(4.0) as usize;
+        let tail_bytes = if tail { cap / 16 } else { 0 };
+        let buckets = BucketPlan::new(numels, FIRST_BUCKET_BYTES, cap, tail_bytes, 4);
+        Plan {
+            bucket_of: buckets.bucket_of(numels.len()),
+            buckets,
+        }
+    }
+}
+
 impl DataParallel {
     pub fn new(coll: Arc<dyn Collective>, params: &Params, cfg: ReduceConfig) -> Self {
         let vars: Vec<Var> = params.trainable().map(|p| p.var.clone()).collect();
         let numels: Vec<usize> = vars.iter().map(|v| v.elem_count()).collect();
         let index_of = vars.iter().enumerate().map(|(i, v)| (v.id(), i)).collect();
-        let cap = (cfg.bucket_mb * MIB).max(4.0) as usize;
-        let buckets = BucketPlan::new(&numels, FIRST_BUCKET_BYTES, cap, 4);
+        let tail = match cfg.tail {
+            BucketTail::Auto => None,
+            BucketTail::On => Some(true),
+            BucketTail::Off => Some(false),
+        };
         Self {
-            plan: Plan {
-                bucket_of: buckets.bucket_of(vars.len()),
-                buckets,
-            },
+            plan: Plan::new(&numels, &cfg, tail == Some(true)),
+            tail,
+            epochs_seen: 0,
             coll,
             cfg,
             vars,
@@ -127,6 +180,29 @@ impl DataParallel {
 
     pub fn num_buckets(&self) -> usize {
         self.plan.buckets.buckets.len()
+    }
+
+    /// With `--bucket-tail auto`, after each epoch: after this invocation's second, chooses
+    /// the plan from that epoch's compute and all-reduce seconds ([`tail_pays`]) and returns
+    /// the choice; `None` otherwise (the first epoch's figures hold the warm-up: cuDNN's
+    /// plans, NCCL's connections, and ran at 1.5–14× the second's compute on two H200s), when
+    /// the flag chose, or with one rank. Pass figures every rank has alike (summed or
+    /// gathered), so every rank makes the same plan.
+    pub fn choose_tail(&mut self, compute_s: f64, comm_s: f64) -> Option<bool> {
+        self.epochs_seen += 1;
+        if self.tail.is_some() || self.world() == 1 || self.epochs_seen < 2 {
+            return None;
+        }
+        let buckets = &self.plan.buckets;
+        let last = buckets.buckets.last().map_or(0, |b| b.numel);
+        let last_share = last as f64 / buckets.total_numel().max(1) as f64;
+        let tail = tail_pays(compute_s, comm_s, last_share);
+        self.tail = Some(tail);
+        if tail {
+            let numels: Vec<usize> = self.vars.iter().map(|v| v.elem_count()).collect();
+            self.plan = Plan::new(&numels, &self.cfg, true);
+        }
+        Some(tail)
     }
 
     /// Rank 0's weights and buffers on every rank (and so identical models everywhere).
@@ -361,8 +437,9 @@ mod tests {
         #[test]
         fn buckets_go_out_in_plan_order(numels in proptest::collection::vec(1usize..300, 1..40),
                                         cap in 1usize..2000, first in 1usize..2000,
+                                        tail in 0usize..500,
                                         done in proptest::collection::vec(any::<prop::sample::Index>(), 0..40)) {
-            let plan = BucketPlan::new(&numels, first, cap, 4);
+            let plan = BucketPlan::new(&numels, first, cap, tail, 4);
             let bucket_of = plan.bucket_of(numels.len());
             let mut sched = Schedule::new(&plan);
             let mut left: Vec<usize> = (0..numels.len()).collect();
@@ -384,6 +461,20 @@ mod tests {
             prop_assert_eq!(issued, (0..plan.buckets.len()).collect::<Vec<_>>());
             prop_assert!(sched.rest().is_empty());
         }
+    }
+
+    #[test]
+    fn small_last_buckets_only_where_backward_outlasts_the_all_reduce() {
+        // Per step on two H200s over sockets (ResNet-18, last bucket 56%): f32 batch 512
+        // computes ~20 ms against an 11.5–17 ms all-reduce; bf16 batch 512 ~8.7 ms; f32
+        // batch 128 ~7.3 ms against ~13.7 ms.
+        assert!(tail_pays(20.0, 11.5, 0.56));
+        assert!(tail_pays(20.0, 17.0, 0.56));
+        assert!(!tail_pays(8.7, 11.5, 0.56));
+        assert!(!tail_pays(7.3, 13.7, 0.56));
+        // One bucket in all: its transfer is all exposed whatever the compute.
+        assert!(tail_pays(1.0, 1.0, 1.0));
+        assert!(!tail_pays(0.0, 1.0, 0.56));
     }
 
     /// candle's hook reports each variable once, with the gradient backward ends up with

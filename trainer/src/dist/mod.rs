@@ -17,7 +17,9 @@ mod watchdog;
 
 pub use bucket::{Bucket, BucketPlan, Member, DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES};
 pub use collective::{thread_group, Collective, CommStats, Finished, InFlight, Solo, ThreadRank};
-pub use data_parallel::{BnMode, DataParallel, GradCompress, ReduceConfig, Reducer, Schedule};
+pub use data_parallel::{
+    tail_pays, BnMode, BucketTail, DataParallel, GradCompress, ReduceConfig, Reducer, Schedule,
+};
 pub use env::{
     free_local_port, gpu_of, launched_at, restarts, DistEnv, Origin, RankVars, LAUNCHED_AT_VAR,
     MAX_RESTARTS_VAR, RESTART_COUNT_VAR,

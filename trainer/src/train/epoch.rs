@@ -37,6 +37,13 @@ impl Trainer {
         let _ = self.dp.collective().take_stats()?;
         let pass = self.pass(loader, opts)?;
         let (mut times, ranks) = self.epoch_times(pass.times, &pass.clock, opts)?;
+        // Every rank holds every rank's times: the slowest rank's decide, alike everywhere.
+        let slowest =
+            |f: fn(&crate::metrics::RankTimes) -> f64| ranks.iter().map(f).fold(0.0, f64::max);
+        let bucket_tail = self.dp.choose_tail(
+            slowest(|r| r.compute_s),
+            slowest(|r| r.comm_s + r.comm_wait_s),
+        );
         let t = &pass.tally;
         let totals = self
             .dp
@@ -62,6 +69,7 @@ impl Trainer {
             times,
             world: self.dp.world(),
             ranks,
+            bucket_tail,
         })
     }
 

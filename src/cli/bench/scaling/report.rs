@@ -373,9 +373,11 @@ mod tests {
             md.contains("| f32 | 100 | 4.000 | 250 | 2.000 | 2.00 |"),
             "{md}"
         );
-        // compute 90%, all-reduce 10% of the epoch, ratio 2.50
+        // compute 90%, all-reduce 10% of the epoch, half of it exposed, ratio 2.50
         assert!(
-            md.contains("| f32 | 100 | 2 | 2.250 | 0.250 | 10.0% | 0.000 | 0.000 | 2.50 |"),
+            md.contains(
+                "| f32 | 100 | 2 | 2.250 | 0.250 | 10.0% | 0.000 | 0.125 | 50% | 0.000 | 2.50 |"
+            ),
             "{md}"
         );
     }
