@@ -21,9 +21,15 @@ fn small_split() -> DataSplit {
 }
 
 /// LeNet has no batch norm, so splitting a batch over ranks changes nothing but the order of
-/// float sums; augmentation is off because its random stream depends on the rank.
+/// float sums.
 fn config(batch: usize) -> TrainConfig {
-    let mut c = TrainConfig::new(ModelKind::LENET, "bundled");
+    config_of(ModelKind::LENET, batch)
+}
+
+/// Two epochs, lr 0.05, seed 5; augmentation is off because its random stream depends on the
+/// rank.
+fn config_of(kind: ModelKind, batch: usize) -> TrainConfig {
+    let mut c = TrainConfig::new(kind, "bundled");
     c.epochs = 2;
     c.batch_size = batch;
     c.lr = 0.05;
@@ -153,12 +159,7 @@ fn tiny_split() -> DataSplit {
 
 /// ResNet-8: shortcut convs and batch norm, 27 parameters in many small buckets.
 fn resnet8(batch: usize) -> TrainConfig {
-    let mut c = TrainConfig::new(ModelKind::RESNET8, "bundled");
-    c.epochs = 2;
-    c.batch_size = batch;
-    c.lr = 0.05;
-    c.seed = 3;
-    c.augment = false;
+    let mut c = config_of(ModelKind::RESNET8, batch);
     // Small buckets: several per step, some closed by the first-bucket cap.
     c.bucket_mb = 0.05;
     c
