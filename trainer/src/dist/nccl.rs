@@ -49,7 +49,7 @@ pub struct Nccl {
     stream: Arc<CudaStream>,
     /// Every collective of this process, in the order they are issued.
     comm_stream: Arc<CudaStream>,
-    pending: Arc<Mutex<Pending>>,
+    pending: Mutex<Pending>,
     watch: Arc<Watch>,
     /// One float for the all-reduce that lines the ranks up before each timed transfer.
     tiny: CudaSlice<f32>,
@@ -213,7 +213,7 @@ impl Nccl {
             world: env.world,
             stream,
             comm_stream,
-            pending: Arc::new(Mutex::new(Pending::default())),
+            pending: Mutex::new(Pending::default()),
             watch,
         })
     }
@@ -470,7 +470,7 @@ impl Nccl {
         drop(guards);
         Ok(Started {
             outs,
-            inputs: ts.to_vec(),
+            _inputs: ts.to_vec(),
             done: Some(done),
             compute: self.stream.clone(),
             exposed,
@@ -481,9 +481,9 @@ impl Nccl {
 /// Collectives queued on the communication stream ([`Nccl::collective`]).
 struct Started {
     outs: Vec<Tensor>,
-    /// Held until candle's stream waits for `done`: their memory, freed on candle's stream,
-    /// could otherwise be handed to a kernel while the transfer still reads it.
-    inputs: Vec<Tensor>,
+    /// Held (dropped with this, after candle's stream waits for `done`): their memory, freed
+    /// on candle's stream, could otherwise be handed to a kernel while the transfer reads it.
+    _inputs: Vec<Tensor>,
     done: Option<Arc<CudaEvent>>,
     compute: Arc<CudaStream>,
     exposed: Arc<Mutex<Option<[CudaEvent; 2]>>>,
@@ -493,7 +493,7 @@ impl Started {
     fn none(n: &Nccl) -> Started {
         Started {
             outs: Vec::new(),
-            inputs: Vec::new(),
+            _inputs: Vec::new(),
             done: None,
             compute: n.stream.clone(),
             exposed: Arc::new(Mutex::new(None)),
@@ -502,20 +502,29 @@ impl Started {
 }
 
 impl InFlight for Started {
-    fn wait(self: Box<Self>) -> candle_core::Result<Vec<Tensor>> {
-        let Some(done) = &self.done else {
-            return Ok(self.outs);
+    fn wait(mut self: Box<Self>) -> candle_core::Result<Vec<Tensor>> {
+        let Some(done) = self.done.take() else {
+            return Ok(std::mem::take(&mut self.outs));
         };
         let wrap = candle_core::Error::wrap;
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
         let before = self.compute.record_event(timing).map_err(wrap)?;
-        self.compute.wait(done).map_err(wrap)?;
+        self.compute.wait(&done).map_err(wrap)?;
         let after = self.compute.record_event(timing).map_err(wrap)?;
         if let Ok(mut e) = self.exposed.lock() {
             *e = Some([before, after]);
         }
-        drop(self.inputs);
-        Ok(self.outs)
+        Ok(std::mem::take(&mut self.outs))
+    }
+}
+
+impl Drop for Started {
+    /// Dropped unwaited (a step that failed midway): candle's stream still waits for the
+    /// transfer before the inputs' memory can go back to it.
+    fn drop(&mut self) {
+        if let Some(done) = &self.done {
+            let _ = self.compute.wait(done);
+        }
     }
 }
 
