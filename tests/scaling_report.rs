@@ -14,7 +14,7 @@ fn timing(g: usize, b: usize, precision: &str, s: f64, peer: Value) -> Value {
     json!({
         "gpus": g, "batch": b, "precision": precision, "images": 50000,
         "epoch_s": s, "img_per_s": 50000.0 / s, "steps": 50000 / (b * g),
-        "compute_s": 0.9 * s, "comm_s": 0.05 * s, "wait_s": 0.05 * s, "data_s": 0.001,
+        "compute_s": 0.9 * s, "comm_s": 0.05 * s, "wait_s": 0.05 * s, "exposed_s": 0.05 * s, "data_s": 0.001,
         "busbw_gbs": if g > 1 { json!(150.0) } else { Value::Null },
         "oom": false, "error": null, "peer_epoch_s": peer,
     })
@@ -78,8 +78,8 @@ fn render_shows_f32_and_bf16_each_against_its_own_peer_row() {
         // bf16 b512: 1/0.52 = 1.92 (96%); PyTorch 0.8/0.5 = 1.60; ratio 0.52/0.5 = 1.04
         "| bf16 | 512 | 2 | 0.520 | 1.92 | 96% |",
         "| 0.500 | 1.60 | 1.04 |",
-        // compute vs communication, with the ratio
-        "| f32 | 512 | 2 | 0.900 | 0.050 | 5.0% | 0.050 | 0.001 | 0.80 |",
+        // compute vs communication: half the all-reduce and wait exposed, with the ratio
+        "| f32 | 512 | 2 | 0.900 | 0.050 | 5.0% | 0.050 | 0.050 | 50% | 0.001 | 0.80 |",
         // bandwidth: 150 of 300 GB/s
         "| bf16 | 512 | 2 | 150.0 | 300.0 | 50% |",
     ] {

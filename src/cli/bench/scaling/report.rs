@@ -256,7 +256,7 @@ fn compute_vs_communication(s: &mut String, r: &Report) {
             opt(share, 1),
             opt(t.wait_s, 3),
             opt(t.exposed_s, 3),
-            hidden.as_deref().unwrap_or("-"),
+            hidden.as_deref().unwrap_or("–"),
             opt(t.data_s, 3),
             opt(ratio(t.epoch_s, t.peer_epoch_s), 2)
         );
