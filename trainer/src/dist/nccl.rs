@@ -25,7 +25,7 @@ use candle_core::cuda_backend::CudaDType;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Device, Storage, Tensor};
 
-use super::collective::{Collective, CommMarks, CommStats, InFlight};
+use super::collective::{Collective, CommMarks, CommStats, Finished, InFlight};
 use super::watchdog;
 use super::{share_bytes, DistEnv};
 use crate::step_clock::{host_us, DeviceClock};
@@ -356,9 +356,13 @@ impl Nccl {
     /// bf16), as one NCCL group on the communication stream: NCCL fuses the calls into one
     /// launch, so the buckets of a step move at the bandwidth of one message of their total
     /// size. Collectives are issued in `ts` order.
-    fn collective(&self, ts: &[Tensor], root: Option<usize>) -> candle_core::Result<Started> {
+    fn collective(
+        &self,
+        ts: &[Tensor],
+        root: Option<usize>,
+    ) -> candle_core::Result<Box<dyn InFlight>> {
         let Some(first) = ts.first() else {
-            return Ok(Started::none(self));
+            return Ok(Box::new(Finished(Vec::new())));
         };
         let dtype = first.dtype();
         if ts.iter().any(|t| t.dtype() != dtype) {
@@ -376,7 +380,7 @@ impl Nccl {
         ts: &[Tensor],
         root: Option<usize>,
         ty: ns::ncclDataType_t,
-    ) -> candle_core::Result<Started> {
+    ) -> candle_core::Result<Box<dyn InFlight>> {
         let guards: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
         let mut srcs = Vec::with_capacity(ts.len());
         let mut dev = None;
@@ -391,7 +395,7 @@ impl Nccl {
             dev.get_or_insert_with(|| cs.device.clone());
         }
         let Some(dev) = dev else {
-            return Ok(Started::none(self));
+            return Ok(Box::new(Finished(Vec::new())));
         };
         // Allocated on candle's stream, before the event the communication stream waits for.
         let mut dsts = srcs
@@ -407,14 +411,13 @@ impl Nccl {
         // the bottleneck the device reaches each mark as soon as it is queued, and host work
         // between the marks would count as transfer time.
         let [arrived, start, done] = [self.new_event()?, self.new_event()?, self.new_event()?];
-        let inputs_ready = self.new_event()?;
         let wrap = candle_core::Error::wrap;
         let cu = comm.cu_stream() as ns::cudaStream_t;
         let (f32_ty, sum) = (ns::ncclDataType_t::ncclFloat32, ns::ncclRedOp_t::ncclSum);
         let _inside = self.watch.enter();
         let host = host_us();
-        inputs_ready.record(&self.stream).map_err(wrap)?;
-        comm.wait(&inputs_ready).map_err(wrap)?;
+        comm.wait(&self.stream.record_event(None).map_err(wrap)?)
+            .map_err(wrap)?;
         arrived.record(comm).map_err(wrap)?;
         if root.is_none() {
             // Ranks reach a collective at different times; a one-float all-reduce absorbs the
@@ -468,13 +471,13 @@ impl Nccl {
             })
             .collect();
         drop(guards);
-        Ok(Started {
+        Ok(Box::new(Started {
             outs,
             _inputs: ts.to_vec(),
             done: Some(done),
             compute: self.stream.clone(),
             exposed,
-        })
+        }))
     }
 }
 
@@ -487,18 +490,6 @@ struct Started {
     done: Option<Arc<CudaEvent>>,
     compute: Arc<CudaStream>,
     exposed: Arc<Mutex<Option<[CudaEvent; 2]>>>,
-}
-
-impl Started {
-    fn none(n: &Nccl) -> Started {
-        Started {
-            outs: Vec::new(),
-            _inputs: Vec::new(),
-            done: None,
-            compute: n.stream.clone(),
-            exposed: Arc::new(Mutex::new(None)),
-        }
-    }
 }
 
 impl InFlight for Started {
@@ -528,6 +519,19 @@ impl Drop for Started {
     }
 }
 
+impl Nccl {
+    /// When candle's stream began and ended waiting for `t`'s result, µs on the host clock;
+    /// `None` before anything waited for it.
+    fn exposed_span(&self, t: &Timed) -> candle_core::Result<Option<[f64; 2]>> {
+        match t.exposed.lock().ok().as_deref() {
+            Some(Some([before, after])) => {
+                Ok(Some([self.origin.at(before)?, self.origin.at(after)?]))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
 impl Collective for Nccl {
     fn rank(&self) -> usize {
         self.rank
@@ -539,21 +543,22 @@ impl Collective for Nccl {
         Ok(self.all_reduce_sum_many(std::slice::from_ref(t))?.remove(0))
     }
     fn all_reduce_sum_many(&self, ts: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
-        Box::new(self.collective(ts, None)?).wait()
+        self.collective(ts, None)?.wait()
     }
     fn all_reduce_start(&self, ts: &[Tensor]) -> candle_core::Result<Box<dyn InFlight>> {
-        Ok(Box::new(self.collective(ts, None)?))
+        self.collective(ts, None)
     }
     fn broadcast(&self, t: &Tensor, root: usize) -> candle_core::Result<Tensor> {
-        let started = self.collective(std::slice::from_ref(t), Some(root))?;
-        Ok(Box::new(started).wait()?.remove(0))
+        Ok(self
+            .collective(std::slice::from_ref(t), Some(root))?
+            .wait()?
+            .remove(0))
     }
     fn take_stats(&self) -> candle_core::Result<CommStats> {
         let timed = match self.pending.lock() {
             Ok(mut p) => std::mem::take(&mut p.timed),
             Err(_) => Vec::new(),
         };
-        let wrap = candle_core::Error::wrap;
         let mut s = CommStats::default();
         for t in timed {
             let wait = t
@@ -564,16 +569,13 @@ impl Collective for Nccl {
                 .synchronised
                 .elapsed_ms(&t.done)
                 .map_err(candle_core::Error::wrap)?;
-            let exposed = match t.exposed.lock().ok().as_deref() {
-                Some(Some([before, after])) => before.elapsed_ms(after).map_err(wrap)?,
-                _ => 0.0,
-            };
+            let exposed_us = self.exposed_span(&t)?.map_or(0.0, |[a, b]| b - a);
             s.add(CommStats {
                 calls: 1,
                 bytes: t.bytes,
                 seconds: ms as f64 / 1e3,
                 wait_s: wait as f64 / 1e3,
-                exposed_s: exposed as f64 / 1e3,
+                exposed_s: exposed_us / 1e6,
             });
         }
         Ok(s)
@@ -586,12 +588,7 @@ impl Collective for Nccl {
             .iter()
             .map(|t| {
                 let dev_end = self.origin.at(&t.done)?;
-                let [exposed_start, exposed_end] = match t.exposed.lock().ok().as_deref() {
-                    Some(Some([before, after])) => {
-                        [self.origin.at(before)?, self.origin.at(after)?]
-                    }
-                    _ => [dev_end; 2],
-                };
+                let [exposed_start, exposed_end] = self.exposed_span(t)?.unwrap_or([dev_end; 2]);
                 Ok(CommMarks {
                     host: t.host,
                     dev_arrived: self.origin.at(&t.arrived)?,
