@@ -51,10 +51,11 @@ impl BucketPlan {
     ) -> BucketPlan {
         let elem = elem_bytes.max(1);
         let cap = bucket_bytes / elem;
-        // The tail, packed from the model's first parameter on with caps 1, 2, 4… × tail.
+        // The tail, packed from the model's first parameter on with caps 1, 2, 4… × tail
+        // (at least one element, so that the caps grow).
         let mut next = 0;
         let mut tail: Vec<Bucket> = Vec::new();
-        let mut tail_cap = tail_bytes / elem;
+        let mut tail_cap = (tail_bytes / elem).max(1);
         while tail_bytes > 0 && tail_cap < cap && next < numels.len() {
             let bucket = fill(numels, next..numels.len(), tail_cap);
             next += bucket.members.len();
@@ -210,6 +211,12 @@ mod tests {
         assert_eq!(p.bucket_of(10)[0], Some(5));
         // A model smaller than the tail cap is one bucket.
         assert_eq!(BucketPlan::new(&[3, 4], 400, 400, 40, 4).buckets.len(), 1);
+        // A tail under one element is one element, doubling: caps 1, 2, 4, then 8.
+        let p = BucketPlan::new(&[1, 1, 2, 3, 1, 8], 32, 32, 1, 4);
+        assert_eq!(
+            indices(&p),
+            vec![vec![5], vec![4, 3], vec![2], vec![1], vec![0]]
+        );
     }
 
     proptest! {
@@ -238,7 +245,7 @@ mod tests {
             // The tail: the last buckets, capped at tail, 2·tail, 4·tail… from the end, each
             // cap below the common one; before it, the first bucket and then the common cap.
             let mut tail_caps = Vec::new();
-            let mut c = tail_bytes / elem;
+            let mut c = (tail_bytes / elem).max(1);
             while tail_bytes > 0 && c < cap {
                 tail_caps.push(c);
                 c *= 2;
