@@ -135,11 +135,12 @@ pub const FC_EPI_BYTES: usize = 1024;
 /// lanes pair them).
 ///
 /// Two forms of the requantization: the short one where every row of the block has n in
-/// [33, 61] ([`FusedRequant`]'s n; the usual shifts, from −2 down) and |acc + bias| < 2^30
-/// for any input, from `BIAS`, `M0` and, in the single rounding, `R_HI` (round >> 32) and
-/// `N_HI` (n − 32), in the double `ROUND` and `N_HI`; else [`HighRequant`]'s, from `BIAS`,
-/// `M0`, `ACC_MIN`, `ACC_MAX`, `LS`, `N`, `PRE`, `ROUND` and `CORR`. `HI` (one i32) says
-/// which.
+/// [33, 53] ([`FusedRequant`]'s n; the usual shifts, from −2 down), |acc + bias| < 2^30 for
+/// any input and the output's zero point in [−128, 128], from `BIAS`, `M0` and, in the single
+/// rounding, `R_HI` (round >> 32) and `N_HI` (n − 32), in the double `ROUND` and `N_HI`, its
+/// rounding terms holding the zero point too (z·2^n: the sums come out with it added); else
+/// [`HighRequant`]'s, from `BIAS`, `M0`, `ACC_MIN`, `ACC_MAX`, `LS`, `N`, `PRE`, `ROUND` and
+/// `CORR`, the zero point added after. `HI` (one i32) says which.
 pub struct FcEpi;
 
 impl FcEpi {
@@ -395,8 +396,9 @@ fn pack_blocks(
         let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
         epi.fill(0);
         let mut put = |at: usize, v: &[u8]| epi[at..at + v.len()].copy_from_slice(v);
-        let mut hi = true;
-        for r in 0..rows {
+        let mut hi = p.out.zero_point.unsigned_abs() <= 128;
+        let mut fused = [FusedRequant::default(); FC_BLOCK_ROWS];
+        for (r, fused) in fused.iter_mut().enumerate() {
             let j = b * rows + r;
             // The layer's bias, and the one stored (less 128·Σw for a conv's u8 input).
             let (bias, stored, m0, sh) = if j < p.n {
@@ -415,9 +417,11 @@ fn pack_blocks(
             };
             let f = FusedRequant::new(m0, sh, p.out.rounding);
             let h = HighRequant::new(m0, sh, p.out.rounding);
-            // The short form's double rounding shifts (P + round) by 31 into an i32: room
-            // for it where |acc + bias| < 2^30 and n ≤ 61 (`short_double`).
-            hi &= f.n >= 33 && f.n <= 61 && sums + (bias.unsigned_abs() as u64) < 1 << 30;
+            // The short form's double rounding shifts (P + round + z·2^n) by 31 into an i32:
+            // room for it where |acc + bias| < 2^30 (|P| < 2^61), n ≤ 53 and |z| ≤ 128
+            // (`short_double`).
+            hi &= f.n >= 33 && f.n <= 53 && sums + (bias.unsigned_abs() as u64) < 1 << 30;
+            *fused = f;
             put(FcEpi::BIAS + 4 * r, &stored.to_le_bytes());
             put(FcEpi::M0 + 4 * r, &f.m0.to_le_bytes());
             put(FcEpi::R_HI + 4 * r, &((f.round >> 32) as i32).to_le_bytes());
@@ -433,6 +437,17 @@ fn pack_blocks(
             put(FcEpi::CORR + lane, &h.corr.to_le_bytes());
         }
         put(FcEpi::HI, &(hi as i32).to_le_bytes());
+        if hi {
+            // The short form's rounding terms with the zero point: z·2^n, a multiple of 2^33,
+            // leaves the terms' low halves as they were.
+            let z = p.out.zero_point as i64;
+            for (r, f) in fused.iter().enumerate() {
+                let round = f.round + (z << f.n);
+                put(FcEpi::R_HI + 4 * r, &((round >> 32) as i32).to_le_bytes());
+                let lane = 8 * ((r % 2) * 8 + r / 2);
+                put(FcEpi::ROUND + lane, &round.to_le_bytes());
+            }
+        }
         for (s, step) in w.chunks_exact_mut(FC_STEP * rows).enumerate() {
             for (r, lane) in step.chunks_exact_mut(FC_STEP).enumerate() {
                 let j = b * rows + r;

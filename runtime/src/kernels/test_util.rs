@@ -102,10 +102,11 @@ impl LayerData {
             Rounding::Double
         };
         let zo = rng.range(-128, 127) as i32;
-        let (lo, hi) = if rng.next().is_multiple_of(2) {
-            (zo, 127)
-        } else {
-            (rng.range(-128, 0) as i32, rng.range(0, 127) as i32)
+        // ReLU, none (the i8 range: kernels may leave that clamp to their narrowing), or any.
+        let (lo, hi) = match rng.next() % 4 {
+            0 | 1 => (zo, 127),
+            2 => (-128, 127),
+            _ => (rng.range(-128, 0) as i32, rng.range(0, 127) as i32),
         };
         l.out = OutputQuant {
             zero_point: zo,

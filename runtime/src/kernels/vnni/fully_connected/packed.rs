@@ -296,18 +296,25 @@ impl BlockEpi {
         if !self.hi {
             return requant(x, self.e, lim);
         }
+        // The short form's rounding terms hold the zero point.
         if !double {
-            return lim.finish(short_requant::<false>(x, self.m0, self.r_hi, self.n_hi));
+            return lim.clamp(short_requant::<false>(x, self.m0, self.r_hi, self.n_hi));
         }
-        lim.finish(short_double(x, self.m0, self.m0_odd, self.round, self.rs))
+        lim.clamp(short_double(x, self.m0, self.m0_odd, self.round, self.rs))
     }
 }
 
-/// The output clamp, less the zero point, and the zero point.
+/// The output clamp, less the zero point, and the zero point (the general form); the clamp
+/// itself and which of its sides the narrowing's saturation does not already give (the short
+/// form, whose values hold the zero point).
 pub(crate) struct Limits {
     lo: __m512i,
     hi: __m512i,
     zo: __m512i,
+    act_min: __m512i,
+    act_max: __m512i,
+    clamp_min: bool,
+    clamp_max: bool,
 }
 
 impl Limits {
@@ -321,7 +328,26 @@ impl Limits {
             lo: _mm512_set1_epi32(out.act_min.max(-128).saturating_sub(zo)),
             hi: _mm512_set1_epi32(out.act_max.min(127).saturating_sub(zo)),
             zo: _mm512_set1_epi32(zo),
+            act_min: _mm512_set1_epi32(out.act_min.max(-128)),
+            act_max: _mm512_set1_epi32(out.act_max.min(127)),
+            // ReLU's lower side at the zero point −128, and no activation, are the i8 range.
+            clamp_min: out.act_min > -128,
+            clamp_max: out.act_max < 127,
         }
+    }
+
+    /// Requantized values that hold the zero point clamped, as bytes: only the sides of the
+    /// clamp inside the i8 range cost an instruction.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn clamp(&self, mut r: __m512i) -> __m128i {
+        if self.clamp_min {
+            r = _mm512_max_epi32(r, self.act_min);
+        }
+        if self.clamp_max {
+            r = _mm512_min_epi32(r, self.act_max);
+        }
+        _mm512_cvtsepi32_epi8(r)
     }
 
     /// The requantized values clamped, with the zero point, as bytes.
