@@ -19,7 +19,7 @@ use crate::requant::{OutputQuant, Rounding};
 
 /// Images per pass at most (then 4, then one by one).
 const J: usize = 8;
-const PF: usize = 512;
+const PF: usize = 256;
 
 /// Every image of `imgs` through layer `p` from its packed weights `w` (at least
 /// `PackedFc::bytes`, `p` covered; inputs and outputs checked by the caller).
