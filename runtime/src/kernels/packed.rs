@@ -17,7 +17,7 @@
 //! firmware's build script may also write ahead of time, for flash (`model::packed_image`).
 
 use super::{ConvParams, DepthwiseParams, FcParams, Resolved, TfliteAddParams, TfliteAddTables};
-use crate::requant::{FusedRequant, HighRequant};
+use crate::requant::{FusedRequant, HighRequant, Rounding};
 
 /// One op's packed weights and their layout (only the kernels of that layout read them);
 /// empty where none.
@@ -130,6 +130,10 @@ pub const FC_STEP: usize = 4;
 /// Bytes of one block's requantization constants ([`FcEpi`]).
 pub const FC_EPI_BYTES: usize = 1024;
 
+/// What the double rounding's short form adds to the sums (`FcEpi::BIAS`), so that they are
+/// positive i32: |acc + bias| < 2^30 there.
+pub const DOUBLE_OFFSET: i32 = 1 << 30;
+
 /// Where [`PackedFc`]'s constants lie in a block, in bytes: tables of [`FC_BLOCK_ROWS`]
 /// little-endian i32 (one per row) or 16 i64 (the even rows', then the odd ones', as 64-bit
 /// lanes pair them).
@@ -138,7 +142,9 @@ pub const FC_EPI_BYTES: usize = 1024;
 /// [33, 53] ([`FusedRequant`]'s n; the usual shifts, from −2 down), |acc + bias| < 2^30 for
 /// any input and the output's zero point in [−128, 128], from `BIAS`, `M0` and, in the single
 /// rounding, `R_HI` (round >> 32) and `N_HI` (n − 32), in the double `ROUND` and `N_HI`, its
-/// rounding terms holding the zero point too (z·2^n: the sums come out with it added); else
+/// rounding terms holding the zero point too (z·2^n: the sums come out with it added) and, in
+/// the double rounding, in its unsigned form (`BIAS` plus [`DOUBLE_OFFSET`], `M0` as 2·M0,
+/// `ROUND` as 2·round − 2^31·M0 − 2^32: `vnni::short_requant::short_double`); else
 /// [`HighRequant`]'s, from `BIAS`, `M0`, `ACC_MIN`, `ACC_MAX`, `LS`, `N`, `PRE`, `ROUND` and
 /// `CORR`, the zero point added after. `HI` (one i32) says which.
 pub struct FcEpi;
@@ -397,7 +403,7 @@ fn pack_blocks(
         epi.fill(0);
         let mut put = |at: usize, v: &[u8]| epi[at..at + v.len()].copy_from_slice(v);
         let mut hi = p.out.zero_point.unsigned_abs() <= 128;
-        let mut fused = [FusedRequant::default(); FC_BLOCK_ROWS];
+        let mut fused = [(FusedRequant::default(), 0i32); FC_BLOCK_ROWS];
         for (r, fused) in fused.iter_mut().enumerate() {
             let j = b * rows + r;
             // The layer's bias, and the one stored (less 128·Σw for a conv's u8 input).
@@ -417,11 +423,14 @@ fn pack_blocks(
             };
             let f = FusedRequant::new(m0, sh, p.out.rounding);
             let h = HighRequant::new(m0, sh, p.out.rounding);
-            // The short form's double rounding shifts (P + round + z·2^n) by 31 into an i32:
-            // room for it where |acc + bias| < 2^30 (|P| < 2^61), n ≤ 53 and |z| ≤ 128
-            // (`short_double`).
-            hi &= f.n >= 33 && f.n <= 53 && sums + (bias.unsigned_abs() as u64) < 1 << 30;
-            *fused = f;
+            // The short form's double rounding takes 2·(P + round + z·2^n) >> 32 into an i32
+            // and the sums offset by 2^30 as unsigned: room for it where |acc + bias| < 2^30
+            // (|P| < 2^61), n ≤ 53, |z| ≤ 128 and M0 ≥ 0 (`short_double`).
+            hi &= f.n >= 33
+                && f.n <= 53
+                && f.m0 >= 0
+                && sums + (bias.unsigned_abs() as u64) < 1 << 30;
+            *fused = (f, stored);
             put(FcEpi::BIAS + 4 * r, &stored.to_le_bytes());
             put(FcEpi::M0 + 4 * r, &f.m0.to_le_bytes());
             put(FcEpi::R_HI + 4 * r, &((f.round >> 32) as i32).to_le_bytes());
@@ -441,11 +450,22 @@ fn pack_blocks(
             // The short form's rounding terms with the zero point: z·2^n, a multiple of 2^33,
             // leaves the terms' low halves as they were.
             let z = p.out.zero_point as i64;
-            for (r, f) in fused.iter().enumerate() {
+            for (r, &(f, stored)) in fused.iter().enumerate() {
                 let round = f.round + (z << f.n);
-                put(FcEpi::R_HI + 4 * r, &((round >> 32) as i32).to_le_bytes());
                 let lane = 8 * ((r % 2) * 8 + r / 2);
-                put(FcEpi::ROUND + lane, &round.to_le_bytes());
+                if p.out.rounding == Rounding::Single {
+                    put(FcEpi::R_HI + 4 * r, &((round >> 32) as i32).to_le_bytes());
+                    put(FcEpi::ROUND + lane, &round.to_le_bytes());
+                    continue;
+                }
+                // The double rounding's unsigned form (`short_double`): the sums from
+                // x + 2^30, 2·M0 as u32, and 2·round less the offset's product and 2^32 (the
+                // sign's correction then adds [x ≥ 0]).
+                let offset = stored.wrapping_add(DOUBLE_OFFSET);
+                put(FcEpi::BIAS + 4 * r, &offset.to_le_bytes());
+                put(FcEpi::M0 + 4 * r, &(2 * f.m0 as u32).to_le_bytes());
+                let r2 = 2 * round - ((f.m0 as i64) << 31) - (1 << 32);
+                put(FcEpi::ROUND + lane, &r2.to_le_bytes());
             }
         }
         for (s, step) in w.chunks_exact_mut(FC_STEP * rows).enumerate() {
@@ -669,8 +689,15 @@ mod tests {
         assert_eq!(w(1, 2, 2, 1), (p.weights[18 * 10 + 9] as u8) ^ 0x80);
         assert_eq!(w(1, 2, 2, 2), 0, "past K");
         assert_eq!(w(1, 0, 3, 0), 0, "past N");
-        let bias = i32::from_le_bytes(buf[l.block_bytes() + 8..][..4].try_into().unwrap());
-        assert_eq!(bias, p.bias.get(18));
+        let word =
+            |at: usize| i32::from_le_bytes(buf[l.block_bytes() + at..][..4].try_into().unwrap());
+        // The double rounding's short form takes the sums offset to be positive.
+        let offset = if word(FcEpi::HI) == 1 && p.out.rounding == Rounding::Double {
+            DOUBLE_OFFSET
+        } else {
+            0
+        };
+        assert_eq!(word(8), p.bias.get(18).wrapping_add(offset));
         // Outputs from a block's start keep the packed blocks from there; others none.
         let packed = Packed {
             layout: Layout::VnniFc,

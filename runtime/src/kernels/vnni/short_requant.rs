@@ -1,10 +1,10 @@
 //! The short form of the i32-lane requantization on 16 lanes, for lanes whose n is at least 33
 //! (`FusedRequant`'s n: the usual shifts, from −2 down; `HighRequant`'s form without the
 //! accumulator's bound and shifts): what the packed fully connected layer and the x86
-//! depthwise conv's AVX-512 form share. [`short_double`] is the double rounding in two
-//! instructions fewer where the sums are bounded (|x| < 2^30, n ≤ 61): the packed layouts check
-//! that at packing (`FcEpi`) and take it; the depthwise conv's constants do not, and it keeps
-//! [`short_requant`]'s.
+//! depthwise conv's AVX-512 form share. [`short_double`] is the double rounding in three
+//! instructions fewer where the sums are bounded (|x| < 2^30, n ≤ 53, M0 ≥ 0) and offset to be
+//! positive: the packed layouts check that at packing (`FcEpi`) and take it; the depthwise
+//! conv's constants do not, and it keeps [`short_requant`]'s.
 
 use core::arch::x86_64::*;
 
@@ -42,30 +42,33 @@ pub(crate) unsafe fn short_requant<const DOUBLE: bool>(
     _mm512_srav_epi32(_mm512_add_epi32(high, r_hi), n_hi)
 }
 
-/// The double rounding `(P + round − [x < 0]·2^31) >> n` (P = x·M0) as `((P + round) >> 31 −
-/// [x < 0]) >> (n − 31)`: the sign's correction after the 64-bit sums' bits 31–62 are gathered,
-/// two instructions fewer than [`short_requant`]'s before them. `m0_odd` is M0 of the odd lanes
-/// in the even halves, `round` the rounding terms of the even and odd lanes (64-bit), `rs` =
-/// n − 31. Exact where |x| < 2^30 and n ≤ 61 (the gathered bits fit an i32). Before the
-/// output's clamp and zero point.
+/// The double rounding `(P + round − [x < 0]·2^31) >> n` (P = x·M0) as `(V >> 32 + [x ≥ 0])
+/// >> (n − 31)`, V = 2·(P + round) − 2^32 computed from the sums offset to `u = x + 2^30`
+/// (positive: |x| < 2^30) as `u·2M0 + (2·round − 2^31·M0 − 2^32)` in unsigned 64-bit
+/// products, so that the results are the products' high halves, gathered by one permutation.
+/// `m2` is 2·M0 (u32; M0 ≥ 0) per lane, `m2_odd` the odd lanes' in the even halves, `round`
+/// the 64-bit terms of the even and odd lanes, `rs` = n − 31. Exact where |x| < 2^30, n ≤ 53
+/// and the terms hold a zero point of at most 128 (|V| < 2^63). Before the output's clamp.
 #[inline]
 #[target_feature(enable = "avx2,avx512f")]
 pub(crate) unsafe fn short_double(
-    x: __m512i,
-    m0: __m512i,
-    m0_odd: __m512i,
+    u: __m512i,
+    m2: __m512i,
+    m2_odd: __m512i,
     round: [__m512i; 2],
     rs: __m512i,
 ) -> __m512i {
-    let even = _mm512_add_epi64(_mm512_mul_epi32(x, m0), round[0]);
+    let even = _mm512_add_epi64(_mm512_mul_epu32(u, m2), round[0]);
     let odd = _mm512_add_epi64(
-        _mm512_mul_epi32(_mm512_srli_epi64::<32>(x), m0_odd),
+        _mm512_mul_epu32(_mm512_srli_epi64::<32>(u), m2_odd),
         round[1],
     );
-    let t = _mm512_mask_blend_epi32(
-        0xAAAA,
-        _mm512_srli_epi64::<31>(even),
-        _mm512_slli_epi64::<1>(odd),
+    // Lane 2i: even's dword 2i + 1; lane 2i + 1: odd's dword 2i + 1 (index 16 + 2i + 1).
+    let high = _mm512_permutex2var_epi32(
+        even,
+        _mm512_set_epi32(31, 15, 29, 13, 27, 11, 25, 9, 23, 7, 21, 5, 19, 3, 17, 1),
+        odd,
     );
-    _mm512_srav_epi32(_mm512_add_epi32(t, _mm512_srai_epi32::<31>(x)), rs)
+    // u ≥ 2^30 where x ≥ 0.
+    _mm512_srav_epi32(_mm512_add_epi32(high, _mm512_srli_epi32::<30>(u)), rs)
 }

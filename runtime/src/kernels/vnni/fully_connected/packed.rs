@@ -235,8 +235,9 @@ pub(crate) struct BlockEpi {
     m0: __m512i,
     r_hi: __m512i,
     n_hi: __m512i,
-    /// The odd rows' M0 in the even halves, the rounding terms of the even and odd rows (64-bit
-    /// lanes), and n − 31: the short form's double rounding ([`short_double`]).
+    /// The odd rows' M0 (2·M0 in the double rounding) in the even halves, the rounding terms
+    /// of the even and odd rows (64-bit lanes), and n − 31: the short form's double rounding
+    /// ([`short_double`], over sums offset by `DOUBLE_OFFSET`).
     m0_odd: __m512i,
     round: [__m512i; 2],
     rs: __m512i,
