@@ -482,6 +482,56 @@ pub fn quantize_multiplier(m: f64) -> Option<(i32, i32)> {
     Some((m0 as i32, e))
 }
 
+
+/// The sums' offset of [`UnsignedRequant`]'s form: what kernels add to them so that they are
+/// positive (|acc| < 2^30 there).
+pub const UNSIGNED_OFFSET: i32 = 1 << 30;
+
+/// A row's requantization in the unsigned form of the x86 short epilogue
+/// (`kernels::vnni::short_requant::short_unsigned`): over `u = acc + 2^30` (|acc| < 2^30,
+/// the caller's bound), `(V >> 32 + [acc ≥ 0]·sign) >> rs` with V = u·m2 + round in unsigned
+/// 64-bit products: 2·([`FusedRequant`]'s acc·M0 + round + z·2^n) − 2^32·sign, shifted by
+/// n − 31, is the requantization with the zero point `z` added, before the clamp (`sign`:
+/// the double rounding's correction, [acc < 0] subtracted after the first shift).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnsignedRequant {
+    /// 2·M0, as u32.
+    pub m2: u32,
+    /// 2·(round + z·2^n) − 2^31·M0, less 2^32 where `sign`.
+    pub round: i64,
+    /// n − 31.
+    pub rs: u32,
+    /// The double rounding's sign correction.
+    pub sign: bool,
+}
+
+impl UnsignedRequant {
+    /// `f`'s form with zero point `z`; `None` where it does not hold: n outside [33, 53] (the
+    /// usual shifts, from −2 down), M0 < 0 or |z| > 128 (|V| < 2^63 needs all three).
+    pub fn new(f: &FusedRequant, z: i32) -> Option<Self> {
+        if !(33..=53).contains(&f.n) || f.m0 < 0 || z.unsigned_abs() > 128 {
+            return None;
+        }
+        let round = f.round + ((z as i64) << f.n);
+        // corr is 2^31 in the double rounding (n ≥ 33), 0 in the single.
+        let sign = f.corr != 0;
+        Some(UnsignedRequant {
+            m2: 2 * f.m0 as u32,
+            round: 2 * round - ((f.m0 as i64) << 31) - ((sign as i64) << 32),
+            rs: f.n - 31,
+            sign,
+        })
+    }
+
+    /// `acc`'s requantization with the zero point as the form computes it (|acc| < 2^30).
+    pub fn apply(&self, acc: i32) -> i32 {
+        let u = acc.wrapping_add(UNSIGNED_OFFSET) as u32 as u64;
+        let v = (u * self.m2 as u64) as i64 + self.round;
+        let sign = (self.sign && acc >= 0) as i32;
+        ((v >> 32) as i32 + sign) >> self.rs
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -703,6 +753,24 @@ mod tests {
             prop_assert_eq!(h.apply(acc), rounding.requantize(bounded, m0, shift));
             let out = OutputQuant { zero_point: zo, act_min: lo, act_max: hi, rounding };
             prop_assert_eq!(out.clamp64(h.apply(acc) as i64 + zo as i64), out.requantize(acc, m0, shift));
+        }
+
+        /// [`UnsignedRequant`] is the rounding's requantization plus the zero point, for every
+        /// accumulator under 2^30, M0 ≥ 0 (0 included) and shift it takes (−22 to −2, n in
+        /// [33, 53]), and refuses the others.
+        #[test]
+        fn unsigned_is_each_rounding(acc in prop_oneof![-(1i32 << 30) + 1..1 << 30, -70_000i32..70_000, Just((1 << 30) - 1), Just(-(1 << 30) + 1)],
+                                     m0 in prop_oneof![Just(0), Just(1 << 30), Just(i32::MAX), (1i32 << 30)..=i32::MAX, i32::MIN..0],
+                                     shift in -31i32..=30, double in any::<bool>(), zo in -200i32..=200) {
+            let rounding = if double { Rounding::Double } else { Rounding::Single };
+            let f = FusedRequant::new(m0, shift, rounding);
+            match UnsignedRequant::new(&f, zo) {
+                Some(u) => {
+                    prop_assert!((-22..=-2).contains(&shift) && m0 >= 0 && zo.abs() <= 128);
+                    prop_assert_eq!(u.apply(acc) as i64, f.apply(acc) + zo as i64);
+                }
+                None => prop_assert!(!(-22..=-2).contains(&shift) || m0 < 0 || zo.abs() > 128),
+            }
         }
 
         #[test]

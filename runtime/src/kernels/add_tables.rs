@@ -5,7 +5,7 @@
 
 use crate::kernels::TfliteAddParams;
 use crate::model::TFLITE_ADD_MAX_SHIFT;
-use crate::requant::{valid_multiplier, HighRequant};
+use crate::requant::{valid_multiplier, FusedRequant, HighRequant, UnsignedRequant};
 
 /// One op's tables and output constants: packed at prepare (`Layout::AddTables`), else built
 /// per call (512 requantizations, about 2 µs: a quarter of a residual add's time on 16,384
@@ -29,6 +29,9 @@ pub struct TfliteAddTables {
     /// Both tables as lines and bytes ([`InputLine`]), where kernels without gathers asked
     /// for them ([`TfliteAddTables::with_lines`]) and both tables fit.
     pub lines: Option<[InputLine; 2]>,
+    /// The output requantization with the zero point in [`UnsignedRequant`]'s form, where it
+    /// holds and every sum of two entries is under 2^30.
+    pub unsigned: Option<UnsignedRequant>,
 }
 
 /// An input table as a line and a byte: `t[q + 128] = ((q·c + off) >> k) + r[q as u8]` for
@@ -105,14 +108,20 @@ impl TfliteAddTables {
             p.out.act_min.clamp(-128, 127),
             p.out.act_max.clamp(-128, 127),
         );
+        let (a, b) = (table(0), table(1));
+        let top = |t: &[i32; 256]| t.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0) as u64;
+        let unsigned = (top(&a) + top(&b) < 1 << 30)
+            .then(|| UnsignedRequant::new(&FusedRequant::new(mo, so, r), zo))
+            .flatten();
         Some(TfliteAddTables {
-            a: table(0),
-            b: table(1),
+            a,
+            b,
             out: HighRequant::new(mo, so, r),
             zero_point: zo,
             lo: lo - zo,
             hi: hi - zo,
             lines: None,
+            unsigned,
         })
     }
 
@@ -153,7 +162,11 @@ impl TfliteAddTables {
     pub fn apply(&self, q0: i8, q1: i8) -> i8 {
         let sum =
             self.a[(q0 as i32 + 128) as usize].wrapping_add(self.b[(q1 as i32 + 128) as usize]);
-        (self.out.apply(sum).max(self.lo).min(self.hi) + self.zero_point) as i8
+        let (zo, lo, hi) = (self.zero_point, self.lo, self.hi);
+        match &self.unsigned {
+            Some(u) => u.apply(sum).max(lo + zo).min(hi + zo) as i8,
+            None => (self.out.apply(sum).max(lo).min(hi) + zo) as i8,
+        }
     }
 }
 
@@ -177,14 +190,18 @@ mod tests {
     fn tables_are_the_reference() {
         let (a, b) = all_pairs();
         let mut want = vec![0i8; a.len()];
+        let mut unsigned = 0;
         for seed in 0..64 {
             let p = tflite_add_params(&mut Rng(seed * 2 + 1));
             let t = TfliteAddTables::new(&p).unwrap();
+            unsigned += t.unsigned.is_some() as usize;
             scalar::tflite_add(&p, &a, &b, &mut want);
             for i in 0..a.len() {
                 assert_eq!(t.apply(a[i], b[i]), want[i], "{p:?} {} {}", a[i], b[i]);
             }
         }
+        // Both forms ran.
+        assert!((8..56).contains(&unsigned), "{unsigned} of 64 in the unsigned form");
     }
 
     /// Where a table fits a line, the line and residuals give every entry; TFLite's own

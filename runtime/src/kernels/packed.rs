@@ -17,7 +17,9 @@
 //! firmware's build script may also write ahead of time, for flash (`model::packed_image`).
 
 use super::{ConvParams, DepthwiseParams, FcParams, Resolved, TfliteAddParams, TfliteAddTables};
-use crate::requant::{FusedRequant, HighRequant, Rounding};
+use crate::requant::{FusedRequant, HighRequant, UnsignedRequant, UNSIGNED_OFFSET};
+#[cfg(test)]
+use crate::requant::Rounding;
 
 /// One op's packed weights and their layout (only the kernels of that layout read them);
 /// empty where none.
@@ -130,9 +132,6 @@ pub const FC_STEP: usize = 4;
 /// Bytes of one block's requantization constants ([`FcEpi`]).
 pub const FC_EPI_BYTES: usize = 1024;
 
-/// What the double rounding's short form adds to the sums (`FcEpi::BIAS`), so that they are
-/// positive i32: |acc + bias| < 2^30 there.
-pub const DOUBLE_OFFSET: i32 = 1 << 30;
 
 /// Where [`PackedFc`]'s constants lie in a block, in bytes: tables of [`FC_BLOCK_ROWS`]
 /// little-endian i32 (one per row) or 16 i64 (the even rows', then the odd ones', as 64-bit
@@ -143,8 +142,8 @@ pub const DOUBLE_OFFSET: i32 = 1 << 30;
 /// any input and the output's zero point in [−128, 128], from `BIAS`, `M0` and, in the single
 /// rounding, `R_HI` (round >> 32) and `N_HI` (n − 32), in the double `ROUND` and `N_HI`, its
 /// rounding terms holding the zero point too (z·2^n: the sums come out with it added) and, in
-/// the double rounding, in its unsigned form (`BIAS` plus [`DOUBLE_OFFSET`], `M0` as 2·M0,
-/// `ROUND` as 2·round − 2^31·M0 − 2^32: `vnni::short_requant::short_double`); else
+/// the double rounding, in its unsigned form (`BIAS` plus `UNSIGNED_OFFSET`, `M0` and `ROUND`
+/// as [`UnsignedRequant`]'s `m2` and `round`); else
 /// [`HighRequant`]'s, from `BIAS`, `M0`, `ACC_MIN`, `ACC_MAX`, `LS`, `N`, `PRE`, `ROUND` and
 /// `CORR`, the zero point added after. `HI` (one i32) says which.
 pub struct FcEpi;
@@ -423,12 +422,9 @@ fn pack_blocks(
             };
             let f = FusedRequant::new(m0, sh, p.out.rounding);
             let h = HighRequant::new(m0, sh, p.out.rounding);
-            // The short form's double rounding takes 2·(P + round + z·2^n) >> 32 into an i32
-            // and the sums offset by 2^30 as unsigned: room for it where |acc + bias| < 2^30
-            // (|P| < 2^61), n ≤ 53, |z| ≤ 128 and M0 ≥ 0 (`short_double`).
-            hi &= f.n >= 33
-                && f.n <= 53
-                && f.m0 >= 0
+            // The short form: room for the zero point in its terms and, in the double
+            // rounding, its unsigned form where |acc + bias| < 2^30 (`UnsignedRequant`).
+            hi &= UnsignedRequant::new(&f, p.out.zero_point).is_some()
                 && sums + (bias.unsigned_abs() as u64) < 1 << 30;
             *fused = (f, stored);
             put(FcEpi::BIAS + 4 * r, &stored.to_le_bytes());
@@ -447,25 +443,24 @@ fn pack_blocks(
         }
         put(FcEpi::HI, &(hi as i32).to_le_bytes());
         if hi {
-            // The short form's rounding terms with the zero point: z·2^n, a multiple of 2^33,
-            // leaves the terms' low halves as they were.
-            let z = p.out.zero_point as i64;
+            // The short form's terms with the zero point (z·2^n, a multiple of 2^33, leaves
+            // the terms' low halves as they were), the double rounding's in its unsigned form.
+            let z = p.out.zero_point;
             for (r, &(f, stored)) in fused.iter().enumerate() {
-                let round = f.round + (z << f.n);
                 let lane = 8 * ((r % 2) * 8 + r / 2);
-                if p.out.rounding == Rounding::Single {
-                    put(FcEpi::R_HI + 4 * r, &((round >> 32) as i32).to_le_bytes());
-                    put(FcEpi::ROUND + lane, &round.to_le_bytes());
-                    continue;
+                match UnsignedRequant::new(&f, z).filter(|u| u.sign) {
+                    Some(u) => {
+                        let offset = stored.wrapping_add(UNSIGNED_OFFSET);
+                        put(FcEpi::BIAS + 4 * r, &offset.to_le_bytes());
+                        put(FcEpi::M0 + 4 * r, &u.m2.to_le_bytes());
+                        put(FcEpi::ROUND + lane, &u.round.to_le_bytes());
+                    }
+                    None => {
+                        let round = f.round + ((z as i64) << f.n);
+                        put(FcEpi::R_HI + 4 * r, &((round >> 32) as i32).to_le_bytes());
+                        put(FcEpi::ROUND + lane, &round.to_le_bytes());
+                    }
                 }
-                // The double rounding's unsigned form (`short_double`): the sums from
-                // x + 2^30, 2·M0 as u32, and 2·round less the offset's product and 2^32 (the
-                // sign's correction then adds [x ≥ 0]).
-                let offset = stored.wrapping_add(DOUBLE_OFFSET);
-                put(FcEpi::BIAS + 4 * r, &offset.to_le_bytes());
-                put(FcEpi::M0 + 4 * r, &(2 * f.m0 as u32).to_le_bytes());
-                let r2 = 2 * round - ((f.m0 as i64) << 31) - (1 << 32);
-                put(FcEpi::ROUND + lane, &r2.to_le_bytes());
             }
         }
         for (s, step) in w.chunks_exact_mut(FC_STEP * rows).enumerate() {
@@ -693,7 +688,7 @@ mod tests {
             |at: usize| i32::from_le_bytes(buf[l.block_bytes() + at..][..4].try_into().unwrap());
         // The double rounding's short form takes the sums offset to be positive.
         let offset = if word(FcEpi::HI) == 1 && p.out.rounding == Rounding::Double {
-            DOUBLE_OFFSET
+            UNSIGNED_OFFSET
         } else {
             0
         };

@@ -11,7 +11,10 @@
 use core::arch::x86_64::*;
 
 use super::lanes::vbmi;
-use crate::kernels::{InputLine, TfliteAddTables};
+use super::short_requant::short_unsigned;
+use super::Limits;
+use crate::kernels::{InputLine, OutputQuant, TfliteAddTables};
+use crate::requant::{Rounding, UnsignedRequant, UNSIGNED_OFFSET};
 
 /// `out[i]` for every element of the common length, from the tables of the call's parameters.
 ///
@@ -32,26 +35,62 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         lo: _mm512_set1_epi32(t.lo),
         hi: _mm512_set1_epi32(t.hi),
         zo: _mm512_set1_epi32(t.zero_point),
+        u: {
+            let u = t.unsigned.unwrap_or(UnsignedRequant {
+                m2: 0,
+                round: 0,
+                rs: 0,
+                sign: false,
+            });
+            Unsigned {
+                m2: _mm512_set1_epi32(u.m2 as i32),
+                round: _mm512_set1_epi64(u.round),
+                rs: _mm512_set1_epi32(u.rs as i32),
+                offset: _mm512_set1_epi32(UNSIGNED_OFFSET),
+            }
+        },
+        lim: Limits::new(&OutputQuant {
+            zero_point: t.zero_point,
+            act_min: t.lo + t.zero_point,
+            act_max: t.hi + t.zero_point,
+            rounding: Rounding::Double,
+        }),
         // Index q of a table is entry q + 128.
         ta: t.a.as_ptr().add(128),
         tb: t.b.as_ptr().add(128),
     };
-    // The usual output shifts (below 0, either rounding) need neither the accumulator's
-    // bound nor its shifts, and the single rounding no correction: loops without them (corr
-    // is 0 wherever the accumulator is shifted).
-    match (
-        h.shifted(),
-        h.corr != 0,
-        t.lines.as_ref().filter(|_| vbmi()),
-    ) {
-        (false, false, Some(l)) => c.run_lines::<false, false>(l, a, b, output),
-        (false, true, Some(l)) => c.run_lines::<false, true>(l, a, b, output),
-        (true, _, Some(l)) => c.run_lines::<true, true>(l, a, b, output),
-        (false, false, None) => c.run::<false, false>(a, b, output),
-        (false, true, None) => c.run::<false, true>(a, b, output),
-        (true, _, None) => c.run::<true, true>(a, b, output),
+    // The usual output shifts (below 0, either rounding) with bounded sums take the unsigned
+    // form, else need neither the accumulator's bound nor its shifts, and the single rounding
+    // no correction: loops without them (corr is 0 wherever the accumulator is shifted).
+    let form = match (&t.unsigned, h.shifted(), h.corr != 0) {
+        (Some(u), _, _) if u.sign => UNSIGNED_SIGN,
+        (Some(_), _, _) => UNSIGNED,
+        (None, false, false) => PLAIN,
+        (None, false, true) => CORR,
+        (None, true, _) => SHIFTED,
+    };
+    match (form, t.lines.as_ref().filter(|_| vbmi())) {
+        (UNSIGNED_SIGN, Some(l)) => c.run_lines::<UNSIGNED_SIGN>(l, a, b, output),
+        (UNSIGNED, Some(l)) => c.run_lines::<UNSIGNED>(l, a, b, output),
+        (PLAIN, Some(l)) => c.run_lines::<PLAIN>(l, a, b, output),
+        (CORR, Some(l)) => c.run_lines::<CORR>(l, a, b, output),
+        (_, Some(l)) => c.run_lines::<SHIFTED>(l, a, b, output),
+        (UNSIGNED_SIGN, None) => c.run::<UNSIGNED_SIGN>(a, b, output),
+        (UNSIGNED, None) => c.run::<UNSIGNED>(a, b, output),
+        (PLAIN, None) => c.run::<PLAIN>(a, b, output),
+        (CORR, None) => c.run::<CORR>(a, b, output),
+        (_, None) => c.run::<SHIFTED>(a, b, output),
     }
 }
+
+/// The output requantization's forms: `HighRequant`'s with neither the accumulator's bound
+/// and shifts nor the sign's correction, with the correction, with all; `UnsignedRequant`'s
+/// without and with the sign's term.
+const PLAIN: u8 = 0;
+const CORR: u8 = 1;
+const SHIFTED: u8 = 2;
+const UNSIGNED: u8 = 3;
+const UNSIGNED_SIGN: u8 = 4;
 
 /// One input's line in vectors: the slope and offset in i32 lanes, the residuals in four
 /// 64-byte quarters.
@@ -107,15 +146,26 @@ struct Consts {
     lo: __m512i,
     hi: __m512i,
     zo: __m512i,
+    u: Unsigned,
+    /// The clamp of the unsigned form, whose values hold the zero point.
+    lim: Limits,
     ta: *const i32,
     tb: *const i32,
+}
+
+/// `UnsignedRequant`'s constants in vectors (zeros where the form does not hold).
+struct Unsigned {
+    m2: __m512i,
+    round: __m512i,
+    rs: __m512i,
+    offset: __m512i,
 }
 
 impl Consts {
     /// Every element, 16 at a time: the last ones through masked loads and stores.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn run<const SHIFTED: bool, const CORR: bool>(
+    unsafe fn run<const FORM: u8>(
         &self,
         a: &[i8],
         b: &[i8],
@@ -127,7 +177,7 @@ impl Consts {
         while i + 16 <= len {
             let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
             let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
-            let v = self.sixteen::<SHIFTED, CORR>(qa, qb);
+            let v = self.sixteen::<FORM>(qa, qb);
             _mm_storeu_si128(y.add(i) as *mut __m128i, v);
             i += 16;
         }
@@ -135,7 +185,7 @@ impl Consts {
             let k = ((1u32 << (len - i)) - 1) as __mmask16;
             let qa = _mm_maskz_loadu_epi8(k, a.add(i));
             let qb = _mm_maskz_loadu_epi8(k, b.add(i));
-            _mm_mask_storeu_epi8(y.add(i), k, self.sixteen::<SHIFTED, CORR>(qa, qb));
+            _mm_mask_storeu_epi8(y.add(i), k, self.sixteen::<FORM>(qa, qb));
         }
     }
 
@@ -143,7 +193,7 @@ impl Consts {
     /// are left.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vbmi")]
-    unsafe fn run_lines<const SHIFTED: bool, const CORR: bool>(
+    unsafe fn run_lines<const FORM: u8>(
         &self,
         lines: &[InputLine; 2],
         a: &[i8],
@@ -178,7 +228,7 @@ impl Consts {
             for j in 0..n.div_ceil(16) {
                 let x = _mm512_add_epi32(la.at(q[0][j]), lb.at(q[1][j]));
                 let x = _mm512_add_epi32(x, _mm512_cvtepi8_epi32(r[j]));
-                let v = self.requantize::<SHIFTED, CORR>(x);
+                let v = self.requantize::<FORM>(x);
                 _mm_mask_storeu_epi8(y.add(i + 16 * j), (k >> (16 * j)) as __mmask16, v);
             }
             i += n;
@@ -188,22 +238,31 @@ impl Consts {
     /// 16 output bytes of 16 input bytes each, the tables' entries gathered.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn sixteen<const SHIFTED: bool, const CORR: bool>(
+    unsafe fn sixteen<const FORM: u8>(
         &self,
         qa: __m128i,
         qb: __m128i,
     ) -> __m128i {
         let va = _mm512_i32gather_epi32::<4>(_mm512_cvtepi8_epi32(qa), self.ta);
         let vb = _mm512_i32gather_epi32::<4>(_mm512_cvtepi8_epi32(qb), self.tb);
-        self.requantize::<SHIFTED, CORR>(_mm512_add_epi32(va, vb))
+        self.requantize::<FORM>(_mm512_add_epi32(va, vb))
     }
 
-    /// 16 output bytes of 16 (wrapping) sums of table entries; `SHIFTED` and `CORR` as the
-    /// constants need.
+    /// 16 output bytes of 16 (wrapping) sums of table entries, in `FORM`.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn requantize<const SHIFTED: bool, const CORR: bool>(&self, mut x: __m512i) -> __m128i {
-        if SHIFTED {
+    unsafe fn requantize<const FORM: u8>(&self, mut x: __m512i) -> __m128i {
+        if FORM == UNSIGNED || FORM == UNSIGNED_SIGN {
+            let (u, x) = (&self.u, _mm512_add_epi32(x, self.u.offset));
+            let r = if FORM == UNSIGNED_SIGN {
+                short_unsigned::<true>(x, u.m2, u.m2, [u.round; 2], u.rs)
+            } else {
+                short_unsigned::<false>(x, u.m2, u.m2, [u.round; 2], u.rs)
+            };
+            return self.lim.clamp(r);
+        }
+        let (shifted, corr) = (FORM == SHIFTED, FORM != PLAIN);
+        if shifted {
             x = _mm512_min_epi32(_mm512_max_epi32(x, self.acc_min), self.acc_max);
             x = _mm512_sllv_epi32(x, self.ls);
         }
@@ -212,11 +271,11 @@ impl Consts {
         // t = x·M0·2^pre + round − [x < 0]·corr: corr is 0 or 2^31, bit 31 of x's low half.
         let t = |x: __m512i| {
             let mut p = _mm512_mul_epi32(x, self.m0);
-            if SHIFTED {
+            if shifted {
                 p = _mm512_sllv_epi64(p, self.pre);
             }
             let p = _mm512_add_epi64(p, self.round);
-            if CORR {
+            if corr {
                 _mm512_sub_epi64(p, _mm512_and_si512(x, self.corr))
             } else {
                 p

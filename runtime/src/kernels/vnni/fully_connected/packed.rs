@@ -13,7 +13,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::vnni::short_requant::{short_double, short_requant};
+use crate::kernels::vnni::short_requant::{short_requant, short_unsigned};
 use crate::kernels::{ConvImage, FcEpi, FcParams, PackedFc, FC_BLOCK_ROWS, FC_EPI_BYTES, FC_STEP};
 use crate::requant::{OutputQuant, Rounding};
 
@@ -237,7 +237,7 @@ pub(crate) struct BlockEpi {
     n_hi: __m512i,
     /// The odd rows' M0 (2·M0 in the double rounding) in the even halves, the rounding terms
     /// of the even and odd rows (64-bit lanes), and n − 31: the short form's double rounding
-    /// ([`short_double`], over sums offset by `DOUBLE_OFFSET`).
+    /// ([`short_unsigned`], over sums offset by `UNSIGNED_OFFSET`).
     m0_odd: __m512i,
     round: [__m512i; 2],
     rs: __m512i,
@@ -301,7 +301,7 @@ impl BlockEpi {
         if !double {
             return lim.clamp(short_requant::<false>(x, self.m0, self.r_hi, self.n_hi));
         }
-        lim.clamp(short_double(x, self.m0, self.m0_odd, self.round, self.rs))
+        lim.clamp(short_unsigned::<true>(x, self.m0, self.m0_odd, self.round, self.rs))
     }
 }
 
@@ -341,7 +341,7 @@ impl Limits {
     /// clamp inside the i8 range cost an instruction.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn clamp(&self, mut r: __m512i) -> __m128i {
+    pub(crate) unsafe fn clamp(&self, mut r: __m512i) -> __m128i {
         if self.clamp_min {
             r = _mm512_max_epi32(r, self.act_min);
         }
