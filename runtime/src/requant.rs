@@ -482,7 +482,6 @@ pub fn quantize_multiplier(m: f64) -> Option<(i32, i32)> {
     Some((m0 as i32, e))
 }
 
-
 /// The sums' offset of [`UnsignedRequant`]'s form: what kernels add to them so that they are
 /// positive (|acc| < 2^30 there).
 pub const UNSIGNED_OFFSET: i32 = 1 << 30;

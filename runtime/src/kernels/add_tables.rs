@@ -201,7 +201,10 @@ mod tests {
             }
         }
         // Both forms ran.
-        assert!((8..56).contains(&unsigned), "{unsigned} of 64 in the unsigned form");
+        assert!(
+            (8..56).contains(&unsigned),
+            "{unsigned} of 64 in the unsigned form"
+        );
     }
 
     /// Where a table fits a line, the line and residuals give every entry; TFLite's own

@@ -17,9 +17,9 @@
 //! firmware's build script may also write ahead of time, for flash (`model::packed_image`).
 
 use super::{ConvParams, DepthwiseParams, FcParams, Resolved, TfliteAddParams, TfliteAddTables};
-use crate::requant::{FusedRequant, HighRequant, UnsignedRequant, UNSIGNED_OFFSET};
 #[cfg(test)]
 use crate::requant::Rounding;
+use crate::requant::{FusedRequant, HighRequant, UnsignedRequant, UNSIGNED_OFFSET};
 
 /// One op's packed weights and their layout (only the kernels of that layout read them);
 /// empty where none.
@@ -131,7 +131,6 @@ pub const FC_STEP: usize = 4;
 
 /// Bytes of one block's requantization constants ([`FcEpi`]).
 pub const FC_EPI_BYTES: usize = 1024;
-
 
 /// Where [`PackedFc`]'s constants lie in a block, in bytes: tables of [`FC_BLOCK_ROWS`]
 /// little-endian i32 (one per row) or 16 i64 (the even rows', then the odd ones', as 64-bit

@@ -2,6 +2,7 @@
 //! few-channel and the implicit convs read it: `vpdpbusd` multiplies u8 by int8, so with the
 //! input as u8 the weights stay int8 and the −128·Σw correction is per channel.
 
+use core::arch::x86_64::*;
 use core::ops::Range;
 
 use super::packed_conv::copy_xor;
@@ -36,7 +37,15 @@ pub(super) unsafe fn pad_flipped(p: &ConvParams, input: &[i8], img: *mut u8, row
     let same = (1..cin).all(|c| (p.pad_value(c) as u8) ^ 0x80 == one);
     let fill = |dst: *mut u8, pixels: usize| {
         if same {
-            return core::ptr::write_bytes(dst, one, pixels * cin);
+            // Inline: the borders are a few bytes a row, too few for a call to memset.
+            let (v, n) = (_mm512_set1_epi8(one as i8), pixels * cin);
+            let mut at = 0;
+            while at < n {
+                let k = (n - at).min(64);
+                _mm512_mask_storeu_epi8(dst.add(at) as *mut i8, u64::MAX >> (64 - k), v);
+                at += 64;
+            }
+            return;
         }
         for x in 0..pixels {
             for c in 0..cin {

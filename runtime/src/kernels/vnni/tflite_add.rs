@@ -165,12 +165,7 @@ impl Consts {
     /// Every element, 16 at a time: the last ones through masked loads and stores.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn run<const FORM: u8>(
-        &self,
-        a: &[i8],
-        b: &[i8],
-        output: &mut [i8],
-    ) {
+    unsafe fn run<const FORM: u8>(&self, a: &[i8], b: &[i8], output: &mut [i8]) {
         let len = output.len().min(a.len()).min(b.len());
         let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
         let mut i = 0;
@@ -238,11 +233,7 @@ impl Consts {
     /// 16 output bytes of 16 input bytes each, the tables' entries gathered.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn sixteen<const FORM: u8>(
-        &self,
-        qa: __m128i,
-        qb: __m128i,
-    ) -> __m128i {
+    unsafe fn sixteen<const FORM: u8>(&self, qa: __m128i, qb: __m128i) -> __m128i {
         let va = _mm512_i32gather_epi32::<4>(_mm512_cvtepi8_epi32(qa), self.ta);
         let vb = _mm512_i32gather_epi32::<4>(_mm512_cvtepi8_epi32(qb), self.tb);
         self.requantize::<FORM>(_mm512_add_epi32(va, vb))

@@ -301,7 +301,13 @@ impl BlockEpi {
         if !double {
             return lim.clamp(short_requant::<false>(x, self.m0, self.r_hi, self.n_hi));
         }
-        lim.clamp(short_unsigned::<true>(x, self.m0, self.m0_odd, self.round, self.rs))
+        lim.clamp(short_unsigned::<true>(
+            x,
+            self.m0,
+            self.m0_odd,
+            self.round,
+            self.rs,
+        ))
     }
 }
 
