@@ -492,7 +492,7 @@ pub const UNSIGNED_OFFSET: i32 = 1 << 30;
 /// 64-bit products: 2·([`FusedRequant`]'s acc·M0 + round + z·2^n) − 2^32·sign, shifted by
 /// n − 31, is the requantization with the zero point `z` added, before the clamp (`sign`:
 /// the double rounding's correction, [acc < 0] subtracted after the first shift).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UnsignedRequant {
     /// 2·M0, as u32.
     pub m2: u32,

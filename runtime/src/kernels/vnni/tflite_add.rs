@@ -13,8 +13,8 @@ use core::arch::x86_64::*;
 use super::lanes::vbmi;
 use super::short_requant::short_unsigned;
 use super::Limits;
-use crate::kernels::{InputLine, OutputQuant, TfliteAddTables};
-use crate::requant::{Rounding, UnsignedRequant, UNSIGNED_OFFSET};
+use crate::kernels::{InputLine, TfliteAddTables};
+use crate::requant::UNSIGNED_OFFSET;
 
 /// `out[i]` for every element of the common length, from the tables of the call's parameters.
 ///
@@ -36,12 +36,7 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         hi: _mm512_set1_epi32(t.hi),
         zo: _mm512_set1_epi32(t.zero_point),
         u: {
-            let u = t.unsigned.unwrap_or(UnsignedRequant {
-                m2: 0,
-                round: 0,
-                rs: 0,
-                sign: false,
-            });
+            let u = t.unsigned.unwrap_or_default();
             Unsigned {
                 m2: _mm512_set1_epi32(u.m2 as i32),
                 round: _mm512_set1_epi64(u.round),
@@ -49,12 +44,7 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
                 offset: _mm512_set1_epi32(UNSIGNED_OFFSET),
             }
         },
-        lim: Limits::new(&OutputQuant {
-            zero_point: t.zero_point,
-            act_min: t.lo + t.zero_point,
-            act_max: t.hi + t.zero_point,
-            rounding: Rounding::Double,
-        }),
+        lim: Limits::of(t.zero_point, t.lo + t.zero_point, t.hi + t.zero_point),
         // Index q of a table is entry q + 128.
         ta: t.a.as_ptr().add(128),
         tb: t.b.as_ptr().add(128),
@@ -153,7 +143,7 @@ struct Consts {
     tb: *const i32,
 }
 
-/// `UnsignedRequant`'s constants in vectors (zeros where the form does not hold).
+/// `UnsignedRequant`'s constants in vectors (its default's where the form does not hold).
 struct Unsigned {
     m2: __m512i,
     round: __m512i,

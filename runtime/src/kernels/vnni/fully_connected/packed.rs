@@ -328,18 +328,24 @@ impl Limits {
     #[inline]
     #[target_feature(enable = "avx2,avx512f")]
     pub(crate) unsafe fn new(out: &OutputQuant) -> Self {
-        let zo = out.zero_point;
+        Self::of(out.zero_point, out.act_min, out.act_max)
+    }
+
+    /// The limits of zero point `zo` and clamp `[act_min, act_max]`.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    pub(crate) unsafe fn of(zo: i32, act_min: i32, act_max: i32) -> Self {
         // Clamped before the zero point is added, so nothing overflows; the saturating
         // narrowing then clamps to i8 as the reference's last clamp does.
         Limits {
-            lo: _mm512_set1_epi32(out.act_min.max(-128).saturating_sub(zo)),
-            hi: _mm512_set1_epi32(out.act_max.min(127).saturating_sub(zo)),
+            lo: _mm512_set1_epi32(act_min.max(-128).saturating_sub(zo)),
+            hi: _mm512_set1_epi32(act_max.min(127).saturating_sub(zo)),
             zo: _mm512_set1_epi32(zo),
-            act_min: _mm512_set1_epi32(out.act_min.max(-128)),
-            act_max: _mm512_set1_epi32(out.act_max.min(127)),
+            act_min: _mm512_set1_epi32(act_min.max(-128)),
+            act_max: _mm512_set1_epi32(act_max.min(127)),
             // ReLU's lower side at the zero point −128, and no activation, are the i8 range.
-            clamp_min: out.act_min > -128,
-            clamp_max: out.act_max < 127,
+            clamp_min: act_min > -128,
+            clamp_max: act_max < 127,
         }
     }
 
