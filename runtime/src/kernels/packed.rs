@@ -400,7 +400,7 @@ fn pack_blocks(
         let (epi, w) = block.split_at_mut(FC_EPI_BYTES);
         epi.fill(0);
         let mut put = |at: usize, v: &[u8]| epi[at..at + v.len()].copy_from_slice(v);
-        let mut hi = p.out.zero_point.unsigned_abs() <= 128;
+        let mut hi = true;
         let mut fused = [(FusedRequant::default(), 0i32); FC_BLOCK_ROWS];
         for (r, fused) in fused.iter_mut().enumerate() {
             let j = b * rows + r;

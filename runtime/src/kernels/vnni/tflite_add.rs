@@ -32,9 +32,6 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         round: _mm512_set1_epi64(h.round),
         corr: _mm512_set1_epi64(h.corr),
         n: _mm512_set1_epi32(h.n as i32),
-        lo: _mm512_set1_epi32(t.lo),
-        hi: _mm512_set1_epi32(t.hi),
-        zo: _mm512_set1_epi32(t.zero_point),
         u: {
             let u = t.unsigned.unwrap_or_default();
             Unsigned {
@@ -59,17 +56,13 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         (None, false, true) => CORR,
         (None, true, _) => SHIFTED,
     };
-    match (form, t.lines.as_ref().filter(|_| vbmi())) {
-        (UNSIGNED_SIGN, Some(l)) => c.run_lines::<UNSIGNED_SIGN>(l, a, b, output),
-        (UNSIGNED, Some(l)) => c.run_lines::<UNSIGNED>(l, a, b, output),
-        (PLAIN, Some(l)) => c.run_lines::<PLAIN>(l, a, b, output),
-        (CORR, Some(l)) => c.run_lines::<CORR>(l, a, b, output),
-        (_, Some(l)) => c.run_lines::<SHIFTED>(l, a, b, output),
-        (UNSIGNED_SIGN, None) => c.run::<UNSIGNED_SIGN>(a, b, output),
-        (UNSIGNED, None) => c.run::<UNSIGNED>(a, b, output),
-        (PLAIN, None) => c.run::<PLAIN>(a, b, output),
-        (CORR, None) => c.run::<CORR>(a, b, output),
-        (_, None) => c.run::<SHIFTED>(a, b, output),
+    let lines = t.lines.as_ref().filter(|_| vbmi());
+    match form {
+        UNSIGNED_SIGN => c.run_form::<UNSIGNED_SIGN>(lines, a, b, output),
+        UNSIGNED => c.run_form::<UNSIGNED>(lines, a, b, output),
+        PLAIN => c.run_form::<PLAIN>(lines, a, b, output),
+        CORR => c.run_form::<CORR>(lines, a, b, output),
+        _ => c.run_form::<SHIFTED>(lines, a, b, output),
     }
 }
 
@@ -133,11 +126,8 @@ struct Consts {
     round: __m512i,
     corr: __m512i,
     n: __m512i,
-    lo: __m512i,
-    hi: __m512i,
-    zo: __m512i,
     u: Unsigned,
-    /// The clamp of the unsigned form, whose values hold the zero point.
+    /// The output's clamp and zero point.
     lim: Limits,
     ta: *const i32,
     tb: *const i32,
@@ -152,6 +142,23 @@ struct Unsigned {
 }
 
 impl Consts {
+    /// Every element in `FORM`: through the lines where there are some, else gathered.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn run_form<const FORM: u8>(
+        &self,
+        lines: Option<&[InputLine; 2]>,
+        a: &[i8],
+        b: &[i8],
+        output: &mut [i8],
+    ) {
+        match lines {
+            // SAFETY: lines are only given where VBMI is here.
+            Some(l) => self.run_lines::<FORM>(l, a, b, output),
+            None => self.run::<FORM>(a, b, output),
+        }
+    }
+
     /// Every element, 16 at a time: the last ones through masked loads and stores.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
@@ -264,9 +271,7 @@ impl Consts {
         };
         // The high halves of the 16 sums, in element order.
         let high = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(t(x)), t(x_odd));
-        let r = _mm512_srav_epi32(high, self.n);
-        let r = _mm512_min_epi32(_mm512_max_epi32(r, self.lo), self.hi);
-        _mm512_cvtepi32_epi8(_mm512_add_epi32(r, self.zo))
+        self.lim.finish(_mm512_srav_epi32(high, self.n))
     }
 }
 

@@ -366,7 +366,7 @@ impl Limits {
     /// The requantized values clamped, with the zero point, as bytes.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    unsafe fn finish(&self, r: __m512i) -> __m128i {
+    pub(crate) unsafe fn finish(&self, r: __m512i) -> __m128i {
         let r = _mm512_min_epi32(_mm512_max_epi32(r, self.lo), self.hi);
         _mm512_cvtsepi32_epi8(_mm512_add_epi32(r, self.zo))
     }
