@@ -32,6 +32,61 @@ pub struct TfliteAddTables {
     /// The output requantization with the zero point in [`UnsignedRequant`]'s form, where it
     /// holds and every sum of two entries is under 2^30.
     pub unsigned: Option<UnsignedRequant>,
+    /// Both tables as products ([`InputDirect`]), where every entry is one: kernels without
+    /// fast gathers compute the entries instead of loading them.
+    pub direct: Option<[InputDirect; 2]>,
+}
+
+/// An input table as the rounding it tabulates, computed from the input byte in 64-bit lanes:
+/// with x = q − z, `t[q + 128] = sign(x)·((|x|·m + rp − [x < 0]) >> d)`. Both roundings of
+/// `requant((q − z)·2^ls)` have this form: each rounds |x|·m·2^(ls + ls') (ls' the double
+/// rounding's own left shift) over 2^n half up for x ≥ 0 and half down for x < 0 (the
+/// double's two steps compose, as floors of floors do), so rp is `FusedRequant::round`
+/// / 2^(ls + ls') and d = n − ls − ls'. [`InputDirect::fit`] checks every entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputDirect {
+    /// The input's zero point.
+    pub z: i32,
+    /// The multiplier M0 (non-negative).
+    pub m: u32,
+    /// The rounding term, scaled down by the left shifts.
+    pub rp: u64,
+    /// The right shift, in [0, 63].
+    pub d: u32,
+}
+
+impl InputDirect {
+    /// Input `i`'s form, where it gives every entry of its table `t`.
+    pub fn fit(p: &TfliteAddParams, i: usize, t: &[i32; 256]) -> Option<Self> {
+        let (m, s) = p.multipliers[i];
+        let f = FusedRequant::new(m, s, p.out.rounding);
+        let g = p.left_shift.checked_add(f.ls as i32)? as u32;
+        let (n, round) = (f.n, u64::try_from(f.round).ok()?);
+        // The rounding term loses nothing to the scaling (its low g bits are 0).
+        if n < g || n - g > 63 || g >= 64 || round.trailing_zeros() < g || m < 0 {
+            return None;
+        }
+        let d = InputDirect {
+            z: p.zero_points[i],
+            m: m as u32,
+            rp: round >> g,
+            d: n - g,
+        };
+        (-128..=127i8)
+            .zip(t)
+            .all(|(q, &v)| d.value(q) == Some(v))
+            .then_some(d)
+    }
+
+    /// Input byte q's entry as the kernels compute it; `None` where a term leaves 64 bits or
+    /// the entry i32.
+    pub fn value(&self, q: i8) -> Option<i32> {
+        let x = q as i32 - self.z;
+        let neg = (x < 0) as u64;
+        let p = (x.unsigned_abs() as u64).checked_mul(self.m as u64)?;
+        let v = i64::try_from(p.checked_add(self.rp)?.checked_sub(neg)? >> self.d).ok()?;
+        i32::try_from(if neg == 1 { -v } else { v }).ok()
+    }
 }
 
 /// An input table as a line and a byte: `t[q + 128] = ((q·c + off) >> k) + r[q as u8]` for
@@ -113,7 +168,9 @@ impl TfliteAddTables {
         let unsigned = (top(&a) + top(&b) < 1 << 30)
             .then(|| UnsignedRequant::new(&FusedRequant::new(mo, so, r), zo))
             .flatten();
+        let direct = InputDirect::fit(p, 0, &a).zip(InputDirect::fit(p, 1, &b));
         Some(TfliteAddTables {
+            direct: direct.map(<[_; 2]>::from),
             a,
             b,
             out: HighRequant::new(mo, so, r),
@@ -205,6 +262,41 @@ mod tests {
             (8..56).contains(&unsigned),
             "{unsigned} of 64 in the unsigned form"
         );
+    }
+
+    /// Every table is its direct form ([`InputDirect`]) for TFLite's own parameters (left
+    /// shift 20, multipliers s_i / (2·max s)) in both roundings, and for most drawn ones.
+    #[test]
+    fn direct_are_the_tables() {
+        let (mut drawn, mut direct) = (0, 0);
+        for seed in 0..256 {
+            let mut rng = Rng(seed * 2 + 1);
+            let mut p = tflite_add_params(&mut rng);
+            let tflite = seed % 2 == 0;
+            if tflite {
+                let [s0, s1] = [0; 2].map(|_| 2f64.powf(-12.0 * rng.unit()));
+                let twice = 2.0 * s0.max(s1);
+                let pair = |m: f64| crate::requant::quantize_multiplier_tflite(m).unwrap();
+                p.multipliers[0] = pair(s0 / twice);
+                p.multipliers[1] = pair(s1 / twice);
+                p.left_shift = 20;
+            }
+            let t = TfliteAddTables::new(&p).unwrap();
+            match &t.direct {
+                Some(d) => {
+                    for (d, table) in d.iter().zip([&t.a, &t.b]) {
+                        for q in -128..=127i8 {
+                            let want = table[(q as i32 + 128) as usize];
+                            assert_eq!(d.value(q), Some(want), "{p:?} {q}");
+                        }
+                    }
+                    direct += !tflite as usize;
+                }
+                None => assert!(!tflite, "{p:?}"),
+            }
+            drawn += !tflite as usize;
+        }
+        assert!(2 * direct > drawn, "{direct} of {drawn}");
     }
 
     /// Where a table fits a line, the line and residuals give every entry; TFLite's own

@@ -5,13 +5,15 @@
 //! itself it declines or hands to a kernel that does.
 //!
 //! - x86: every conv covers both roundings (its vector epilogue computes
-//!   `requant::FusedRequant`'s form; fully connected and the AVX2 packed conv requantize
-//!   through `OutputQuant`) and takes a uniform window (`Placement::is_uniform`); beyond that
+//!   `requant::FusedRequant`'s form; the unpacked AVX2 fully connected layer and the AVX2
+//!   patch conv requantize through `OutputQuant`) and takes a uniform window (`Placement::is_uniform`); beyond that
 //!   the AVX-512 VNNI few-channel conv (C_in ≤ 8, VBMI) and pixels-in-lanes conv (the lanes
 //!   geometry) need shifts from −23 up, the AVX2 / AVX-VNNI pixels-in-lanes conv shifts in
-//!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the implicit VNNI conv
-//!   (`vnni::conv2d_implicit`) every uniform conv packed for it at prepare; the AVX2 packed
-//!   conv covers every uniform conv, the scalar reference the rest.
+//!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the implicit VNNI and AVX2
+//!   convs (`vnni::conv2d_implicit`, `avx2::conv2d_implicit_rows`) every uniform conv packed
+//!   for them at prepare; the AVX2 patch conv covers every uniform conv, the scalar reference
+//!   the rest. The AVX2 set's fully connected layers run from weights packed at prepare
+//!   (`avx2::fully_connected_packed`), unpacked ones through `avx2::fully_connected`.
 //! - NEON: conv and fully connected in both roundings (an epilogue per rounding).
 //! - x86 and NEON: a conv whose window is not uniform (SAME padding) but has one stride runs
 //!   as the uniform conv over its input padded into scratch (`valid::as_valid`); the scalar
@@ -72,7 +74,10 @@ pub(crate) fn conv2d(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
         Resolved::Avx2 => unsafe {
-            if !avx2::conv2d_lanes_avx2(p, ConvImage::new(input, output, scratch), all) {
+            // Packed at prepare: the implicit conv; else the lanes or the patch kernel.
+            if !avx2::conv2d_implicit_rows(p, ConvImage::new(input, output, scratch), all.clone())
+                && !avx2::conv2d_lanes_avx2(p, ConvImage::new(input, output, scratch), all)
+            {
                 avx2::conv2d(p, input, output, scratch)
             }
         },
@@ -153,6 +158,10 @@ pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -
                 && scratch >= super::conv_scratch_bytes(&p.geometry())
         }
         #[cfg(target_arch = "x86_64")]
+        Resolved::Avx2 if p.packed.of(super::Layout::Avx2Conv).is_some() => {
+            avx2::implicit_rows_covered(p, scratch)
+        }
+        #[cfg(target_arch = "x86_64")]
         Resolved::Avx2 | Resolved::AvxVnni => {
             avx2::lanes_covered(p) && scratch >= avx2::lanes_scratch(p)
         }
@@ -200,6 +209,11 @@ pub(crate) fn conv2d_rows(
         // SAFETY: as above.
         Resolved::Vnni => unsafe {
             vnni::conv2d_lanes(p, ConvImage::new(input, output, scratch), rows)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
+        Resolved::Avx2 if p.packed.of(super::Layout::Avx2Conv).is_some() => unsafe {
+            avx2::conv2d_implicit_rows(p, ConvImage::new(input, output, scratch), rows)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
@@ -298,7 +312,12 @@ pub(crate) fn fully_connected(
         Resolved::Scalar => scalar::fully_connected(p, input, output),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
-        Resolved::Avx2 | Resolved::AvxVnni => unsafe { avx2::fully_connected(p, input, output) },
+        Resolved::Avx2 | Resolved::AvxVnni => unsafe {
+            // Packed at prepare (the AVX2 set): rows in the lanes; else the unpacked kernel.
+            if !avx2::fully_connected_packed(p, &mut [ConvImage::new(input, output, &mut [])]) {
+                avx2::fully_connected(p, input, output)
+            }
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::Vnni (and Amx, which includes it) is only produced when AVX-512 F,
         // BW, VL and VNNI are available.

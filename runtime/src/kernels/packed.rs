@@ -11,6 +11,9 @@
 //! rows × 4 bytes, stored as u8 (w + 128), so the input stays int8 and the sums are corrected
 //! by −128·Σx per image (exact in wrapping i32); the implicit VNNI conv's, the same blocks with
 //! int8 weights and the −128·Σw of a u8 input folded into the bias ([`PackedFc::pack_conv`]);
+//! the AVX2 fully connected layer's and implicit conv's, the same blocks with int8 weights and
+//! the layer's own bias (`vpmaddubsw` reads the input signed: [`PackedFc::pack_signed`],
+//! [`PackedFc::pack_conv_signed`]);
 //! the x86 depthwise conv's, what it would otherwise build in scratch on every call; the AMX
 //! conv's ([`AmxFc`]); a tflite_add's tables; the Cortex-M fully connected layer's
 //! ([`CortexMFc`]: two rows' weights interleaved so that one `SMLAD` serves both), which a
@@ -42,6 +45,14 @@ pub(crate) enum Layout {
     /// weights, the bias folded for a u8 input).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     VnniConv,
+    /// The AVX2 fully connected layer's ([`PackedFc::pack_signed`]: the same blocks, int8
+    /// weights, the layer's own bias: `vpmaddubsw` takes the input signed).
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fc,
+    /// The AVX2 implicit conv's ([`PackedFc::pack_conv_signed`]: the implicit VNNI conv's
+    /// blocks, its bias not folded: the input stays signed).
+    #[cfg(target_arch = "x86_64")]
+    Avx2Conv,
     /// The x86 depthwise conv's weights and requantization constants (every x86 set's
     /// kernel), as it lays them out in scratch when unpacked (`avx2::depthwise_conv2d`).
     #[cfg(target_arch = "x86_64")]
@@ -113,7 +124,7 @@ impl<'a> Packed<'a> {
         match self.layout {
             Layout::VnniFc | Layout::VnniConv => true,
             #[cfg(target_arch = "x86_64")]
-            Layout::AmxFc => true,
+            Layout::AmxFc | Layout::Avx2Fc | Layout::Avx2Conv => true,
             _ => false,
         }
     }
@@ -211,7 +222,14 @@ impl PackedFc {
     /// Writes `p`'s layout into `dst` (at least [`PackedFc::bytes`] long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = PackedFc { k: p.k, n: p.n };
-        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0x80, None);
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0x80, None, false);
+    }
+
+    /// Writes `p`'s layout with the weights as they are (int8), the AVX2 layer's
+    /// ([`Layout::Avx2Fc`]), into `dst` (at least [`PackedFc::bytes`] long).
+    pub fn pack_signed(p: &FcParams, dst: &mut [u8]) {
+        let l = PackedFc { k: p.k, n: p.n };
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, None, false);
     }
 
     /// The implicit conv's layout of conv `p` ([`Layout::VnniConv`]): these blocks over its
@@ -235,10 +253,28 @@ impl PackedFc {
     /// row's bias less 128·Σw, for an input read as u8 (x + 128) (wrapping, as the sums: exact
     /// modulo 2^32).
     pub fn pack_conv(p: &ConvParams, dst: &mut [u8]) {
+        Self::pack_conv_as(p, dst, true);
+    }
+
+    /// [`PackedFc::pack_conv`] with each row's own bias, for an input read as it is (int8):
+    /// the AVX2 implicit conv's ([`Layout::Avx2Conv`]).
+    pub fn pack_conv_signed(p: &ConvParams, dst: &mut [u8]) {
+        Self::pack_conv_as(p, dst, false);
+    }
+
+    /// The implicit conv's layout of `p`, the bias folded for a u8 input where `unsigned`.
+    fn pack_conv_as(p: &ConvParams, dst: &mut [u8], unsigned: bool) {
         let l = PackedFc::of_conv(p);
         let f = p.as_fc();
         let rows = (p.window.kernel_w * p.input.c, PackedFc::row_bytes(p));
-        pack_blocks(&f, &mut dst[..l.bytes()], l.block_bytes(), 0, Some(rows));
+        pack_blocks(
+            &f,
+            &mut dst[..l.bytes()],
+            l.block_bytes(),
+            0,
+            Some(rows),
+            unsigned,
+        );
     }
 }
 
@@ -370,21 +406,22 @@ impl AmxFc {
     /// Writes `p`'s layout into `dst` (at least `padded().bytes()` long).
     pub fn pack(p: &FcParams, dst: &mut [u8]) {
         let l = AmxFc { k: p.k, n: p.n }.padded();
-        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, None);
+        pack_blocks(p, &mut dst[..l.bytes()], l.block_bytes(), 0, None, false);
     }
 }
 
 /// The blocks of [`PackedFc`] or [`AmxFc`] (`block_bytes` each) of layer `p` into `dst`: each
 /// its constants, then its steps of 16 rows × 4 weights, each weight `w ^ flip` as a byte
 /// (0x80: u8 w + 128; 0: int8 w), 0 past K or N. With `conv` = (kw·C_in, R) for a conv's
-/// layer: each kernel row's weights padded with zeros to R (its packed K is K / kw·C_in · R)
-/// and each bias less 128·Σw.
+/// layer: each kernel row's weights padded with zeros to R (its packed K is K / kw·C_in · R);
+/// with `u8_input` each bias less 128·Σw (the input read as x + 128).
 fn pack_blocks(
     p: &FcParams,
     dst: &mut [u8],
     block_bytes: usize,
     flip: u8,
     conv: Option<(usize, usize)>,
+    u8_input: bool,
 ) {
     let (run, r) = conv.unwrap_or((1, 1));
     // Packed input `at` of row j: its weight, or none (padding, past K or N).
@@ -407,13 +444,13 @@ fn pack_blocks(
             // The layer's bias, and the one stored (less 128·Σw for a conv's u8 input).
             let (bias, stored, m0, sh) = if j < p.n {
                 let bias = p.bias.get(j);
-                let stored = match conv {
-                    Some(_) => {
+                let stored = match u8_input {
+                    true => {
                         let w = &p.weights[j * p.k..(j + 1) * p.k];
                         let sw = w.iter().fold(0i32, |a, &v| a.wrapping_add(v as i32));
                         bias.wrapping_sub(sw.wrapping_mul(128))
                     }
-                    None => bias,
+                    false => bias,
                 };
                 (bias, stored, p.multiplier.get(j), p.shift.get(j))
             } else {
@@ -481,6 +518,8 @@ pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
     match k.base() {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes())),
+        #[cfg(target_arch = "x86_64")]
+        Resolved::Avx2 => Some((Layout::Avx2Fc, PackedFc { k: p.k, n: p.n }.bytes())),
         #[cfg(octet_arm_dsp)]
         Resolved::CortexM => cortex_m_fc_packing(p),
         _ => {
@@ -536,6 +575,11 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
     #[cfg(target_arch = "x86_64")]
     if k.base() == Resolved::Vnni && implicit_preferred(p) {
         return Some((Layout::VnniConv, PackedFc::of_conv(p).bytes()));
+    }
+    // AVX2 packs only for its implicit conv (its other convs read the weights as they are).
+    #[cfg(target_arch = "x86_64")]
+    if k == Resolved::Avx2 {
+        return implicit_preferred(p).then(|| (Layout::Avx2Conv, PackedFc::of_conv(p).bytes()));
     }
     let small = p.output.h * p.output.w <= IM2COL_MAX_PIXELS;
     let gathered =
@@ -599,6 +643,10 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
         (Layout::VnniFc, PackOp::Fc(p)) => PackedFc::pack(p, dst),
         (Layout::VnniFc, PackOp::Conv(p)) => PackedFc::pack(&p.as_fc(), dst),
         (Layout::VnniConv, PackOp::Conv(p)) => PackedFc::pack_conv(p, dst),
+        #[cfg(target_arch = "x86_64")]
+        (Layout::Avx2Fc, PackOp::Fc(p)) => PackedFc::pack_signed(p, dst),
+        #[cfg(target_arch = "x86_64")]
+        (Layout::Avx2Conv, PackOp::Conv(p)) => PackedFc::pack_conv_signed(p, dst),
         (Layout::CortexMFc, PackOp::Fc(p)) => CortexMFc::pack(p, dst),
         #[cfg(target_arch = "x86_64")]
         (Layout::AmxFc, PackOp::Conv(p)) => AmxFc::pack(&p.as_fc(), dst),
@@ -637,6 +685,8 @@ pub(crate) enum PackOp<'p, 'a> {
 pub(crate) fn conv_outputs<'a>(p: &ConvParams<'a>, c0: usize, c1: usize) -> Packed<'a> {
     let k = match p.packed.layout {
         Layout::VnniConv => PackedFc::of_conv(p).k,
+        #[cfg(target_arch = "x86_64")]
+        Layout::Avx2Conv => PackedFc::of_conv(p).k,
         _ => p.k(),
     };
     fc_outputs(&p.packed, k, c0, c1)
@@ -647,6 +697,8 @@ pub(crate) fn conv_outputs<'a>(p: &ConvParams<'a>, c0: usize, c1: usize) -> Pack
 pub(crate) fn fc_outputs<'a>(packed: &Packed<'a>, k: usize, n0: usize, n1: usize) -> Packed<'a> {
     let l = match packed.layout {
         Layout::VnniFc | Layout::VnniConv => PackedFc { k, n: n1 },
+        #[cfg(target_arch = "x86_64")]
+        Layout::Avx2Fc | Layout::Avx2Conv => PackedFc { k, n: n1 },
         #[cfg(target_arch = "x86_64")]
         Layout::AmxFc => AmxFc { k, n: n1 }.padded(),
         _ => return Packed::default(),

@@ -1066,13 +1066,15 @@ pub fn tflite_add_params(rng: &mut Rng) -> TfliteAddParams {
             pair(twice / ((1 << 20) as f64 * so)),
         ]
     } else {
-        [0; 3].map(|_| {
-            let m0 = if rng.next().is_multiple_of(8) {
-                0
-            } else {
-                rng.range(1 << 30, i32::MAX as i64) as i32
-            };
-            (m0, rng.range(-31, 30) as i32)
+        [0; 3].map(|_| match rng.next() % 8 {
+            0 => (0, rng.range(-31, 30) as i32),
+            // Few significant bits and a small shift: products that land on rounding ties
+            // (the AVX2 direct form rounds them half down below zero).
+            1 => ((1 << 30) + (1 << rng.below(30)), rng.range(-4, 0) as i32),
+            _ => (
+                rng.range(1 << 30, i32::MAX as i64) as i32,
+                rng.range(-31, 30) as i32,
+            ),
         })
     };
     let left_shift = if !rng.next().is_multiple_of(4) {

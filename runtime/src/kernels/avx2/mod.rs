@@ -8,8 +8,10 @@
 mod conv2d;
 mod depthwise_conv2d;
 mod fully_connected;
+mod implicit;
 mod lanes;
 mod max_pool;
+mod packed;
 mod tflite_add;
 mod tflite_avg_pool;
 
@@ -19,8 +21,10 @@ pub use depthwise_conv2d::{
     depthwise_pack, depthwise_packed_bytes,
 };
 pub use fully_connected::fully_connected;
+pub use implicit::{conv2d_implicit_rows, implicit_rows_covered};
 pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
 pub use max_pool::max_pool;
+pub use packed::fully_connected_packed;
 pub use tflite_add::tflite_add;
 pub use tflite_avg_pool::tflite_avg_pool;
 

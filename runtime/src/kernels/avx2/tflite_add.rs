@@ -1,11 +1,13 @@
 //! tflite_add (TFLite's ADD), AVX2 (the avx2 and avx-vnni sets): 16 elements per step in two
-//! vectors of 8, the inputs' requantizations gathered from the call's tables and the output's
-//! in i32 lanes ([`TfliteAddTables`], `HighRequant`'s form), in either rounding; the last
-//! elements through a 16-byte buffer. The same bytes as `scalar::tflite_add`.
+//! vectors of 8, the inputs' requantizations computed from the input bytes where the tables
+//! have that form ([`InputDirect`]: a product in 64-bit lanes, a shift and the sign), else
+//! gathered from the call's tables (`vpgatherdd`, slow on AMD), and the output's in i32 lanes
+//! ([`TfliteAddTables`], `HighRequant`'s form), in either rounding; the last elements through
+//! a 16-byte buffer. The same bytes as `scalar::tflite_add`.
 
 use core::arch::x86_64::*;
 
-use crate::kernels::TfliteAddTables;
+use crate::kernels::{InputDirect, TfliteAddTables};
 
 /// `out[i]` for every element of the common length, from the tables of the call's parameters.
 ///
@@ -29,12 +31,65 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         // Index q of a table is entry q + 128.
         ta: t.a.as_ptr().add(128),
         tb: t.b.as_ptr().add(128),
+        direct: t.direct.map(|d| d.map(|d| Direct::new(&d))),
     };
     // As the AVX-512 kernel: loops without what the usual output shifts do not need.
-    match (h.shifted(), h.corr != 0) {
-        (false, false) => c.run::<false, false>(a, b, output),
-        (false, true) => c.run::<false, true>(a, b, output),
-        (true, _) => c.run::<true, true>(a, b, output),
+    match (c.direct.is_some(), h.shifted(), h.corr != 0) {
+        (true, false, false) => c.run::<true, false, false>(a, b, output),
+        (true, false, true) => c.run::<true, false, true>(a, b, output),
+        (true, true, _) => c.run::<true, true, true>(a, b, output),
+        (false, false, false) => c.run::<false, false, false>(a, b, output),
+        (false, false, true) => c.run::<false, false, true>(a, b, output),
+        (false, true, _) => c.run::<false, true, true>(a, b, output),
+    }
+}
+
+/// An input's [`InputDirect`] in vectors.
+#[derive(Clone, Copy)]
+struct Direct {
+    z: __m256i,
+    m: __m256i,
+    rp: __m256i,
+    d: __m128i,
+}
+
+impl Direct {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn new(d: &InputDirect) -> Self {
+        Direct {
+            z: _mm256_set1_epi32(d.z),
+            m: _mm256_set1_epi32(d.m as i32),
+            rp: _mm256_set1_epi64x(d.rp as i64),
+            d: _mm_cvtsi32_si128(d.d as i32),
+        }
+    }
+
+    /// The entries of the low 8 bytes of `q`, in i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn eight(&self, q: __m128i) -> __m256i {
+        let x = _mm256_sub_epi32(_mm256_cvtepi8_epi32(q), self.z);
+        let ax = _mm256_abs_epi32(x);
+        // [x < 0] in each 32-bit lane: the even lanes' alone in their 64-bit lanes, the odd
+        // ones' shifted there.
+        let neg = _mm256_srli_epi32::<31>(x);
+        let low = _mm256_set1_epi64x(u32::MAX as i64);
+        let term = |neg: __m256i| _mm256_sub_epi64(self.rp, neg);
+        let even = _mm256_add_epi64(
+            _mm256_mul_epu32(ax, self.m),
+            term(_mm256_and_si256(neg, low)),
+        );
+        let odd = _mm256_add_epi64(
+            _mm256_mul_epu32(_mm256_srli_epi64::<32>(ax), self.m),
+            term(_mm256_srli_epi64::<32>(neg)),
+        );
+        // Each entry within i32: the low halves after the shift, the odd ones moved up.
+        let v = _mm256_blend_epi32::<0xAA>(
+            _mm256_srl_epi64(even, self.d),
+            _mm256_slli_epi64::<32>(_mm256_srl_epi64(odd, self.d)),
+        );
+        _mm256_sign_epi32(v, x)
     }
 }
 
@@ -53,13 +108,14 @@ struct Consts {
     zo: __m256i,
     ta: *const i32,
     tb: *const i32,
+    direct: Option<[Direct; 2]>,
 }
 
 impl Consts {
     /// Every element, 16 at a time: the last ones through a 16-byte buffer.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn run<const SHIFTED: bool, const CORR: bool>(
+    unsafe fn run<const DIRECT: bool, const SHIFTED: bool, const CORR: bool>(
         &self,
         a: &[i8],
         b: &[i8],
@@ -71,7 +127,7 @@ impl Consts {
         while i + 16 <= len {
             let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
             let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
-            let v = self.sixteen::<SHIFTED, CORR>(qa, qb);
+            let v = self.sixteen::<DIRECT, SHIFTED, CORR>(qa, qb);
             _mm_storeu_si128(y.add(i) as *mut __m128i, v);
             i += 16;
         }
@@ -80,7 +136,7 @@ impl Consts {
             let (mut qa, mut qb, mut out) = ([0i8; 16], [0i8; 16], [0i8; 16]);
             core::ptr::copy_nonoverlapping(a.add(i), qa.as_mut_ptr(), n);
             core::ptr::copy_nonoverlapping(b.add(i), qb.as_mut_ptr(), n);
-            let v = self.sixteen::<SHIFTED, CORR>(
+            let v = self.sixteen::<DIRECT, SHIFTED, CORR>(
                 _mm_loadu_si128(qa.as_ptr() as *const __m128i),
                 _mm_loadu_si128(qb.as_ptr() as *const __m128i),
             );
@@ -92,13 +148,14 @@ impl Consts {
     /// 16 output bytes of 16 input bytes each.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn sixteen<const SHIFTED: bool, const CORR: bool>(
+    unsafe fn sixteen<const DIRECT: bool, const SHIFTED: bool, const CORR: bool>(
         &self,
         qa: __m128i,
         qb: __m128i,
     ) -> __m128i {
-        let lo8 = self.eight::<SHIFTED, CORR>(qa, qb);
-        let hi8 = self.eight::<SHIFTED, CORR>(_mm_srli_si128::<8>(qa), _mm_srli_si128::<8>(qb));
+        let lo8 = self.eight::<DIRECT, SHIFTED, CORR>(qa, qb);
+        let hi8 =
+            self.eight::<DIRECT, SHIFTED, CORR>(_mm_srli_si128::<8>(qa), _mm_srli_si128::<8>(qb));
         // i16 lanes [lo 0..4, hi 0..4 | lo 4..8, hi 4..8], put in element order, then bytes
         // (both packs exact: the values lie within i8).
         let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(lo8, hi8));
@@ -106,16 +163,22 @@ impl Consts {
     }
 
     /// The 8 elements of the low 8 bytes of `qa`, `qb`, clamped and with the zero point, in
-    /// i32 lanes; `SHIFTED` and `CORR` as the constants need.
+    /// i32 lanes: the entries computed where `DIRECT` (the constants have `direct`), else
+    /// gathered; `SHIFTED` and `CORR` as the constants need.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn eight<const SHIFTED: bool, const CORR: bool>(
+    unsafe fn eight<const DIRECT: bool, const SHIFTED: bool, const CORR: bool>(
         &self,
         qa: __m128i,
         qb: __m128i,
     ) -> __m256i {
-        let va = _mm256_i32gather_epi32::<4>(self.ta, _mm256_cvtepi8_epi32(qa));
-        let vb = _mm256_i32gather_epi32::<4>(self.tb, _mm256_cvtepi8_epi32(qb));
+        let (va, vb) = match (DIRECT, &self.direct) {
+            (true, Some([da, db])) => (da.eight(qa), db.eight(qb)),
+            _ => (
+                _mm256_i32gather_epi32::<4>(self.ta, _mm256_cvtepi8_epi32(qa)),
+                _mm256_i32gather_epi32::<4>(self.tb, _mm256_cvtepi8_epi32(qb)),
+            ),
+        };
         let mut x = _mm256_add_epi32(va, vb);
         if SHIFTED {
             x = _mm256_min_epi32(_mm256_max_epi32(x, self.acc_min), self.acc_max);
@@ -150,7 +213,73 @@ mod tests {
     use crate::kernels::test_util::tflite_add_suite;
     use crate::kernels::Kernels;
 
-    tflite_add_suite!(if Kernels::avx2_available(), |_, t, a, b, y| unsafe {
-        tflite_add(t, a, b, y)
-    });
+    /// The entries computed where the tables have the direct form (most drawn parameters,
+    /// every TFLite-derived one).
+    mod direct {
+        use super::*;
+        tflite_add_suite!(if Kernels::avx2_available(), |_, t, a, b, y| unsafe {
+            tflite_add(t, a, b, y)
+        });
+    }
+
+    /// The direct form's entries, all 256 of each table, where the products land on rounding
+    /// ties (multipliers 2^30 + 2^v, small shifts, both roundings): as the tables hold them.
+    #[test]
+    fn direct_entries_at_ties() {
+        use crate::kernels::test_util::{tflite_add_params, Rng};
+        use crate::requant::Rounding;
+        if !Kernels::avx2_available() {
+            println!("SKIP: no AVX2");
+            return;
+        }
+        let mut ties = 0;
+        for (v, shift, ls, rounding) in (0..30).flat_map(|v| {
+            (-4..=0).flat_map(move |s| {
+                [0, 20]
+                    .into_iter()
+                    .flat_map(move |ls| Rounding::ALL.map(move |r| (v, s, ls, r)))
+            })
+        }) {
+            let mut p = tflite_add_params(&mut Rng(v as u64 + 1));
+            p.multipliers[0] = ((1 << 30) + (1 << v), shift);
+            p.left_shift = ls;
+            p.out.rounding = rounding;
+            let t = TfliteAddTables::new(&p).unwrap();
+            let Some([d, _]) = t.direct else {
+                continue;
+            };
+            let q: [i8; 256] = core::array::from_fn(|i| (i as i32 - 128) as i8);
+            for chunk in q.chunks_exact(8) {
+                let mut bytes = [0i8; 16];
+                bytes[..8].copy_from_slice(chunk);
+                let mut got = [0i32; 8];
+                // SAFETY: AVX2 is available.
+                unsafe {
+                    let x = _mm_loadu_si128(bytes.as_ptr() as *const __m128i);
+                    let v = Direct::new(&d).eight(x);
+                    _mm256_storeu_si256(got.as_mut_ptr() as *mut __m256i, v);
+                }
+                for (&q, &g) in chunk.iter().zip(&got) {
+                    assert_eq!(g, t.a[(q as i32 + 128) as usize], "{p:?} {q}");
+                    // A tie below zero: half up would give one more in magnitude.
+                    let x = q as i32 - d.z;
+                    let up = (x.unsigned_abs() as u64 * d.m as u64 + d.rp) >> d.d;
+                    ties += (x < 0 && up as i32 != -g) as usize;
+                }
+            }
+        }
+        assert!(ties > 100, "only {ties} ties");
+    }
+
+    /// The entries gathered.
+    mod gathered {
+        use super::*;
+        tflite_add_suite!(if Kernels::avx2_available(), |_, t, a, b, y| unsafe {
+            let t = TfliteAddTables {
+                direct: None,
+                ..t.clone()
+            };
+            tflite_add(&t, a, b, y)
+        });
+    }
 }

@@ -35,8 +35,8 @@ fn implicit_supported(p: &ConvParams) -> bool {
 
 /// Scratch bytes [`conv2d_implicit_rows`] needs for `rows` output rows: the padded input rows
 /// they read, 64 to align them and [`FC_STEP`] that a kernel row's last step may read past the
-/// last ([`PackedFc::row_bytes`]).
-fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
+/// last ([`PackedFc::row_bytes`]). The AVX2 implicit conv's too.
+pub(crate) fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
     // Saturating: a conv too large for memory is declined, never wrapped.
     band_rows(p, rows)
         .saturating_mul(row_bytes(p))

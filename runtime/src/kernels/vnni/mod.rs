@@ -23,6 +23,7 @@ pub(crate) use add::add_supported;
 pub use conv2d::conv2d;
 pub use fully_connected::{fully_connected, fully_connected_batch};
 pub(crate) use fully_connected::{input_sum, BlockEpi, Limits};
+pub(crate) use implicit::implicit_scratch;
 pub use implicit::{conv2d_implicit, conv2d_implicit_rows, implicit_rows_covered};
 pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IMAGES};
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
