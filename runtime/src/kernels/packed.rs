@@ -573,13 +573,15 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
         };
     }
     #[cfg(target_arch = "x86_64")]
-    if k.base() == Resolved::Vnni && implicit_preferred(p) {
+    if k.base() == Resolved::Vnni && implicit_preferred(p, FC_BLOCK_ROWS) {
         return Some((Layout::VnniConv, PackedFc::of_conv(p).bytes()));
     }
-    // AVX2 packs only for its implicit conv (its other convs read the weights as they are).
+    // AVX2 packs only for its implicit conv (its other convs read the weights as they are),
+    // from 8 output channels (a block's half: MobileNet's 8-channel stem).
     #[cfg(target_arch = "x86_64")]
     if k == Resolved::Avx2 {
-        return implicit_preferred(p).then(|| (Layout::Avx2Conv, PackedFc::of_conv(p).bytes()));
+        let l = PackedFc::of_conv(p);
+        return implicit_preferred(p, FC_BLOCK_ROWS / 2).then_some((Layout::Avx2Conv, l.bytes()));
     }
     let small = p.output.h * p.output.w <= IM2COL_MAX_PIXELS;
     let gathered =
@@ -591,9 +593,9 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
     fc_packing(k, &p.as_fc())
 }
 
-/// Whether the VNNI set packs conv `p` for its implicit conv (`vnni::conv2d_implicit`): kernel
-/// rows in whole steps (kw·C_in a multiple of 4) or 3 channels (RGB stems: a 3×3 kernel row
-/// is 9 of 12 bytes), at least one block of output channels, no dilation, a uniform window or
+/// Whether the VNNI set packs conv `p` for its implicit conv (`vnni::conv2d_implicit`; the
+/// AVX2 set for its own): kernel rows in whole steps (kw·C_in a multiple of 4) or 3 channels
+/// (RGB stems: a 3×3 kernel row is 9 of 12 bytes), at least `min_out` output channels, no dilation, a uniform window or
 /// its padded uniform form, and the lanes geometry (whose scratch holds the padded input). Measured per op on one Zen 4 core (AVX-512
 /// VNNI), batch 1, against the kernels it replaces (the pixels-in-lanes conv, the packed conv
 /// over gathered patches, the packed pointwise conv in place): ResNet-8's convs 0.72–0.96×
@@ -602,10 +604,10 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
 /// MobileNet's 0.71–1.0×, DS-CNN's 1-channel 10×4 stem 0.68× (a kernel row one step). Other
 /// few-channel kernel rows (1 channel, 3 or 5 wide) stay with the few-channel conv.
 #[cfg(target_arch = "x86_64")]
-fn implicit_preferred(p: &ConvParams) -> bool {
+fn implicit_preferred(p: &ConvParams, min_out: usize) -> bool {
     let w = &p.window;
     ((w.kernel_w * p.input.c).is_multiple_of(FC_STEP) || p.input.c == 3)
-        && p.output.c >= FC_BLOCK_ROWS
+        && p.output.c >= min_out
         && w.dilation_h == 1
         && w.dilation_w == 1
         && super::lanes_supported(&p.geometry())

@@ -9,7 +9,7 @@
 
 use core::ops::Range;
 
-use super::packed::{sums, Clamp, Outputs, Steps};
+use super::packed::{Clamp, Outputs, Steps};
 use crate::kernels::vnni::{band_rows, implicit_scratch, row_bytes};
 use crate::kernels::{ConvImage, ConvParams, Layout, PackedFc, FC_STEP};
 use crate::requant::Rounding;
@@ -101,12 +101,19 @@ unsafe fn band(
 ) {
     let (cin, s, cout, wo) = (p.input.c, p.stride(), p.output.c, p.output.w);
     let row = row_bytes(p);
-    let img = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64)) as *mut i8;
     let first = rows.start * s;
-    let in_rows = band_rows(p, rows.len());
-    pad(p, input, img, first..first + in_rows);
-    // What the last kernel row's last step reads past the rows meets zero weights.
-    core::ptr::write_bytes(img.add(in_rows * row), 0, FC_STEP);
+    // Unpadded, with whole steps to a kernel row: the input is read where it lies (no step
+    // reads past its row). Else padded into scratch.
+    let img = if p.pad() == 0 && (p.window.kernel_w * cin).is_multiple_of(FC_STEP) {
+        input.as_ptr().add(first * row)
+    } else {
+        let img = scratch.as_mut_ptr().add(scratch.as_ptr().align_offset(64)) as *mut i8;
+        let in_rows = band_rows(p, rows.len());
+        pad(p, input, img, first..first + in_rows);
+        // What the last kernel row's last step reads past the rows meets zero weights.
+        core::ptr::write_bytes(img.add(in_rows * row), 0, FC_STEP);
+        img as *const i8
+    };
     let l = PackedFc::of_conv(p);
     let steps = Steps {
         kh: p.window.kernel_h,
@@ -122,15 +129,15 @@ unsafe fn band(
         double: p.out.rounding == Rounding::Double,
     };
     let npx = rows.len() * wo;
+    // Block by block: its weights stay in L1 over every pixel of the band.
     for b in 0..l.blocks() {
-        // The block's weights stay in L1 over every pixel of the band.
-        let wb = out.w.add(b * out.bb);
-        // The next pixel's window: its output row and column, stepped (no division).
+        let o = out.block_out(b);
+        // The next pixel's output row and column, stepped (no division).
         let (mut oy, mut ox) = (0, 0);
         for p0 in (0..npx).step_by(MR) {
             // Pixels past n repeat the last one: their sums are dropped.
             let n = (npx - p0).min(MR);
-            let mut x = [img as *const i8; MR];
+            let mut x = [img; MR];
             for x in x.iter_mut().take(n) {
                 *x = img.add(oy * s * row + ox * s * cin);
                 ox += 1;
@@ -141,16 +148,7 @@ unsafe fn band(
             let last = x[n - 1];
             x[n..].fill(last);
             let y: [*mut i8; MR] = core::array::from_fn(|r| y.add((p0 + r.min(n - 1)) * cout));
-            match n {
-                1 => out.store(&sums::<2, 1>(&[x[0]], wb, out.bb, steps), b, &[y[0]], 1),
-                2 => out.store(
-                    &sums::<2, 2>(&[x[0], x[1]], wb, out.bb, steps),
-                    b,
-                    &[y[0], y[1]],
-                    2,
-                ),
-                _ => out.store(&sums::<2, MR>(&x, wb, out.bb, steps), b, &y, n),
-            }
+            out.block(&o, &x, &y, n, steps);
         }
     }
 }

@@ -260,24 +260,98 @@ pub(super) struct Outputs {
     pub double: bool,
 }
 
+/// One block's output stage, its constants loaded: the rows it holds and the halves that
+/// hold them (one for at most 8 rows).
+pub(super) struct BlockOut {
+    epi: [HalfEpi; 2],
+    clamp: Clamp,
+    double: bool,
+    /// The block's first row.
+    r0: usize,
+    rows: usize,
+    two: bool,
+}
+
 impl Outputs {
-    /// The `H / 2` blocks from block `b0` of the sums `acc` (from [`sums`]) requantized and
-    /// stored for the first `m` inputs at `y[i]` (each the input's output row).
+    /// Block `b`'s output stage.
     ///
     /// # Safety
-    /// AVX2; the blocks exist; each `y[i]` is writable for the layer's N bytes.
+    /// AVX2; the block exists.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn block_out(&self, b: usize) -> BlockOut {
+        let e = self.w.add(b * self.bb);
+        let r0 = b * FC_BLOCK_ROWS;
+        let rows = (self.n - r0).min(FC_BLOCK_ROWS);
+        let two = rows > FC_BLOCK_ROWS / 2;
+        BlockOut {
+            epi: [
+                HalfEpi::load(e, 0, self.double),
+                HalfEpi::load(e, two as usize, self.double),
+            ],
+            clamp: self.clamp,
+            double: self.double,
+            r0,
+            rows,
+            two,
+        }
+    }
+
+    /// Block `b` (its output stage `o`) for the first `m` of the `M` inputs at `x` (outputs
+    /// at `y`), in as few lanes as hold them: the sums of its halves, requantized, stored.
+    ///
+    /// # Safety
+    /// As [`sums`]'; each `y[i]` is writable for the layer's N bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn block<const M: usize>(
+        &self,
+        o: &BlockOut,
+        x: &[*const i8; M],
+        y: &[*mut i8; M],
+        m: usize,
+        s: Steps,
+    ) {
+        let wb = self.w.add(o.r0 / FC_BLOCK_ROWS * self.bb);
+        match (m, o.two) {
+            (1, false) => o.store(&sums::<1, 1>(&[x[0]], wb, self.bb, s), 0, &[y[0]], 1),
+            (1, true) => o.store(&sums::<2, 1>(&[x[0]], wb, self.bb, s), 0, &[y[0]], 1),
+            (2, false) => o.store(
+                &sums::<1, 2>(&[x[0], x[1]], wb, self.bb, s),
+                0,
+                &[y[0], y[1]],
+                2,
+            ),
+            (2, true) => o.store(
+                &sums::<2, 2>(&[x[0], x[1]], wb, self.bb, s),
+                0,
+                &[y[0], y[1]],
+                2,
+            ),
+            (_, false) => o.store(&sums::<1, M>(x, wb, self.bb, s), 0, y, m),
+            (_, true) => o.store(&sums::<2, M>(x, wb, self.bb, s), 0, y, m),
+        }
+    }
+}
+
+impl BlockOut {
+    /// Halves `h0` and, where the block has two, `h0 + 1` of the sums `acc` (from [`sums`])
+    /// requantized and stored for the first `m` inputs at `y[i]` (each the input's output row).
+    ///
+    /// # Safety
+    /// AVX2; each `y[i]` is writable for the layer's N bytes.
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn store<const H: usize, const M: usize>(
         &self,
         acc: &[[__m256i; H]; M],
-        b0: usize,
+        h0: usize,
         y: &[*mut i8; M],
         m: usize,
     ) {
         match self.double {
-            true => self.store_in::<true, H, M>(acc, b0, y, m),
-            false => self.store_in::<false, H, M>(acc, b0, y, m),
+            true => self.store_in::<true, H, M>(acc, h0, y, m),
+            false => self.store_in::<false, H, M>(acc, h0, y, m),
         }
     }
 
@@ -286,28 +360,25 @@ impl Outputs {
     unsafe fn store_in<const DOUBLE: bool, const H: usize, const M: usize>(
         &self,
         acc: &[[__m256i; H]; M],
-        b0: usize,
+        h0: usize,
         y: &[*mut i8; M],
         m: usize,
     ) {
-        for pair in 0..H / 2 {
-            let b = b0 + pair;
-            let e = self.w.add(b * self.bb);
-            let epi = [0, 1].map(|h| HalfEpi::load(e, h, DOUBLE));
-            let r0 = b * FC_BLOCK_ROWS;
-            let rows = (self.n - r0).min(FC_BLOCK_ROWS);
-            for (a, &y) in acc.iter().zip(y).take(m) {
-                let v = narrow16(
-                    epi[0].apply::<DOUBLE>(a[2 * pair], &self.clamp),
-                    epi[1].apply::<DOUBLE>(a[2 * pair + 1], &self.clamp),
-                );
-                if rows == FC_BLOCK_ROWS {
-                    _mm_storeu_si128(y.add(r0) as *mut __m128i, v);
-                } else {
-                    let mut bytes = [0i8; 16];
-                    _mm_storeu_si128(bytes.as_mut_ptr() as *mut __m128i, v);
-                    core::ptr::copy_nonoverlapping(bytes.as_ptr(), y.add(r0), rows);
-                }
+        for (a, &y) in acc.iter().zip(y).take(m) {
+            // A block of at most 8 rows narrows its one half with zeros.
+            let v = narrow16(
+                self.epi[0].apply::<DOUBLE>(a[h0], &self.clamp),
+                match self.two {
+                    true => self.epi[1].apply::<DOUBLE>(a[h0 + 1], &self.clamp),
+                    false => _mm256_setzero_si256(),
+                },
+            );
+            if self.rows == FC_BLOCK_ROWS {
+                _mm_storeu_si128(y.add(self.r0) as *mut __m128i, v);
+            } else {
+                let mut bytes = [0i8; 16];
+                _mm_storeu_si128(bytes.as_mut_ptr() as *mut __m128i, v);
+                core::ptr::copy_nonoverlapping(bytes.as_ptr(), y.add(self.r0), self.rows);
             }
         }
     }
@@ -355,25 +426,18 @@ pub unsafe fn fully_connected_packed(p: &FcParams, imgs: &mut [ConvImage]) -> bo
             core::array::from_fn(|i| group[i.min(m - 1)].output.as_mut_ptr());
         let mut b = 0;
         if m == 1 {
-            while b + ONE_BLOCKS <= blocks {
-                let acc = sums::<{ 2 * ONE_BLOCKS }, 1>(&[x[0]], out.w.add(b * out.bb), out.bb, s);
-                out.store(&acc, b, &[y[0]], 1);
+            // Whole blocks four at a time (8 vectors of sums); a last one of 8 rows alone.
+            while b + ONE_BLOCKS <= blocks && out.n - b * FC_BLOCK_ROWS > 7 * FC_BLOCK_ROWS / 2 {
+                let wb = out.w.add(b * out.bb);
+                let acc = sums::<{ 2 * ONE_BLOCKS }, 1>(&[x[0]], wb, out.bb, s);
+                for j in 0..ONE_BLOCKS {
+                    out.block_out(b + j).store(&acc, 2 * j, &[y[0]], 1);
+                }
                 b += ONE_BLOCKS;
             }
         }
-        while b < blocks {
-            let wb = out.w.add(b * out.bb);
-            match m {
-                1 => out.store(&sums::<2, 1>(&[x[0]], wb, out.bb, s), b, &[y[0]], 1),
-                2 => out.store(
-                    &sums::<2, 2>(&[x[0], x[1]], wb, out.bb, s),
-                    b,
-                    &[y[0], y[1]],
-                    2,
-                ),
-                _ => out.store(&sums::<2, IMAGES>(&x, wb, out.bb, s), b, &y, m),
-            }
-            b += 1;
+        for b in b..blocks {
+            out.block(&out.block_out(b), &x, &y, m, s);
         }
     }
     true
