@@ -1,6 +1,6 @@
 //! Images in groups: one op over several working areas at once, where a batched kernel covers
 //! it (the AVX-512 VNNI conv and fully connected read each weight once for the whole group, the
-//! AVX2 packed fully connected once for four images).
+//! AVX2 and AVX-VNNI packed fully connected once for four images).
 
 #[cfg(target_arch = "x86_64")]
 use super::Carved;
@@ -34,9 +34,10 @@ impl Model<'_> {
                 .unwrap_or(false)
             });
         }
-        // AVX2: its packed fully connected layer reads each weight once for four images.
+        // AVX2 (and AVX-VNNI): the packed fully connected layer reads each weight once for
+        // four images.
         #[cfg(target_arch = "x86_64")]
-        if k == Resolved::Avx2 {
+        if k == Resolved::Avx2 || k == Resolved::AvxVnni {
             return (0..self.num_ops() as u32).any(|j| {
                 self.with_op(j, |p| {
                     Ok(matches!(&p.params, OpParams::FullyConnected(f)
@@ -60,13 +61,19 @@ impl Model<'_> {
         back: bool,
     ) -> Result<bool> {
         #[cfg(target_arch = "x86_64")]
-        if k == Resolved::Avx2 {
+        if k == Resolved::Avx2 || k == Resolved::AvxVnni {
             let OpParams::FullyConnected(f) = &p.params else {
                 return Ok(false);
             };
             return self.with_images(k, p, work, back, |imgs| {
-                // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
-                unsafe { kernels::avx2::fully_connected_packed(f, imgs) }
+                // SAFETY: Resolved::Avx2 is only produced when AVX2 is available, AvxVnni when
+                // AVX-VNNI is too.
+                unsafe {
+                    match k {
+                        Resolved::AvxVnni => kernels::avx2::fully_connected_packed_vnni(f, imgs),
+                        _ => kernels::avx2::fully_connected_packed(f, imgs),
+                    }
+                }
             });
         }
         #[cfg(target_arch = "x86_64")]

@@ -12,8 +12,9 @@
 //!   [−23, −2], and the packed-patch VNNI conv 6 output channels; the implicit VNNI and AVX2
 //!   convs (`vnni::conv2d_implicit`, `avx2::conv2d_implicit_rows`) every uniform conv packed
 //!   for them at prepare; the AVX2 patch conv covers every uniform conv, the scalar reference
-//!   the rest. The AVX2 set's fully connected layers run from weights packed at prepare
-//!   (`avx2::fully_connected_packed`), unpacked ones through `avx2::fully_connected`.
+//!   the rest. The AVX2 and AVX-VNNI sets' fully connected layers run from weights packed at
+//!   prepare (`avx2::fully_connected_packed`, `_vnni`), unpacked ones through
+//!   `avx2::fully_connected`.
 //! - NEON: conv and fully connected in both roundings (an epilogue per rounding).
 //! - x86 and NEON: a conv whose window is not uniform (SAME padding) but has one stride runs
 //!   as the uniform conv over its input padded into scratch (`valid::as_valid`); the scalar
@@ -84,7 +85,12 @@ pub(crate) fn conv2d(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
         Resolved::AvxVnni => unsafe {
-            if !avx2::conv2d_lanes_vnni(p, ConvImage::new(input, output, scratch), all) {
+            if !avx2::conv2d_implicit_rows_vnni(
+                p,
+                ConvImage::new(input, output, scratch),
+                all.clone(),
+            ) && !avx2::conv2d_lanes_vnni(p, ConvImage::new(input, output, scratch), all)
+            {
                 avx2::conv2d(p, input, output, scratch)
             }
         },
@@ -158,7 +164,7 @@ pub(crate) fn conv2d_rows_covered(k: Resolved, p: &ConvParams, scratch: usize) -
                 && scratch >= super::conv_scratch_bytes(&p.geometry())
         }
         #[cfg(target_arch = "x86_64")]
-        Resolved::Avx2 if p.packed.of(super::Layout::Avx2Conv).is_some() => {
+        Resolved::Avx2 | Resolved::AvxVnni if p.packed.of(super::Layout::Avx2Conv).is_some() => {
             avx2::implicit_rows_covered(p, scratch)
         }
         #[cfg(target_arch = "x86_64")]
@@ -219,6 +225,11 @@ pub(crate) fn conv2d_rows(
         // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
         Resolved::Avx2 => unsafe {
             avx2::conv2d_lanes_avx2(p, ConvImage::new(input, output, scratch), rows)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
+        Resolved::AvxVnni if p.packed.of(super::Layout::Avx2Conv).is_some() => unsafe {
+            avx2::conv2d_implicit_rows_vnni(p, ConvImage::new(input, output, scratch), rows)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
@@ -311,10 +322,18 @@ pub(crate) fn fully_connected(
     match k.base() {
         Resolved::Scalar => scalar::fully_connected(p, input, output),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Resolved::Avx2, Vnni and AvxVnni are only produced when AVX2 is available.
-        Resolved::Avx2 | Resolved::AvxVnni => unsafe {
-            // Packed at prepare (the AVX2 set): rows in the lanes; else the unpacked kernel.
+        // SAFETY: Resolved::Avx2 is only produced when AVX2 is available.
+        Resolved::Avx2 => unsafe {
+            // Packed at prepare: rows in the lanes; else the unpacked kernel.
             if !avx2::fully_connected_packed(p, &mut [ConvImage::new(input, output, &mut [])]) {
+                avx2::fully_connected(p, input, output)
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Resolved::AvxVnni is only produced when AVX2 and AVX-VNNI are available.
+        Resolved::AvxVnni => unsafe {
+            let one = &mut [ConvImage::new(input, output, &mut [])];
+            if !avx2::fully_connected_packed_vnni(p, one) {
                 avx2::fully_connected(p, input, output)
             }
         },

@@ -45,12 +45,12 @@ pub(crate) enum Layout {
     /// weights, the bias folded for a u8 input).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     VnniConv,
-    /// The AVX2 fully connected layer's ([`PackedFc::pack_signed`]: the same blocks, int8
-    /// weights, the layer's own bias: `vpmaddubsw` takes the input signed).
+    /// The AVX2 (and AVX-VNNI) fully connected layer's ([`PackedFc::pack_signed`]: the same
+    /// blocks, int8 weights, the layer's own bias: the sign trick takes the input signed).
     #[cfg(target_arch = "x86_64")]
     Avx2Fc,
-    /// The AVX2 implicit conv's ([`PackedFc::pack_conv_signed`]: the implicit VNNI conv's
-    /// blocks, its bias not folded: the input stays signed).
+    /// The AVX2 (and AVX-VNNI) implicit conv's ([`PackedFc::pack_conv_signed`]: the implicit
+    /// VNNI conv's blocks, its bias not folded: the input stays signed).
     #[cfg(target_arch = "x86_64")]
     Avx2Conv,
     /// The x86 depthwise conv's weights and requantization constants (every x86 set's
@@ -519,7 +519,9 @@ pub(crate) fn fc_packing(k: Resolved, p: &FcParams) -> Option<(Layout, usize)> {
         #[cfg(target_arch = "x86_64")]
         Resolved::Vnni => Some((Layout::VnniFc, PackedFc { k: p.k, n: p.n }.bytes())),
         #[cfg(target_arch = "x86_64")]
-        Resolved::Avx2 => Some((Layout::Avx2Fc, PackedFc { k: p.k, n: p.n }.bytes())),
+        Resolved::Avx2 | Resolved::AvxVnni => {
+            Some((Layout::Avx2Fc, PackedFc { k: p.k, n: p.n }.bytes()))
+        }
         #[cfg(octet_arm_dsp)]
         Resolved::CortexM => cortex_m_fc_packing(p),
         _ => {
@@ -576,10 +578,10 @@ pub(crate) fn conv_packing(k: Resolved, p: &ConvParams) -> Option<(Layout, usize
     if k.base() == Resolved::Vnni && implicit_preferred(p, FC_BLOCK_ROWS) {
         return Some((Layout::VnniConv, PackedFc::of_conv(p).bytes()));
     }
-    // AVX2 packs only for its implicit conv (its other convs read the weights as they are),
-    // from 8 output channels (a block's half: MobileNet's 8-channel stem).
+    // AVX2 (and AVX-VNNI) packs only for its implicit conv (its other convs read the weights
+    // as they are), from 8 output channels (a block's half: MobileNet's 8-channel stem).
     #[cfg(target_arch = "x86_64")]
-    if k == Resolved::Avx2 {
+    if k == Resolved::Avx2 || k == Resolved::AvxVnni {
         let l = PackedFc::of_conv(p);
         return implicit_preferred(p, FC_BLOCK_ROWS / 2).then_some((Layout::Avx2Conv, l.bytes()));
     }

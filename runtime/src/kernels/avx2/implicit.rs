@@ -36,6 +36,21 @@ pub fn implicit_rows_covered(p: &ConvParams, scratch: usize) -> bool {
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn conv2d_implicit_rows(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    implicit_rows(p, im, rows, false)
+}
+
+/// [`conv2d_implicit_rows`] with AVX-VNNI's `vpdpbusd`.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-VNNI.
+#[target_feature(enable = "avx2,avxvnni")]
+pub unsafe fn conv2d_implicit_rows_vnni(p: &ConvParams, im: ConvImage, rows: Range<usize>) -> bool {
+    implicit_rows(p, im, rows, true)
+}
+
+/// [`conv2d_implicit_rows`], the products on AVX-VNNI where `vnni`.
+#[target_feature(enable = "avx2")]
+unsafe fn implicit_rows(p: &ConvParams, im: ConvImage, rows: Range<usize>, vnni: bool) -> bool {
     let Some(w) = weights(p) else {
         return false;
     };
@@ -49,7 +64,15 @@ pub unsafe fn conv2d_implicit_rows(p: &ConvParams, im: ConvImage, rows: Range<us
         return false;
     }
     if n > 0 {
-        band(p, w, im.input, im.output.as_mut_ptr(), im.scratch, rows);
+        band(
+            p,
+            w,
+            im.input,
+            im.output.as_mut_ptr(),
+            im.scratch,
+            rows,
+            vnni,
+        );
     }
     true
 }
@@ -98,6 +121,7 @@ unsafe fn band(
     y: *mut i8,
     scratch: &mut [u8],
     rows: Range<usize>,
+    vnni: bool,
 ) {
     let (cin, s, cout, wo) = (p.input.c, p.stride(), p.output.c, p.output.w);
     let row = row_bytes(p);
@@ -127,6 +151,7 @@ unsafe fn band(
         n: cout,
         clamp: Clamp::new(&p.out),
         double: p.out.rounding == Rounding::Double,
+        vnni,
     };
     let npx = rows.len() * wo;
     // Block by block: its weights stay in L1 over every pixel of the band.
@@ -159,13 +184,10 @@ mod tests {
     use crate::kernels::test_util::{check_conv_rows, conv_suite, ConvCase};
     use crate::kernels::{Kernels, Packed};
 
-    /// Packed, then run whole and in bands. It declines only what it does not cover: windows
-    /// that are not uniform, or too little scratch for the padded input (where the x86 rule
-    /// sizes the conv for another kernel).
-    fn check(c: &ConvCase) {
-        if !Kernels::avx2_available() {
-            return;
-        }
+    /// Packed, then run whole and in bands, the products on AVX-VNNI where `vnni`. It declines
+    /// only what it does not cover: windows that are not uniform, or too little scratch for
+    /// the padded input (where the x86 rule sizes the conv for another kernel).
+    fn check_with(c: &ConvCase, vnni: bool) {
         check_conv_rows(
             c,
             &mut |p, im, rows| {
@@ -178,12 +200,38 @@ mod tests {
                     },
                     ..*p
                 };
-                // SAFETY: AVX2 is available.
-                unsafe { conv2d_implicit_rows(&q, im, rows) }
+                // SAFETY: the features are here (the callers check).
+                unsafe { implicit_rows(&q, im, rows, vnni) }
             },
             &|p, s| !p.is_uniform() || s < implicit_scratch(p, p.output.h),
         );
     }
 
+    fn check(c: &ConvCase) {
+        if Kernels::avx2_available() {
+            check_with(c, false);
+        }
+    }
+
     conv_suite!(check);
+
+    /// The products on AVX-VNNI's `vpdpbusd`.
+    mod vnni {
+        use super::*;
+
+        fn check(c: &ConvCase) {
+            if Kernels::avx_vnni_available() {
+                check_with(c, true);
+            }
+        }
+
+        conv_suite!(check);
+
+        #[test]
+        fn avx_vnni_here() {
+            if !Kernels::avx_vnni_available() {
+                println!("SKIP: no AVX-VNNI on this CPU, the implicit conv's vpdpbusd is not run");
+            }
+        }
+    }
 }

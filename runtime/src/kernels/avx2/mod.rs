@@ -21,10 +21,10 @@ pub use depthwise_conv2d::{
     depthwise_pack, depthwise_packed_bytes,
 };
 pub use fully_connected::fully_connected;
-pub use implicit::{conv2d_implicit_rows, implicit_rows_covered};
+pub use implicit::{conv2d_implicit_rows, conv2d_implicit_rows_vnni, implicit_rows_covered};
 pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scratch};
 pub use max_pool::max_pool;
-pub use packed::fully_connected_packed;
+pub use packed::{fully_connected_packed, fully_connected_packed_vnni};
 pub use tflite_add::tflite_add;
 pub use tflite_avg_pool::tflite_avg_pool;
 

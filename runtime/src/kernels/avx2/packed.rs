@@ -5,7 +5,8 @@
 //! multiply-adds per `vpmaddubsw`, as the lanes conv is: |x| (u8, at most 128) times
 //! `vpsignb(w, x)` (|w| ≤ 127, the format's range) keeps each pair within ±32 512; `vpmaddwd`
 //! by ones adds the pairs into the i32 sums. Per 32 multiply-adds: `vpsignb`, `vpmaddubsw`,
-//! `vpmaddwd`, `vpaddd`; |x| is shared by every row.
+//! `vpmaddwd`, `vpaddd` (with AVX-VNNI `vpsignb` and one `vpdpbusd`: the avx-vnni set); |x| is
+//! shared by every row.
 //!
 //! [`sums`] is the product of a few inputs (images, or a conv's pixels read in place through
 //! their kernel rows) by a few halves; the requantization is the packed VNNI epilogue's on 8
@@ -32,67 +33,101 @@ pub(super) struct Steps {
 }
 
 /// The sums of `H` halves (half `h` is block `h / 2`'s rows 8·(h % 2)…, blocks `bb` bytes apart
-/// from `w`) for the `M` inputs at `x`, each starting at its row's bias.
+/// from `w`) for the `M` inputs at `x`, each starting at its row's bias: with AVX-VNNI's
+/// `vpdpbusd` where `vnni` (one instruction for `vpmaddubsw`, `vpmaddwd` and `vpaddd`).
 ///
 /// # Safety
-/// AVX2; `w` holds `H / 2` (rounded up) blocks of the layout `s` describes; every `x[m]` is
-/// readable for every step `s` reads (4 bytes a step, `tail` in the last).
-#[inline(never)]
+/// AVX2, and AVX-VNNI where `vnni`; `w` holds `H / 2` (rounded up) blocks of the layout `s`
+/// describes; every `x[m]` is readable for every step `s` reads (4 bytes a step, `tail` in the
+/// last).
+#[inline]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn sums<const H: usize, const M: usize>(
+    vnni: bool,
     x: &[*const i8; M],
     w: *const u8,
     bb: usize,
     s: Steps,
 ) -> [[__m256i; H]; M] {
-    let half = |h: usize| w.add((h / 2) * bb + (h % 2) * HALF);
-    let mut acc = [[_mm256_setzero_si256(); H]; M];
-    for h in 0..H {
-        let bias = _mm256_loadu_si256(half(h).add(FcEpi::BIAS) as *const _);
-        for a in acc.iter_mut() {
-            a[h] = bias;
-        }
+    match vnni {
+        true => sums_vnni(x, w, bb, s),
+        false => sums_avx2(x, w, bb, s),
     }
-    let ones = _mm256_set1_epi16(1);
-    let mut wp = FC_EPI_BYTES;
-    let mut step = |wp: usize, q: [i32; M]| {
-        let wv: [__m256i; H] =
-            core::array::from_fn(|h| _mm256_loadu_si256(half(h).add(wp) as *const _));
-        for (a, &q) in acc.iter_mut().zip(&q) {
-            let xb = _mm256_set1_epi32(q);
-            let ax = _mm256_abs_epi8(xb);
-            for (a, &wv) in a.iter_mut().zip(&wv) {
-                let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xb));
-                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(p, ones));
+}
+
+/// [`sums`] on AVX2 alone (`sums_avx2`) and with AVX-VNNI (`sums_vnni`): one loop, compiled
+/// once per set of features (a body shared without them would pass its vectors through
+/// memory). Not inlined, as the packed VNNI kernels' sums (the output stage's loops would
+/// otherwise keep the accumulators on the stack).
+macro_rules! sums_with {
+    ($name:ident, $features:literal, $vnni:literal) => {
+        #[inline(never)]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const H: usize, const M: usize>(
+            x: &[*const i8; M],
+            w: *const u8,
+            bb: usize,
+            s: Steps,
+        ) -> [[__m256i; H]; M] {
+            let half = |h: usize| w.add((h / 2) * bb + (h % 2) * HALF);
+            let mut acc = [[_mm256_setzero_si256(); H]; M];
+            for h in 0..H {
+                let bias = _mm256_loadu_si256(half(h).add(FcEpi::BIAS) as *const _);
+                for a in acc.iter_mut() {
+                    a[h] = bias;
+                }
             }
+            let ones = _mm256_set1_epi16(1);
+            let mut wp = FC_EPI_BYTES;
+            let mut step = |wp: usize, q: [i32; M]| {
+                let wv: [__m256i; H] =
+                    core::array::from_fn(|h| _mm256_loadu_si256(half(h).add(wp) as *const _));
+                for (a, &q) in acc.iter_mut().zip(&q) {
+                    let xb = _mm256_set1_epi32(q);
+                    let ax = _mm256_abs_epi8(xb);
+                    for (a, &wv) in a.iter_mut().zip(&wv) {
+                        let sw = _mm256_sign_epi8(wv, xb);
+                        *a = match $vnni {
+                            true => _mm256_dpbusd_avx_epi32(*a, ax, sw),
+                            false => _mm256_add_epi32(
+                                *a,
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), ones),
+                            ),
+                        };
+                    }
+                }
+            };
+            for ky in 0..s.kh {
+                let o = ky * s.row;
+                for j in (0..s.kwc).step_by(4) {
+                    step(
+                        wp,
+                        core::array::from_fn(|m| (x[m].add(o + j) as *const i32).read_unaligned()),
+                    );
+                    wp += 2 * HALF;
+                }
+            }
+            if s.tail > 0 {
+                step(
+                    wp,
+                    core::array::from_fn(|m| {
+                        let mut q = [0u8; 4];
+                        core::ptr::copy_nonoverlapping(
+                            x[m].add(s.kwc) as *const u8,
+                            q.as_mut_ptr(),
+                            s.tail,
+                        );
+                        i32::from_le_bytes(q)
+                    }),
+                );
+            }
+            acc
         }
     };
-    for ky in 0..s.kh {
-        let o = ky * s.row;
-        for j in (0..s.kwc).step_by(4) {
-            step(
-                wp,
-                core::array::from_fn(|m| (x[m].add(o + j) as *const i32).read_unaligned()),
-            );
-            wp += 2 * HALF;
-        }
-    }
-    if s.tail > 0 {
-        step(
-            wp,
-            core::array::from_fn(|m| {
-                let mut q = [0u8; 4];
-                core::ptr::copy_nonoverlapping(
-                    x[m].add(s.kwc) as *const u8,
-                    q.as_mut_ptr(),
-                    s.tail,
-                );
-                i32::from_le_bytes(q)
-            }),
-        );
-    }
-    acc
 }
+
+sums_with!(sums_avx2, "avx2", false);
+sums_with!(sums_vnni, "avx2,avxvnni", true);
 
 /// Half `h` of a block's requantization on 8 lanes ([`FcEpi`]; the packed VNNI epilogue's):
 /// the short form (`short_requant`, `short_unsigned`) where the block has it, its constants
@@ -258,6 +293,8 @@ pub(super) struct Outputs {
     pub n: usize,
     pub clamp: Clamp,
     pub double: bool,
+    /// The products on AVX-VNNI.
+    pub vnni: bool,
 }
 
 /// One block's output stage, its constants loaded: the rows it holds and the halves that
@@ -314,22 +351,32 @@ impl Outputs {
     ) {
         let wb = self.w.add(o.r0 / FC_BLOCK_ROWS * self.bb);
         match (m, o.two) {
-            (1, false) => o.store(&sums::<1, 1>(&[x[0]], wb, self.bb, s), 0, &[y[0]], 1),
-            (1, true) => o.store(&sums::<2, 1>(&[x[0]], wb, self.bb, s), 0, &[y[0]], 1),
+            (1, false) => o.store(
+                &sums::<1, 1>(self.vnni, &[x[0]], wb, self.bb, s),
+                0,
+                &[y[0]],
+                1,
+            ),
+            (1, true) => o.store(
+                &sums::<2, 1>(self.vnni, &[x[0]], wb, self.bb, s),
+                0,
+                &[y[0]],
+                1,
+            ),
             (2, false) => o.store(
-                &sums::<1, 2>(&[x[0], x[1]], wb, self.bb, s),
+                &sums::<1, 2>(self.vnni, &[x[0], x[1]], wb, self.bb, s),
                 0,
                 &[y[0], y[1]],
                 2,
             ),
             (2, true) => o.store(
-                &sums::<2, 2>(&[x[0], x[1]], wb, self.bb, s),
+                &sums::<2, 2>(self.vnni, &[x[0], x[1]], wb, self.bb, s),
                 0,
                 &[y[0], y[1]],
                 2,
             ),
-            (_, false) => o.store(&sums::<1, M>(x, wb, self.bb, s), 0, y, m),
-            (_, true) => o.store(&sums::<2, M>(x, wb, self.bb, s), 0, y, m),
+            (_, false) => o.store(&sums::<1, M>(self.vnni, x, wb, self.bb, s), 0, y, m),
+            (_, true) => o.store(&sums::<2, M>(self.vnni, x, wb, self.bb, s), 0, y, m),
         }
     }
 }
@@ -397,6 +444,21 @@ const ONE_BLOCKS: usize = 4;
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn fully_connected_packed(p: &FcParams, imgs: &mut [ConvImage]) -> bool {
+    fc(p, imgs, false)
+}
+
+/// [`fully_connected_packed`] with AVX-VNNI's `vpdpbusd`.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-VNNI.
+#[target_feature(enable = "avx2,avxvnni")]
+pub unsafe fn fully_connected_packed_vnni(p: &FcParams, imgs: &mut [ConvImage]) -> bool {
+    fc(p, imgs, true)
+}
+
+/// [`fully_connected_packed`], the products on AVX-VNNI where `vnni`.
+#[target_feature(enable = "avx2")]
+unsafe fn fc(p: &FcParams, imgs: &mut [ConvImage], vnni: bool) -> bool {
     let Some(w) = p.packed.of(Layout::Avx2Fc) else {
         return false;
     };
@@ -417,6 +479,7 @@ pub unsafe fn fully_connected_packed(p: &FcParams, imgs: &mut [ConvImage]) -> bo
         n: p.n,
         clamp: Clamp::new(&p.out),
         double: p.out.rounding == Rounding::Double,
+        vnni,
     };
     let blocks = l.blocks();
     for group in imgs.chunks_mut(IMAGES) {
@@ -429,7 +492,7 @@ pub unsafe fn fully_connected_packed(p: &FcParams, imgs: &mut [ConvImage]) -> bo
             // Whole blocks four at a time (8 vectors of sums); a last one of 8 rows alone.
             while b + ONE_BLOCKS <= blocks && out.n - b * FC_BLOCK_ROWS > 7 * FC_BLOCK_ROWS / 2 {
                 let wb = out.w.add(b * out.bb);
-                let acc = sums::<{ 2 * ONE_BLOCKS }, 1>(&[x[0]], wb, out.bb, s);
+                let acc = sums::<{ 2 * ONE_BLOCKS }, 1>(out.vnni, &[x[0]], wb, out.bb, s);
                 for j in 0..ONE_BLOCKS {
                     out.block_out(b + j).store(&acc, 2 * j, &[y[0]], 1);
                 }
@@ -456,8 +519,21 @@ mod tests {
         buf
     }
 
+    /// Whether the kernel's products on AVX-VNNI (`vnni`) can run here: else the test says
+    /// SKIP and checks nothing.
+    fn here(vnni: bool) -> bool {
+        let ok = match vnni {
+            true => Kernels::avx_vnni_available(),
+            false => Kernels::avx2_available(),
+        };
+        if !ok {
+            println!("SKIP: no {} here", if vnni { "AVX-VNNI" } else { "AVX2" });
+        }
+        ok
+    }
+
     /// One image through the packed kernel (it declines nothing it is given).
-    fn one(p: &FcParams, x: &[i8], y: &mut [i8]) {
+    fn one(p: &FcParams, x: &[i8], y: &mut [i8], vnni: bool) {
         let buf = packed(p);
         let p = FcParams {
             packed: Packed {
@@ -466,19 +542,33 @@ mod tests {
             },
             ..*p
         };
-        // SAFETY: called only where AVX2 is available.
-        assert!(unsafe { fully_connected_packed(&p, &mut [ConvImage::new(x, y, &mut [])]) });
+        // SAFETY: called only where the features are here.
+        assert!(unsafe { fc(&p, &mut [ConvImage::new(x, y, &mut [])], vnni) });
     }
 
-    fc_suite!(if Kernels::avx2_available(), |p, x, y| one(p, x, y));
+    fc_suite!(if Kernels::avx2_available(), |p, x, y| one(p, x, y, false));
+
+    /// The products on AVX-VNNI's `vpdpbusd`.
+    mod vnni {
+        use super::*;
+        fc_suite!(if Kernels::avx_vnni_available(), |p, x, y| one(p, x, y, true));
+
+        #[test]
+        fn batches_equal_scalar() {
+            super::batches(true);
+        }
+    }
+
+    #[test]
+    fn batches_equal_scalar() {
+        batches(false);
+    }
 
     /// Groups of 1 to 13 images (passes of four, two and one; one image four blocks a pass;
     /// K not a multiple of 4; most layers on rounding ties): each image's bytes as the
     /// reference's, in both roundings; some layers in the general form.
-    #[test]
-    fn batches_equal_scalar() {
-        if !Kernels::avx2_available() {
-            println!("SKIP: no AVX2");
+    fn batches(vnni: bool) {
+        if !here(vnni) {
             return;
         }
         let mut general = 0;
@@ -511,9 +601,9 @@ mod tests {
                     layout: Layout::Avx2Fc,
                     bytes: &buf,
                 };
-                // SAFETY: AVX2 is available.
+                // SAFETY: the features are here.
                 fc_batch_matches_scalar(&p, &data, &mut |p, imgs| unsafe {
-                    assert!(fully_connected_packed(p, imgs));
+                    assert!(fc(p, imgs, vnni));
                 });
             }
         }
