@@ -264,6 +264,17 @@ mod tests {
         );
     }
 
+    /// TFLite's own input parameters: left shift 20, multipliers s_i / (2·max s) for drawn
+    /// scales.
+    fn tflite_inputs(p: &mut TfliteAddParams, rng: &mut Rng) {
+        let [s0, s1] = [0; 2].map(|_| 2f64.powf(-12.0 * rng.unit()));
+        let twice = 2.0 * s0.max(s1);
+        let pair = |m: f64| crate::requant::quantize_multiplier_tflite(m).unwrap();
+        p.multipliers[0] = pair(s0 / twice);
+        p.multipliers[1] = pair(s1 / twice);
+        p.left_shift = 20;
+    }
+
     /// Every table is its direct form ([`InputDirect`]) for TFLite's own parameters (left
     /// shift 20, multipliers s_i / (2·max s)) in both roundings, and for most drawn ones.
     #[test]
@@ -274,12 +285,7 @@ mod tests {
             let mut p = tflite_add_params(&mut rng);
             let tflite = seed % 2 == 0;
             if tflite {
-                let [s0, s1] = [0; 2].map(|_| 2f64.powf(-12.0 * rng.unit()));
-                let twice = 2.0 * s0.max(s1);
-                let pair = |m: f64| crate::requant::quantize_multiplier_tflite(m).unwrap();
-                p.multipliers[0] = pair(s0 / twice);
-                p.multipliers[1] = pair(s1 / twice);
-                p.left_shift = 20;
+                tflite_inputs(&mut p, &mut rng);
             }
             let t = TfliteAddTables::new(&p).unwrap();
             match &t.direct {
@@ -309,12 +315,7 @@ mod tests {
             let mut rng = Rng(seed * 2 + 1);
             let mut p = tflite_add_params(&mut rng);
             if seed % 2 == 0 {
-                let [s0, s1] = [0; 2].map(|_| 2f64.powf(-12.0 * rng.unit()));
-                let twice = 2.0 * s0.max(s1);
-                let pair = |m: f64| crate::requant::quantize_multiplier_tflite(m).unwrap();
-                p.multipliers[0] = pair(s0 / twice);
-                p.multipliers[1] = pair(s1 / twice);
-                p.left_shift = 20;
+                tflite_inputs(&mut p, &mut rng);
             }
             let t = TfliteAddTables::new(&p).unwrap().with_lines();
             if seed % 2 == 0 {
