@@ -10,7 +10,7 @@
 use core::ops::Range;
 
 use super::packed::{Clamp, Outputs, Steps};
-use crate::kernels::vnni::{band_rows, implicit_scratch, padded_rows, row_bytes};
+use crate::kernels::vnni::{band_rows, implicit_scratch, row_bytes};
 use crate::kernels::{ConvImage, ConvParams, Layout, PackedFc, FC_STEP};
 use crate::requant::Rounding;
 
@@ -84,22 +84,32 @@ unsafe fn implicit_rows(p: &ConvParams, im: ConvImage, rows: Range<usize>, vnni:
 /// `input` holds `p`'s input, `p` is uniform, `rows` lies within the padded height and `img`
 /// has room for those rows.
 unsafe fn pad(p: &ConvParams, input: &[i8], img: *mut i8, rows: Range<usize>) {
-    let cin = p.input.c;
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
+    let row = row_bytes(p);
     let one = p.pad_value(0);
     let same = (1..cin).all(|c| p.pad_value(c) == one);
-    let fill = |dst: *mut u8, pixels: usize| {
+    let fill = |dst: *mut i8, pixels: usize| {
         if same {
-            return core::ptr::write_bytes(dst, one as u8, pixels * cin);
+            core::ptr::write_bytes(dst, one as u8, pixels * cin);
+            return;
         }
         for x in 0..pixels {
             for c in 0..cin {
-                dst.add(x * cin + c).write(p.pad_value(c) as u8);
+                dst.add(x * cin + c).write(p.pad_value(c));
             }
         }
     };
-    padded_rows(p, input, img as *mut u8, rows, fill, |src, dst, n| {
-        core::ptr::copy_nonoverlapping(src as *const u8, dst, n)
-    });
+    for (i, yp) in rows.enumerate() {
+        let dst = img.add(i * row);
+        if yp < pad || yp >= h + pad {
+            fill(dst, w + 2 * pad);
+            continue;
+        }
+        fill(dst, pad);
+        let src = input.as_ptr().add((yp - pad) * w * cin);
+        core::ptr::copy_nonoverlapping(src, dst.add(pad * cin), w * cin);
+        fill(dst.add((w + pad) * cin), pad);
+    }
 }
 
 /// Output rows `rows` into `y` (their first pixel's outputs), the checks done.

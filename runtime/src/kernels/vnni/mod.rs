@@ -29,5 +29,5 @@ pub use lanes::{conv2d_lanes, conv2d_lanes_batch, covers as lanes_covers, MAX_IM
 pub use narrow::{conv2d_narrow, narrow_preferred, narrow_supported};
 pub use packed_conv::{conv2d_packed, conv2d_packed_rows, packed_rows_covered};
 pub(crate) use packed_conv::{copy, Gather};
-pub(crate) use padded::{band_rows, padded_rows, row_bytes};
+pub(crate) use padded::{band_rows, row_bytes};
 pub use tflite_add::tflite_add;

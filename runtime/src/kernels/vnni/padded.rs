@@ -29,7 +29,8 @@ pub(crate) fn band_rows(p: &ConvParams, n: usize) -> usize {
 /// lies within the padded height and `img` has room for those rows.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn pad_flipped(p: &ConvParams, input: &[i8], img: *mut u8, rows: Range<usize>) {
-    let cin = p.input.c;
+    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
+    let row = row_bytes(p);
     // One pad value for every channel (the input zero point, as a rule): the border is a
     // fill; else channel by channel.
     let one = (p.pad_value(0) as u8) ^ 0x80;
@@ -52,28 +53,6 @@ pub(super) unsafe fn pad_flipped(p: &ConvParams, input: &[i8], img: *mut u8, row
             }
         }
     };
-    padded_rows(p, input, img, rows, fill, |src, dst, n| {
-        copy_xor(src, dst as *mut i8, n, -128)
-    });
-}
-
-/// Padded rows `rows` of `p`'s input from `img` on, [`row_bytes`] each: `fill(dst, pixels)`
-/// writes the border's pixels, `copy(src, dst, bytes)` a row's interior from the input (the
-/// padded input's one walk, whatever its bytes are).
-///
-/// # Safety
-/// As [`pad_flipped`]'s; `fill` and `copy` write only what they are given.
-#[inline(always)]
-pub(crate) unsafe fn padded_rows(
-    p: &ConvParams,
-    input: &[i8],
-    img: *mut u8,
-    rows: Range<usize>,
-    fill: impl Fn(*mut u8, usize),
-    copy: impl Fn(*const i8, *mut u8, usize),
-) {
-    let (cin, h, w, pad) = (p.input.c, p.input.h, p.input.w, p.pad());
-    let row = row_bytes(p);
     for (i, yp) in rows.enumerate() {
         let dst = img.add(i * row);
         if yp < pad || yp >= h + pad {
@@ -83,7 +62,7 @@ pub(crate) unsafe fn padded_rows(
         fill(dst, pad);
         // The row's interior: w·C_in bytes.
         let src = input.as_ptr().add((yp - pad) * w * cin);
-        copy(src, dst.add(pad * cin), w * cin);
+        copy_xor(src, dst.add(pad * cin) as *mut i8, w * cin, -128);
         fill(dst.add((w + pad) * cin), pad);
     }
 }
