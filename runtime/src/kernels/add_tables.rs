@@ -35,6 +35,111 @@ pub struct TfliteAddTables {
     /// Both tables as products ([`InputDirect`]), where every entry is one: kernels without
     /// fast gathers compute the entries instead of loading them.
     pub direct: Option<[InputDirect; 2]>,
+    /// The whole op as one line in both input bytes ([`PairLine`]), where packing found one
+    /// that gives every pair's output ([`TfliteAddTables::with_pair_line`]).
+    pub pair: Option<PairLine>,
+}
+
+/// The whole op as one line in its two input bytes: `clamp((q0·a + q1·b + c) >> s)` in i32
+/// (no product or sum leaves it), the clamp the op's, with its zero point. The tables'
+/// requantizations (2^20 finer than an output step, TFLite's left shift) and the output's
+/// round a line in (q0, q1); a line at 2^−s resolution rounds it the same way wherever no
+/// pair lies nearer a rounding boundary than the line's error, which [`PairLine::fit`] checks
+/// on all 65,536 pairs, once, at packing. Kernels then compute an element in two multiplies,
+/// two adds and a shift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PairLine {
+    /// Input 0's slope, scaled by 2^s.
+    pub a: i32,
+    /// Input 1's slope, scaled by 2^s.
+    pub b: i32,
+    /// The value at (0, 0), scaled by 2^s, with what rounds.
+    pub c: i32,
+    /// The scale's shift.
+    pub s: u32,
+}
+
+impl PairLine {
+    /// The line through the op's slopes at the finest scale whose terms stay within i32 (or
+    /// one of the two next coarser), where it gives the output of every pair of input bytes
+    /// as `t` does; `None` where none does.
+    pub fn fit(p: &TfliteAddParams, t: &TfliteAddTables) -> Option<Self> {
+        let (mo, so) = p.multipliers[2];
+        // round(v·M_out·2^s / d), M_out = mo·2^(so − 31): in output steps, scaled by 2^s.
+        let scaled = |v: i64, d: i128, s: i32| -> Option<i64> {
+            let (num, e) = (v as i128 * mo as i128, so - 31 + s);
+            let (num, den) = match e {
+                0.. => (num.checked_shl(e as u32)?, d),
+                _ => (num, d.checked_shl(e.unsigned_abs())?),
+            };
+            i64::try_from((2 * num + den).div_euclid(2 * den)).ok()
+        };
+        // The slopes: each table is a rounded line over its 255 steps.
+        let rise = |t: &[i32; 256]| t[255] as i64 - t[0] as i64;
+        let terms = |s: i32| -> Option<(i64, i64, i64)> {
+            let (a, b) = (scaled(rise(&t.a), 255, s)?, scaled(rise(&t.b), 255, s)?);
+            let c = scaled(t.a[128] as i64 + t.b[128] as i64, 1, s)? + ((t.zero_point as i64) << s);
+            Some((a, b, c))
+        };
+        let fits = |s: i32| {
+            terms(s).is_some_and(|(a, b, c)| {
+                let [a, b, c] = [a, b, c].map(|v| (v as i128).abs());
+                128 * (a + b) + c + (2 << s) <= i32::MAX as i128
+            })
+        };
+        let finest = (0..=30).rev().find(|&s| fits(s))?;
+        (finest.saturating_sub(2)..=finest).rev().find_map(|s| {
+            let (a, b, _) = terms(s)?;
+            Self::at_scale(t, a, b, s as u32)
+        })
+    }
+
+    /// The line at scale 2^s, its value at (0, 0) the middle of those every pair allows.
+    fn at_scale(t: &TfliteAddTables, a: i64, b: i64, s: u32) -> Option<Self> {
+        // Slopes whose products leave i32 never fit: checked first, so no term below
+        // overflows i64.
+        if a.abs() > 1 << 24 || b.abs() > 1 << 24 || s > 30 {
+            return None;
+        }
+        let (lo, hi) = ((t.lo + t.zero_point) as i64, (t.hi + t.zero_point) as i64);
+        let (mut c_min, mut c_max) = (i64::MIN, i64::MAX);
+        for q0 in -128..=127i8 {
+            for q1 in -128..=127i8 {
+                let r = t.apply(q0, q1) as i64;
+                let base = a * q0 as i64 + b * q1 as i64;
+                // clamp((base + c) >> s) = r: at least r above the clamp's low end, at most r
+                // below its high end.
+                if r > lo {
+                    c_min = c_min.max((r << s) - base);
+                }
+                if r < hi {
+                    c_max = c_max.min(((r + 1) << s) - base - 1);
+                }
+            }
+        }
+        if c_min > c_max {
+            return None;
+        }
+        let c = match (c_min, c_max) {
+            (i64::MIN, i64::MAX) => 0,
+            (i64::MIN, m) => m,
+            (m, i64::MAX) => m,
+            (l, h) => l + (h - l) / 2,
+        };
+        // Every product and partial sum within i32.
+        let top = 128 * (a.abs() + b.abs()) + c.abs();
+        (top <= i32::MAX as i64).then_some(PairLine {
+            a: a as i32,
+            b: b as i32,
+            c: c as i32,
+            s,
+        })
+    }
+
+    /// The pair's output before the clamp, as the kernels compute it.
+    pub fn value(&self, q0: i8, q1: i8) -> i32 {
+        (q0 as i32 * self.a + q1 as i32 * self.b + self.c) >> self.s
+    }
 }
 
 /// An input table as the rounding it tabulates, computed from the input byte in 64-bit lanes:
@@ -179,7 +284,15 @@ impl TfliteAddTables {
             hi: hi - zo,
             lines: None,
             unsigned,
+            pair: None,
         })
+    }
+
+    /// These tables with the op as one line where one gives every pair ([`PairLine::fit`]:
+    /// 65,536 pairs per scale tried, so at packing, not per call).
+    pub fn with_pair_line(mut self, p: &TfliteAddParams) -> Self {
+        self.pair = PairLine::fit(p, &self);
+        self
     }
 
     /// These tables with their lines where both fit ([`InputLine::fit`]).
@@ -214,8 +327,8 @@ impl TfliteAddTables {
         }
     }
 
-    /// One element as the SIMD kernels compute it (the tests' statement of their form).
-    #[cfg(test)]
+    /// One element as the SIMD kernels compute it from the tables (the tests' statement of
+    /// their form, and what [`PairLine::fit`] checks a line against).
     pub fn apply(&self, q0: i8, q1: i8) -> i8 {
         let sum =
             self.a[(q0 as i32 + 128) as usize].wrapping_add(self.b[(q1 as i32 + 128) as usize]);
@@ -336,6 +449,37 @@ mod tests {
         saturated[200..].fill(i32::MAX);
         assert!(InputLine::fit(&saturated).is_none());
         assert!(fitted > tflite, "{fitted} {tflite}");
+    }
+
+    /// Where packing finds the op one line ([`PairLine`]), the line clamped is the scalar
+    /// reference on every pair of input bytes; it finds one for most of TFLite's own
+    /// parameters, in both roundings.
+    #[test]
+    fn pair_lines_are_the_reference() {
+        let (a, b) = all_pairs();
+        let mut want = vec![0i8; a.len()];
+        let (mut tflite, mut fitted) = (0, 0);
+        for seed in 0..48 {
+            let mut rng = Rng(seed * 2 + 1);
+            let mut p = tflite_add_params(&mut rng);
+            let ours = seed % 3 != 0;
+            if ours {
+                tflite_inputs(&mut p, &mut rng);
+                tflite += 1;
+            }
+            let t = TfliteAddTables::new(&p).unwrap().with_pair_line(&p);
+            let Some(l) = t.pair else {
+                continue;
+            };
+            fitted += ours as usize;
+            scalar::tflite_add(&p, &a, &b, &mut want);
+            let (lo, hi) = (t.lo + t.zero_point, t.hi + t.zero_point);
+            for i in 0..a.len() {
+                let got = l.value(a[i], b[i]).clamp(lo, hi) as i8;
+                assert_eq!(got, want[i], "{p:?} {l:?} {} {}", a[i], b[i]);
+            }
+        }
+        assert!(4 * fitted >= 3 * tflite, "{fitted} of {tflite}");
     }
 
     /// Only what the format rejects is declined: a zero point outside i8, a left shift above

@@ -63,7 +63,7 @@ mod valid;
 #[cfg(test)]
 pub(crate) mod test_util;
 
-pub use add_tables::{InputDirect, InputLine, TfliteAddTables};
+pub use add_tables::{InputDirect, InputLine, PairLine, TfliteAddTables};
 pub(crate) use dispatch::*;
 pub(crate) use packed::{
     add_packing, conv_packing, cortex_m_fc_packing, depthwise_packing, fc_packing, pack, Layout,

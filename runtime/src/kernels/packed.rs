@@ -658,8 +658,9 @@ pub(crate) fn pack<'a>(layout: Layout, op: PackOp, dst: &'a mut [u8]) -> Packed<
         (Layout::X86Depthwise, PackOp::Depthwise(p)) => super::avx2::depthwise_pack(p, dst),
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         (Layout::AddTables, PackOp::Add(p)) => {
-            // With the lines: only the sets that use them read them.
-            let Some(t) = TfliteAddTables::new(p).map(TfliteAddTables::with_lines) else {
+            // With the lines and the pair's line (found once, here): only the sets that use
+            // them read them.
+            let Some(t) = TfliteAddTables::new(p).map(|t| t.with_lines().with_pair_line(p)) else {
                 return Packed::default();
             };
             let ptr = dst.as_mut_ptr().cast::<TfliteAddTables>();
@@ -780,6 +781,7 @@ mod tests {
                     (got.a, got.b, got.lo, got.hi),
                     (want.a, want.b, want.lo, want.hi)
                 );
+                assert_eq!(got.pair, want.clone().with_pair_line(&p).pair);
                 let r = |t: &TfliteAddTables| t.lines.as_ref().map(|l| l.clone().map(|l| l.r));
                 assert_eq!(r(got), r(&want));
                 // Misaligned or short bytes are not read as tables.

@@ -10,18 +10,18 @@
 use core::ops::Range;
 
 use super::packed::{Clamp, Outputs, Steps};
-use crate::kernels::vnni::{band_rows, implicit_scratch, row_bytes};
+use crate::kernels::vnni::{
+    band_rows, implicit_fits, implicit_packed, implicit_scratch, row_bytes,
+};
 use crate::kernels::{ConvImage, ConvParams, Layout, PackedFc, FC_STEP};
 use crate::requant::Rounding;
 
 /// Output pixels per tile.
 const MR: usize = 4;
 
-/// The packed weights, where `p` has them in this layout and is uniform.
+/// The packed weights, where `p` has them in this layout and is covered.
 fn weights<'a>(p: &ConvParams<'a>) -> Option<&'a [u8]> {
-    let w = p.packed.of(Layout::Avx2Conv)?;
-    let ok = p.is_uniform() && p.input.c > 0 && p.output.c > 0 && p.output.w > 0;
-    (ok && w.len() >= PackedFc::of_conv(p).bytes()).then_some(w)
+    implicit_packed(p, Layout::Avx2Conv)
 }
 
 /// Whether [`conv2d_implicit_rows`] covers `p` with `scratch` bytes, for any band.
@@ -54,16 +54,10 @@ unsafe fn implicit_rows(p: &ConvParams, im: ConvImage, rows: Range<usize>, vnni:
     let Some(w) = weights(p) else {
         return false;
     };
-    let n = rows.end.saturating_sub(rows.start);
-    let fits = rows.start <= rows.end
-        && rows.end <= p.output.h
-        && im.input.len() >= p.input.len()
-        && im.output.len() >= n * p.output.w * p.output.c
-        && im.scratch.len() >= implicit_scratch(p, n);
-    if !fits {
+    if !implicit_fits(p, &im, &rows) {
         return false;
     }
-    if n > 0 {
+    if rows.start < rows.end {
         band(
             p,
             w,

@@ -43,10 +43,16 @@ pub(crate) fn implicit_scratch(p: &ConvParams, rows: usize) -> usize {
         .saturating_add(64 + FC_STEP)
 }
 
+/// `p`'s weights packed in `layout` (this kernel's or the AVX2 implicit conv's), where it has
+/// them whole and its shape is covered.
+pub(crate) fn implicit_packed<'a>(p: &ConvParams<'a>, layout: Layout) -> Option<&'a [u8]> {
+    let w = p.packed.of(layout)?;
+    (implicit_supported(p) && w.len() >= PackedFc::of_conv(p).bytes()).then_some(w)
+}
+
 /// The packed weights, where `p` has them in this layout and is covered.
 fn weights<'a>(p: &ConvParams<'a>) -> Option<&'a [u8]> {
-    let w = p.packed.of(Layout::VnniConv)?;
-    (implicit_supported(p) && w.len() >= PackedFc::of_conv(p).bytes()).then_some(w)
+    implicit_packed(p, Layout::VnniConv)
 }
 
 /// Whether [`conv2d_implicit_rows`] covers `p` with `scratch` bytes, for any band.
@@ -55,7 +61,7 @@ pub fn implicit_rows_covered(p: &ConvParams, scratch: usize) -> bool {
 }
 
 /// Whether `im`'s buffers hold output rows `rows` of `p` (the output only those rows).
-fn fits(p: &ConvParams, im: &ConvImage, rows: &Range<usize>) -> bool {
+pub(crate) fn implicit_fits(p: &ConvParams, im: &ConvImage, rows: &Range<usize>) -> bool {
     let n = rows.end.saturating_sub(rows.start);
     rows.start <= rows.end
         && rows.end <= p.output.h
@@ -75,7 +81,7 @@ pub unsafe fn conv2d_implicit(p: &ConvParams, images: &mut [ConvImage]) -> bool 
         return false;
     };
     let all = 0..p.output.h;
-    if !images.iter().all(|m| fits(p, m, &all)) {
+    if !images.iter().all(|m| implicit_fits(p, m, &all)) {
         return false;
     }
     for m in images.iter_mut() {
@@ -94,7 +100,7 @@ pub unsafe fn conv2d_implicit_rows(p: &ConvParams, im: ConvImage, rows: Range<us
     let Some(w) = weights(p) else {
         return false;
     };
-    if !fits(p, &im, &rows) {
+    if !implicit_fits(p, &im, &rows) {
         return false;
     }
     band(p, w, im.input, im.output.as_mut_ptr(), im.scratch, rows);

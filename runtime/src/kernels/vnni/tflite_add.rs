@@ -3,17 +3,18 @@
 //! rounding; the last elements through masked loads and stores. The same bytes as
 //! `scalar::tflite_add`.
 //!
-//! With VBMI and tables that fit lines ([`InputLine`]), 64 elements per step: each table
-//! entry is its line (one multiply per lane) plus a residual byte looked up 64 at a time
-//! (`vpermi2b`); otherwise 16 per step, the entries gathered (`vpgatherdd`, several times
-//! slower per element on recent Xeons).
+//! Where packing found the op one line in both input bytes ([`PairLine`]), each element is
+//! two multiplies, two adds and a shift. Else, with VBMI and tables that fit lines
+//! ([`InputLine`]), 64 elements per step: each table entry is its line (one multiply per
+//! lane) plus a residual byte looked up 64 at a time (`vpermi2b`); otherwise 16 per step, the
+//! entries gathered (`vpgatherdd`, several times slower per element on recent Xeons).
 
 use core::arch::x86_64::*;
 
 use super::lanes::vbmi;
 use super::short_requant::short_unsigned;
 use super::Limits;
-use crate::kernels::{InputLine, TfliteAddTables};
+use crate::kernels::{InputLine, PairLine, TfliteAddTables};
 use crate::requant::UNSIGNED_OFFSET;
 
 /// `out[i]` for every element of the common length, from the tables of the call's parameters.
@@ -46,6 +47,9 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         ta: t.a.as_ptr().add(128),
         tb: t.b.as_ptr().add(128),
     };
+    if let Some(l) = &t.pair {
+        return c.lim.run_pair(l, a, b, output);
+    }
     // The usual output shifts (below 0, either rounding) with bounded sums take the unsigned
     // form, else need neither the accumulator's bound nor its shifts, and the single rounding
     // no correction: loops without them (corr is 0 wherever the accumulator is shifted).
@@ -113,6 +117,42 @@ impl Line {
     unsafe fn at(&self, q: __m128i) -> __m512i {
         let x = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(q), self.c);
         _mm512_sra_epi32(_mm512_add_epi32(x, self.off), self.k)
+    }
+}
+
+impl Limits {
+    /// Every element from the op's line in both input bytes, 16 at a time: the last ones
+    /// through masked loads and stores.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn run_pair(&self, l: &PairLine, a: &[i8], b: &[i8], output: &mut [i8]) {
+        let len = output.len().min(a.len()).min(b.len());
+        let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
+        let (ca, cb, c0) = (
+            _mm512_set1_epi32(l.a),
+            _mm512_set1_epi32(l.b),
+            _mm512_set1_epi32(l.c),
+        );
+        let s = _mm_cvtsi32_si128(l.s as i32);
+        let line = |qa: __m128i, qb: __m128i| {
+            let xa = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(qa), ca);
+            let xb = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(qb), cb);
+            let x = _mm512_add_epi32(_mm512_add_epi32(xa, xb), c0);
+            self.clamp(_mm512_sra_epi32(x, s))
+        };
+        let mut i = 0;
+        while i + 16 <= len {
+            let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
+            let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
+            _mm_storeu_si128(y.add(i) as *mut __m128i, line(qa, qb));
+            i += 16;
+        }
+        if i < len {
+            let k = ((1u32 << (len - i)) - 1) as __mmask16;
+            let qa = _mm_maskz_loadu_epi8(k, a.add(i));
+            let qb = _mm_maskz_loadu_epi8(k, b.add(i));
+            _mm_mask_storeu_epi8(y.add(i), k, line(qa, qb));
+        }
     }
 }
 
@@ -286,6 +326,15 @@ mod tests {
         use super::*;
         tflite_add_suite!(if Kernels::vnni_available(), |_, t, a, b, y| unsafe {
             tflite_add(t, a, b, y)
+        });
+    }
+
+    /// The op as one line in both input bytes where packing finds one (most of the suite's
+    /// TFLite-derived parameters), else as the tables give.
+    mod pair {
+        use super::*;
+        tflite_add_suite!(if Kernels::vnni_available(), |p, t, a, b, y| unsafe {
+            tflite_add(&t.clone().with_pair_line(p), a, b, y)
         });
     }
 
