@@ -1,5 +1,6 @@
 //! tflite_add (TFLite's ADD), AVX2 (the avx2 and avx-vnni sets): 16 elements per step in two
-//! vectors of 8, the inputs' requantizations computed from the input bytes where the tables
+//! vectors of 8; where packing found the op one line in both input bytes ([`PairLine`]), two
+//! multiplies, two adds and a shift per element; else the inputs' requantizations computed from the input bytes where the tables
 //! have that form ([`InputDirect`]: a product in 64-bit lanes, a shift and the sign), else
 //! gathered from the call's tables (`vpgatherdd`, slow on AMD), and the output's in i32 lanes
 //! ([`TfliteAddTables`], `HighRequant`'s form), in either rounding; the last elements through
@@ -7,7 +8,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::kernels::{InputDirect, TfliteAddTables};
+use crate::kernels::{InputDirect, PairLine, TfliteAddTables};
 
 /// `out[i]` for every element of the common length, from the tables of the call's parameters.
 ///
@@ -33,6 +34,9 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         tb: t.b.as_ptr().add(128),
         direct: t.direct.map(|d| d.map(|d| Direct::new(&d))),
     };
+    if let Some(l) = &t.pair {
+        return c.run_pair(l, a, b, output);
+    }
     // As the AVX-512 kernel: loops without what the usual output shifts do not need.
     match (c.direct.is_some(), h.shifted(), h.corr != 0) {
         (true, false, false) => c.run::<true, false, false>(a, b, output),
@@ -93,6 +97,16 @@ impl Direct {
     }
 }
 
+/// Two vectors of 8 values within i8, as 16 bytes in element order.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn narrow(lo8: __m256i, hi8: __m256i) -> __m128i {
+    // i16 lanes [lo 0..4, hi 0..4 | lo 4..8, hi 4..8], put in element order, then bytes (both
+    // packs exact: the values lie within i8).
+    let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(lo8, hi8));
+    _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w))
+}
+
 /// The call's constants in vectors.
 struct Consts {
     acc_min: __m256i,
@@ -112,6 +126,67 @@ struct Consts {
 }
 
 impl Consts {
+    /// Every element from the op's line in both input bytes ([`PairLine`]), 16 at a time:
+    /// the last ones through a 16-byte buffer.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_pair(&self, l: &PairLine, a: &[i8], b: &[i8], output: &mut [i8]) {
+        let (ca, cb, c0) = (
+            _mm256_set1_epi32(l.a),
+            _mm256_set1_epi32(l.b),
+            _mm256_set1_epi32(l.c),
+        );
+        let s = _mm_cvtsi32_si128(l.s as i32);
+        let (lo, hi) = (
+            _mm256_add_epi32(self.lo, self.zo),
+            _mm256_add_epi32(self.hi, self.zo),
+        );
+        let eight = |qa: __m128i, qb: __m128i| {
+            let xa = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(qa), ca);
+            let xb = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(qb), cb);
+            let x = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(xa, xb), c0), s);
+            _mm256_min_epi32(_mm256_max_epi32(x, lo), hi)
+        };
+        self.each(a, b, output, |qa, qb| {
+            let lo8 = eight(qa, qb);
+            let hi8 = eight(_mm_srli_si128::<8>(qa), _mm_srli_si128::<8>(qb));
+            narrow(lo8, hi8)
+        });
+    }
+
+    /// `sixteen` over every 16 elements: the last ones through a 16-byte buffer.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn each(
+        &self,
+        a: &[i8],
+        b: &[i8],
+        output: &mut [i8],
+        sixteen: impl Fn(__m128i, __m128i) -> __m128i,
+    ) {
+        let len = output.len().min(a.len()).min(b.len());
+        let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
+        let mut i = 0;
+        while i + 16 <= len {
+            let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
+            let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
+            _mm_storeu_si128(y.add(i) as *mut __m128i, sixteen(qa, qb));
+            i += 16;
+        }
+        if i < len {
+            let n = len - i;
+            let (mut qa, mut qb, mut out) = ([0i8; 16], [0i8; 16], [0i8; 16]);
+            core::ptr::copy_nonoverlapping(a.add(i), qa.as_mut_ptr(), n);
+            core::ptr::copy_nonoverlapping(b.add(i), qb.as_mut_ptr(), n);
+            let v = sixteen(
+                _mm_loadu_si128(qa.as_ptr() as *const __m128i),
+                _mm_loadu_si128(qb.as_ptr() as *const __m128i),
+            );
+            _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, v);
+            core::ptr::copy_nonoverlapping(out.as_ptr(), y.add(i), n);
+        }
+    }
+
     /// Every element, 16 at a time: the last ones through a 16-byte buffer.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -121,28 +196,9 @@ impl Consts {
         b: &[i8],
         output: &mut [i8],
     ) {
-        let len = output.len().min(a.len()).min(b.len());
-        let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
-        let mut i = 0;
-        while i + 16 <= len {
-            let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
-            let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
-            let v = self.sixteen::<DIRECT, SHIFTED, CORR>(qa, qb);
-            _mm_storeu_si128(y.add(i) as *mut __m128i, v);
-            i += 16;
-        }
-        if i < len {
-            let n = len - i;
-            let (mut qa, mut qb, mut out) = ([0i8; 16], [0i8; 16], [0i8; 16]);
-            core::ptr::copy_nonoverlapping(a.add(i), qa.as_mut_ptr(), n);
-            core::ptr::copy_nonoverlapping(b.add(i), qb.as_mut_ptr(), n);
-            let v = self.sixteen::<DIRECT, SHIFTED, CORR>(
-                _mm_loadu_si128(qa.as_ptr() as *const __m128i),
-                _mm_loadu_si128(qb.as_ptr() as *const __m128i),
-            );
-            _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, v);
-            core::ptr::copy_nonoverlapping(out.as_ptr(), y.add(i), n);
-        }
+        self.each(a, b, output, |qa, qb| {
+            self.sixteen::<DIRECT, SHIFTED, CORR>(qa, qb)
+        });
     }
 
     /// 16 output bytes of 16 input bytes each.
@@ -156,10 +212,7 @@ impl Consts {
         let lo8 = self.eight::<DIRECT, SHIFTED, CORR>(qa, qb);
         let hi8 =
             self.eight::<DIRECT, SHIFTED, CORR>(_mm_srli_si128::<8>(qa), _mm_srli_si128::<8>(qb));
-        // i16 lanes [lo 0..4, hi 0..4 | lo 4..8, hi 4..8], put in element order, then bytes
-        // (both packs exact: the values lie within i8).
-        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(lo8, hi8));
-        _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w))
+        narrow(lo8, hi8)
     }
 
     /// The 8 elements of the low 8 bytes of `qa`, `qb`, clamped and with the zero point, in
@@ -269,6 +322,15 @@ mod tests {
             }
         }
         assert!(ties > 100, "only {ties} ties");
+    }
+
+    /// The op as one line in both input bytes where packing finds one (most of the suite's
+    /// TFLite-derived parameters), else as above.
+    mod pair {
+        use super::*;
+        tflite_add_suite!(if Kernels::avx2_available(), |p, t, a, b, y| unsafe {
+            tflite_add(&t.clone().with_pair_line(p), a, b, y)
+        });
     }
 
     /// The entries gathered.
