@@ -60,8 +60,9 @@ pub(crate) enum Layout {
     /// The AMX conv's ([`AmxFc`]).
     #[cfg(target_arch = "x86_64")]
     AmxFc,
-    /// A tflite_add's tables ([`TfliteAddTables`], with their lines), which the sets with a
-    /// tflite_add of their own otherwise build on every call.
+    /// A tflite_add's tables ([`TfliteAddTables`], with their lines and, where one gives every
+    /// pair, the op's line in both input bytes, [`super::PairLine`], found only here), which
+    /// the sets with a tflite_add of their own otherwise build on every call.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     AddTables,
     /// The Cortex-M fully connected layer's ([`CortexMFc`]). Packed on any machine: firmware
