@@ -126,8 +126,6 @@ impl Limits {
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
     unsafe fn run_pair(&self, l: &PairLine, a: &[i8], b: &[i8], output: &mut [i8]) {
-        let len = output.len().min(a.len()).min(b.len());
-        let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
         let (ca, cb, c0) = (
             _mm512_set1_epi32(l.a),
             _mm512_set1_epi32(l.b),
@@ -140,19 +138,34 @@ impl Limits {
             let x = _mm512_add_epi32(_mm512_add_epi32(xa, xb), c0);
             self.clamp(_mm512_sra_epi32(x, s))
         };
-        let mut i = 0;
-        while i + 16 <= len {
-            let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
-            let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
-            _mm_storeu_si128(y.add(i) as *mut __m128i, line(qa, qb));
-            i += 16;
-        }
-        if i < len {
-            let k = ((1u32 << (len - i)) - 1) as __mmask16;
-            let qa = _mm_maskz_loadu_epi8(k, a.add(i));
-            let qb = _mm_maskz_loadu_epi8(k, b.add(i));
-            _mm_mask_storeu_epi8(y.add(i), k, line(qa, qb));
-        }
+        each(a, b, output, line);
+    }
+}
+
+/// `sixteen` over every 16 elements of the common length: the last ones through masked loads
+/// and stores.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn each(
+    a: &[i8],
+    b: &[i8],
+    output: &mut [i8],
+    sixteen: impl Fn(__m128i, __m128i) -> __m128i,
+) {
+    let len = output.len().min(a.len()).min(b.len());
+    let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
+    let mut i = 0;
+    while i + 16 <= len {
+        let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
+        let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
+        _mm_storeu_si128(y.add(i) as *mut __m128i, sixteen(qa, qb));
+        i += 16;
+    }
+    if i < len {
+        let k = ((1u32 << (len - i)) - 1) as __mmask16;
+        let qa = _mm_maskz_loadu_epi8(k, a.add(i));
+        let qb = _mm_maskz_loadu_epi8(k, b.add(i));
+        _mm_mask_storeu_epi8(y.add(i), k, sixteen(qa, qb));
     }
 }
 
@@ -203,22 +216,7 @@ impl Consts {
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
     unsafe fn run<const FORM: u8>(&self, a: &[i8], b: &[i8], output: &mut [i8]) {
-        let len = output.len().min(a.len()).min(b.len());
-        let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
-        let mut i = 0;
-        while i + 16 <= len {
-            let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
-            let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
-            let v = self.sixteen::<FORM>(qa, qb);
-            _mm_storeu_si128(y.add(i) as *mut __m128i, v);
-            i += 16;
-        }
-        if i < len {
-            let k = ((1u32 << (len - i)) - 1) as __mmask16;
-            let qa = _mm_maskz_loadu_epi8(k, a.add(i));
-            let qb = _mm_maskz_loadu_epi8(k, b.add(i));
-            _mm_mask_storeu_epi8(y.add(i), k, self.sixteen::<FORM>(qa, qb));
-        }
+        each(a, b, output, |qa, qb| self.sixteen::<FORM>(qa, qb));
     }
 
     /// Every element, 64 at a time through the lines: masked loads and stores where fewer
