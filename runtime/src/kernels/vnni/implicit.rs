@@ -221,10 +221,9 @@ impl Tiles {
             let r0 = (b0 + b) * FC_BLOCK_ROWS;
             let mask = ((1u32 << (self.cout - r0).min(FC_BLOCK_ROWS)) - 1) as u16;
             let epi = BlockEpi::load(wb.add(b * self.bb));
-            let sums = acc.map(|a| a[b]);
-            let v = epi.apply_each(&sums, &self.lim, self.double);
-            for (r, v) in v.iter().enumerate().take(n) {
-                _mm_mask_storeu_epi8(self.y.add((p0 + r) * self.cout + r0), mask, *v);
+            for (r, a) in acc.iter().enumerate().take(n) {
+                let v = epi.apply_biased(a[b], &self.lim, self.double);
+                _mm_mask_storeu_epi8(self.y.add((p0 + r) * self.cout + r0), mask, v);
             }
         }
     }

@@ -309,33 +309,6 @@ impl BlockEpi {
             self.rs,
         ))
     }
-
-    /// [`BlockEpi::apply_biased`] of `M` vectors of sums at once: the form and the clamp
-    /// chosen once, then straight-line code the core runs the vectors of side by side in
-    /// (the implicit conv's pixels: 1–6% faster per conv than vector by vector).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F, BW and VL.
-    #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-    pub(crate) unsafe fn apply_each<const M: usize>(
-        &self,
-        x: &[__m512i; M],
-        lim: &Limits,
-        double: bool,
-    ) -> [__m128i; M] {
-        let clamped = lim.clamp_min || lim.clamp_max;
-        match (self.hi, double, clamped) {
-            (true, true, false) => core::array::from_fn(|i| {
-                let r = short_unsigned::<true>(x[i], self.m0, self.m0_odd, self.round, self.rs);
-                _mm512_cvtsepi32_epi8(r)
-            }),
-            (true, false, false) => core::array::from_fn(|i| {
-                _mm512_cvtsepi32_epi8(short_requant::<false>(x[i], self.m0, self.r_hi, self.n_hi))
-            }),
-            _ => core::array::from_fn(|i| self.apply_biased(x[i], lim, double)),
-        }
-    }
 }
 
 /// The output clamp, less the zero point, and the zero point (the general form); the clamp
