@@ -88,7 +88,8 @@ impl PairLine {
             })
         };
         let finest = (0..=30).rev().find(|&s| fits(s))?;
-        (finest.saturating_sub(2)..=finest).rev().find_map(|s| {
+        // Scales 0..=30 only: a shift outside [0, 31] is no shift.
+        ((finest - 2).max(0)..=finest).rev().find_map(|s| {
             let (a, b, _) = terms(s)?;
             Self::at_scale(t, a, b, s as u32)
         })
@@ -98,7 +99,7 @@ impl PairLine {
     fn at_scale(t: &TfliteAddTables, a: i64, b: i64, s: u32) -> Option<Self> {
         // Slopes whose products leave i32 never fit: checked first, so no term below
         // overflows i64.
-        if a.abs() > 1 << 24 || b.abs() > 1 << 24 || s > 30 {
+        if a.abs() > 1 << 24 || b.abs() > 1 << 24 {
             return None;
         }
         let (lo, hi) = ((t.lo + t.zero_point) as i64, (t.hi + t.zero_point) as i64);

@@ -1,7 +1,7 @@
 //! tflite_add (TFLite's ADD), AVX2 (the avx2 and avx-vnni sets): 16 elements per step in two
 //! vectors of 8; where packing found the op one line in both input bytes ([`PairLine`]), two
-//! multiplies, two adds and a shift per element; else the inputs' requantizations computed from the input bytes where the tables
-//! have that form ([`InputDirect`]: a product in 64-bit lanes, a shift and the sign), else
+//! multiplies, two adds and a shift per element; else the inputs' requantizations computed
+//! from the input bytes where the tables have that form ([`InputDirect`]: a product in 64-bit lanes, a shift and the sign), else
 //! gathered from the call's tables (`vpgatherdd`, slow on AMD), and the output's in i32 lanes
 //! ([`TfliteAddTables`], `HighRequant`'s form), in either rounding; the last elements through
 //! a 16-byte buffer. The same bytes as `scalar::tflite_add`.
@@ -16,6 +16,10 @@ use crate::kernels::{InputDirect, PairLine, TfliteAddTables};
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [i8]) {
+    // The op's line needs only its own constants and the clamp.
+    if let Some(l) = &t.pair {
+        return run_pair(l, t.lo + t.zero_point, t.hi + t.zero_point, a, b, output);
+    }
     let h = &t.out;
     let c = Consts {
         acc_min: _mm256_set1_epi32(h.acc_min),
@@ -34,9 +38,6 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
         tb: t.b.as_ptr().add(128),
         direct: t.direct.map(|d| d.map(|d| Direct::new(&d))),
     };
-    if let Some(l) = &t.pair {
-        return c.run_pair(l, a, b, output);
-    }
     // As the AVX-512 kernel: loops without what the usual output shifts do not need.
     match (c.direct.is_some(), h.shifted(), h.corr != 0) {
         (true, false, false) => c.run::<true, false, false>(a, b, output),
@@ -97,6 +98,63 @@ impl Direct {
     }
 }
 
+/// Every element from the op's line in both input bytes ([`PairLine`]), clamped to
+/// `[lo, hi]`, 16 at a time: the last ones through a 16-byte buffer.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn run_pair(l: &PairLine, lo: i32, hi: i32, a: &[i8], b: &[i8], output: &mut [i8]) {
+    let (ca, cb, c0) = (
+        _mm256_set1_epi32(l.a),
+        _mm256_set1_epi32(l.b),
+        _mm256_set1_epi32(l.c),
+    );
+    let s = _mm_cvtsi32_si128(l.s as i32);
+    let (lo, hi) = (_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
+    let eight = |qa: __m128i, qb: __m128i| {
+        let xa = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(qa), ca);
+        let xb = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(qb), cb);
+        let x = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(xa, xb), c0), s);
+        _mm256_min_epi32(_mm256_max_epi32(x, lo), hi)
+    };
+    each(a, b, output, |qa, qb| {
+        let lo8 = eight(qa, qb);
+        let hi8 = eight(_mm_srli_si128::<8>(qa), _mm_srli_si128::<8>(qb));
+        narrow(lo8, hi8)
+    });
+}
+
+/// `sixteen` over every 16 elements: the last ones through a 16-byte buffer.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn each(
+    a: &[i8],
+    b: &[i8],
+    output: &mut [i8],
+    sixteen: impl Fn(__m128i, __m128i) -> __m128i,
+) {
+    let len = output.len().min(a.len()).min(b.len());
+    let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
+    let mut i = 0;
+    while i + 16 <= len {
+        let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
+        let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
+        _mm_storeu_si128(y.add(i) as *mut __m128i, sixteen(qa, qb));
+        i += 16;
+    }
+    if i < len {
+        let n = len - i;
+        let (mut qa, mut qb, mut out) = ([0i8; 16], [0i8; 16], [0i8; 16]);
+        core::ptr::copy_nonoverlapping(a.add(i), qa.as_mut_ptr(), n);
+        core::ptr::copy_nonoverlapping(b.add(i), qb.as_mut_ptr(), n);
+        let v = sixteen(
+            _mm_loadu_si128(qa.as_ptr() as *const __m128i),
+            _mm_loadu_si128(qb.as_ptr() as *const __m128i),
+        );
+        _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, v);
+        core::ptr::copy_nonoverlapping(out.as_ptr(), y.add(i), n);
+    }
+}
+
 /// Two vectors of 8 values within i8, as 16 bytes in element order.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -126,67 +184,6 @@ struct Consts {
 }
 
 impl Consts {
-    /// Every element from the op's line in both input bytes ([`PairLine`]), 16 at a time:
-    /// the last ones through a 16-byte buffer.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn run_pair(&self, l: &PairLine, a: &[i8], b: &[i8], output: &mut [i8]) {
-        let (ca, cb, c0) = (
-            _mm256_set1_epi32(l.a),
-            _mm256_set1_epi32(l.b),
-            _mm256_set1_epi32(l.c),
-        );
-        let s = _mm_cvtsi32_si128(l.s as i32);
-        let (lo, hi) = (
-            _mm256_add_epi32(self.lo, self.zo),
-            _mm256_add_epi32(self.hi, self.zo),
-        );
-        let eight = |qa: __m128i, qb: __m128i| {
-            let xa = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(qa), ca);
-            let xb = _mm256_mullo_epi32(_mm256_cvtepi8_epi32(qb), cb);
-            let x = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(xa, xb), c0), s);
-            _mm256_min_epi32(_mm256_max_epi32(x, lo), hi)
-        };
-        self.each(a, b, output, |qa, qb| {
-            let lo8 = eight(qa, qb);
-            let hi8 = eight(_mm_srli_si128::<8>(qa), _mm_srli_si128::<8>(qb));
-            narrow(lo8, hi8)
-        });
-    }
-
-    /// `sixteen` over every 16 elements: the last ones through a 16-byte buffer.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn each(
-        &self,
-        a: &[i8],
-        b: &[i8],
-        output: &mut [i8],
-        sixteen: impl Fn(__m128i, __m128i) -> __m128i,
-    ) {
-        let len = output.len().min(a.len()).min(b.len());
-        let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
-        let mut i = 0;
-        while i + 16 <= len {
-            let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
-            let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
-            _mm_storeu_si128(y.add(i) as *mut __m128i, sixteen(qa, qb));
-            i += 16;
-        }
-        if i < len {
-            let n = len - i;
-            let (mut qa, mut qb, mut out) = ([0i8; 16], [0i8; 16], [0i8; 16]);
-            core::ptr::copy_nonoverlapping(a.add(i), qa.as_mut_ptr(), n);
-            core::ptr::copy_nonoverlapping(b.add(i), qb.as_mut_ptr(), n);
-            let v = sixteen(
-                _mm_loadu_si128(qa.as_ptr() as *const __m128i),
-                _mm_loadu_si128(qb.as_ptr() as *const __m128i),
-            );
-            _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, v);
-            core::ptr::copy_nonoverlapping(out.as_ptr(), y.add(i), n);
-        }
-    }
-
     /// Every element, 16 at a time: the last ones through a 16-byte buffer.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -196,7 +193,7 @@ impl Consts {
         b: &[i8],
         output: &mut [i8],
     ) {
-        self.each(a, b, output, |qa, qb| {
+        each(a, b, output, |qa, qb| {
             self.sixteen::<DIRECT, SHIFTED, CORR>(qa, qb)
         });
     }

@@ -23,6 +23,11 @@ use crate::requant::UNSIGNED_OFFSET;
 /// The CPU must support AVX-512 F, BW and VL.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [i8]) {
+    let lim = Limits::of(t.zero_point, t.lo + t.zero_point, t.hi + t.zero_point);
+    // The op's line needs only its own constants and the clamp.
+    if let Some(l) = &t.pair {
+        return lim.run_pair(l, a, b, output);
+    }
     let h = &t.out;
     let c = Consts {
         acc_min: _mm512_set1_epi32(h.acc_min),
@@ -42,14 +47,11 @@ pub unsafe fn tflite_add(t: &TfliteAddTables, a: &[i8], b: &[i8], output: &mut [
                 offset: _mm512_set1_epi32(UNSIGNED_OFFSET),
             }
         },
-        lim: Limits::of(t.zero_point, t.lo + t.zero_point, t.hi + t.zero_point),
+        lim,
         // Index q of a table is entry q + 128.
         ta: t.a.as_ptr().add(128),
         tb: t.b.as_ptr().add(128),
     };
-    if let Some(l) = &t.pair {
-        return c.lim.run_pair(l, a, b, output);
-    }
     // The usual output shifts (below 0, either rounding) with bounded sums take the unsigned
     // form, else need neither the accumulator's bound nor its shifts, and the single rounding
     // no correction: loops without them (corr is 0 wherever the accumulator is shifted).
