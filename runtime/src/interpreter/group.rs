@@ -141,6 +141,11 @@ impl Model<'_> {
         let mut slots = [const { MaybeUninit::<ConvImage>::uninit() }; AMX_GROUP_IMAGES];
         let mut n = 0;
         let wb = self.work_bytes(k);
+        // Every area gets a slot (no group is larger, `Model::group_images`): an area left out
+        // would keep its stale bytes as if it had run.
+        if work.len() / wb.max(1) > slots.len() {
+            return Err(layout);
+        }
         let scratch = self.scratch_range(wb);
         for (slot, w) in slots.iter_mut().zip(work.chunks_exact_mut(wb)) {
             let carved = Carved::new(w, p.output.range(), scratch.clone()).ok_or(layout)?;
@@ -166,7 +171,7 @@ impl Model<'_> {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    use crate::kernels::{Kernels, Resolved};
+    use crate::kernels::{Kernels, Resolved, AMX_GROUP_IMAGES};
     use crate::Model;
 
     /// A model runs its images in groups (the batched VNNI conv) in either rounding.
@@ -182,6 +187,28 @@ mod tests {
             let bytes = b.encode();
             let m = Model::parse(&bytes).unwrap();
             assert!(m.groups_help(Resolved::Vnni), "rounding {rounding}");
+        }
+    }
+
+    /// A group of as many areas as there are slots runs every one of them; one more is an
+    /// error, never an image skipped.
+    #[test]
+    fn every_area_of_a_group_runs() {
+        let bytes = octet_testkit::small_resnet(1).encode();
+        let m = Model::parse(&bytes).unwrap();
+        let k = Resolved::Vnni;
+        let wb = m.work_bytes(k);
+        for (areas, fits) in [(AMX_GROUP_IMAGES, true), (AMX_GROUP_IMAGES + 1, false)] {
+            let mut work = vec![0u8; areas * wb];
+            let mut ran = 0;
+            let r = m.with_op(0, |p| {
+                m.with_images(k, p, &mut work, false, |imgs| {
+                    ran = imgs.len();
+                    true
+                })
+            });
+            assert_eq!(r.is_ok(), fits, "{areas} areas");
+            assert_eq!(ran, if fits { areas } else { 0 }, "{areas} areas");
         }
     }
 }
