@@ -96,8 +96,9 @@ res = {
     "qemu_cpu": "max",
     "plugin": f"{plugin} (inline=on)",
     "commit": commit,
-    "method": "instructions retired by qemu-aarch64 (TCG plugin count) for runtime/examples/arm_count; "
-              "per image = run(1 image) - run(nothing), per op = run(1 call of the op's kernel on "
+    "method": "instructions retired by qemu-aarch64 (TCG plugin count) for runtime/examples/arm_count, "
+              "the model prepared for the kernel set as octet run prepares it (each op's parameters "
+              "once, weights and the adds' tables packed); per image = run(1 image) - run(nothing), per op = run(1 call of the op's kernel on "
               "random data of its shape) - run(nothing); the fixed part (model build, parse, "
               "buffers) is the same in every run",
     "models": {},

@@ -2,11 +2,12 @@
 //!
 //! `arm_count MODEL KERNELS IMAGES OP CALLS` builds `MODEL` (`lenet`: `common::lenet(1)`,
 //! `resnet18`: `common::resnet18(1)`, in octet's single rounding; `lenet-double`,
-//! `resnet18-double`: the same in TensorFlow Lite's double rounding), prepares everything (the model, one image, and for
-//! every conv/fc op random input of that op's shape with its output and scratch buffers),
-//! then runs the image through the model `IMAGES` times with `KERNELS` (`scalar`, `neon`,
-//! `neondot`) and op `OP`'s kernel alone `CALLS` times (`OP` = `-`: none). The setup does not
-//! depend on `IMAGES`, `OP` or `CALLS`, so the difference between two runs' counts is the
+//! `resnet18-double`: the same in TensorFlow Lite's double rounding), prepares everything (the
+//! model as `octet run` prepares it for `KERNELS`, one image, and for every conv/fc op random
+//! input of that op's shape with its output and scratch buffers), then runs the image through
+//! the model `IMAGES` times with `KERNELS` (`scalar`, `neon`, `neondot`) and op `OP`'s kernel
+//! alone `CALLS` times (`OP` = `-`: none). The setup does not depend on `IMAGES`, `OP` or
+//! `CALLS`, so the difference between two runs' counts is the
 //! count of the extra work: `IMAGES = 0, OP = -` is the fixed overhead.
 //!
 //! `arm_count MODEL list` prints one line per conv/fc op: index, kind, multiply-adds, shape.
@@ -17,7 +18,7 @@ use octet_testkit as common;
 use std::hint::black_box;
 
 use octet_runtime::kernels::{self, ConvParams, FcParams};
-use octet_runtime::{Kernels, Model, OpInfo, OpKind};
+use octet_runtime::{Kernels, Model, OpInfo, OpKind, PreparedOp};
 
 /// One conv/fc op with its own input, output and scratch.
 struct Prepared<'a> {
@@ -169,6 +170,11 @@ fn main() {
         eprintln!("{} kernels unavailable on this CPU", args[1]);
         std::process::exit(1);
     }
+    // Prepared as `octet run` prepares it (each op's parameters once, the weights and the
+    // adds' tables packed for `k`), in the fixed part: the images run what users run.
+    let table = Box::leak(vec![PreparedOp::EMPTY; model.num_ops()].into_boxed_slice());
+    let packed = Box::leak(vec![0u8; model.packed_bytes(k).expect("packed")].into_boxed_slice());
+    let model = model.prepare_packed(table, packed, k).expect("prepare");
     let pixels = rng.bytes(model.input_len());
     let mut arena = vec![0u8; model.arena_bytes_for(k, 1)];
     for _ in 0..images {
