@@ -26,6 +26,7 @@ pub use lanes::{conv2d_lanes_avx2, conv2d_lanes_vnni, lanes_covered, lanes_scrat
 pub use max_pool::max_pool;
 pub use packed::{fully_connected_packed, fully_connected_packed_vnni};
 pub use tflite_add::tflite_add;
+pub(crate) use tflite_add::whole_steps;
 pub use tflite_avg_pool::tflite_avg_pool;
 
 use core::arch::x86_64::*;

@@ -1,10 +1,11 @@
 //! tflite_add (TFLite's ADD), AVX2 (the avx2 and avx-vnni sets): 16 elements per step in two
 //! vectors of 8; where packing found the op one line in both input bytes ([`PairLine`]), two
 //! multiplies, two adds and a shift per element; else the inputs' requantizations computed
-//! from the input bytes where the tables have that form ([`InputDirect`]: a product in 64-bit lanes, a shift and the sign), else
-//! gathered from the call's tables (`vpgatherdd`, slow on AMD), and the output's in i32 lanes
-//! ([`TfliteAddTables`], `HighRequant`'s form), in either rounding; the last elements through
-//! a 16-byte buffer. The same bytes as `scalar::tflite_add`.
+//! from the input bytes where the tables have that form ([`InputDirect`]: a product in 64-bit
+//! lanes, a shift and the sign), else gathered from the call's tables (`vpgatherdd`, slow on
+//! AMD), and the output's in i32 lanes ([`TfliteAddTables`], `HighRequant`'s form), in either
+//! rounding; the last elements through a 16-byte buffer. The same bytes as
+//! `scalar::tflite_add`.
 
 use core::arch::x86_64::*;
 
@@ -123,15 +124,17 @@ unsafe fn run_pair(l: &PairLine, lo: i32, hi: i32, a: &[i8], b: &[i8], output: &
     });
 }
 
-/// `sixteen` over every 16 elements: the last ones through a 16-byte buffer.
+/// `sixteen` over every whole 16 elements of the inputs' and output's common length (the x86
+/// sets' tflite_add loop); returns that length and where the whole steps ended: each set
+/// finishes the rest its own way (a buffer here, masked loads and stores on AVX-512).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn each(
+pub(crate) unsafe fn whole_steps(
     a: &[i8],
     b: &[i8],
     output: &mut [i8],
-    sixteen: impl Fn(__m128i, __m128i) -> __m128i,
-) {
+    sixteen: &impl Fn(__m128i, __m128i) -> __m128i,
+) -> (usize, usize) {
     let len = output.len().min(a.len()).min(b.len());
     let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
     let mut i = 0;
@@ -141,6 +144,20 @@ unsafe fn each(
         _mm_storeu_si128(y.add(i) as *mut __m128i, sixteen(qa, qb));
         i += 16;
     }
+    (len, i)
+}
+
+/// `sixteen` over every 16 elements: the last ones through a 16-byte buffer.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn each(
+    a: &[i8],
+    b: &[i8],
+    output: &mut [i8],
+    sixteen: impl Fn(__m128i, __m128i) -> __m128i,
+) {
+    let (len, i) = whole_steps(a, b, output, &sixteen);
+    let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
     if i < len {
         let n = len - i;
         let (mut qa, mut qb, mut out) = ([0i8; 16], [0i8; 16], [0i8; 16]);

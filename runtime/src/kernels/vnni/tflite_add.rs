@@ -14,6 +14,7 @@ use core::arch::x86_64::*;
 use super::lanes::vbmi;
 use super::short_requant::short_unsigned;
 use super::Limits;
+use crate::kernels::avx2::whole_steps;
 use crate::kernels::{InputLine, PairLine, TfliteAddTables};
 use crate::requant::UNSIGNED_OFFSET;
 
@@ -144,8 +145,8 @@ impl Limits {
     }
 }
 
-/// `sixteen` over every 16 elements of the common length: the last ones through masked loads
-/// and stores.
+/// `sixteen` over every 16 elements of the common length (the AVX2 set's whole steps): the
+/// last ones through masked loads and stores.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn each(
@@ -154,15 +155,8 @@ unsafe fn each(
     output: &mut [i8],
     sixteen: impl Fn(__m128i, __m128i) -> __m128i,
 ) {
-    let len = output.len().min(a.len()).min(b.len());
+    let (len, i) = whole_steps(a, b, output, &sixteen);
     let (a, b, y) = (a.as_ptr(), b.as_ptr(), output.as_mut_ptr());
-    let mut i = 0;
-    while i + 16 <= len {
-        let qa = _mm_loadu_si128(a.add(i) as *const __m128i);
-        let qb = _mm_loadu_si128(b.add(i) as *const __m128i);
-        _mm_storeu_si128(y.add(i) as *mut __m128i, sixteen(qa, qb));
-        i += 16;
-    }
     if i < len {
         let k = ((1u32 << (len - i)) - 1) as __mmask16;
         let qa = _mm_maskz_loadu_epi8(k, a.add(i));
