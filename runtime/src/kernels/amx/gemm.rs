@@ -14,7 +14,7 @@
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 
-use super::tiles::{Tiles, ROWS, ROW_BYTES};
+use super::tiles::{Sums, Tiles, ROWS, ROW_BYTES};
 use crate::kernels::vnni::{BlockEpi, Limits};
 use crate::kernels::{FcParams, PackedFc, AMX_K_STEP, AMX_MAX_K, FC_BLOCK_ROWS, FC_EPI_BYTES};
 use crate::requant::Rounding;
@@ -93,7 +93,10 @@ pub(super) unsafe fn rows<const SIGNED: bool>(
     let kp = l.k.next_multiple_of(AMX_K_STEP);
     // The rows are staged at a stride of kp bytes in PASS·AMX_MAX_K.
     assert!(kp <= AMX_MAX_K);
-    let mut a = MaybeUninit::<[i8; PASS * AMX_MAX_K]>::uninit();
+    // Aligned as the sums are: an input tile's rows (kp bytes apart) on whole cache lines.
+    #[repr(C, align(64))]
+    struct Staging([i8; PASS * AMX_MAX_K]);
+    let mut a = MaybeUninit::<Staging>::uninit();
     let a = a.as_mut_ptr() as *mut i8;
     // The bytes past K of every row meet zero weights (or, in the last step of a block that
     // is not the last, the next block's bytes: times zero, nothing); rows past n in the last
@@ -142,7 +145,7 @@ pub(super) unsafe fn product<const SIGNED: bool>(
     let pairs = blocks.div_ceil(2);
     // An odd last block runs as both of its pair; the second's sums are dropped.
     let pair = |q: usize| (2 * q, (2 * q + 1).min(blocks - 1));
-    let mut c = [[[0i32; ROWS]; ROWS]; 4];
+    let mut c = Sums([[[0i32; ROWS]; ROWS]; 4]);
     let mut rows = PassRows {
         out: [core::ptr::null_mut(); PASS],
         corr: [_mm512_setzero_si512(); PASS],
@@ -180,7 +183,7 @@ pub(super) unsafe fn product<const SIGNED: bool>(
                 let first = b * FC_BLOCK_ROWS;
                 let mask = ((1u32 << (p.n - first).min(FC_BLOCK_ROWS)) - 1) as u16;
                 for i in 0..m {
-                    let sums = _mm512_loadu_si512(c[2 * (i / ROWS) + j][i % ROWS].as_ptr() as _);
+                    let sums = _mm512_loadu_si512(c.0[2 * (i / ROWS) + j][i % ROWS].as_ptr() as _);
                     let v = epi.apply(sums, rows.corr[i], &lim, double);
                     _mm_mask_storeu_epi8(rows.out[i].add(first), mask, v);
                     let done = j * m + i + 1;

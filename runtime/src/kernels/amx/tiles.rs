@@ -103,6 +103,11 @@ const CONFIG: Config = {
     }
 };
 
+/// The 2 × 2 sum tiles as stored, each row on a cache line of its own: a row split over two
+/// lines costs `tilestored` and every load of the epilogue two accesses.
+#[repr(C, align(64))]
+pub(super) struct Sums(pub(super) [[[i32; ROWS]; ROWS]; 4]);
+
 /// The tiles configured for this thread until dropped (then released, so the thread's
 /// context switches stop saving them).
 pub(super) struct Tiles(());
@@ -176,10 +181,10 @@ impl Tiles {
         }
     }
 
-    /// The 2 × 2 sums into `c` (`c[2i + j]`, 16 rows of 16 i32 each).
+    /// The 2 × 2 sums into `c` (`c.0[2i + j]`, 16 rows of 16 i32 each).
     #[inline(always)]
-    pub(super) fn store(&self, c: &mut [[[i32; ROWS]; ROWS]; 4]) {
-        let p = c.as_mut_ptr() as *mut u8;
+    pub(super) fn store(&self, c: &mut Sums) {
+        let p = c.0.as_mut_ptr() as *mut u8;
         let t = ROWS * ROW_BYTES;
         // SAFETY: c holds four tiles of 16 rows × 64 bytes.
         unsafe {
