@@ -20,6 +20,8 @@ for path in sys.argv[1:]:
     cpu = d["machine"].split(", ", 2)[-1] + " " + "/".join(f for f in d["cpu_features"] if f in ("avx2", "avx512_vnni", "avx_vnni", "amx_int8"))
     S = {(r["model"], r["threads"]): r for r in d["summary"]}
     for model in ("resnet18", "lenet", "resnet18-1ch", "lenet-1ch"):
+        if (model, 1) not in S or (model, 2) not in S:
+            continue  # not timed in this file's run
         r1, r2 = S[(model, 1)], S[(model, 2)]
         def tp(r):
             return cell(f"{r['octet_int8_batch64_img_s']:,.0f}", r,
