@@ -13,20 +13,17 @@
 set -u
 D=$OUT
 grep -q amx_int8 /proc/cpuinfo || { echo "NO AMX here:"; grep -m1 "model name" /proc/cpuinfo; exit 3; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+. bench/device_lib.sh
+device_setup
 tar xzf .carry/bins.tgz -C .carry
 B=.carry/bin; PEER=$B/peers
-grep -m1 "model name" /proc/cpuinfo; grep -o 'amx_int8\|avx512_vnni\|avx512vbmi\|avx_vnni' /proc/cpuinfo | sort | uniq -c
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -1
-export PYTHONPATH=/tmp/site
-mkdir -p target /tmp/ad; cp tests/data/mlperf_tiny/ad01_int8.tflite /tmp/ad/
-show() { awk '/^[a-z0-9_-]+\//{n=$1} /^ +time:/{ if (n!="") {print n, $4, $5; n=""}}'; }
+mkdir -p /tmp/ad; cp tests/data/mlperf_tiny/ad01_int8.tflite /tmp/ad/
 C="--warm-up-time 0.5 --measurement-time 1.5 --sample-size 10"
 echo "== rt_lib amx"; $B/rt_lib amx:: 2>&1 | grep -E "test result|FAILED|panicked|SKIP" | sort | uniq -c
 echo "== t_mlperf_tiny"; $B/t_mlperf_tiny batches_in_groups 2>&1 | grep -E "test result|FAILED|panicked" | head -5
 # Round 1: the peers, then every int8 row of the AMX and AVX-512 sets.
 taskset -c 2,3 python3 "$PEER/ort_bench.py" --models lenet --json "$D/ort_lenet1.json" 2>&1 | grep -v INFO
-for t in 1 2; do for b in 1 64; do taskset -c 2,3 python3 bench/tflite_resnet18.py "$PEER" $t $b "$D/tfl_resnet18_1.json" 2>&1 | grep -v INFO; done; done
+tflite_resnet18_rows "$PEER" "$D/tfl_resnet18_1.json"
 rm -rf target/criterion
 taskset -c 2,3 $B/infer --bench '^(resnet18|lenet)/int8-a(mx|vx512)' $C 2>&1 | show | grep resnet18/
 tar czf "$D/criterion1.tgz" target/criterion
@@ -36,7 +33,7 @@ rm -rf target/criterion
 taskset -c 2,3 $B/mlperf_tiny --bench "ad01_int8/int8-amx/" $C 2>&1 | show
 tar czf "$D/criterion_ad.tgz" target/criterion
 # Round 2: ResNet-18 alone.
-for t in 1 2; do for b in 1 64; do taskset -c 2,3 python3 bench/tflite_resnet18.py "$PEER" $t $b "$D/tfl_resnet18_2.json" 2>&1 | grep -v INFO; done; done
+tflite_resnet18_rows "$PEER" "$D/tfl_resnet18_2.json"
 rm -rf target/criterion
 taskset -c 2,3 $B/infer --bench 'resnet18/int8-amx/' $C 2>&1 | show
 tar czf "$D/criterion2.tgz" target/criterion

@@ -15,19 +15,13 @@
 set -u
 D=$OUT
 PEER=$CARRY/peers
-grep -m1 "model name" /proc/cpuinfo; grep -o 'amx_int8\|avx512_vnni\|avx512vbmi\|avx_vnni' /proc/cpuinfo | sort | uniq -c
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -1
-export PYTHONPATH=/tmp/site
-mkdir -p target
-# Criterion's mean of one benchmark id, printed.
-show() { awk '/^[a-z0-9_-]+\//{n=$1} /^ +time:/{ if (n!="") {print n, $4, $5; n=""}}'; }
+. bench/device_lib.sh
+device_setup
 case "${1:-}" in
   rounds)
     for r in 1 2; do
       taskset -c 2,3 python3 "$PEER/ort_bench.py" --models lenet --json "$D/ort_lenet$r.json" 2>&1 | grep -v INFO
-      for t in 1 2; do for b in 1 64; do
-        taskset -c 2,3 python3 bench/tflite_resnet18.py "$PEER" $t $b "$D/tfl_resnet18_$r.json" 2>&1 | grep -v INFO
-      done; done
+      tflite_resnet18_rows "$PEER" "$D/tfl_resnet18_$r.json"
       rm -rf target/criterion
       taskset -c 2,3 "$CARRY/infer" --bench 'int8-a(mx|vx512)' --warm-up-time 0.5 --measurement-time 1.5 --sample-size 10 2>&1 | show | grep resnet
       tar czf "$D/criterion$r.tgz" target/criterion

@@ -7,11 +7,8 @@
 # bench/merge_mlperf_cpu.py). Usage: COMMIT=<built from> bash bench/device_mlperf_pass.sh N
 set -u
 D=$OUT
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-mkdir -p target
-grep -m1 "model name" /proc/cpuinfo; grep -o 'amx_int8\|avx512_vnni\|avx512vbmi' /proc/cpuinfo | sort | uniq -c
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -1
-export PYTHONPATH=/tmp/site
+. bench/device_lib.sh
+device_setup
 if [ "$1" = 1 ]; then
   for t in rt_lib rt_prepared rt_parallel; do echo "== $t"; ".carry/bin/$t" 2>&1 | grep -E "test result|FAILED|panicked|SKIP" | sort | uniq -c | head; done
   echo "== rt_imported"; OCTET_IMPORTED_DIR=.carry/imported .carry/bin/rt_imported 2>&1 | grep -E "test result|FAILED|panicked" | head
